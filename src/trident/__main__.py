@@ -1,0 +1,5 @@
+import sys
+
+from trident.cli import main
+
+sys.exit(main())

@@ -1,0 +1,53 @@
+"""The `trident` command: one thin subcommand per stage; the logic lives in trident.commands.*."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# name -> (module under trident.commands, one-line help). Modules are imported lazily so that
+# `trident --help` and light commands never pay for torch or Ray start-up.
+COMMANDS = {
+    "demo": ("demo", "run the whole flow end to end on an embedded default corpus"),
+    "train": ("train", "train a GPT from a config (--nproc N for local multi-process)"),
+    "tokenizer": ("tokenizer", "train a byte-level BPE tokenizer"),
+    "tokenize": ("tokenize", "JSONL -> Megatron indexed dataset (PREFIX.bin/.idx)"),
+    "generate": ("generate", "sample text from a checkpoint"),
+    "curate": ("curate", "curation pipeline: WARC/HTML/JSONL -> clean deduplicated shards"),
+    "eval": ("evaluate", "zero/one/few-shot evaluation of a checkpoint"),
+    "plan": ("plan", "predict memory and step time of parallel layouts"),
+    "pipeline-diagram": ("pipeline_diagram", "draw a pipeline schedule as a PNG timeline"),
+    "export-hf": ("export_hf", "export a checkpoint as a Hugging Face GPT-2 model"),
+    "import-hf": ("import_hf", "import a Hugging Face GPT-2 model as a trident checkpoint"),
+}
+
+
+def _available() -> dict[str, tuple[str, str]]:
+    found = {}
+    for name, (module, help_text) in COMMANDS.items():
+        if importlib.util.find_spec(f"trident.commands.{module}") is not None:
+            found[name] = (module, help_text)
+    return found
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="trident", description=__doc__)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module, help_text) in _available().items():
+        command_parser = sub.add_parser(name, help=help_text, description=help_text)
+        if only is None or name == only:
+            importlib.import_module(f"trident.commands.{module}").add_arguments(command_parser)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    command = next((a for a in argv if not a.startswith("-")), None)
+    available = _available()
+    parser = build_parser(only=command if command in available else None)
+    if command is None or command not in available:
+        parser.print_help() if command is None else parser.parse_args(argv)
+        return 0 if command is None else 2
+    args = parser.parse_args(argv)
+    module = importlib.import_module(f"trident.commands.{available[command][0]}")
+    return int(module.run(args) or 0)

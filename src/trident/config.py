@@ -1,0 +1,329 @@
+"""Typed run configuration: dataclasses filled from a YAML file plus dotted `key=value` overrides.
+
+Unknown keys, wrong types and impossible combinations raise ConfigError naming the key, at start.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Union
+
+import yaml
+
+PRESET_DIR = Path(__file__).parent / "configs"
+
+
+class ConfigError(ValueError):
+    """A configuration mistake; the message names the key and says what is allowed."""
+
+
+@dataclass
+class ModelConfig:
+    num_layers: int = 2
+    hidden_size: int = 64
+    num_heads: int = 4
+    seq_length: int = 64
+    vocab_size: int = 0  # 0: take it from the tokenizer
+    make_vocab_size_divisible_by: int = 128
+    ffn_hidden_size: int = 0  # 0: 4 * hidden_size
+    hidden_dropout: float = 0.0
+    attention_dropout: float = 0.0
+    layernorm_epsilon: float = 1e-5
+    init_std: float = 0.0  # 0: sqrt(1 / (3 * hidden_size)), as MT-NLG
+
+    @property
+    def ffn_size(self) -> int:
+        return self.ffn_hidden_size or 4 * self.hidden_size
+
+    @property
+    def std(self) -> float:
+        return self.init_std or math.sqrt(1.0 / (3.0 * self.hidden_size))
+
+    def padded_vocab_size(self, tp: int = 1) -> int:
+        """Vocabulary padded so it divides by make_vocab_size_divisible_by * tp (Megatron: 50257 -> 51200)."""
+        multiple = self.make_vocab_size_divisible_by * tp
+        return int(math.ceil(self.vocab_size / multiple) * multiple)
+
+
+@dataclass
+class ParallelConfig:
+    tp: int = 1
+    pp: int = 1
+    dp: int = 0  # 0: world_size / (tp * pp)
+    virtual_stages: int = 1
+    schedule: str = "1f1b"  # gpipe | 1f1b | interleaved
+    zero_stage: int = 0
+    sequence_parallel: bool = False
+    bucket_size_mb: float = 25.0
+    layer_partition: Optional[list] = None  # layers per (virtual) stage; None: balanced
+    backend: str = "auto"  # auto | gloo | nccl
+
+
+@dataclass
+class DataConfig:
+    paths: list = field(default_factory=list)  # prefixes, or [weight, prefix, weight, prefix, ...]
+    tokenizer: str = ""
+    valid_fraction: float = 0.02  # fraction of documents held out (MT-NLG: 98/2)
+    cache_dir: str = ""  # "": next to the data
+    split_seed: int = 1234
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 100
+    global_batch_size: int = 8
+    micro_batch_size: int = 2
+    lr: float = 6e-4
+    min_lr: float = 6e-5
+    warmup_tokens: int = 0
+    decay_tokens: int = 0  # 0: total training tokens
+    rampup_batch_size: Optional[list] = None  # [start, increment, over_tokens]
+    weight_decay: float = 0.1
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.95
+    adam_eps: float = 1e-8
+    clip_grad: float = 1.0
+    seed: int = 1234
+    precision: str = "fp32"  # fp32 | bf16 | fp16
+    device: str = "auto"  # auto | cpu | cuda
+    eval_interval: int = 0  # steps between validation passes; 0: never
+    eval_iters: int = 4
+    activation_checkpointing: str = "none"  # none | full | selective
+    compile: bool = False
+    peak_tflops: float = 0.0  # 0: known GPU default, or measured matmul peak on CPU
+    threads: int = 0  # torch intra-op threads per process; 0: leave torch's default
+    loss_scale_initial: float = 2.0**16
+    loss_scale_growth_interval: int = 1000
+    loss_scale_backoff: float = 0.5
+    loss_scale_hysteresis: int = 2
+
+
+@dataclass
+class CheckpointConfig:
+    save_interval: int = 0  # 0: only at the end
+    load: str = ""  # "" | auto | a checkpoint path
+    dir: str = ""  # "": OUT/checkpoints
+    keep_last: int = 3
+    async_save: bool = False
+
+
+@dataclass
+class LoggingConfig:
+    log_interval: int = 10
+    tensorboard: bool = False
+    record_timeline: bool = False
+
+
+@dataclass
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def validate(self, world_size: int | None = None) -> "Config":
+        validate(self, world_size)
+        return self
+
+
+CHOICES = {
+    "parallel.schedule": ("gpipe", "1f1b", "interleaved"),
+    "parallel.zero_stage": (0, 1),
+    "parallel.backend": ("auto", "gloo", "nccl"),
+    "train.precision": ("fp32", "bf16", "fp16"),
+    "train.device": ("auto", "cpu", "cuda"),
+    "train.activation_checkpointing": ("none", "full", "selective"),
+}
+
+
+def _coerce(value: Any, kind: Any, key: str) -> Any:
+    """Check `value` against the annotated type; ints are accepted for floats. Raises naming `key`."""
+    origin = typing.get_origin(kind)
+    if origin in (Union, types.UnionType):
+        options = typing.get_args(kind)
+        if value is None and type(None) in options:
+            return None
+        inner = [o for o in options if o is not type(None)]
+        return _coerce(value, inner[0], key)
+    if kind is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if kind is list and isinstance(value, (list, tuple)):
+        return list(value)
+    if kind in (int, str, bool) and type(value) is kind:
+        return value
+    raise ConfigError(f"config key '{key}': expected {getattr(kind, '__name__', kind)}, got {value!r}")
+
+
+def _fill(obj: Any, values: dict, prefix: str) -> None:
+    hints = typing.get_type_hints(type(obj))
+    names = {f.name for f in dataclasses.fields(obj)}
+    for name, value in values.items():
+        key = f"{prefix}{name}"
+        if name not in names:
+            raise ConfigError(f"unknown config key '{key}'; known keys here: {', '.join(sorted(names))}")
+        current = getattr(obj, name)
+        if dataclasses.is_dataclass(current):
+            if not isinstance(value, dict):
+                raise ConfigError(f"config key '{key}' is a section; give it a mapping, got {value!r}")
+            _fill(current, value, key + ".")
+        else:
+            setattr(obj, name, _coerce(value, hints[name], key))
+
+
+def _set_dotted(tree: dict, dotted: str, value: Any) -> None:
+    parts = dotted.split(".")
+    node = tree
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"override '{dotted}': '{part}' is not a section")
+    node[parts[-1]] = value
+
+
+def parse_overrides(overrides: list[str]) -> dict:
+    """['train.lr=3e-4', 'data.paths=[a,b]'] -> nested dict; values are parsed as YAML."""
+    tree: dict = {}
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override '{item}' must look like section.key=value")
+        key, raw = item.split("=", 1)
+        value = yaml.safe_load(raw) if raw != "" else ""
+        # YAML reads 3e-4 as a string (it wants 3.0e-4); numbers written either way should work.
+        if isinstance(value, str):
+            try:
+                value = float(value) if any(c in value for c in ".eE") else value
+            except ValueError:
+                pass
+        _set_dotted(tree, key.strip(), value)
+    return tree
+
+
+def resolve_path(path: str | Path) -> Path:
+    """A config path, or the name of a preset shipped with trident (tiny, demo, gpt-125m, ...)."""
+    candidate = Path(path)
+    if candidate.exists():
+        return candidate
+    name = str(path)[:-5] if str(path).endswith(".yaml") else str(path)
+    preset = PRESET_DIR / f"{Path(name).name}.yaml"
+    if preset.exists():
+        return preset
+    presets = ", ".join(sorted(p.stem for p in PRESET_DIR.glob("*.yaml")))
+    raise ConfigError(f"config file '{path}' not found (presets: {presets})")
+
+
+def _read_yaml(path: Path) -> dict:
+    try:
+        tree = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as error:
+        raise ConfigError(f"config file '{path}' is not valid YAML: {error}") from None
+    if not isinstance(tree, dict):
+        raise ConfigError(f"config file '{path}' must hold a mapping of sections")
+    return tree
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
+    config = Config()
+    if path is not None:
+        file = resolve_path(path)
+        try:
+            _fill(config, _read_yaml(file), "")
+        except ConfigError as error:
+            raise ConfigError(f"{file}: {error}") from None
+    _fill(config, parse_overrides(overrides or []), "")
+    return config
+
+
+def config_from_dict(tree: dict) -> Config:
+    config = Config()
+    _fill(config, tree, "")
+    return config
+
+
+def save_config(config: Config, path: str | Path) -> None:
+    Path(path).write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+
+
+def _require(condition: bool, key: str, message: str) -> None:
+    if not condition:
+        raise ConfigError(f"config key '{key}': {message}")
+
+
+def _check_rampup(train: TrainConfig, granule: int) -> None:
+    ramp = train.rampup_batch_size
+    if ramp is None:
+        return
+    _require(len(ramp) == 3 and all(isinstance(v, int) and v > 0 for v in ramp),
+             "train.rampup_batch_size", f"must be [start, increment, over_tokens] positive ints, got {ramp}")
+    start, increment, _ = ramp
+    for value, what in ((start, "start"), (increment, "increment")):
+        _require(value % granule == 0, "train.rampup_batch_size",
+                 f"{what} {value} must be divisible by micro_batch_size x dp = {granule}")
+    _require((train.global_batch_size - start) % increment == 0, "train.rampup_batch_size",
+             f"global_batch_size - start ({train.global_batch_size} - {start}) must be a multiple of increment {increment}")
+
+
+def validate(config: Config, world_size: int | None = None) -> None:
+    """Reject impossible combinations up front, naming the key."""
+    m, p, t = config.model, config.parallel, config.train
+    for key, choices in CHOICES.items():
+        section, name = key.split(".")
+        value = getattr(getattr(config, section), name)
+        _require(value in choices, key, f"must be one of {choices}, got {value!r}")
+    for key in ("num_layers", "hidden_size", "num_heads", "seq_length", "make_vocab_size_divisible_by"):
+        _require(getattr(m, key) > 0, f"model.{key}", "must be positive")
+    _require(m.hidden_size % m.num_heads == 0, "model.hidden_size",
+             f"{m.hidden_size} is not divisible by model.num_heads={m.num_heads}")
+    _require(0.0 <= m.hidden_dropout < 1 and 0.0 <= m.attention_dropout < 1, "model.hidden_dropout",
+             "dropout probabilities must be in [0, 1)")
+    for key in ("tp", "pp", "virtual_stages"):
+        _require(getattr(p, key) >= 1, f"parallel.{key}", "must be >= 1")
+    _require(m.num_heads % p.tp == 0, "parallel.tp", f"model.num_heads={m.num_heads} must be divisible by tp={p.tp}")
+    _require(m.ffn_size % p.tp == 0, "parallel.tp", f"ffn size {m.ffn_size} must be divisible by tp={p.tp}")
+    chunks = p.pp * p.virtual_stages
+    if p.layer_partition is None:
+        _require(m.num_layers >= chunks, "parallel.pp",
+                 f"model.num_layers={m.num_layers} < pp x virtual_stages = {chunks}")
+    else:
+        _require(len(p.layer_partition) == chunks and sum(p.layer_partition) == m.num_layers,
+                 "parallel.layer_partition", f"needs {chunks} entries summing to {m.num_layers}")
+    if p.virtual_stages > 1:
+        _require(p.schedule == "interleaved", "parallel.schedule", "virtual_stages > 1 needs schedule=interleaved")
+    if p.sequence_parallel:
+        _require(m.seq_length % p.tp == 0, "parallel.sequence_parallel",
+                 f"model.seq_length={m.seq_length} must be divisible by tp={p.tp}")
+    dp = p.dp
+    if world_size is not None:
+        model_parallel = p.tp * p.pp
+        _require(world_size % model_parallel == 0, "parallel.tp",
+                 f"world size {world_size} is not divisible by tp x pp = {model_parallel}")
+        dp = dp or world_size // model_parallel
+        _require(dp * model_parallel == world_size, "parallel.dp",
+                 f"dp x pp x tp = {dp} x {p.pp} x {p.tp} = {dp * model_parallel} != world size {world_size}")
+    dp = dp or 1
+    granule = t.micro_batch_size * dp
+    _require(t.micro_batch_size >= 1, "train.micro_batch_size", "must be >= 1")
+    _require(t.global_batch_size % granule == 0, "train.global_batch_size",
+             f"{t.global_batch_size} is not divisible by micro_batch_size x dp = {t.micro_batch_size} x {dp}")
+    if p.schedule == "interleaved" and p.pp > 1:
+        _require(t.global_batch_size // granule % p.pp == 0 or t.rampup_batch_size is None, "parallel.schedule",
+                 "interleaved schedule needs the number of micro-batches to be a multiple of pp")
+    _check_rampup(t, granule)
+    _require(t.steps >= 1, "train.steps", "must be >= 1")
+    _require(t.lr > 0 and 0 <= t.min_lr <= t.lr, "train.min_lr", f"need 0 <= min_lr <= lr, got {t.min_lr} > {t.lr}")
+    _require(config.logging.log_interval >= 1, "logging.log_interval", "must be >= 1")
+    _check_data_paths(config.data.paths)
+
+
+def _check_data_paths(paths: list) -> None:
+    if len(paths) > 1 and isinstance(paths[0], (int, float)):
+        _require(len(paths) % 2 == 0 and all(isinstance(w, (int, float)) for w in paths[0::2]), "data.paths",
+                 "weighted form is [weight, prefix, weight, prefix, ...]")
