@@ -1,0 +1,48 @@
+"""`trident tokenize`: JSONL files -> PREFIX.bin/.idx (Megatron indexed dataset) + PREFIX.stats.json."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--input", nargs="+", required=True, metavar="FILE",
+                        help=".jsonl, .jsonl.gz or .jsonl.zst files (one JSON object a line)")
+    parser.add_argument("--output-prefix", required=True, metavar="PREFIX",
+                        help="writes PREFIX.bin, PREFIX.idx and PREFIX.stats.json")
+    parser.add_argument("--tokenizer", required=True, metavar="PATH",
+                        help="tokenizer.json, or a directory with tokenizer.json or vocab.json + merges.txt")
+    parser.add_argument("--json-key", default="text", help="JSONL field holding the text (default: text)")
+    parser.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1), metavar="N",
+                        help="encoding processes (default: min(8, CPUs))")
+    parser.add_argument("--strict", action="store_true",
+                        help="stop at the first malformed line instead of skipping and counting it")
+    parser.add_argument("--json", action="store_true", help="print the statistics as JSON")
+
+
+def run(args) -> int:
+    from trident.data.build import tokenize_files
+    from trident.data.tokenize_jsonl import TokenizeError
+
+    try:
+        stats = tokenize_files(args.input, args.output_prefix, args.tokenizer, json_key=args.json_key,
+                               workers=args.workers, strict=args.strict,
+                               progress=not args.json and sys.stderr.isatty())
+    except (OSError, ValueError) as err:
+        kind = "bad input" if isinstance(err, TokenizeError) else "error"
+        print(f"trident tokenize: {kind}: {err}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(stats))
+        return 0
+    dropped = {k: v for k, v in stats["dropped"].items() if v}
+    print(f"wrote {stats['output_prefix']}.bin/.idx: {stats['documents']} documents, {stats['tokens']} "
+          f"tokens ({stats['dtype']}) from {stats['lines']} lines in {stats['seconds']:.1f}s "
+          f"({stats['tokens_per_s'] or 0:,.0f} tokens/s, {stats['workers']} workers)")
+    if dropped:
+        # the bad lines themselves were logged as FILE:LINE while reading; the stats file lists them
+        print("dropped lines: " + ", ".join(f"{k} {v}" for k, v in sorted(dropped.items())))
+    print(f"statistics: {stats['output_prefix']}.stats.json")
+    return 0

@@ -1,0 +1,45 @@
+"""`trident tokenizer train`: train a byte-level BPE tokenizer on text or JSONL files."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    train = actions.add_parser("train", help="train byte-level BPE (GPT-2 style) on your text",
+                               description="Train byte-level BPE with <|endoftext|> as the document "
+                                           "separator; writes tokenizer.json.")
+    train.add_argument("--input", nargs="+", required=True, metavar="FILE",
+                       help=".txt (plain text) or .jsonl/.jsonl.gz/.jsonl.zst files")
+    train.add_argument("--vocab-size", type=int, required=True, metavar="N",
+                       help="vocabulary size including <|endoftext|> (GPT-2: 50257)")
+    train.add_argument("--out", required=True, metavar="PATH",
+                       help="tokenizer.json path, or a directory to write tokenizer.json into")
+    train.add_argument("--json-key", default="text", help="JSONL field holding the text (default: text)")
+    train.add_argument("--gpt2-files", action="store_true",
+                       help="also write vocab.json + merges.txt (GPT-2 format) next to tokenizer.json")
+    train.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def run(args) -> int:
+    from trident.data.tokenizer import describe, train_tokenizer
+
+    try:
+        tokenizer = train_tokenizer(args.input, args.vocab_size, args.out, json_key=args.json_key,
+                                    show_progress=not args.json and sys.stderr.isatty())
+    except (OSError, ValueError) as err:
+        print(f"trident tokenizer train: {err}", file=sys.stderr)
+        return 1
+    info = describe(tokenizer)
+    if args.gpt2_files:
+        vocab, merges = tokenizer.save_gpt2_files(Path(tokenizer.source).parent)
+        info.update(vocab_json=str(vocab), merges_txt=str(merges))
+    if args.json:
+        print(json.dumps(info))
+    else:
+        print(f"wrote {info['path']}: {info['model']} vocabulary of {info['vocab_size']} tokens, "
+              f"<|endoftext|> = {info['eod_id']}")
+    return 0

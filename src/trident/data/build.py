@@ -1,0 +1,166 @@
+"""From `data:` config to train/valid sample datasets, and from JSONL to indexed datasets.
+
+`build_datasets` is what the trainer calls: it opens each data prefix, splits its documents into
+train and valid, packs each split into windows (GPTDataset) and blends several prefixes by weight
+(BlendedDataset). Every index array is cached on disk, keyed by its inputs.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from trident.data.blend import BlendedDataset, blending_indices, normalize_weights, samples_per_dataset
+from trident.data.gpt_dataset import GPTDataset
+from trident.data.index_cache import file_fingerprint
+from trident.data.indexed import IndexedDataset, data_file, index_file
+from trident.data.tokenize_jsonl import tokenize_files  # noqa: F401  (public here: trident.data.build.tokenize_files)
+
+log = logging.getLogger("trident.data")
+CACHE_SUBDIR = "index-cache"
+
+
+@dataclass(frozen=True)
+class Source:
+    weight: float | None  # None: no weight given (weights then follow token counts)
+    prefix: Path
+
+
+def parse_data_paths(paths) -> list[Source]:
+    """`data.paths` as Megatron's --data-path: [prefix, ...] or [weight, prefix, weight, prefix, ...].
+
+    Relative prefixes resolve against the current directory; a prefix may name PREFIX.bin/.idx.
+    """
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    paths = list(paths or [])
+    if not paths:
+        raise ValueError("data.paths is empty: give indexed-dataset prefixes written by `trident tokenize`")
+
+    def as_prefix(item) -> Path:
+        text = os.path.expanduser(str(item))
+        for suffix in (".bin", ".idx"):
+            if text.endswith(suffix):
+                text = text[: -len(suffix)]
+        return Path(os.path.abspath(text))
+
+    def as_weight(item):
+        if isinstance(item, bool):
+            return None
+        try:
+            return float(item)
+        except (TypeError, ValueError):
+            return None
+
+    if as_weight(paths[0]) is None:
+        bad = [p for p in paths if as_weight(p) is not None]
+        if bad:
+            raise ValueError(f"data.paths mixes prefixes and weights {bad}: use [prefix, ...] or "
+                             f"[weight, prefix, weight, prefix, ...]")
+        return [Source(None, as_prefix(p)) for p in paths]
+    if len(paths) % 2:
+        raise ValueError(f"data.paths has {len(paths)} entries; weighted form needs "
+                         f"[weight, prefix, weight, prefix, ...] pairs")
+    sources = []
+    for weight, prefix in zip(paths[0::2], paths[1::2]):
+        w = as_weight(weight)
+        if w is None or as_weight(prefix) is not None:
+            raise ValueError(f"data.paths: expected a weight then a prefix, got {weight!r}, {prefix!r}")
+        if w < 0:
+            raise ValueError(f"data.paths: weight {w} for {prefix} is negative")
+        sources.append(Source(w, as_prefix(prefix)))
+    return sources
+
+
+def split_documents(num_documents: int, valid_fraction: float, split_seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(train, valid) document ids: round(valid_fraction * n) random documents held out, sorted.
+
+    With valid_fraction > 0 at least one document is held out when there are two or more, and
+    train always keeps at least one.
+    """
+    if not 0.0 <= valid_fraction < 1.0:
+        raise ValueError(f"data.valid_fraction must be in [0, 1), got {valid_fraction}")
+    n_valid = int(round(valid_fraction * num_documents))
+    if valid_fraction > 0 and num_documents >= 2:
+        n_valid = min(max(n_valid, 1), num_documents - 1)
+    else:
+        n_valid = min(n_valid, max(num_documents - 1, 0))
+    order = np.random.default_rng(split_seed).permutation(num_documents)
+    return np.sort(order[n_valid:]), np.sort(order[:n_valid])
+
+
+def _cache_dir(data_config, prefix: Path) -> Path:
+    if getattr(data_config, "cache_dir", ""):
+        return Path(os.path.abspath(os.path.expanduser(data_config.cache_dir)))
+    return prefix.parent / CACHE_SUBDIR
+
+
+class _Empty:
+    """A dataset with no samples (e.g. no valid split); the trainer detects it by len() == 0."""
+
+    def __len__(self) -> int:
+        return 0
+
+    def __getitem__(self, i):
+        raise IndexError("empty dataset (no documents in this split)")
+
+
+def _build_split(name: str, sources, indexed, splits, data_config, seq_length, num_samples, seed):
+    """One split (train or valid): a GPTDataset, or a blend of one per source that has documents."""
+    usable = [k for k, docs in enumerate(splits) if len(docs) > 0]
+    if num_samples == 0 or not usable:
+        if num_samples and name == "train":
+            raise ValueError("no training documents in any of data.paths")
+        if num_samples:
+            log.warning("data: no %s documents (data too small for data.valid_fraction=%s); "
+                        "the %s set is empty", name, data_config.valid_fraction, name)
+        return _Empty()
+    if len(usable) < len(sources):
+        dropped = [str(sources[k].prefix) for k in range(len(sources)) if k not in usable]
+        log.warning("data: %s split has no documents from %s; blending the rest", name, ", ".join(dropped))
+    if len(sources) == 1:
+        k = usable[0]
+        return GPTDataset(indexed[k], splits[k], seq_length, num_samples, seed,
+                          cache_dir=_cache_dir(data_config, sources[k].prefix), name=name)
+    if any(s.weight is None for s in sources):
+        # no weights: each source in proportion to its tokens, as if the files were concatenated
+        weights = [float(indexed[k].sizes[splits[k]].sum()) for k in usable]
+    else:
+        weights = [sources[k].weight for k in usable]
+    weights = normalize_weights(weights)
+    fingerprints = [{"data": file_fingerprint(index_file(sources[k].prefix)),
+                     "bin": file_fingerprint(data_file(sources[k].prefix)),
+                     "documents": int(len(splits[k])), "seq_length": seq_length, "seed": seed}
+                    for k in usable]
+    cache_dir = _cache_dir(data_config, sources[usable[0]].prefix)
+    which, local, from_cache = blending_indices(weights, num_samples, cache_dir, fingerprints,
+                                                name=f"blend.{name}")
+    counts = samples_per_dataset(which, len(usable))
+    datasets = [GPTDataset(indexed[k], splits[k], seq_length, int(count), seed,
+                           cache_dir=_cache_dir(data_config, sources[k].prefix), name=name)
+                for k, count in zip(usable, counts)]
+    return BlendedDataset(datasets, which, local, from_cache=from_cache)
+
+
+def build_datasets(data_config, seq_length: int, train_samples: int, valid_samples: int, seed: int):
+    """(train, valid) datasets: `ds[i]` is an int64 array of seq_length+1 tokens, fixed by (seed, i).
+
+    `data_config` is trident.config.DataConfig (paths, valid_fraction, split_seed, cache_dir).
+    The valid set is empty (len 0) when valid_fraction is 0, valid_samples is 0, or no source has
+    two or more documents to split.
+    """
+    sources = parse_data_paths(data_config.paths)
+    indexed = [IndexedDataset(s.prefix) for s in sources]
+    train_splits, valid_splits = [], []
+    for source, ds in zip(sources, indexed):
+        if len(ds) == 0:
+            raise ValueError(f"{source.prefix}: indexed dataset has no documents")
+        train_docs, valid_docs = split_documents(len(ds), data_config.valid_fraction, data_config.split_seed)
+        train_splits.append(train_docs)
+        valid_splits.append(valid_docs)
+    train = _build_split("train", sources, indexed, train_splits, data_config, seq_length, train_samples, seed)
+    valid = _build_split("valid", sources, indexed, valid_splits, data_config, seq_length, valid_samples, seed)
+    return train, valid

@@ -1,0 +1,152 @@
+"""Packed GPT training samples from an indexed dataset, as Megatron's GPTDataset.
+
+Documents (each already ending in EOD) are laid end to end and cut into windows of seq_length+1
+tokens; window j covers stream positions [j*s, (j+1)*s], so consecutive windows share exactly one
+token (the last target of one is the first input of the next). Three index arrays do this:
+
+  doc_idx      the document order: one seeded permutation of the documents per epoch, concatenated
+  sample_idx   (n+1, 2): window j starts at (position in doc_idx, token offset) sample_idx[j] and
+               ends, inclusive, at sample_idx[j+1]
+  shuffle_idx  the order windows are served in: a seeded permutation within each epoch's windows,
+               so all of epoch e is consumed before epoch e+1
+
+As many epochs are built as needed for `num_samples` windows. Sample i depends only on the
+inputs and i, so a resumed run continues from sample index = samples consumed.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from trident.data.index_cache import array_digest, file_fingerprint, load_or_build, smallest_int
+from trident.data.indexed import IndexedDataset, data_file, index_file
+
+
+def num_epochs_needed(tokens_per_epoch: int, seq_length: int, num_samples: int) -> int:
+    """The fewest epochs whose token stream holds `num_samples` windows of seq_length+1."""
+    if tokens_per_epoch <= 0:
+        raise ValueError("cannot build samples from a dataset split with no tokens")
+    # windows from E epochs: (E*T - 1) // s; solve (E*T - 1) // s >= n  <=>  E*T >= n*s + 1
+    return max(1, -(-(num_samples * seq_length + 1) // tokens_per_epoch))
+
+
+def build_doc_idx(documents: np.ndarray, num_epochs: int, rng: np.random.Generator) -> np.ndarray:
+    """One independent permutation of `documents` per epoch, concatenated."""
+    documents = np.asarray(documents)
+    orders = [documents[rng.permutation(len(documents))] for _ in range(num_epochs)]
+    return smallest_int(np.concatenate(orders) if orders else documents[:0])
+
+
+def build_sample_idx(sizes: np.ndarray, doc_idx: np.ndarray, seq_length: int,
+                     num_windows: int) -> np.ndarray:
+    """(num_windows+1, 2) [position in doc_idx, offset]: where each window starts in the stream.
+
+    Window j starts at stream position j*seq_length; the returned row j+1 is also window j's last
+    token. Zero-length documents are skipped naturally (searchsorted finds the next non-empty one).
+    """
+    lengths = np.asarray(sizes, dtype=np.int64)[np.asarray(doc_idx)]
+    ends = np.cumsum(lengths)
+    positions = np.arange(num_windows + 1, dtype=np.int64) * seq_length
+    if num_windows and positions[-1] >= ends[-1]:
+        raise ValueError(f"{num_windows} windows of {seq_length + 1} tokens need "
+                         f"{positions[-1] + 1} tokens; the document order holds {ends[-1]}")
+    which = np.searchsorted(ends, positions, side="right")
+    offsets = positions - (ends[which] - lengths[which])
+    return smallest_int(np.stack([which, offsets], axis=1))
+
+
+def build_shuffle_idx(num_windows: int, tokens_per_epoch: int, seq_length: int,
+                      rng: np.random.Generator) -> np.ndarray:
+    """A permutation of range(num_windows) that shuffles only within each epoch's windows.
+
+    Window j belongs to the epoch in which it starts: epoch e holds j in
+    [ceil(e*T/s), ceil((e+1)*T/s)).
+    """
+    order = np.arange(num_windows, dtype=np.int64)
+    start = 0
+    epoch = 0
+    while start < num_windows:
+        epoch += 1
+        stop = min(num_windows, -(-(epoch * tokens_per_epoch) // seq_length))
+        order[start:stop] = start + rng.permutation(stop - start)
+        start = stop
+    return smallest_int(order)
+
+
+def build_indices(sizes: np.ndarray, documents: np.ndarray, seq_length: int, num_samples: int,
+                  seed: int) -> dict[str, np.ndarray]:
+    """doc_idx, sample_idx and shuffle_idx for `num_samples` windows (pure; no I/O)."""
+    documents = np.asarray(documents, dtype=np.int64)
+    tokens_per_epoch = int(np.asarray(sizes, dtype=np.int64)[documents].sum())
+    epochs = num_epochs_needed(tokens_per_epoch, seq_length, num_samples)
+    # separate streams, so changing one construction never silently shifts another
+    doc_rng, shuffle_rng = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(2))
+    doc_idx = build_doc_idx(documents, epochs, doc_rng)
+    num_windows = (epochs * tokens_per_epoch - 1) // seq_length
+    sample_idx = build_sample_idx(sizes, doc_idx, seq_length, num_windows)
+    shuffle_idx = build_shuffle_idx(num_windows, tokens_per_epoch, seq_length, shuffle_rng)
+    return {"doc_idx": doc_idx, "sample_idx": sample_idx, "shuffle_idx": shuffle_idx}
+
+
+class GPTDataset:
+    """`num_samples` packed windows of seq_length+1 int64 tokens drawn from `documents`.
+
+    `ds[i]` is deterministic in (data files, documents, seq_length, num_samples, seed, i).
+    The index arrays are cached in `cache_dir`; `from_cache` says whether they were loaded.
+    """
+
+    ARRAYS = ("doc_idx", "sample_idx", "shuffle_idx")
+
+    def __init__(self, indexed: IndexedDataset, documents, seq_length: int, num_samples: int,
+                 seed: int, cache_dir=None, name: str = "gpt"):
+        if seq_length < 1:
+            raise ValueError(f"seq_length must be >= 1, got {seq_length}")
+        if num_samples < 0:
+            raise ValueError(f"num_samples must be >= 0, got {num_samples}")
+        self.indexed = indexed
+        self.documents = np.asarray(documents, dtype=np.int64)
+        if len(self.documents) == 0:
+            raise ValueError(f"{indexed.prefix}: the {name!r} split has no documents")
+        self.seq_length = seq_length
+        self.num_samples = num_samples
+        self.seed = seed
+        inputs = {
+            "data": [file_fingerprint(data_file(indexed.prefix)), file_fingerprint(index_file(indexed.prefix))],
+            "documents": array_digest(self.documents), "num_documents": len(self.documents),
+            "seq_length": seq_length, "num_samples": num_samples, "seed": seed,
+        }
+        build = lambda: build_indices(indexed.sizes, self.documents, seq_length, num_samples, seed)  # noqa: E731
+        if cache_dir is None:
+            arrays, self.from_cache = build(), False
+        else:
+            cache_name = f"{Path(indexed.prefix).name}.{name}"
+            arrays, self.from_cache = load_or_build(cache_dir, cache_name, inputs, self.ARRAYS, build)
+        self.doc_idx = arrays["doc_idx"]
+        self.sample_idx = arrays["sample_idx"]
+        self.shuffle_idx = arrays["shuffle_idx"]
+
+    @property
+    def num_windows(self) -> int:
+        """Windows built (>= num_samples: the last epoch is built whole enough to cover them)."""
+        return len(self.sample_idx) - 1
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+    def window(self, j: int) -> np.ndarray:
+        """Window j in stream order (before shuffling)."""
+        (first, start), (last, stop) = self.sample_idx[j], self.sample_idx[j + 1]
+        get = self.indexed.get
+        if first == last:
+            parts = [get(int(self.doc_idx[first]), int(start), int(stop - start + 1))]
+        else:
+            parts = [get(int(self.doc_idx[first]), int(start))]
+            parts += [get(int(self.doc_idx[k])) for k in range(first + 1, last)]
+            parts.append(get(int(self.doc_idx[last]), 0, int(stop + 1)))
+        return np.concatenate(parts).astype(np.int64)
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        if not 0 <= i < self.num_samples:
+            raise IndexError(f"sample {i} out of range for {self.num_samples} samples")
+        return self.window(int(self.shuffle_idx[i]))

@@ -1,0 +1,174 @@
+"""JSONL corpora -> one Megatron indexed dataset, encoded by a pool of worker processes.
+
+The main process reads raw lines (decompressing .gz/.zst) and hands chunks of them to workers,
+which decode, parse and encode them; results come back in input order, so the output does not
+depend on the number of workers. Each document gets EOD appended (Megatron's --append-eod).
+A bad line is counted by reason and reported as FILE:LINE; with strict=True the first one stops
+the run (and no output is left behind).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import multiprocessing
+import os
+import time
+from collections import Counter, deque
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from trident.data.indexed import IndexedDatasetBuilder, best_dtype
+from trident.data.jsonl import REASONS, is_jsonl, iter_raw_lines, parse_line
+from trident.data.tokenizer import Tokenizer
+
+log = logging.getLogger("trident.data")
+CHUNK_LINES = 256
+CHUNK_BYTES = 4 << 20
+MAX_EXAMPLES = 20  # bad lines listed by name in the stats; all are counted
+
+
+class TokenizeError(ValueError):
+    """A bad input line in strict mode; the message names file and line."""
+
+
+_worker: dict = {}
+
+
+def _load_encoder(tokenizer_path: str, json_key: str) -> None:
+    _worker["tokenizer"] = Tokenizer.load(tokenizer_path)
+    _worker["key"] = json_key
+
+
+def _init_worker(tokenizer_path: str, json_key: str) -> None:
+    # each worker is one process; Rust-side threads on top would oversubscribe the cores
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    _load_encoder(tokenizer_path, json_key)
+
+
+def _encode_chunk(chunk: tuple[str, list[tuple[int, bytes]]]) -> list:
+    """[(line, token array)] for good lines, LineResult for bad ones, in the chunk's order."""
+    path, lines = chunk
+    tokenizer, key = _worker["tokenizer"], _worker["key"]
+    parsed = [parse_line(path, number, raw, key) for number, raw in lines]
+    good = [p for p in parsed if p.text is not None]
+    encoded = iter(tokenizer.encode_batch([p.text for p in good]))
+    return [(p.line, np.asarray(next(encoded), dtype=np.int64)) if p.text is not None else p
+            for p in parsed]
+
+
+def _chunks(inputs: list[Path]) -> Iterator[tuple[str, list[tuple[int, bytes]]]]:
+    for path in inputs:
+        lines, size = [], 0
+        for number, raw in iter_raw_lines(path):
+            lines.append((number, raw))
+            size += len(raw)
+            if len(lines) >= CHUNK_LINES or size >= CHUNK_BYTES:
+                yield str(path), lines
+                lines, size = [], 0
+        if lines:
+            yield str(path), lines
+
+
+def _encoded(inputs, tokenizer_path: str, json_key: str, workers: int) -> Iterator[list]:
+    """Encoded chunks in input order; at most a few chunks per worker in flight."""
+    if workers <= 1:
+        _load_encoder(tokenizer_path, json_key)  # in-process: Rust's own threads do the batches
+        for chunk in _chunks(inputs):
+            yield _encode_chunk(chunk)
+        return
+    # spawn: a fork would inherit the parent's tokenizer thread pool (and torch), which can deadlock
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(workers, initializer=_init_worker, initargs=(tokenizer_path, json_key)) as pool:
+        pending: deque = deque()
+        for chunk in _chunks(inputs):
+            pending.append(pool.apply_async(_encode_chunk, (chunk,)))
+            if len(pending) >= 4 * workers:
+                yield pending.popleft().get()
+        while pending:
+            yield pending.popleft().get()
+
+
+def _check_inputs(inputs) -> list[Path]:
+    paths = [Path(p) for p in inputs]
+    if not paths:
+        raise ValueError("no input files given")
+    for path in paths:
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: input file not found")
+        if not is_jsonl(path):
+            raise ValueError(f"{path}: expected .jsonl, .jsonl.gz or .jsonl.zst (one JSON object a line)")
+    return paths
+
+
+def tokenize_files(inputs, output_prefix, tokenizer_path, json_key: str = "text", workers: int = 1,
+                   strict: bool = False, progress: bool = True) -> dict:
+    """Encode the `json_key` field of every JSONL line into OUTPUT_PREFIX.bin/.idx.
+
+    Returns the run's statistics, also written to OUTPUT_PREFIX.stats.json: documents, tokens,
+    `dropped` (count by reason: blank, empty_text, invalid_utf8, malformed_json, missing_field),
+    `bad_lines` (the first few as FILE:LINE: reason), timings. strict=True raises TokenizeError on
+    the first invalid_utf8 / malformed_json / missing_field line.
+    """
+    from tqdm import tqdm
+
+    paths = _check_inputs(inputs)
+    tokenizer = Tokenizer.load(tokenizer_path)
+    tokenizer_path = tokenizer.source
+    eod = np.array([tokenizer.eod_id], dtype=np.int64)
+    dtype = best_dtype(tokenizer.vocab_size)
+    prefix = Path(output_prefix)
+    builder = IndexedDatasetBuilder(prefix, dtype)
+    dropped: Counter = Counter({reason: 0 for reason in (*REASONS, "empty_text")})
+    examples: list[str] = []
+    lines = 0
+    start = time.perf_counter()
+    bar = tqdm(desc=f"tokenize -> {prefix.name}", unit=" docs", disable=not progress, mininterval=0.5)
+    try:
+        for results in _encoded(paths, str(tokenizer_path), json_key, max(1, int(workers))):
+            for result in results:
+                lines += 1
+                if isinstance(result, tuple):
+                    line, ids = result
+                    if ids.size == 0:
+                        dropped["empty_text"] += 1
+                        continue
+                    builder.add_document(np.concatenate([ids, eod]))
+                    continue
+                dropped[result.reason] += 1
+                if result.reason == "blank":
+                    continue
+                if strict:
+                    raise TokenizeError(f"{result.describe()} (strict mode; drop --strict to skip "
+                                        f"and count bad lines)")
+                if len(examples) < MAX_EXAMPLES:
+                    examples.append(result.describe())
+                    log.warning("skipping %s", result.describe())
+            bar.update(len(results))
+        builder.finalize()
+    except BaseException:
+        builder.abort()
+        raise
+    finally:
+        bar.close()
+    seconds = time.perf_counter() - start
+    stats = {
+        "inputs": [str(p) for p in paths],
+        "output_prefix": str(prefix),
+        "tokenizer": str(tokenizer_path),
+        "json_key": json_key,
+        "vocab_size": tokenizer.vocab_size,
+        "dtype": np.dtype(dtype).name,
+        "lines": lines,
+        "documents": builder.num_documents,
+        "tokens": builder.num_tokens,
+        "dropped": dict(dropped),
+        "bad_lines_total": sum(dropped[r] for r in ("invalid_utf8", "malformed_json", "missing_field")),
+        "bad_lines": examples,
+        "workers": max(1, int(workers)),
+        "seconds": round(seconds, 3),
+        "tokens_per_s": round(builder.num_tokens / seconds, 1) if seconds > 0 else None,
+    }
+    Path(f"{prefix}.stats.json").write_text(json.dumps(stats, indent=2) + "\n")
+    return stats

@@ -1,0 +1,137 @@
+"""GPT-2-style byte-level BPE, on Hugging Face `tokenizers`: train, save, load, encode, decode.
+
+Byte-level means every string round-trips: text is mapped to bytes, bytes to 256 printable
+symbols, and BPE merges those, so no input is ever "unknown". `<|endoftext|>` is the special
+token that separates documents (Megatron's EOD).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from tokenizers import Tokenizer as HFTokenizer
+from tokenizers import decoders, models, pre_tokenizers, trainers
+
+EOD_TOKEN = "<|endoftext|>"
+TOKENIZER_FILE = "tokenizer.json"
+
+
+def _byte_level(tokenizer: HFTokenizer) -> HFTokenizer:
+    # GPT-2: no prefix space (so decode(encode(x)) == x), regex pre-split, byte-level decoding
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tokenizer.decoder = decoders.ByteLevel()
+    return tokenizer
+
+
+class Tokenizer:
+    """A loaded tokenizer. `vocab_size` counts the special tokens; `eod_id` is `<|endoftext|>`."""
+
+    def __init__(self, hf: HFTokenizer, source: str = ""):
+        self.hf = hf
+        self.source = source
+        eod = hf.token_to_id(EOD_TOKEN)
+        if eod is None:
+            raise ValueError(f"{source or 'tokenizer'}: has no {EOD_TOKEN} token, which trident "
+                             f"uses to separate documents; retrain with `trident tokenizer train`")
+        self.eod_id = int(eod)
+
+    @classmethod
+    def load(cls, path) -> "Tokenizer":
+        """From a tokenizer.json, or a directory holding tokenizer.json or GPT-2 vocab.json + merges.txt."""
+        path = Path(path)
+        if path.is_dir():
+            if (path / TOKENIZER_FILE).is_file():
+                path = path / TOKENIZER_FILE
+            elif (path / "vocab.json").is_file() and (path / "merges.txt").is_file():
+                return cls.from_gpt2_files(path / "vocab.json", path / "merges.txt")
+            else:
+                raise FileNotFoundError(f"{path}: no {TOKENIZER_FILE} and no vocab.json + merges.txt "
+                                        f"in this directory")
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: tokenizer file not found (train one with "
+                                    f"`trident tokenizer train --input FILE --vocab-size N --out {path}`)")
+        try:
+            hf = HFTokenizer.from_file(str(path))
+        except Exception as err:  # the Rust side raises a bare Exception on parse errors
+            raise ValueError(f"{path}: not a valid Hugging Face tokenizer.json ({err})") from err
+        return cls(hf, source=str(path))
+
+    @classmethod
+    def from_gpt2_files(cls, vocab_json, merges_txt) -> "Tokenizer":
+        """GPT-2 format: vocab.json (token -> id) and merges.txt (one merge a line)."""
+        try:
+            model = models.BPE.from_file(str(vocab_json), str(merges_txt))
+        except Exception as err:
+            raise ValueError(f"{vocab_json} / {merges_txt}: cannot be read as GPT-2 BPE files ({err})") from err
+        hf = _byte_level(HFTokenizer(model))
+        # GPT-2's vocab.json already holds <|endoftext|> (id 50256); then this only marks it special
+        hf.add_special_tokens([EOD_TOKEN])
+        return cls(hf, source=str(vocab_json))
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.hf.get_vocab_size(with_added_tokens=True))
+
+    def encode(self, text: str) -> list[int]:
+        return self.hf.encode(text, add_special_tokens=False).ids
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        return [e.ids for e in self.hf.encode_batch(list(texts), add_special_tokens=False)]
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return self.hf.decode([int(i) for i in ids], skip_special_tokens=False)
+
+    def save(self, path) -> Path:
+        """Write tokenizer.json (into `path` if it is a directory); returns the file written."""
+        path = Path(path)
+        if path.is_dir() or not path.suffix:
+            path.mkdir(parents=True, exist_ok=True)
+            path = path / TOKENIZER_FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.hf.save(str(path))
+        return path
+
+    def save_gpt2_files(self, directory) -> tuple[Path, Path]:
+        """Export the BPE model as GPT-2 vocab.json + merges.txt."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        vocab, merges = self.hf.model.save(str(directory))
+        return Path(vocab), Path(merges)
+
+
+def train_tokenizer(files: list, vocab_size: int, out, json_key: str = "text",
+                    show_progress: bool = False) -> Tokenizer:
+    """Train byte-level BPE on .txt files (plain text) or .jsonl/.jsonl.gz/.jsonl.zst (`json_key`).
+
+    The result has at most `vocab_size` tokens including `<|endoftext|>` (fewer when the corpus
+    runs out of pairs to merge) and is saved to `out` (a tokenizer.json path or a directory).
+    """
+    from trident.data.jsonl import iter_texts
+
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    if vocab_size < len(alphabet) + 1:
+        raise ValueError(f"vocab_size {vocab_size} is too small: byte-level BPE needs at least "
+                         f"{len(alphabet) + 1} (256 bytes + {EOD_TOKEN})")
+    paths = [Path(f) for f in files]
+    missing = [str(p) for p in paths if not p.is_file()]
+    if missing:
+        raise FileNotFoundError(f"tokenizer training input not found: {', '.join(missing)}")
+    hf = _byte_level(HFTokenizer(models.BPE()))
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOD_TOKEN],
+                                  initial_alphabet=alphabet, show_progress=show_progress)
+
+    def texts():
+        for path in paths:
+            yield from iter_texts(path, json_key)
+
+    hf.train_from_iterator(texts(), trainer=trainer)
+    tokenizer = Tokenizer(hf, source="trained")
+    tokenizer.source = str(tokenizer.save(out))
+    return tokenizer
+
+
+def describe(tokenizer: Tokenizer) -> dict:
+    """Numbers a command prints about a tokenizer."""
+    return {"path": tokenizer.source, "vocab_size": tokenizer.vocab_size, "eod_id": tokenizer.eod_id,
+            "model": json.loads(tokenizer.hf.to_str())["model"]["type"]}
