@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import sys
 
 # name -> (module under trident.commands, one-line help). Modules are imported lazily so that

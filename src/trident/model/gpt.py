@@ -1,0 +1,211 @@
+"""GPT as trained for MT-NLG: learned positions, pre-LayerNorm, GeLU MLP of 4h, tied embeddings.
+
+Written once against trident.parallel.tensor layers; it knows nothing of ranks. Activations are
+sequence-first [s, b, h]. A pipeline stage is the same class holding a slice of the layers
+(`layers`), the embedding when `pre_process`, and the final norm + tied head when `post_process`.
+Parameter names are global (blocks keyed by their global layer index) so checkpoints and the seeded
+initialisation are the same whatever the layout.
+"""
+from __future__ import annotations
+
+import math
+import zlib
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from trident.config import ModelConfig
+from trident.parallel import tensor as T
+
+OUTPUT_PROJECTIONS = ("attention.proj.weight", "mlp.fc2.weight")
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig, tp: T.TPContext):
+        super().__init__()
+        self.head_dim = cfg.hidden_size // cfg.num_heads
+        # QKV rows are ordered (head, q|k|v, head_dim) so a contiguous row slice holds whole heads.
+        self.qkv = T.ColumnParallelLinear(cfg.hidden_size, 3 * cfg.hidden_size, tp=tp)
+        self.proj = T.RowParallelLinear(cfg.hidden_size, cfg.hidden_size, tp=tp)
+        self.dropout = cfg.attention_dropout
+        self.tp = tp
+
+    def core(self, qkv: torch.Tensor, cache: dict | None) -> torch.Tensor:
+        s, b, _ = qkv.shape
+        q, k, v = qkv.view(s, b, -1, 3, self.head_dim).permute(3, 1, 2, 0, 4)  # each [b, heads, s, d]
+        causal = True
+        if cache is not None:
+            if "k" in cache:
+                if s != 1:
+                    raise ValueError("a KV cache can only be extended one token at a time")
+                k, v = torch.cat([cache["k"], k], dim=2), torch.cat([cache["v"], v], dim=2)
+                causal = False  # the single new query may attend to every cached position
+            cache["k"], cache["v"] = k, v
+        dropout = self.dropout if self.training else 0.0
+        with T.tp_split_rng(self.tp, qkv.device, active=dropout > 0):  # heads are split across TP
+            out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=causal)
+        return out.permute(2, 0, 1, 3).reshape(s, b, -1)
+
+    def forward(self, x: torch.Tensor, cache: dict | None = None, selective: bool = False) -> torch.Tensor:
+        qkv = self.qkv(x)
+        if selective and cache is None and self.training:
+            out = checkpoint(self.core, qkv, None, use_reentrant=False)
+        else:
+            out = self.core(qkv, cache)
+        return self.proj(out)
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: ModelConfig, tp: T.TPContext):
+        super().__init__()
+        self.fc1 = T.ColumnParallelLinear(cfg.hidden_size, cfg.ffn_size, tp=tp)
+        self.fc2 = T.RowParallelLinear(cfg.ffn_size, cfg.hidden_size, tp=tp)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(F.gelu(self.fc1(x)))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig, tp: T.TPContext):
+        super().__init__()
+        self.ln1 = T.SequenceParallelLayerNorm(cfg.hidden_size, cfg.layernorm_epsilon, tp)
+        self.attention = Attention(cfg, tp)
+        self.ln2 = T.SequenceParallelLayerNorm(cfg.hidden_size, cfg.layernorm_epsilon, tp)
+        self.mlp = MLP(cfg, tp)
+        self.dropout = cfg.hidden_dropout
+        self.tp = tp
+
+    def _drop(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.dropout == 0:
+            return x
+        # Replicated activations need the same mask on every TP rank; sequence-split ones a different one.
+        with T.tp_split_rng(self.tp, x.device, active=self.tp.sequence_parallel):
+            return F.dropout(x, self.dropout, training=True)
+
+    def forward(self, x: torch.Tensor, cache: dict | None = None, selective: bool = False) -> torch.Tensor:
+        x = x + self._drop(self.attention(self.ln1(x), cache, selective))
+        return x + self._drop(self.mlp(self.ln2(x)))
+
+
+class Embedding(nn.Module):
+    def __init__(self, cfg: ModelConfig, vocab_size: int, tp: T.TPContext, positions: bool):
+        super().__init__()
+        self.word = T.VocabParallelEmbedding(vocab_size, cfg.hidden_size, tp)
+        self.position = nn.Embedding(cfg.seq_length, cfg.hidden_size) if positions else None
+        if positions:
+            T._mark(self.position.weight, None, tp)
+        self.dropout = cfg.hidden_dropout
+        self.tp = tp
+
+    def forward(self, tokens: torch.Tensor, position_offset: int = 0) -> torch.Tensor:
+        b, s = tokens.shape
+        if position_offset + s > self.position.num_embeddings:
+            raise ValueError(f"sequence of {position_offset + s} tokens exceeds model.seq_length="
+                             f"{self.position.num_embeddings}")
+        positions = torch.arange(position_offset, position_offset + s, device=tokens.device)
+        x = (self.word(tokens) + self.position(positions)).transpose(0, 1).contiguous()  # [s, b, h]
+        if self.tp.sequence_parallel:
+            x = T.scatter_to_sequence(x, self.tp)
+        if self.training and self.dropout > 0:
+            with T.tp_split_rng(self.tp, x.device, active=self.tp.sequence_parallel):
+                x = F.dropout(x, self.dropout, training=True)
+        return x
+
+
+class GPT(nn.Module):
+    """forward(tokens [b, s]) -> logits [b, s, V/tp]; with `labels` -> per-token loss [b, s].
+    A middle or last pipeline stage takes hidden states [s, b, h] instead of tokens."""
+
+    def __init__(self, cfg: ModelConfig, vocab_size: int, tp: T.TPContext = T.NO_TP,
+                 layers: range | None = None, pre_process: bool = True, post_process: bool = True,
+                 activation_checkpointing: str = "none"):
+        super().__init__()
+        self.cfg, self.tp, self.vocab_size = cfg, tp, vocab_size
+        self.pre_process, self.post_process = pre_process, post_process
+        self.layers = range(cfg.num_layers) if layers is None else layers
+        self.activation_checkpointing = activation_checkpointing
+        if pre_process or post_process:  # the last stage keeps its own copy of the tied embedding
+            self.embedding = Embedding(cfg, vocab_size, tp, positions=pre_process)
+        self.blocks = nn.ModuleDict({str(i): Block(cfg, tp) for i in self.layers})
+        if post_process:
+            self.final_norm = T.SequenceParallelLayerNorm(cfg.hidden_size, cfg.layernorm_epsilon, tp)
+
+    def forward(self, x: torch.Tensor, labels: torch.Tensor | None = None,
+                cache: list[dict] | None = None, position_offset: int = 0) -> torch.Tensor:
+        if self.pre_process:
+            x = self.embedding(x, position_offset)
+        for index, block in enumerate(self.blocks.values()):
+            x = self._run_block(block, x, None if cache is None else cache[index])
+        if not self.post_process:
+            return x
+        x = self.final_norm(x)
+        logits = T.parallel_lm_logits(x, self.embedding.word.weight, self.tp)  # [s, b, V/tp]
+        if labels is None:
+            return logits.transpose(0, 1)
+        return T.vocab_parallel_cross_entropy(logits, labels.t(), self.tp).t()
+
+    def _run_block(self, block: Block, x: torch.Tensor, cache: dict | None) -> torch.Tensor:
+        if self.activation_checkpointing == "full" and self.training and cache is None:
+            return checkpoint(block, x, use_reentrant=False)
+        return block(x, cache, selective=self.activation_checkpointing == "selective")
+
+    def new_cache(self) -> list[dict]:
+        return [{} for _ in self.blocks]
+
+
+def _init_kind(name: str) -> str:
+    if name.endswith("bias"):
+        return "zeros"
+    if ".ln" in name or name.startswith("final_norm") or "_norm." in name:
+        return "ones"
+    return "normal"
+
+
+def full_shape(param: nn.Parameter) -> tuple[int, ...]:
+    """Shape of the unsharded tensor a (possibly TP-sharded) parameter is a slice of."""
+    shape = list(param.shape)
+    if getattr(param, "tp_dim", None) is not None:
+        shape[param.tp_dim] *= param.tp_size
+    return tuple(shape)
+
+
+def shard_slice(param: nn.Parameter, full: torch.Tensor) -> torch.Tensor:
+    """This rank's slice of the full tensor `full` for `param`."""
+    dim = getattr(param, "tp_dim", None)
+    if dim is None:
+        return full
+    size = param.shape[dim]
+    return full.narrow(dim, param.tp_rank * size, size)
+
+
+@torch.no_grad()
+def init_parameters(model: GPT, seed: int) -> None:
+    """Megatron init, generated per parameter from (seed, global name) at full size, then sliced:
+    any layout (TP, PP) starts from exactly the model a single process would build."""
+    cfg = model.cfg
+    std = cfg.std
+    for name, param in model.named_parameters():
+        kind = _init_kind(name)
+        if kind == "zeros":
+            param.zero_()
+            continue
+        if kind == "ones":
+            param.fill_(1.0)
+            continue
+        scale = 1.0 / math.sqrt(2.0 * cfg.num_layers) if name.endswith(OUTPUT_PROJECTIONS) else 1.0
+        generator = torch.Generator().manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()))
+        full = torch.empty(full_shape(param)).normal_(0.0, std * scale, generator=generator)
+        param.copy_(shard_slice(param, full))
+
+
+def build_model(cfg: ModelConfig, vocab_size: int, seed: int, **kwargs) -> GPT:
+    """A GPT (or one pipeline stage of it) with the seeded full-size initialisation applied."""
+    model = GPT(cfg, vocab_size, **kwargs)
+    init_parameters(model, seed)
+    return model
+
+
+def count_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())

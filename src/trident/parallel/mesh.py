@@ -1,0 +1,113 @@
+"""The rank grid: world = dp x pp x tp with TP ranks contiguous (one node), then PP, then DP.
+
+rank = (dp_rank * pp + pp_rank) * tp + tp_rank, i.e. `arange(world).view(dp, pp, tp)`: the chattiest
+group (TP) sits on neighbouring ranks, which torchrun places on the same node (MT-NLG's
+topology-aware mapping). With every degree 1 no process group is created at all.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from trident.parallel.tensor import TPContext
+
+
+def rank_grid(dp: int, pp: int, tp: int) -> torch.Tensor:
+    return torch.arange(dp * pp * tp).view(dp, pp, tp)
+
+
+def coordinates(rank: int, pp: int, tp: int) -> tuple[int, int, int]:
+    """(dp_rank, pp_rank, tp_rank) of a global rank."""
+    return rank // (pp * tp), rank // tp % pp, rank % tp
+
+
+def group_ranks(dp: int, pp: int, tp: int) -> dict[str, list[list[int]]]:
+    """Every group of every kind, as lists of global ranks, in a fixed order all ranks agree on."""
+    grid = rank_grid(dp, pp, tp)
+    groups = {
+        "tp": grid.reshape(-1, tp).tolist(),
+        "pp": grid.permute(0, 2, 1).reshape(-1, pp).tolist(),
+        "dp": grid.permute(1, 2, 0).reshape(-1, dp).tolist(),
+        "mp": grid.reshape(dp, -1).tolist(),  # TP x PP: one model replica, for gradient norms
+    }
+    # First and last stage of each pipeline share the tied word embedding; with pp=1 it is one rank.
+    groups["embedding"] = [sorted({ranks[0], ranks[-1]}) for ranks in groups["pp"]]
+    return groups
+
+
+@dataclass
+class Mesh:
+    dp: int = 1
+    pp: int = 1
+    tp: int = 1
+    rank: int = 0
+    groups: dict[str, Any] = field(default_factory=dict)  # kind -> this rank's ProcessGroup (or None)
+    pipeline_ranks: list[int] = field(default_factory=lambda: [0])
+
+    @property
+    def world_size(self) -> int:
+        return self.dp * self.pp * self.tp
+
+    @property
+    def dp_rank(self) -> int:
+        return coordinates(self.rank, self.pp, self.tp)[0]
+
+    @property
+    def pp_rank(self) -> int:
+        return coordinates(self.rank, self.pp, self.tp)[1]
+
+    @property
+    def tp_rank(self) -> int:
+        return coordinates(self.rank, self.pp, self.tp)[2]
+
+    @property
+    def is_first_stage(self) -> bool:
+        return self.pp_rank == 0
+
+    @property
+    def is_last_stage(self) -> bool:
+        return self.pp_rank == self.pp - 1
+
+    def group(self, kind: str):
+        return self.groups.get(kind)
+
+    def stage_rank(self, pp_rank: int) -> int:
+        """Global rank of pipeline stage `pp_rank` in this rank's pipeline."""
+        return self.pipeline_ranks[pp_rank]
+
+    def tp_context(self, sequence_parallel: bool = False) -> TPContext:
+        return TPContext(self.group("tp"), self.tp, self.tp_rank, sequence_parallel and self.tp > 1)
+
+    def describe(self) -> str:
+        return (f"rank {self.rank}/{self.world_size}: dp {self.dp_rank}/{self.dp} pp {self.pp_rank}/{self.pp} "
+                f"tp {self.tp_rank}/{self.tp}")
+
+
+def build_mesh(tp: int = 1, pp: int = 1, dp: int = 0) -> Mesh:
+    """Create the process groups of every dimension. dp=0 infers it from the world size.
+
+    Needs torch.distributed initialised when the world has more than one process."""
+    world = dist.get_world_size() if dist.is_initialized() else 1
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    if tp < 1 or pp < 1 or dp < 0:
+        raise ValueError(f"parallel degrees must be positive, got tp={tp} pp={pp} dp={dp}")
+    if world % (tp * pp):
+        raise ValueError(f"world size {world} is not divisible by tp x pp = {tp} x {pp}")
+    dp = dp or world // (tp * pp)
+    if dp * pp * tp != world:
+        raise ValueError(f"dp x pp x tp = {dp} x {pp} x {tp} = {dp * pp * tp} != world size {world}")
+    mesh = Mesh(dp=dp, pp=pp, tp=tp, rank=rank)
+    if world == 1:
+        return mesh
+    for kind, all_ranks in group_ranks(dp, pp, tp).items():
+        for ranks in all_ranks:
+            # new_group is collective over the world: every rank creates every group, in the same order.
+            group = dist.new_group(ranks) if len(ranks) > 1 else None
+            if rank in ranks:
+                mesh.groups[kind] = group
+                if kind == "pp":
+                    mesh.pipeline_ranks = ranks
+    return mesh

@@ -1,0 +1,311 @@
+"""Megatron tensor slicing: column/row-parallel linear, vocab-parallel embedding and cross-entropy,
+with the communication as autograd functions. With a TPContext of size 1 every layer is plain PyTorch.
+
+Activations are sequence-first [s, b, h]; sequence parallelism splits dim 0 across TP ranks.
+Every sharded parameter carries `tp_dim` (the dimension split across ranks), so initialisation and
+checkpoints can map a shard to its slice of the full tensor.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclass(frozen=True)
+class TPContext:
+    """Which tensor-parallel group a layer belongs to. size 1 means no communication at all."""
+
+    group: Any = None
+    size: int = 1
+    rank: int = 0
+    sequence_parallel: bool = False
+
+    def __post_init__(self):
+        if self.size > 1 and self.group is None:
+            raise ValueError(f"TPContext(size={self.size}) needs a process group")
+        if not 0 <= self.rank < self.size:
+            raise ValueError(f"TPContext rank {self.rank} outside group of size {self.size}")
+        if self.group is not None and dist.get_world_size(self.group) != self.size:
+            raise ValueError(f"TPContext size {self.size} != process group size {dist.get_world_size(self.group)}")
+
+
+NO_TP = TPContext()
+
+
+def _divide(total: int, parts: int, what: str) -> int:
+    if total % parts:
+        raise ValueError(f"{what}={total} is not divisible by the tensor-parallel size {parts}")
+    return total // parts
+
+
+# ---- communication primitives (forward op, backward is its conjugate) --------------------------------
+
+def _all_reduce(x: torch.Tensor, tp: TPContext) -> torch.Tensor:
+    x = x.contiguous()
+    dist.all_reduce(x, group=tp.group)
+    return x
+
+
+def _gather(x: torch.Tensor, tp: TPContext, dim: int) -> torch.Tensor:
+    """All-gather along `dim` (concatenated in rank order)."""
+    moved = x.movedim(dim, 0).contiguous()
+    out = torch.empty((moved.shape[0] * tp.size,) + moved.shape[1:], dtype=x.dtype, device=x.device)
+    dist.all_gather_into_tensor(out, moved, group=tp.group)
+    return out.movedim(0, dim)
+
+
+def _split(x: torch.Tensor, tp: TPContext, dim: int) -> torch.Tensor:
+    size = _divide(x.shape[dim], tp.size, f"dimension {dim} of shape {tuple(x.shape)}")
+    return x.narrow(dim, tp.rank * size, size).contiguous()
+
+
+def _reduce_scatter(x: torch.Tensor, tp: TPContext, dim: int) -> torch.Tensor:
+    moved = x.movedim(dim, 0).contiguous()
+    size = _divide(moved.shape[0], tp.size, f"dimension {dim} of shape {tuple(x.shape)}")
+    out = torch.empty((size,) + moved.shape[1:], dtype=x.dtype, device=x.device)
+    dist.reduce_scatter_tensor(out, moved, group=tp.group)
+    return out.movedim(0, dim)
+
+
+class _Comm(torch.autograd.Function):
+    """One autograd function for all pairs: forward applies `fwd`, backward applies `bwd`."""
+
+    @staticmethod
+    def forward(ctx, x, tp, fwd, bwd, dim):
+        ctx.tp, ctx.bwd, ctx.dim = tp, bwd, dim
+        return _OPS[fwd](x, tp, dim)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _OPS[ctx.bwd](grad, ctx.tp, ctx.dim), None, None, None, None
+
+
+_OPS = {
+    "identity": lambda x, tp, dim: x,
+    "all_reduce": lambda x, tp, dim: _all_reduce(x, tp),
+    "gather": _gather,
+    "split": _split,
+    "reduce_scatter": _reduce_scatter,
+}
+
+
+def _comm(x, tp: TPContext, fwd: str, bwd: str, dim: int = -1):
+    return x if tp.size == 1 else _Comm.apply(x, tp, fwd, bwd, dim)
+
+
+def copy_to_tp(x, tp):  # identity forward, all-reduce of the gradient backward
+    return _comm(x, tp, "identity", "all_reduce")
+
+
+def reduce_from_tp(x, tp):  # all-reduce forward, identity backward
+    return _comm(x, tp, "all_reduce", "identity")
+
+
+def gather_from_tp(x, tp, dim=-1):  # all-gather forward, split backward
+    return _comm(x, tp, "gather", "split", dim)
+
+
+def scatter_to_sequence(x, tp):  # split along the sequence forward, all-gather backward
+    return _comm(x, tp, "split", "gather", 0)
+
+
+def gather_from_sequence(x, tp):  # all-gather along the sequence forward, reduce-scatter backward
+    return _comm(x, tp, "gather", "reduce_scatter", 0)
+
+
+def reduce_scatter_to_sequence(x, tp):  # reduce-scatter forward, all-gather backward
+    return _comm(x, tp, "reduce_scatter", "gather", 0)
+
+
+# ---- layers ------------------------------------------------------------------------------------------
+
+def _mark(param: nn.Parameter, tp_dim: int | None, tp: TPContext) -> nn.Parameter:
+    param.tp_dim = tp_dim if tp.size > 1 else None
+    param.tp_size, param.tp_rank = tp.size, tp.rank
+    return param
+
+
+class ColumnParallelLinear(nn.Module):
+    """Y = X A^T + b with A's output rows split across TP ranks; each rank returns its slice of Y.
+
+    With sequence parallelism the input arrives split along the sequence and is all-gathered here.
+    """
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, tp: TPContext = NO_TP):
+        super().__init__()
+        self.tp = tp
+        self.in_features = in_features
+        self.out_features_local = _divide(out_features, tp.size, "output features")
+        self.weight = _mark(nn.Parameter(torch.empty(self.out_features_local, in_features)), 0, tp)
+        self.bias = _mark(nn.Parameter(torch.zeros(self.out_features_local)), 0, tp) if bias else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[-1] != self.in_features:
+            raise ValueError(f"ColumnParallelLinear expects {self.in_features} input features, got {tuple(x.shape)}")
+        x = gather_from_sequence(x, self.tp) if self.tp.sequence_parallel else copy_to_tp(x, self.tp)
+        return F.linear(x, self.weight, self.bias)
+
+
+class RowParallelLinear(nn.Module):
+    """Y = X A^T + b with A's input columns split: the input is already split (from a column-parallel
+    layer), partial products are summed across TP (or reduce-scattered along the sequence with SP)."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, tp: TPContext = NO_TP):
+        super().__init__()
+        self.tp = tp
+        self.in_features_local = _divide(in_features, tp.size, "input features")
+        self.weight = _mark(nn.Parameter(torch.empty(out_features, self.in_features_local)), 1, tp)
+        # The bias is added once, after the reduction, so it is replicated across TP ranks.
+        self.bias = _mark(nn.Parameter(torch.zeros(out_features)), None, tp) if bias else None
+        if self.bias is not None:
+            self.bias.sequence_parallel = tp.sequence_parallel and tp.size > 1
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[-1] != self.in_features_local:
+            raise ValueError(f"RowParallelLinear expects {self.in_features_local} local input features, "
+                             f"got {tuple(x.shape)}")
+        partial = F.linear(x, self.weight)
+        if self.tp.sequence_parallel:
+            out = reduce_scatter_to_sequence(partial, self.tp)
+        else:
+            out = reduce_from_tp(partial, self.tp)
+        return out + self.bias if self.bias is not None else out
+
+
+class VocabParallelEmbedding(nn.Module):
+    """Embedding table split by vocabulary rows; tokens outside a rank's range contribute zeros."""
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, tp: TPContext = NO_TP):
+        super().__init__()
+        self.tp = tp
+        self.num_embeddings = num_embeddings
+        self.rows_local = _divide(num_embeddings, tp.size, "vocabulary size")
+        self.vocab_start = tp.rank * self.rows_local
+        self.weight = _mark(nn.Parameter(torch.empty(self.rows_local, embedding_dim)), 0, tp)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        if self.tp.size == 1:
+            return F.embedding(tokens, self.weight)
+        local = tokens - self.vocab_start
+        outside = (local < 0) | (local >= self.rows_local)
+        out = F.embedding(local.masked_fill(outside, 0), self.weight)
+        out = out.masked_fill(outside.unsqueeze(-1), 0.0)
+        return reduce_from_tp(out, self.tp)
+
+
+class _VocabParallelCrossEntropy(torch.autograd.Function):
+    """Cross-entropy over logits split by vocabulary; only [s, b] statistics cross ranks."""
+
+    @staticmethod
+    def forward(ctx, logits, labels, tp):
+        logits = logits.float()
+        max_logit = logits.max(dim=-1).values
+        dist.all_reduce(max_logit, op=dist.ReduceOp.MAX, group=tp.group)
+        shifted = logits - max_logit.unsqueeze(-1)
+        rows = logits.shape[-1]
+        start = tp.rank * rows
+        local = labels - start
+        outside = (local < 0) | (local >= rows)
+        local = local.masked_fill(outside, 0)
+        target = shifted.gather(-1, local.unsqueeze(-1)).squeeze(-1).masked_fill(outside, 0.0)
+        dist.all_reduce(target, group=tp.group)
+        exp = shifted.exp()
+        sum_exp = exp.sum(dim=-1)
+        dist.all_reduce(sum_exp, group=tp.group)
+        loss = sum_exp.log() - target
+        softmax = exp.div_(sum_exp.unsqueeze(-1))
+        ctx.save_for_backward(softmax, local, outside)
+        return loss
+
+    @staticmethod
+    def backward(ctx, grad_loss):
+        softmax, local, outside = ctx.saved_tensors
+        grad = softmax
+        hit = (~outside).to(grad.dtype)
+        grad.scatter_add_(-1, local.unsqueeze(-1), -hit.unsqueeze(-1))
+        return grad * grad_loss.unsqueeze(-1), None, None
+
+
+def vocab_parallel_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, tp: TPContext = NO_TP):
+    """Per-token loss from logits whose last dim is this rank's vocabulary slice (the full logits are
+    never gathered). Computed in fp32 whatever the logits' dtype."""
+    if tp.size == 1:
+        flat = F.cross_entropy(logits.float().flatten(0, -2), labels.flatten(), reduction="none")
+        return flat.view(labels.shape)
+    return _VocabParallelCrossEntropy.apply(logits, labels, tp)
+
+
+def parallel_lm_logits(hidden: torch.Tensor, word_embeddings: torch.Tensor, tp: TPContext = NO_TP):
+    """Logits for this rank's vocabulary slice from the tied embedding: the head is column-parallel."""
+    hidden = gather_from_sequence(hidden, tp) if tp.sequence_parallel else copy_to_tp(hidden, tp)
+    return F.linear(hidden, word_embeddings)
+
+
+class SequenceParallelLayerNorm(nn.LayerNorm):
+    """LayerNorm whose parameters are replicated across TP; with SP their gradients must be summed
+    across TP ranks (each saw only part of the sequence), which the gradient finaliser does."""
+
+    def __init__(self, hidden: int, eps: float, tp: TPContext = NO_TP):
+        super().__init__(hidden, eps=eps)
+        for param in self.parameters():
+            _mark(param, None, tp)
+            param.sequence_parallel = tp.sequence_parallel and tp.size > 1
+
+
+# ---- dropout RNG: the same across TP ranks where activations are replicated, different where split ----
+
+class _TPRandomState:
+    """A second RNG stream, seeded differently per TP rank, used inside split regions (Megatron's
+    model-parallel RNG tracker). Outside those regions the default generator, identical across TP ranks."""
+
+    def __init__(self):
+        self.states: dict[str, torch.Tensor] = {}
+
+    def seed(self, seed: int, device: torch.device | str = "cpu") -> None:
+        device = torch.device(device)
+        saved = _get_rng_state(device)
+        torch.manual_seed(seed) if device.type == "cpu" else torch.cuda.manual_seed(seed)
+        self.states[device.type] = _get_rng_state(device)
+        _set_rng_state(device, saved)
+
+    def get_states(self) -> dict[str, torch.Tensor]:
+        return {k: v.clone() for k, v in self.states.items()}
+
+    def set_states(self, states: dict[str, torch.Tensor]) -> None:
+        self.states = {k: v.clone() for k, v in states.items()}
+
+
+def _get_rng_state(device: torch.device) -> torch.Tensor:
+    return torch.get_rng_state() if device.type == "cpu" else torch.cuda.get_rng_state(device)
+
+
+def _set_rng_state(device: torch.device, state: torch.Tensor) -> None:
+    torch.set_rng_state(state) if device.type == "cpu" else torch.cuda.set_rng_state(state, device)
+
+
+TP_RNG = _TPRandomState()
+
+
+class tp_split_rng:
+    """Context manager: draw random numbers from the per-TP-rank stream when `active`."""
+
+    def __init__(self, tp: TPContext, device: torch.device, active: bool = True):
+        self.active = active and tp.size > 1
+        self.device = torch.device(device)
+
+    def __enter__(self):
+        if self.active:
+            if self.device.type not in TP_RNG.states:
+                raise RuntimeError("tensor-parallel RNG not seeded: call TP_RNG.seed(seed + tp_rank) before training")
+            self.saved = _get_rng_state(self.device)
+            _set_rng_state(self.device, TP_RNG.states[self.device.type])
+
+    def __exit__(self, *exc):
+        if self.active:
+            TP_RNG.states[self.device.type] = _get_rng_state(self.device)
+            _set_rng_state(self.device, self.saved)

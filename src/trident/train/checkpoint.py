@@ -1,0 +1,237 @@
+"""Checkpoints: safetensors shards + a JSON manifest, written atomically, loadable in any layout.
+
+Layout of OUT/checkpoints/step_0000100/:
+  model-dp{d}-pp{p}-tp{t}.safetensors   this rank's model shards, keyed by global parameter name
+  optim-dp{d}-pp{p}-tp{t}.safetensors   Adam state of those shards ("name/exp_avg", "name/exp_avg_sq")
+  rng-rank{r}.safetensors               every rank's RNG streams (for exact resume)
+  manifest-rank{r}.json                 per tensor: file, global name, full shape, slice offsets
+  trainer_state.json                    step, consumed samples/tokens, scaler, config (rank 0)
+  COMPLETE                              written last; a folder without it is never loaded
+A checkpoint is written to a temporary folder, fsynced, renamed into place, then `latest` updated.
+Loading assembles each parameter's slice from whichever files hold it, so the saving and loading
+layouts need not match. Nothing is unpickled: tensors come from safetensors, the rest is JSON.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from trident.model.gpt import full_shape
+
+COMPLETE = "COMPLETE"
+
+
+def step_dir(root: Path, step: int) -> Path:
+    return Path(root) / f"step_{step:07d}"
+
+
+def _slice_entry(file: str, key: str, param: torch.Tensor, offsets: list[int], shape: tuple) -> dict:
+    return {"file": file, "key": key, "full_shape": list(shape), "offsets": offsets, "shape": list(param.shape)}
+
+
+def shard_offsets(param: torch.nn.Parameter) -> list[int]:
+    offsets = [0] * param.ndim
+    if getattr(param, "tp_dim", None) is not None:
+        offsets[param.tp_dim] = param.tp_rank * param.shape[param.tp_dim]
+    return offsets
+
+
+def _fsync_dir(path: Path) -> None:
+    for file in path.iterdir():
+        with open(file, "rb") as handle:
+            os.fsync(handle.fileno())
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _barrier():
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        dist.barrier()
+
+
+def save_checkpoint(root: Path, step: int, named_params: list, optimizer_state: dict[str, dict[str, torch.Tensor]],
+                    rng: dict[str, torch.Tensor], trainer_state: dict, mesh, keep_last: int = 3,
+                    extra_files: dict[str, Path] | None = None) -> Path:
+    """Collective: every rank writes its own shards into a shared temporary folder; rank 0 finalises.
+
+    `optimizer_state` maps a global parameter name to {"exp_avg": t, "exp_avg_sq": t} for the
+    parameters (or ZeRO slices, with their own offsets under "offsets") this rank owns."""
+    root = Path(root)
+    final, tmp = step_dir(root, step), root / f".tmp_step_{step:07d}"
+    if mesh.rank == 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+    _barrier()
+    tag = f"dp{mesh.dp_rank}-pp{mesh.pp_rank}-tp{mesh.tp_rank}"
+    entries: list[dict] = []
+    if mesh.dp_rank == 0:  # model replicas across DP are identical: one copy is enough
+        tensors = {}
+        for name, param in named_params:
+            tensors[name] = param.detach().float().cpu().contiguous()
+            entries.append(_slice_entry(f"model-{tag}.safetensors", name, param, shard_offsets(param),
+                                        full_shape(param)) | {"name": name, "kind": "model"})
+        save_file(tensors, tmp / f"model-{tag}.safetensors")
+    optim_tensors = {}
+    for name, state in optimizer_state.items():
+        for key in ("exp_avg", "exp_avg_sq"):
+            optim_tensors[f"{name}/{key}"] = state[key].detach().float().cpu().contiguous()
+            entries.append({"file": f"optim-{tag}.safetensors", "key": f"{name}/{key}", "name": name,
+                            "kind": key, "full_shape": state["full_shape"], "offsets": state["offsets"],
+                            "shape": list(state[key].shape)})
+    if optim_tensors:
+        save_file(optim_tensors, tmp / f"optim-{tag}.safetensors")
+    save_file({k: v.contiguous() for k, v in rng.items()}, tmp / f"rng-rank{mesh.rank}.safetensors")
+    (tmp / f"manifest-rank{mesh.rank}.json").write_text(json.dumps({"rank": mesh.rank, "tensors": entries}))
+    _barrier()
+    if mesh.rank == 0:
+        layout = {"dp": mesh.dp, "pp": mesh.pp, "tp": mesh.tp, "world_size": mesh.world_size}
+        (tmp / "trainer_state.json").write_text(json.dumps(trainer_state | {"layout": layout}, indent=1))
+        for name, source in (extra_files or {}).items():
+            shutil.copyfile(source, tmp / name)
+        _fsync_dir(tmp)
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)
+        (final / COMPLETE).write_text(str(step))
+        _fsync_dir(final)
+        latest_tmp = root / ".latest.tmp"
+        latest_tmp.write_text(final.name)
+        os.replace(latest_tmp, root / "latest")
+        prune_checkpoints(root, keep_last)
+    _barrier()
+    return final
+
+
+def complete_checkpoints(root: Path) -> list[Path]:
+    """Finished checkpoints under `root`, oldest first (folders without COMPLETE are ignored)."""
+    root = Path(root)
+    if not root.exists():
+        return []
+    found = [p for p in root.glob("step_*") if p.is_dir() and (p / COMPLETE).exists()]
+    return sorted(found, key=lambda p: int(p.name.split("_")[1]))
+
+
+def prune_checkpoints(root: Path, keep_last: int) -> None:
+    """Delete all but the newest `keep_last` complete checkpoints; the newest is never deleted."""
+    if keep_last <= 0:
+        return
+    for old in complete_checkpoints(root)[:-max(1, keep_last)]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def resolve_checkpoint(load: str, root: Path) -> Path | None:
+    """`auto`: the newest complete checkpoint under root (None if there is none); else the given path."""
+    if not load:
+        return None
+    if load == "auto":
+        found = complete_checkpoints(root)
+        return found[-1] if found else None
+    path = Path(load)
+    if (path / COMPLETE).exists():
+        return path
+    found = complete_checkpoints(path)
+    if found:
+        return found[-1]
+    raise FileNotFoundError(f"checkpoint.load={load}: no complete checkpoint there (missing {COMPLETE} marker)")
+
+
+class CheckpointReader:
+    """Reads any saved tensor's slice, whatever layout wrote it."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        if not (self.path / COMPLETE).exists():
+            raise FileNotFoundError(f"{self.path} is not a complete checkpoint (no {COMPLETE} marker)")
+        self.entries: dict[tuple[str, str], list[dict]] = {}
+        for manifest in sorted(self.path.glob("manifest-rank*.json")):
+            for entry in json.loads(manifest.read_text())["tensors"]:
+                self.entries.setdefault((entry["kind"], entry["name"]), []).append(entry)
+        self.state = json.loads((self.path / "trainer_state.json").read_text())
+
+    def names(self, kind: str = "model") -> list[str]:
+        return sorted({name for k, name in self.entries if k == kind})
+
+    def full_shape(self, name: str, kind: str = "model") -> tuple[int, ...]:
+        return tuple(self._pieces(kind, name)[0]["full_shape"])
+
+    def _pieces(self, kind: str, name: str) -> list[dict]:
+        if (kind, name) not in self.entries:
+            raise KeyError(f"checkpoint {self.path} has no {kind} tensor '{name}'")
+        return self.entries[(kind, name)]
+
+    def read(self, name: str, kind: str = "model", offsets: list[int] | None = None,
+             shape: tuple[int, ...] | None = None) -> torch.Tensor:
+        """The slice [offsets, offsets + shape) of the full tensor (the whole tensor by default)."""
+        pieces = self._pieces(kind, name)
+        full = tuple(pieces[0]["full_shape"])
+        offsets = offsets or [0] * len(full)
+        shape = tuple(shape or full)
+        out = torch.empty(shape, dtype=torch.float32)
+        covered = 0
+        seen = set()
+        for piece in pieces:
+            region = self._overlap(piece, offsets, shape)
+            key = (tuple(piece["offsets"]), tuple(piece["shape"]))
+            if region is None or key in seen:  # identical replicas (e.g. tied copies) are read once
+                continue
+            seen.add(key)
+            with safe_open(self.path / piece["file"], framework="pt") as handle:
+                source = handle.get_slice(piece["key"])
+                src_index = tuple(slice(lo - p, hi - p) for (lo, hi), p in zip(region, piece["offsets"]))
+                tensor = source[src_index] if src_index else handle.get_tensor(piece["key"])
+            dst_index = tuple(slice(lo - o, hi - o) for (lo, hi), o in zip(region, offsets))
+            out[dst_index] = tensor
+            covered += int(torch.tensor([hi - lo for lo, hi in region]).prod().item()) if region else 1
+        if covered != out.numel():
+            raise ValueError(f"checkpoint {self.path}: {kind} tensor '{name}' slice {offsets}+{list(shape)} is "
+                             f"not fully covered by the saved shards ({covered} of {out.numel()} elements)")
+        return out
+
+    @staticmethod
+    def _overlap(piece: dict, offsets: list[int], shape: tuple) -> list[tuple[int, int]] | None:
+        region = []
+        for p_off, p_len, off, length in zip(piece["offsets"], piece["shape"], offsets, shape):
+            lo, hi = max(p_off, off), min(p_off + p_len, off + length)
+            if lo >= hi:
+                return None
+            region.append((lo, hi))
+        return region
+
+    def rng(self, rank: int) -> dict[str, torch.Tensor] | None:
+        path = self.path / f"rng-rank{rank}.safetensors"
+        if not path.exists():
+            return None
+        with safe_open(path, framework="pt") as handle:
+            return {key: handle.get_tensor(key) for key in handle.keys()}
+
+
+@torch.no_grad()
+def load_model_weights(reader: CheckpointReader, named_params: list) -> None:
+    """Copy each parameter's slice (as this layout shards it) from the checkpoint."""
+    for name, param in named_params:
+        param.copy_(reader.read(name, "model", shard_offsets(param), tuple(param.shape)).to(param.dtype))
+
+
+def load_for_inference(path: str | Path, device: str = "cpu"):
+    """(model, tokenizer, config) from a checkpoint of any layout, as one process in eval mode."""
+    from trident.config import config_from_dict
+    from trident.data.tokenizer import Tokenizer
+    from trident.model.gpt import GPT
+
+    reader = CheckpointReader(resolve_checkpoint(str(path), Path(path)) or Path(path))
+    config = config_from_dict(reader.state["config"])
+    tokenizer_file = reader.path / "tokenizer.json"
+    tokenizer = Tokenizer.load(tokenizer_file) if tokenizer_file.exists() else None
+    vocab = reader.full_shape("embedding.word.weight")[0]
+    model = GPT(config.model, vocab)
+    load_model_weights(reader, list(model.named_parameters()))
+    return model.to(device).eval(), tokenizer, config

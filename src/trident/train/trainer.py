@@ -1,0 +1,314 @@
+"""The training loop: ramp-up, gradient accumulation, clipping, logging, validation, checkpoints.
+
+The same loop runs one process or a 3D grid: the model is built per pipeline stage with the mesh's
+tensor-parallel context; `forward_backward` runs the micro-batches (in order, or through the
+pipeline executor); `finalize_gradients` does the cross-rank reductions; one optimizer step follows.
+Samples are addressed by global index (consumed samples + position in the batch), so every layout
+and a resumed run see exactly the same data.
+"""
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from trident.config import Config, save_config
+from trident.model.gpt import build_model, count_parameters, full_shape
+from trident.parallel import tensor as T
+from trident.parallel.data import all_reduce_coalesced
+from trident.parallel.mesh import build_mesh
+from trident.train import checkpoint as ckpt
+from trident.train.metrics import MetricsWriter, console_line, model_flops, peak_memory_bytes, peak_tflops
+from trident.train.optim import build_optimizer, clip_gradients, global_grad_norm
+from trident.train.precision import DTYPES, LossScaler, autocast, found_nonfinite
+from trident.train.schedules import TrainSchedule
+
+
+def pick_device(config: Config) -> torch.device:
+    wanted = config.train.device
+    if wanted == "cuda" or (wanted == "auto" and torch.cuda.is_available()):
+        local = int(__import__("os").environ.get("LOCAL_RANK", 0))
+        torch.cuda.set_device(local)
+        return torch.device("cuda", local)
+    return torch.device("cpu")
+
+
+class Trainer:
+    def __init__(self, config: Config, out_dir: str | Path, datasets=None, vocab_size: int | None = None,
+                 log=print):
+        self.config, self.out = config, Path(out_dir)
+        self.world = dist.get_world_size() if dist.is_initialized() else 1
+        config.validate(self.world)
+        if config.train.threads:
+            torch.set_num_threads(config.train.threads)
+        self.device = pick_device(config)
+        self.mesh = build_mesh(config.parallel.tp, config.parallel.pp, config.parallel.dp)
+        self.is_logger = self.mesh.rank == self.world - 1 if self.mesh.pp > 1 else self.mesh.rank == 0
+        self.log = log if self.mesh.rank == 0 else (lambda *a, **k: None)
+        self.schedule = TrainSchedule(config.train, config.model.seq_length)
+        self.tokenizer_file = None
+        self.train_data, self.valid_data = datasets if datasets is not None else self._build_data()
+        if vocab_size is not None:
+            config.model.vocab_size = vocab_size
+        self._seed_everything(config.train.seed)
+        self.model = self._build_model()
+        self.named_params = list(self.model.named_parameters())
+        self.optimizer = build_optimizer(self.named_params, config.train)
+        self.scaler = LossScaler(config.train.precision == "fp16", config.train.loss_scale_initial,
+                                 config.train.loss_scale_growth_interval, config.train.loss_scale_backoff,
+                                 config.train.loss_scale_hysteresis)
+        self.step, self.consumed_samples, self.consumed_tokens = 0, 0, 0
+        self.checkpoint_root = Path(config.checkpoint.dir) if config.checkpoint.dir else self.out / "checkpoints"
+        self._maybe_resume()
+
+    # ---- construction --------------------------------------------------------------------------
+    def _build_data(self):
+        from trident.data.build import build_datasets
+        from trident.data.tokenizer import Tokenizer
+
+        cfg = self.config
+        if not cfg.data.paths or not cfg.data.tokenizer:
+            raise ValueError("config keys 'data.paths' and 'data.tokenizer' must be set to train "
+                             "(see `trident tokenize`), or run `trident demo`")
+        tokenizer = Tokenizer.load(cfg.data.tokenizer)
+        self.tokenizer_file = _tokenizer_json(cfg.data.tokenizer, tokenizer, self.out)
+        cfg.model.vocab_size = cfg.model.vocab_size or tokenizer.vocab_size
+        train_samples = sum(self.schedule.batch_sizes())
+        valid_samples = cfg.train.eval_iters * cfg.train.global_batch_size if cfg.train.eval_interval else 0
+        return build_datasets(cfg.data, cfg.model.seq_length, train_samples, valid_samples, cfg.train.seed)
+
+    def _seed_everything(self, seed: int) -> None:
+        # Same stream on every TP rank (replicated dropout), a per-TP-rank stream for split regions.
+        pp_seed = seed + 100 * self.mesh.pp_rank
+        random.seed(pp_seed)
+        np.random.seed(pp_seed % 2**32)
+        torch.manual_seed(pp_seed)
+        T.TP_RNG.seed(pp_seed + 2718 + self.mesh.tp_rank, self.device)
+
+    def _build_model(self):
+        cfg, mesh = self.config, self.mesh
+        if cfg.model.vocab_size <= 0:
+            raise ValueError("config key 'model.vocab_size' is unknown: set it or give data.tokenizer")
+        if mesh.pp > 1:
+            raise NotImplementedError("pipeline parallelism (parallel.pp > 1) is not available yet in this build")
+        tp = mesh.tp_context(cfg.parallel.sequence_parallel)
+        model = build_model(cfg.model, cfg.model.padded_vocab_size(mesh.tp), cfg.train.seed, tp=tp,
+                            activation_checkpointing=cfg.train.activation_checkpointing)
+        return model.to(self.device)
+
+    # ---- one step ------------------------------------------------------------------------------
+    def micro_batches(self, batch_size: int, dataset, start: int):
+        """This DP rank's micro-batches of the global batch [start, start + batch_size)."""
+        mesh, micro = self.mesh, self.config.train.micro_batch_size
+        per_rank = batch_size // mesh.dp
+        first = start + mesh.dp_rank * per_rank
+        for offset in range(0, per_rank, micro):
+            rows = np.stack([dataset[first + offset + i] for i in range(micro)]).astype(np.int64)
+            sample = torch.from_numpy(rows).to(self.device)
+            yield sample[:, :-1], sample[:, 1:]
+
+    def forward_backward(self, batches: list, loss_divisor: int, backward: bool = True) -> torch.Tensor:
+        """Sum over micro-batches of the mean token loss / loss_divisor; gradients accumulate."""
+        total = torch.zeros((), device=self.device)
+        for tokens, labels in batches:
+            with autocast(self.config.train.precision, self.device):
+                loss = self.model(tokens, labels).float().mean() / loss_divisor
+            if backward:
+                (loss * self.scaler.scale).backward()
+            total += loss.detach()
+        return total
+
+    def finalize_gradients(self) -> None:
+        """Cross-rank gradient reductions: sequence-parallel norms over TP, then the DP average."""
+        mesh = self.mesh
+        if mesh.tp > 1 and self.config.parallel.sequence_parallel:
+            sp = [p.grad for _, p in self.named_params if getattr(p, "sequence_parallel", False) and p.grad is not None]
+            all_reduce_coalesced(sp, mesh.group("tp"))
+        grads = [p.grad for _, p in self.named_params if p.grad is not None]
+        bucket = int(self.config.parallel.bucket_size_mb * 2**20)
+        all_reduce_coalesced(grads, mesh.group("dp"), bucket)
+
+    def train_step(self) -> dict:
+        cfg, mesh = self.config, self.mesh
+        batch_size = self.schedule.batch_size(self.consumed_tokens)
+        lr = self.schedule.lr(self.consumed_tokens)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        start = time.perf_counter()
+        micro = batch_size // (cfg.train.micro_batch_size * mesh.dp)
+        batches = list(self.micro_batches(batch_size, self.train_data, self.consumed_samples))
+        loss = self.forward_backward(batches, loss_divisor=micro * mesh.dp)
+        self.finalize_gradients()
+        params = [p for _, p in self.named_params]
+        if self.scaler.scale != 1.0:
+            torch._foreach_mul_([p.grad for p in params if p.grad is not None], 1.0 / self.scaler.scale)
+        loss = self._reduce_loss(loss)
+        overflow = found_nonfinite([p.grad for p in params if p.grad is not None] + [loss.view(1)])
+        grad_norm = float("nan")
+        if not overflow:
+            grad_norm = global_grad_norm(self.named_params, mesh.group("mp"), mesh.is_first_stage)
+            clip_gradients(params, grad_norm, cfg.train.clip_grad)
+            self.optimizer.step()
+        self.scaler.update(overflow)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        elapsed = time.perf_counter() - start
+        self.step += 1
+        self.consumed_samples += batch_size
+        self.consumed_tokens += batch_size * cfg.model.seq_length
+        return self._record(loss.item(), lr, grad_norm, batch_size, elapsed, overflow)
+
+    def _reduce_loss(self, loss: torch.Tensor) -> torch.Tensor:
+        """Global-batch mean loss, on every rank (sum of the DP partial means)."""
+        if self.mesh.group("dp") is not None:
+            dist.all_reduce(loss, group=self.mesh.group("dp"))
+        return loss
+
+    def _record(self, loss: float, lr: float, grad_norm: float, batch_size: int, elapsed: float,
+                skipped: bool) -> dict:
+        m = self.config.model
+        tokens = batch_size * m.seq_length
+        flops = model_flops(batch_size, m.seq_length, m.num_layers, m.hidden_size, m.padded_vocab_size())
+        tflops = flops / elapsed / self.world / 1e12
+        peak = self._peak()
+        return {"step": self.step, "loss": loss, "lr": lr, "grad_norm": grad_norm, "batch_size": batch_size,
+                "tokens": self.consumed_tokens, "tokens_per_s": tokens / elapsed, "tflops": tflops,
+                "mfu": tflops / peak if peak else 0.0, "skipped": skipped, "loss_scale": self.scaler.scale,
+                "step_time_s": elapsed, "peak_memory_bytes": peak_memory_bytes(self.device)}
+
+    def _peak(self) -> float:
+        if not hasattr(self, "_peak_tflops"):
+            dtype = DTYPES[self.config.train.precision]
+            self._peak_tflops = peak_tflops(self.device, dtype, self.config.train.peak_tflops)
+        return self._peak_tflops
+
+    @torch.no_grad()
+    def evaluate(self) -> float | None:
+        """Mean validation loss over eval_iters global batches (the same samples every time)."""
+        cfg = self.config.train
+        if self.valid_data is None or len(self.valid_data) == 0:
+            return None
+        self.model.eval()
+        batch = min(cfg.global_batch_size, len(self.valid_data) // self.mesh.dp * self.mesh.dp)
+        batch -= batch % (cfg.micro_batch_size * self.mesh.dp)
+        if batch == 0:
+            return None
+        iters = max(1, min(cfg.eval_iters, len(self.valid_data) // batch))
+        total = 0.0
+        for i in range(iters):
+            batches = list(self.micro_batches(batch, self.valid_data, i * batch))
+            micro = batch // (cfg.micro_batch_size * self.mesh.dp)
+            total += self._reduce_loss(self.forward_backward(batches, micro * self.mesh.dp, backward=False)).item()
+        return total / iters
+
+    # ---- the loop ------------------------------------------------------------------------------
+    def train(self) -> list[dict]:
+        cfg = self.config
+        if self.mesh.rank == 0:
+            self.out.mkdir(parents=True, exist_ok=True)
+        # A resumed run appends to its metrics; a fresh one starts the file anew.
+        metrics = MetricsWriter(self.out / "metrics.jsonl" if self.mesh.rank == 0 else None, append=self.step > 0)
+        if self.mesh.rank == 0:
+            save_config(cfg, self.out / "config.yaml")
+            self.log(f"model: {count_parameters(self.model) * self.mesh.tp:,} parameters per pipeline stage; "
+                     f"layout dp={self.mesh.dp} pp={self.mesh.pp} tp={self.mesh.tp}; {cfg.train.steps} steps")
+        records = []
+        while self.step < cfg.train.steps:
+            record = self.train_step()
+            if cfg.train.eval_interval and self.step % cfg.train.eval_interval == 0:
+                record["val_loss"] = self.evaluate()
+            metrics.write(record)
+            records.append(record)
+            if self.step % cfg.logging.log_interval == 0 or self.step == cfg.train.steps:
+                self.log(console_line(record))
+            interval = cfg.checkpoint.save_interval
+            if (interval and self.step % interval == 0) or self.step == cfg.train.steps:
+                self.save()
+        metrics.close()
+        return records
+
+    # ---- checkpoints ---------------------------------------------------------------------------
+    def trainer_state(self) -> dict:
+        return {"step": self.step, "consumed_samples": self.consumed_samples,
+                "consumed_tokens": self.consumed_tokens, "optimizer_steps": self.optimizer_steps(), "scaler": self.scaler.state_dict(),
+                "config": self.config.to_dict(), "trident_version": __import__("trident").__version__}
+
+    def optimizer_steps(self) -> int:
+        """Adam's own step count (skipped steps do not advance it)."""
+        states = [s for s in self.optimizer.state.values() if "step" in s]
+        return int(states[0]["step"]) if states else 0
+
+    def optimizer_state(self) -> dict:
+        state = {}
+        for name, param in self.named_params:
+            if param in self.optimizer.state:
+                entry = self.optimizer.state[param]
+                state[name] = {"exp_avg": entry["exp_avg"], "exp_avg_sq": entry["exp_avg_sq"],
+                               "offsets": ckpt.shard_offsets(param),
+                               "full_shape": list(full_shape(param))}
+        return state
+
+    def rng_state(self) -> dict[str, torch.Tensor]:
+        state = {"torch_cpu": torch.get_rng_state()}
+        if self.device.type == "cuda":
+            state["torch_cuda"] = torch.cuda.get_rng_state(self.device)
+        state |= {f"tp_{k}": v for k, v in T.TP_RNG.get_states().items()}
+        return state
+
+    def save(self) -> Path:
+        extra = {"tokenizer.json": self.tokenizer_file} if self.tokenizer_file else None
+        path = ckpt.save_checkpoint(self.checkpoint_root, self.step, self.named_params, self.optimizer_state(),
+                                    self.rng_state(), self.trainer_state(), self.mesh,
+                                    self.config.checkpoint.keep_last, extra)
+        self.log(f"saved checkpoint {path}")
+        return path
+
+    def _maybe_resume(self) -> None:
+        path = ckpt.resolve_checkpoint(self.config.checkpoint.load, self.checkpoint_root)
+        if path is None:
+            return
+        reader = ckpt.CheckpointReader(path)
+        ckpt.load_model_weights(reader, self.named_params)
+        self._load_optimizer(reader)
+        state = reader.state
+        self.step, self.consumed_samples = state["step"], state["consumed_samples"]
+        self.consumed_tokens = state["consumed_tokens"]
+        self.scaler.load_state_dict(state["scaler"])
+        same_layout = state["layout"]["world_size"] == self.world
+        rng = reader.rng(self.mesh.rank) if same_layout else None
+        if rng is not None:
+            torch.set_rng_state(rng["torch_cpu"])
+            if "torch_cuda" in rng and self.device.type == "cuda":
+                torch.cuda.set_rng_state(rng["torch_cuda"], self.device)
+            T.TP_RNG.set_states({k[3:]: v for k, v in rng.items() if k.startswith("tp_")})
+        self.log(f"resumed from {path} at step {self.step}")
+
+    def _load_optimizer(self, reader: ckpt.CheckpointReader) -> None:
+        names = set(reader.names("exp_avg"))
+        step = torch.tensor(float(reader.state["optimizer_steps"]))
+        for name, param in self.named_params:
+            if name not in names:
+                continue
+            offsets, shape = ckpt.shard_offsets(param), tuple(param.shape)
+            self.optimizer.state[param] = {
+                "step": step.clone(),
+                "exp_avg": reader.read(name, "exp_avg", offsets, shape).to(param.device, param.dtype),
+                "exp_avg_sq": reader.read(name, "exp_avg_sq", offsets, shape).to(param.device, param.dtype)}
+
+
+def _tokenizer_json(source: str, tokenizer, out: Path) -> Path:
+    """A tokenizer.json to ship inside checkpoints (converted when the source is vocab/merges)."""
+    path = Path(source)
+    if path.is_file() and path.suffix == ".json":
+        return path
+    if (path / "tokenizer.json").exists():
+        return path / "tokenizer.json"
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer.save(out / "tokenizer.json")
+    return out / "tokenizer.json"
