@@ -1,0 +1,233 @@
+"""MinHash signatures and LSH band keys for near-duplicate detection.
+
+Defaults follow the MT-NLG-era Megatron tools: character 5-gram shingles,
+100 hash functions, 10 bands of 10 rows (REFERENCE.md, curation step 5).
+
+Exact rules (docs/curation-dedup.md repeats them):
+- Text is lower-cased and every whitespace run becomes one space before
+  shingling, so re-wrapped or re-cased copies share shingles.
+- ``unit="char"``: shingles are the distinct substrings of ``ngram``
+  characters; a non-empty text shorter than that is one shingle.
+  ``unit="word"``: shingles are ``ngram`` consecutive space-separated words.
+- Each shingle is hashed once to 64 bits with xxh3_64 (seed 0) of its
+  UTF-32-LE bytes for character shingles (fixed width: slicing bytes is
+  cheaper than encoding each substring) and of its UTF-8 bytes for words.
+- Hash function i is the seeded multiply-add-shift family
+  ``h_i(x) = ((a_i * x + b_i) mod 2**64) >> 32`` with a_i odd; a_i, b_i come
+  from ``numpy.random.default_rng(seed)``. The signature holds, per function,
+  the minimum over the document's shingles (uint32).
+- Band j covers rows ``[j*r, (j+1)*r)`` with ``r = num_hashes // bands``; its
+  key is xxh3_64 of those rows' bytes seeded with j. Two documents become a
+  candidate pair when any band key matches, which for Jaccard s happens with
+  probability ``1 - (1 - s**r)**b`` (the LSH S-curve).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+import numpy as np
+import xxhash
+
+_WHITESPACE = re.compile(r"\s+")
+_EMPTY_HASHES = np.zeros(0, dtype=np.uint64)
+# Elements of the (shingles x hashes) matrix computed at once: small enough to stay in cache.
+_CHUNK_ELEMENTS = 200_000
+
+
+def normalize_for_shingles(text: str) -> str:
+    """Lower-case and collapse whitespace runs to single spaces (stripped)."""
+    return _WHITESPACE.sub(" ", text.lower()).strip()
+
+
+def shingles(text: str, ngram: int = 5, unit: str = "char") -> set[str]:
+    """The distinct shingles of ``text`` after :func:`normalize_for_shingles`."""
+    if ngram < 1:
+        raise ValueError(f"ngram must be >= 1, got {ngram}")
+    norm = normalize_for_shingles(text)
+    if unit == "char":
+        if not norm:
+            return set()
+        if len(norm) <= ngram:
+            return {norm}
+        return {norm[i : i + ngram] for i in range(len(norm) - ngram + 1)}
+    if unit == "word":
+        words = norm.split(" ") if norm else []
+        if not words:
+            return set()
+        if len(words) <= ngram:
+            return {" ".join(words)}
+        return {" ".join(words[i : i + ngram]) for i in range(len(words) - ngram + 1)}
+    raise ValueError(f"shingle unit must be 'char' or 'word', got {unit!r}")
+
+
+def _char_shingle_bytes(norm: str, ngram: int) -> set[bytes]:
+    """Distinct character shingles of a normalised text as UTF-32-LE byte strings."""
+    data = norm.encode("utf-32-le")
+    width = 4 * ngram
+    if len(data) <= width:
+        return {data}
+    return {data[i : i + width] for i in range(0, len(data) - width + 4, 4)}
+
+
+def shingle_hashes(text: str, ngram: int = 5, unit: str = "char") -> np.ndarray:
+    """Sorted distinct 64-bit xxh3 hashes of the shingles of ``text`` (uint64)."""
+    if unit == "char":
+        if ngram < 1:
+            raise ValueError(f"ngram must be >= 1, got {ngram}")
+        norm = normalize_for_shingles(text)
+        found = _char_shingle_bytes(norm, ngram) if norm else set()
+    else:
+        found = {s.encode("utf-8") for s in shingles(text, ngram, unit)}
+    if not found:
+        return _EMPTY_HASHES
+    hashes = np.fromiter(map(xxhash.xxh3_64_intdigest, found), dtype=np.uint64, count=len(found))
+    return np.unique(hashes)
+
+
+def jaccard(a: np.ndarray, b: np.ndarray) -> float:
+    """Exact Jaccard similarity of two sorted distinct hash arrays (0.0 when both empty)."""
+    if a.size == 0 and b.size == 0:
+        return 0.0
+    inter = np.intersect1d(a, b, assume_unique=True).size
+    return inter / (a.size + b.size - inter)
+
+
+def candidate_probability(similarity: float | np.ndarray, rows: int, bands: int):
+    """Probability that LSH with ``bands`` x ``rows`` makes a pair of Jaccard ``similarity`` a candidate."""
+    s = np.asarray(similarity, dtype=np.float64)
+    return 1.0 - (1.0 - s**rows) ** bands
+
+
+@dataclass
+class MinHasher:
+    """Computes MinHash signatures and LSH band keys with fixed, seeded hash functions."""
+
+    num_hashes: int = 100
+    bands: int = 10
+    ngram: int = 5
+    unit: str = "char"
+    seed: int = 1
+    _a: np.ndarray = field(init=False, repr=False)
+    _b: np.ndarray = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.num_hashes < 1 or self.bands < 1:
+            raise ValueError(f"num_hashes and bands must be >= 1, got {self.num_hashes}, {self.bands}")
+        if self.num_hashes % self.bands:
+            raise ValueError(
+                f"num_hashes ({self.num_hashes}) must be a multiple of bands ({self.bands})"
+            )
+        if self.unit not in ("char", "word"):
+            raise ValueError(f"shingle unit must be 'char' or 'word', got {self.unit!r}")
+        rng = np.random.default_rng(self.seed)
+        top = np.iinfo(np.uint64).max
+        # Odd multipliers keep x -> a*x a bijection mod 2**64 (multiply-shift family).
+        self._a = rng.integers(0, top, size=self.num_hashes, dtype=np.uint64, endpoint=True) | np.uint64(1)
+        self._b = rng.integers(0, top, size=self.num_hashes, dtype=np.uint64, endpoint=True)
+
+    @property
+    def rows(self) -> int:
+        """Signature rows per band."""
+        return self.num_hashes // self.bands
+
+    @property
+    def threshold(self) -> float:
+        """Jaccard at which the S-curve is steepest, approximately (1/b)**(1/r)."""
+        return (1.0 / self.bands) ** (1.0 / self.rows)
+
+    def hashes(self, text: str) -> np.ndarray:
+        """Sorted distinct shingle hashes of ``text`` under this hasher's shingling."""
+        return shingle_hashes(text, self.ngram, self.unit)
+
+    def signatures_from_hashes(self, hash_sets: Sequence[np.ndarray]) -> np.ndarray:
+        """Signatures (n, num_hashes) uint32 for n shingle-hash arrays.
+
+        An empty hash set gets all-0xFFFFFFFF; callers should not bucket it.
+        """
+        n = len(hash_sets)
+        sig = np.full((n, self.num_hashes), np.iinfo(np.uint64).max, dtype=np.uint64)
+        if n == 0:
+            return np.zeros((0, self.num_hashes), dtype=np.uint32)
+        lengths = np.fromiter((h.size for h in hash_sets), dtype=np.int64, count=n)
+        total = int(lengths.sum())
+        if total == 0:
+            return (sig >> np.uint64(32)).astype(np.uint32)
+        flat = np.concatenate([h.astype(np.uint64, copy=False) for h in hash_sets])
+        owner = np.repeat(np.arange(n, dtype=np.int64), lengths)
+        chunk = max(1, _CHUNK_ELEMENTS // self.num_hashes)
+        a, b = self._a[None, :], self._b[None, :]
+        for start in range(0, total, chunk):
+            part = flat[start : start + chunk]
+            docs = owner[start : start + chunk]
+            # uint64 arithmetic wraps modulo 2**64, which is the family's definition.
+            values = np.multiply(part[:, None], a)
+            np.add(values, b, out=values)
+            starts = np.flatnonzero(np.r_[True, docs[1:] != docs[:-1]])
+            mins = np.minimum.reduceat(values, starts, axis=0)
+            seg_docs = docs[starts]
+            sig[seg_docs] = np.minimum(sig[seg_docs], mins)
+        # The shift is monotonic, so shifting the minimum equals the minimum of shifts.
+        return (sig >> np.uint64(32)).astype(np.uint32)
+
+    def signatures(self, texts: Iterable[str]) -> np.ndarray:
+        """Signatures (n, num_hashes) uint32 for ``texts``."""
+        return self.signatures_from_hashes([self.hashes(t) for t in texts])
+
+    def band_keys(self, signatures: np.ndarray) -> np.ndarray:
+        """LSH keys (n, bands) uint64: band j's key is xxh3_64(rows of band j, seed=j)."""
+        sig = np.ascontiguousarray(signatures, dtype=np.uint32)
+        if sig.ndim != 2 or sig.shape[1] != self.num_hashes:
+            raise ValueError(f"signatures must have shape (n, {self.num_hashes}), got {sig.shape}")
+        n, r = sig.shape[0], self.rows
+        keys = np.empty((n, self.bands), dtype=np.uint64)
+        for j in range(self.bands):
+            band = np.ascontiguousarray(sig[:, j * r : (j + 1) * r])
+            keys[:, j] = np.fromiter(
+                (xxhash.xxh3_64_intdigest(band[i].tobytes(), seed=j) for i in range(n)),
+                dtype=np.uint64,
+                count=n,
+            )
+        return keys
+
+
+def estimate_jaccard(sig_a: np.ndarray, sig_b: np.ndarray) -> float:
+    """MinHash estimate of Jaccard: the fraction of signature rows that agree."""
+    if sig_a.shape != sig_b.shape:
+        raise ValueError(f"signature shapes differ: {sig_a.shape} vs {sig_b.shape}")
+    return float(np.mean(sig_a == sig_b))
+
+
+def bucket_pairs(band: np.ndarray, key: np.ndarray, doc: np.ndarray,
+                 all_pairs_up_to: int = 32) -> tuple[np.ndarray, int]:
+    """Candidate pairs (k, 2) uint64, each row (smaller doc, larger doc), from LSH bucket entries.
+
+    Entries with equal (band, key) share a bucket. A bucket of m <= ``all_pairs_up_to`` documents
+    yields all m(m-1)/2 pairs; a larger one yields each member paired with the bucket's smallest
+    document and with its predecessor (2m pairs, not m^2), enough to connect a cluster of
+    near-copies whose members resemble the first one. Returns (unique pairs, buckets with >= 2 docs).
+    """
+    if len(doc) == 0:
+        return np.zeros((0, 2), dtype=np.uint64), 0
+    order = np.lexsort((doc, key, band))
+    band, key, doc = band[order], key[order], doc[order]
+    same = (band[1:] == band[:-1]) & (key[1:] == key[:-1])
+    starts = np.flatnonzero(np.r_[True, ~same])
+    sizes = np.diff(np.r_[starts, len(doc)])
+    chunks = []
+    for start, size in zip(starts[sizes > 1].tolist(), sizes[sizes > 1].tolist()):
+        members = np.unique(doc[start : start + size])
+        m = len(members)
+        if m < 2:
+            continue
+        if m <= all_pairs_up_to:
+            i, j = np.triu_indices(m, k=1)
+        else:
+            i = np.r_[np.zeros(m - 1, dtype=np.int64), np.arange(1, m - 1)]
+            j = np.r_[np.arange(1, m), np.arange(2, m)]
+        chunks.append(np.stack([members[i], members[j]], axis=1))
+    if not chunks:
+        return np.zeros((0, 2), dtype=np.uint64), 0
+    return np.unique(np.concatenate(chunks).astype(np.uint64), axis=0), len(chunks)
