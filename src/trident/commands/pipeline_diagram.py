@@ -1,0 +1,64 @@
+"""`trident pipeline-diagram`: simulate a pipeline schedule (or load a measured timeline) and draw it."""
+from __future__ import annotations
+
+import argparse
+import json
+
+from trident.parallel.pipeline import SCHEDULES, ScheduleError, build_schedule, peak_inflight, simulate, theoretical_bubble
+from trident.parallel.pipeline_diagram import Timeline, draw_timeline
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--pp", type=int, default=4, help="pipeline stages (default 4)")
+    parser.add_argument("--micro-batches", type=int, default=8, help="micro-batches per step (default 8)")
+    parser.add_argument("--schedule", choices=SCHEDULES, default="1f1b", help="pipeline schedule (default 1f1b)")
+    parser.add_argument("--virtual-stages", type=int, default=1,
+                        help="model chunks per stage; > 1 needs --schedule interleaved (default 1)")
+    parser.add_argument("--forward-time", type=float, default=1.0,
+                        help="time of one micro-batch forward through a whole stage (default 1)")
+    parser.add_argument("--backward-time", type=float, default=2.0,
+                        help="time of one micro-batch backward through a whole stage (default 2)")
+    parser.add_argument("--comm-time", type=float, default=0.0, help="time of one transfer (default 0)")
+    parser.add_argument("--timeline", metavar="JSON",
+                        help="draw this recorded timeline (e.g. measured by the trainer) instead of simulating")
+    parser.add_argument("--save-timeline", metavar="JSON", help="also write the timeline as JSON here")
+    parser.add_argument("--out", default="pipeline.png", help="PNG to write (default pipeline.png)")
+    parser.add_argument("--title", help="title of the picture")
+    parser.add_argument("--json", action="store_true", help="print the numbers as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        if args.timeline:
+            timeline = Timeline.load(args.timeline)
+            peaks = None
+        else:
+            schedule = build_schedule(args.schedule, args.pp, args.micro_batches, args.virtual_stages)
+            timeline = simulate(schedule, args.forward_time, args.backward_time, args.comm_time, name=args.schedule)
+            peaks = peak_inflight(schedule)
+    except (ScheduleError, ValueError, OSError) as err:
+        print(f"error: {err}")
+        return 2
+    draw_timeline(timeline, args.out, args.title)
+    if args.save_timeline:
+        timeline.save(args.save_timeline)
+    report = {
+        "schedule": timeline.schedule, "source": timeline.source, "pp": timeline.num_stages,
+        "micro_batches": timeline.num_microbatches, "virtual_stages": timeline.virtual_stages,
+        "makespan": timeline.makespan, "bubble_fraction": timeline.bubble_fraction,
+        "theoretical_bubble": theoretical_bubble(timeline.num_stages, timeline.num_microbatches,
+                                                 timeline.virtual_stages),
+        "peak_inflight_activations": peaks, "out": str(args.out),
+    }
+    if args.json:
+        print(json.dumps(report))
+    else:
+        print(f"{report['schedule'] or 'pipeline'} ({report['source']}): pp={report['pp']} "
+              f"m={report['micro_batches']} v={report['virtual_stages']}")
+        print(f"  makespan            {report['makespan']:.3f}")
+        print(f"  bubble (measured)   {report['bubble_fraction']:.4f}")
+        print(f"  bubble (theory)     {report['theoretical_bubble']:.4f}  = (pp-1)/(m*v)")
+        if peaks is not None:
+            print(f"  peak activations    {peaks}  (per stage, in (micro-batch, chunk) sets)")
+        print(f"  wrote {report['out']}")
+    return 0

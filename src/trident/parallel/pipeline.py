@@ -1,0 +1,507 @@
+"""Pipeline parallelism as data: layer partitioning and schedules (GPipe, 1F1B, interleaved 1F1B).
+
+Everything here is pure: no torch.distributed, no tensors. A schedule is a list, one entry per
+pipeline stage, of the instructions that stage executes in order. The p2p executor walks these
+lists; `simulate` checks and times them without processes (a discrete-event model of the
+executor) and returns the Timeline that `trident.parallel.pipeline_diagram` draws.
+
+Model order of the pp * v *virtual stages*: virtual stage `c * pp + s` is chunk `c` of stage `s`
+(Megatron's interleaved assignment), so activations flow 0 -> 1 -> ... -> pp-1 -> 0 (next chunk)
+-> ... and gradients flow the opposite way.
+
+Executor contract (what `simulate` models, see docs/pipeline.md):
+- Forward/Backward compute one micro-batch through one local chunk.
+- Send*/Recv* are point-to-point transfers. A maximal run of consecutive Send*/Recv* instructions
+  is ONE batch: the executor posts all of it with `batch_isend_irecv` and waits for all of it
+  before going on. Schedules here never deadlock under that rule even if every transfer is a
+  rendezvous (a send completes only once the peer has posted the matching receive).
+- Between one pair of stages, transfers are matched in list order (as NCCL does), so the i-th
+  send from A to B carries the tensor of the i-th receive on B from A.
+- A Recv names the local (micro-batch, chunk) it feeds; a Send names the local (micro-batch,
+  chunk) that produced it. With pp == 1 neighbouring chunks live on the same stage and the
+  executor hands the tensor over locally: no Send/Recv is emitted.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Union
+
+SCHEDULES = ("gpipe", "1f1b", "interleaved")
+
+
+class ScheduleError(ValueError):
+    """A schedule or its arguments are invalid; the message names the stage and instruction."""
+
+
+# ----------------------------------------------------------------------------- partitioning
+
+def partition_layers(num_layers: int, pp: int, virtual_stages: int = 1,
+                     partition: list[int] | None = None) -> list[list[range]]:
+    """Global layer indices held by each stage: result[stage][chunk] is a contiguous range.
+
+    The layers are cut into pp * virtual_stages contiguous blocks in model order; block
+    `chunk * pp + stage` goes to chunk `chunk` of stage `stage`. By default the blocks differ by at
+    most one layer and the earlier blocks (in model order) take the remainder; `partition` gives
+    the layer count of every block explicitly, in model order (zeros allowed, sum = num_layers).
+    """
+    for name, value in (("num_layers", num_layers), ("pp", pp), ("virtual_stages", virtual_stages)):
+        if not _is_int(value) or value < 1:
+            raise ScheduleError(f"{name} must be a positive integer, got {value!r}")
+    blocks = pp * virtual_stages
+    if partition is None:
+        if num_layers < blocks:
+            raise ScheduleError(f"num_layers={num_layers} cannot fill pp x virtual_stages = "
+                                f"{pp} x {virtual_stages} = {blocks} blocks with at least one layer each")
+        base, extra = divmod(num_layers, blocks)
+        sizes = [base + (1 if b < extra else 0) for b in range(blocks)]
+    else:
+        sizes = list(partition)
+        if len(sizes) != blocks:
+            raise ScheduleError(f"layer partition has {len(sizes)} entries, expected pp x virtual_stages"
+                                f" = {pp} x {virtual_stages} = {blocks} (one per virtual stage, model order)")
+        bad = [(i, n) for i, n in enumerate(sizes) if not _is_int(n) or n < 0]
+        if bad:
+            raise ScheduleError(f"layer partition entry {bad[0][0]} is {bad[0][1]!r}; entries must be "
+                                f"non-negative integers")
+        if sum(sizes) != num_layers:
+            raise ScheduleError(f"layer partition {sizes} sums to {sum(sizes)}, but num_layers={num_layers}")
+    starts = [sum(sizes[:b]) for b in range(blocks)]
+    return [[range(starts[c * pp + s], starts[c * pp + s] + sizes[c * pp + s])
+             for c in range(virtual_stages)] for s in range(pp)]
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+# ----------------------------------------------------------------------------- instructions
+
+@dataclass(frozen=True)
+class Forward:
+    """Run the forward of `microbatch` through local model chunk `chunk` (keep its activations)."""
+    microbatch: int
+    chunk: int
+
+
+@dataclass(frozen=True)
+class Backward:
+    """Run the backward of `microbatch` through local chunk `chunk` (then free its activations)."""
+    microbatch: int
+    chunk: int
+
+
+@dataclass(frozen=True)
+class SendActivation:
+    """Send the output of local (microbatch, chunk) to `to_stage` (the next virtual stage)."""
+    microbatch: int
+    chunk: int
+    to_stage: int
+
+
+@dataclass(frozen=True)
+class RecvActivation:
+    """Receive the input of local (microbatch, chunk) from `from_stage` (the previous virtual stage)."""
+    microbatch: int
+    chunk: int
+    from_stage: int
+
+
+@dataclass(frozen=True)
+class SendGrad:
+    """Send the gradient of the input of local (microbatch, chunk) to `to_stage`."""
+    microbatch: int
+    chunk: int
+    to_stage: int
+
+
+@dataclass(frozen=True)
+class RecvGrad:
+    """Receive the gradient of the output of local (microbatch, chunk) from `from_stage`."""
+    microbatch: int
+    chunk: int
+    from_stage: int
+
+
+Instruction = Union[Forward, Backward, SendActivation, RecvActivation, SendGrad, RecvGrad]
+COMPUTE = (Forward, Backward)
+SENDS = (SendActivation, SendGrad)
+RECVS = (RecvActivation, RecvGrad)
+COMMUNICATION = SENDS + RECVS
+
+
+def next_virtual_stage(stage: int, chunk: int, pp: int, virtual_stages: int) -> tuple[int, int] | None:
+    """(stage, chunk) after this one in model order, or None for the last virtual stage."""
+    index = chunk * pp + stage + 1
+    return None if index == pp * virtual_stages else (index % pp, index // pp)
+
+
+def prev_virtual_stage(stage: int, chunk: int, pp: int, virtual_stages: int) -> tuple[int, int] | None:
+    """(stage, chunk) before this one in model order, or None for the first virtual stage."""
+    index = chunk * pp + stage - 1
+    return None if index < 0 else (index % pp, index // pp)
+
+
+# ----------------------------------------------------------------------------- schedules
+
+def gpipe(pp: int, num_microbatches: int) -> list[list[Instruction]]:
+    """All forwards, then all backwards (in micro-batch order): every stage stores m activations."""
+    _check_args(pp, num_microbatches, 1)
+    return [_emit_one_chunk(pp, s, _one_f_one_b_order(num_microbatches, num_microbatches))
+            for s in range(pp)]
+
+
+def one_f_one_b(pp: int, num_microbatches: int) -> list[list[Instruction]]:
+    """1F1B (PipeDream-flush / Megatron non-interleaved): stage s runs pp - s - 1 warm-up forwards,
+    then alternates one forward and one backward, then drains; at most pp - s activations live."""
+    _check_args(pp, num_microbatches, 1)
+    return [_emit_one_chunk(pp, s, _one_f_one_b_order(num_microbatches, min(pp - s - 1, num_microbatches)))
+            for s in range(pp)]
+
+
+def _one_f_one_b_order(m: int, warmup: int) -> list[Instruction]:
+    order: list[Instruction] = [Forward(i, 0) for i in range(warmup)]
+    for i in range(m - warmup):
+        order += [Forward(warmup + i, 0), Backward(i, 0)]
+    return order + [Backward(i, 0) for i in range(m - warmup, m)]
+
+
+def _emit_one_chunk(pp: int, stage: int, order: list[Instruction]) -> list[Instruction]:
+    """Receive right before the compute that consumes, send right after the compute that produces;
+    a send followed by the next receive forms one batch (Megatron's send_forward_recv_backward)."""
+    out: list[Instruction] = []
+    for op in order:
+        if isinstance(op, Forward):
+            if stage > 0:
+                out.append(RecvActivation(op.microbatch, 0, stage - 1))
+            out.append(op)
+            if stage < pp - 1:
+                out.append(SendActivation(op.microbatch, 0, stage + 1))
+        else:
+            if stage < pp - 1:
+                out.append(RecvGrad(op.microbatch, 0, stage + 1))
+            out.append(op)
+            if stage > 0:
+                out.append(SendGrad(op.microbatch, 0, stage - 1))
+    return out
+
+
+def interleaved_warmup(pp: int, num_microbatches: int, virtual_stages: int, stage: int) -> int:
+    """Megatron's warm-up forwards of interleaved 1F1B on `stage` (virtual micro-batches)."""
+    total = num_microbatches * virtual_stages
+    return min((pp - stage - 1) * 2 + (virtual_stages - 1) * pp, total)
+
+
+def interleaved_1f1b(pp: int, num_microbatches: int, virtual_stages: int) -> list[list[Instruction]]:
+    """Interleaved 1F1B (Megatron-LM, Narayanan et al. 2021): each stage holds `virtual_stages`
+    chunks and walks micro-batches in groups of pp per chunk; bubble shrinks by virtual_stages.
+    Needs num_microbatches to be a multiple of pp (Megatron's rule)."""
+    _check_args(pp, num_microbatches, virtual_stages)
+    if num_microbatches % pp:
+        raise ScheduleError(f"interleaved schedule needs the number of micro-batches ({num_microbatches}) "
+                            f"to be a multiple of pp ({pp})")
+    return [_InterleavedStage(pp, num_microbatches, virtual_stages, s).build() for s in range(pp)]
+
+
+class _InterleavedStage:
+    """One stage's instruction list, following the step structure of Megatron's
+    forward_backward_pipelining_with_interleaving: warm-up forwards, steady (forward, backward),
+    cool-down backwards, with one batched exchange after each step."""
+
+    def __init__(self, pp: int, m: int, v: int, stage: int):
+        self.pp, self.m, self.v, self.stage = pp, m, v, stage
+        self.total = m * v
+        self.first, self.last = stage == 0, stage == pp - 1
+        self.received_act = [0] * v  # activations arrive per chunk in micro-batch order
+        self.received_grad = [0] * v
+        self.out: list[Instruction] = []
+
+    def forward_id(self, k: int) -> Forward:
+        """Virtual micro-batch k -> (micro-batch, chunk): groups of pp micro-batches per chunk."""
+        group, within = divmod(k, self.pp * self.v)
+        return Forward(group * self.pp + within % self.pp, within // self.pp)
+
+    def backward_id(self, k: int) -> Backward:
+        group, within = divmod(k, self.pp * self.v)
+        return Backward(group * self.pp + within % self.pp, self.v - 1 - within // self.pp)
+
+    def chunk_of(self, k: int, forward: bool) -> int:
+        within = k % (self.pp * self.v)  # Python modulo also maps negative ids, as Megatron relies on
+        chunk = within // self.pp
+        return chunk if forward else self.v - 1 - chunk
+
+    def send_act(self, op: Forward) -> None:
+        after = next_virtual_stage(self.stage, op.chunk, self.pp, self.v)
+        if after is not None and after[0] != self.stage:
+            self.out.append(SendActivation(op.microbatch, op.chunk, after[0]))
+
+    def send_grad(self, op: Backward) -> None:
+        before = prev_virtual_stage(self.stage, op.chunk, self.pp, self.v)
+        if before is not None and before[0] != self.stage:
+            self.out.append(SendGrad(op.microbatch, op.chunk, before[0]))
+
+    def recv_act(self, chunk: int) -> None:
+        before = prev_virtual_stage(self.stage, chunk, self.pp, self.v)
+        if before is not None and before[0] != self.stage:
+            self.out.append(RecvActivation(self.received_act[chunk], chunk, before[0]))
+            self.received_act[chunk] += 1
+
+    def recv_grad(self, chunk: int) -> None:
+        after = next_virtual_stage(self.stage, chunk, self.pp, self.v)
+        if after is not None and after[0] != self.stage:
+            self.out.append(RecvGrad(self.received_grad[chunk], chunk, after[0]))
+            self.received_grad[chunk] += 1
+
+    def build(self) -> list[Instruction]:
+        warmup = interleaved_warmup(self.pp, self.m, self.v, self.stage)
+        remaining = self.total - warmup
+        self.recv_act(0)
+        for k in range(warmup):
+            op = self.forward_id(k)
+            self.out.append(op)
+            self.send_act(op)
+            next_chunk = self.chunk_of(k + 1, forward=True)
+            if k + 1 < self.total and not (self.first and next_chunk == 0):
+                self.recv_act(next_chunk)
+            if k == warmup - 1 and remaining > 0:
+                self.recv_grad(self.v - 1)
+        for k in range(remaining):
+            self.steady_step(k, warmup + k, last_step=k == remaining - 1)
+        if remaining == 0:
+            self.recv_grad(self.v - 1)
+        for k in range(remaining, self.total):
+            op = self.backward_id(k)
+            self.out.append(op)
+            self.send_grad(op)
+            next_chunk = self.chunk_of(k + 1, forward=False)
+            if k + 1 < self.total and not (self.last and next_chunk == self.v - 1):
+                self.recv_grad(next_chunk)
+        return self.out
+
+    def steady_step(self, k: int, forward_k: int, last_step: bool) -> None:
+        forward, backward = self.forward_id(forward_k), self.backward_id(k)
+        self.out += [forward, backward]
+        self.send_act(forward)
+        self.send_grad(backward)
+        # The first stage's next input comes round from the last stage, pp - 1 steps behind.
+        if self.first:
+            chunk = self.chunk_of(forward_k - (self.pp - 1), forward=True)
+            recv_prev, next_forward_chunk = chunk != self.v - 1, chunk + 1
+        else:
+            recv_prev, next_forward_chunk = True, self.chunk_of(forward_k + 1, forward=True)
+        if self.last:
+            chunk = self.chunk_of(k - (self.pp - 1), forward=False)
+            recv_next, next_backward_chunk = chunk != 0, chunk - 1
+        else:
+            recv_next, next_backward_chunk = True, self.chunk_of(k + 1, forward=False)
+        if recv_prev and not last_step:
+            self.recv_act(next_forward_chunk)
+        if recv_next:
+            self.recv_grad(next_backward_chunk)
+
+
+def build_schedule(name: str, pp: int, num_microbatches: int, virtual_stages: int = 1) -> list[list[Instruction]]:
+    """Schedule by name: gpipe | 1f1b | interleaved (the only one that takes virtual_stages > 1)."""
+    if name not in SCHEDULES:
+        raise ScheduleError(f"unknown pipeline schedule {name!r}; choose one of {', '.join(SCHEDULES)}")
+    if name == "interleaved":
+        return interleaved_1f1b(pp, num_microbatches, virtual_stages)
+    if virtual_stages != 1:
+        raise ScheduleError(f"schedule {name!r} runs one chunk per stage; virtual_stages={virtual_stages} "
+                            f"needs schedule 'interleaved'")
+    return gpipe(pp, num_microbatches) if name == "gpipe" else one_f_one_b(pp, num_microbatches)
+
+
+def _check_args(pp: int, num_microbatches: int, virtual_stages: int) -> None:
+    for name, value in (("pp", pp), ("num_microbatches", num_microbatches), ("virtual_stages", virtual_stages)):
+        if not _is_int(value) or value < 1:
+            raise ScheduleError(f"{name} must be a positive integer, got {value!r}")
+
+
+# ----------------------------------------------------------------------------- analysis
+
+def theoretical_bubble(pp: int, num_microbatches: int, virtual_stages: int = 1) -> float:
+    """(pp - 1) / (m * v): idle time per stage over its ideal compute time (Narayanan et al. 2021)."""
+    _check_args(pp, num_microbatches, virtual_stages)
+    return (pp - 1) / (num_microbatches * virtual_stages)
+
+
+def peak_inflight(schedule: list[list[Instruction]]) -> list[int]:
+    """Per stage, the most (micro-batch, chunk) activation sets stored at once: a Forward stores
+    one, its Backward frees it. With v chunks each set is 1/v of the stage's layers."""
+    peaks = []
+    for ops in schedule:
+        live = peak = 0
+        for op in ops:
+            if isinstance(op, Forward):
+                live += 1
+                peak = max(peak, live)
+            elif isinstance(op, Backward):
+                live -= 1
+        peaks.append(peak)
+    return peaks
+
+
+# ----------------------------------------------------------------------------- checking and simulation
+
+def check_schedule(schedule: list[list[Instruction]]) -> tuple[int, int]:
+    """Raise ScheduleError unless every stage forwards then backwards every (micro-batch, chunk)
+    exactly once, receives each input/gradient before using it (no stage waits on itself), sends
+    only what it has computed, to the right neighbour, and the i-th send from A to B matches the
+    i-th receive on B from A. Returns (num_microbatches, virtual_stages)."""
+    pp = len(schedule)
+    if pp == 0 or not all(schedule):
+        raise ScheduleError("schedule must have at least one stage and no empty stage")
+    m = 1 + max(op.microbatch for ops in schedule for op in ops)
+    v = 1 + max(op.chunk for ops in schedule for op in ops)
+    for stage, ops in enumerate(schedule):
+        _check_stage(stage, ops, pp, m, v)
+    _match_transfers(schedule, v)
+    return m, v
+
+
+def _check_stage(stage: int, ops: list[Instruction], pp: int, m: int, v: int) -> None:
+    done: set = set()  # (type, microbatch, chunk) already executed on this stage
+    for index, op in enumerate(ops):
+        where = f"stage {stage}, instruction {index} {op}"
+        key = (type(op), op.microbatch, op.chunk)
+        if key in done:
+            raise ScheduleError(f"{where}: repeated")
+        if not (0 <= op.microbatch < m and 0 <= op.chunk < v):
+            raise ScheduleError(f"{where}: micro-batch or chunk is negative")
+        before = prev_virtual_stage(stage, op.chunk, pp, v)
+        after = next_virtual_stage(stage, op.chunk, pp, v)
+        needs = []
+        if isinstance(op, Forward) and before is not None:
+            needs = [(Forward, op.chunk - 1) if before[0] == stage else (RecvActivation, op.chunk)]
+        elif isinstance(op, Backward):
+            needs = [(Forward, op.chunk)]
+            if after is not None:
+                needs.append((Backward, op.chunk + 1) if after[0] == stage else (RecvGrad, op.chunk))
+        elif isinstance(op, SENDS):
+            needs = [(Forward if isinstance(op, SendActivation) else Backward, op.chunk)]
+        for kind, chunk in needs:
+            if (kind, op.microbatch, chunk) not in done:
+                raise ScheduleError(f"{where}: needs {kind.__name__}(microbatch={op.microbatch}, chunk={chunk})"
+                                    f" earlier on the same stage, which would wait on itself")
+        if isinstance(op, COMMUNICATION):
+            peer_of = {SendActivation: after, RecvGrad: after, RecvActivation: before, SendGrad: before}[type(op)]
+            peer = op.to_stage if isinstance(op, SENDS) else op.from_stage
+            if peer_of is None or peer_of[0] != peer or peer == stage:
+                raise ScheduleError(f"{where}: wrong peer {peer}; model order says "
+                                    f"{'none' if peer_of is None or peer_of[0] == stage else peer_of[0]}")
+        done.add(key)
+    missing = [(kind.__name__, mb, c) for kind in COMPUTE for mb in range(m) for c in range(v)
+               if (kind, mb, c) not in done]
+    if missing:
+        raise ScheduleError(f"stage {stage}: never runs {missing[0][0]}(microbatch={missing[0][1]}, "
+                            f"chunk={missing[0][2]}) ({len(missing)} compute instructions missing)")
+
+
+def _match_transfers(schedule: list[list[Instruction]], v: int) -> dict[tuple[int, int], tuple[int, int]]:
+    """(stage, index) of every transfer -> (peer, index) of its partner, matched in order per
+    ordered pair of stages; raises if the two sides disagree on what they carry."""
+    pp = len(schedule)
+    sends: dict[tuple[int, int], list] = {}
+    recvs: dict[tuple[int, int], list] = {}
+    for stage, ops in enumerate(schedule):
+        for index, op in enumerate(ops):
+            if isinstance(op, SendActivation):
+                target = next_virtual_stage(stage, op.chunk, pp, v)
+                sends.setdefault((stage, op.to_stage), []).append((index, op, ("act", op.microbatch, target[1])))
+            elif isinstance(op, SendGrad):
+                target = prev_virtual_stage(stage, op.chunk, pp, v)
+                sends.setdefault((stage, op.to_stage), []).append((index, op, ("grad", op.microbatch, target[1])))
+            elif isinstance(op, RECVS):
+                label = ("act" if isinstance(op, RecvActivation) else "grad", op.microbatch, op.chunk)
+                recvs.setdefault((op.from_stage, stage), []).append((index, op, label))
+    partner = {}
+    for channel in sorted(set(sends) | set(recvs)):
+        src, dst = channel
+        out, inn = sends.get(channel, []), recvs.get(channel, [])
+        for (i, send, label), (j, recv, got) in zip(out, inn):
+            if label != got:
+                raise ScheduleError(f"transfer mismatch {src}->{dst}: stage {src} instruction {i} {send} "
+                                    f"meets stage {dst} instruction {j} {recv}")
+            partner[(src, i)], partner[(dst, j)] = (dst, j), (src, i)
+        if len(out) != len(inn):
+            extra = (src, out[len(inn)]) if len(out) > len(inn) else (dst, inn[len(out)])
+            raise ScheduleError(f"stage {extra[0]} instruction {extra[1][0]} {extra[1][1]} has no matching "
+                                f"{'receive' if len(out) > len(inn) else 'send'} on stage "
+                                f"{dst if extra[0] == src else src}")
+    return partner
+
+
+def _steps(ops: list[Instruction]) -> list[list[int]]:
+    """Indices grouped into steps: a compute instruction alone, or a maximal run of transfers."""
+    steps: list[list[int]] = []
+    for index, op in enumerate(ops):
+        if isinstance(op, COMMUNICATION) and steps and isinstance(ops[steps[-1][-1]], COMMUNICATION):
+            steps[-1].append(index)
+        else:
+            steps.append([index])
+    return steps
+
+
+def simulate(schedule: list[list[Instruction]], forward_time: float = 1.0, backward_time: float = 2.0,
+             comm_time: float = 0.0, name: str = ""):
+    """Discrete-event run of `schedule` under the executor contract (module docstring), with every
+    transfer a rendezvous that completes comm_time after both sides posted it. forward_time and
+    backward_time are one micro-batch through a whole stage; each of its v chunks takes 1/v of it.
+    Returns a pipeline_diagram.Timeline; raises ScheduleError naming each blocked stage and the
+    instruction it waits on if the schedule deadlocks."""
+    from trident.parallel.pipeline_diagram import Box, Timeline
+
+    for label, value in (("forward_time", forward_time), ("backward_time", backward_time), ("comm_time", comm_time)):
+        if not isinstance(value, (int, float)) or value < 0 or (label != "comm_time" and value == 0):
+            raise ScheduleError(f"{label} must be a {'non-negative' if label == 'comm_time' else 'positive'}"
+                                f" number, got {value!r}")
+    m, v = check_schedule(schedule)
+    partner = _match_transfers(schedule, v)
+    pp = len(schedule)
+    steps = [_steps(ops) for ops in schedule]
+    step_of = {(s, i): n for s in range(pp) for n, step in enumerate(steps[s]) for i in step}
+    posted: list[list[float | None]] = [[None] * len(st) for st in steps]
+    pc, clock, boxes = [0] * pp, [0.0] * pp, []
+    progress = True
+    while progress:
+        progress = False
+        for s in range(pp):
+            while pc[s] < len(steps[s]):
+                step = steps[s][pc[s]]
+                op = schedule[s][step[0]]
+                if isinstance(op, COMPUTE):
+                    is_fwd = isinstance(op, Forward)
+                    end = clock[s] + (forward_time if is_fwd else backward_time) / v
+                    boxes.append(Box(s, "forward" if is_fwd else "backward", op.microbatch, op.chunk, clock[s], end))
+                    clock[s], pc[s], progress = end, pc[s] + 1, True
+                    continue
+                if posted[s][pc[s]] is None:
+                    posted[s][pc[s]] = clock[s]
+                finish = clock[s]
+                for i in step:
+                    peer, j = partner[(s, i)]
+                    peer_posted = posted[peer][step_of[(peer, j)]]
+                    if peer_posted is None:
+                        break
+                    finish = max(finish, max(clock[s], peer_posted) + comm_time)
+                else:
+                    if comm_time > 0:
+                        boxes.append(Box(s, "comm", op.microbatch, op.chunk, finish - comm_time, finish))
+                    clock[s], pc[s], progress = finish, pc[s] + 1, True
+                    continue
+                break
+    blocked = [s for s in range(pp) if pc[s] < len(steps[s])]
+    if blocked:
+        raise ScheduleError("pipeline deadlock: " + "; ".join(_blocked_reason(schedule, steps, step_of, posted,
+                                                                              partner, s, pc[s]) for s in blocked))
+    return Timeline(num_stages=pp, num_microbatches=m, virtual_stages=v, schedule=name, source="simulated",
+                    boxes=boxes)
+
+
+def _blocked_reason(schedule, steps, step_of, posted, partner, stage: int, step: int) -> str:
+    for i in steps[stage][step]:
+        peer, j = partner[(stage, i)]
+        if posted[peer][step_of[(peer, j)]] is None:
+            return (f"stage {stage} waits at instruction {i} {schedule[stage][i]} for stage {peer} "
+                    f"to reach instruction {j} {schedule[peer][j]}")
+    return f"stage {stage} blocked at step {step}"
