@@ -1,0 +1,229 @@
+"""Exact and fuzzy dedup stages: grouping, keep-priority, scopes, partitioning, accounting."""
+import math
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from trident.curate.dedup import (
+    ExactDedup,
+    FuzzyDedup,
+    UnionFind,
+    best_first,
+    exact_hash,
+    normalize_for_exact,
+    priority_array,
+    priority_fields,
+)
+from trident.curate.document import Document
+from trident.curate.executors import LocalExecutor
+from trident.curate.minhash import jaccard, shingle_hashes
+from trident.curate.shards import read_shard, write_shard
+from trident.curate.stage import build_stage
+
+SERIAL = LocalExecutor(1, progress=False)
+
+
+def random_text(rng: random.Random, words: int = 200) -> str:
+    return " ".join(f"w{rng.randrange(20000)}" for _ in range(words))
+
+
+def edit_words(rng: random.Random, text: str, n: int, positions=None) -> str:
+    words = text.split()
+    for i in positions if positions is not None else rng.sample(range(len(words)), n):
+        words[i] = f"edit{rng.randrange(10**6)}"
+    return " ".join(words)
+
+
+def write_shards(tmp_path: Path, shards: list[list[Document]]) -> list[Path]:
+    paths = []
+    for i, docs in enumerate(shards):
+        path = tmp_path / "in" / f"shard{i}.jsonl.zst"
+        write_shard(path, docs)
+        paths.append(path)
+    return paths
+
+
+def kept_ids(paths: list[Path]) -> list[str]:
+    return sorted(doc.id for p in paths for doc in read_shard(p))
+
+
+def assert_accounting(stage) -> None:
+    c = stage.counters
+    dropped = sum(v for k, v in c.items() if k.startswith("dropped:"))
+    assert c["in"] == c["out"] + dropped
+    assert c["bytes_in"] >= c["bytes_out"]
+
+
+# ---- pure parts ------------------------------------------------------------------------------
+
+def test_exact_normalisation_rule():
+    assert normalize_for_exact("  Hello\t\tWORLD \n again ") == "hello world again"
+    assert exact_hash("Hello   World\n") == exact_hash("hello world")
+    assert exact_hash("Hello, World") != exact_hash("hello world")
+    assert exact_hash("hello world", salt=1) != exact_hash("hello world", salt=2)
+
+
+def test_union_find_transitive_components():
+    forest = UnionFind()
+    for a, b in [("A", "B"), ("B", "C"), ("D", "E"), ("F", "F")]:
+        forest.union(a, b)
+    assert sorted(sorted(c) for c in forest.components()) == [["A", "B", "C"], ["D", "E"], ["F"]]
+    assert forest.find("A") == forest.find("C") != forest.find("D")
+
+
+def test_priority_order_source_then_quality_then_length_then_id():
+    priority = ["wikipedia", "books"]
+
+    def doc(i, dataset, quality, length):
+        meta = {"dataset": dataset} if dataset else {}
+        if quality is not None:
+            meta["quality_score"] = quality
+        return Document(id=i, text="x" * length, meta=meta)
+
+    docs = [
+        doc("cc-long", "cc", 0.99, 900),       # unlisted dataset ranks last whatever its quality
+        doc("books-hq", "books", 0.9, 100),
+        doc("books-lq-long", "books", 0.2, 500),
+        doc("books-noq", "books", None, 999),  # no quality_score: after those with one
+        doc("wiki-b", "wikipedia", 0.5, 300),
+        doc("wiki-a", "wikipedia", 0.5, 300),  # tie on everything but id
+        doc("wiki-long", "wikipedia", 0.5, 301),
+    ]
+    rows = [priority_fields(d, priority, "dataset") for d in docs]
+    records = priority_array(rows, np.arange(len(docs), dtype=np.uint64))
+    order = [docs[i].id for i in best_first(records)]
+    assert order == ["wiki-long", "wiki-a", "wiki-b", "books-hq", "books-lq-long", "books-noq", "cc-long"]
+    assert math.isnan(priority_fields(Document("q", "t", {"quality_score": "high"}), [], "dataset")[1])
+
+
+# ---- exact dedup stage -----------------------------------------------------------------------
+
+def test_exact_dedup_across_shards_keeps_priority(tmp_path):
+    shards = [
+        [Document("a1", "The same text.", {"dataset": "cc"}),
+         Document("u1", "Unique one.", {"dataset": "cc"})],
+        [Document("a2", "the   SAME text.\n", {"dataset": "wiki"}),
+         Document("a3", "The same text.", {"dataset": "cc", "quality_score": 0.9}),
+         Document("u2", "The same text!", {"dataset": "cc"})],
+    ]
+    stage = build_stage("exact_dedup", {"priority": ["wiki", "cc"], "partitions": 3})
+    outputs = stage.run(write_shards(tmp_path, shards), tmp_path / "out", SERIAL)
+    assert kept_ids(outputs) == ["a2", "u1", "u2"]
+    assert [p.name for p in outputs] == ["shard0.jsonl.zst", "shard1.jsonl.zst"]
+    assert stage.counters["dropped:duplicate"] == 2 and stage.counters["duplicate_groups"] == 1
+    assert_accounting(stage)
+    assert not (tmp_path / "out" / "_work_exact_dedup").exists()
+
+
+def test_exact_dedup_dataset_scope_keeps_cross_dataset_copies(tmp_path):
+    docs = [Document("a", "copy", {"dataset": "x"}), Document("b", "copy", {"dataset": "y"}),
+            Document("c", "copy", {"dataset": "y"})]
+    inputs = write_shards(tmp_path, [docs])
+    stage = ExactDedup(scope="dataset")
+    assert kept_ids(stage.run(inputs, tmp_path / "o1", SERIAL)) == ["a", "b"]
+    stage = ExactDedup(scope="global")
+    assert kept_ids(stage.run(inputs, tmp_path / "o2", SERIAL)) == ["a"]
+
+
+def test_bad_parameters_are_named():
+    with pytest.raises(Exception, match="scope"):
+        build_stage("exact_dedup", {"scope": "everything"})
+    with pytest.raises(Exception, match="threshold"):
+        build_stage("fuzzy_dedup", {"threshold": 1.5})
+    with pytest.raises(Exception, match="bands"):
+        build_stage("fuzzy_dedup", {"bands": 7})
+    with pytest.raises(Exception, match="unknown parameter"):
+        build_stage("fuzzy_dedup", {"hashes": 7})
+
+
+# ---- fuzzy dedup stage -----------------------------------------------------------------------
+
+def planted_corpus(seed: int = 0):
+    """40 unrelated documents plus 5 near-copies of 5 of them, spread over 3 shards."""
+    rng = random.Random(seed)
+    originals = [Document(f"orig{i:02d}", random_text(rng), {"dataset": "cc"}) for i in range(40)]
+    copies = [Document(f"copy{i:02d}", edit_words(rng, originals[i].text, 4), {"dataset": "cc"})
+              for i in range(0, 25, 5)]
+    docs = originals + copies
+    rng.shuffle(docs)
+    return [docs[0:15], docs[15:30], docs[30:]]
+
+
+def test_fuzzy_dedup_removes_planted_near_duplicates(tmp_path):
+    stage = build_stage("fuzzy_dedup", {"partitions": 4})
+    outputs = stage.run(write_shards(tmp_path, planted_corpus()), tmp_path / "out", SERIAL)
+    kept = kept_ids(outputs)
+    assert len(kept) == 40
+    for i in range(0, 25, 5):
+        assert (f"orig{i:02d}" in kept) != (f"copy{i:02d}" in kept)
+    c = stage.counters
+    assert c["dropped:duplicate"] == 5 and c["components"] == 5 and c["verified_pairs"] == 5
+    assert c["candidates"] >= 5 and c["hist:cluster_size:02"] == 5
+    assert_accounting(stage)
+
+
+def test_fuzzy_partitions_do_not_change_result(tmp_path):
+    inputs = write_shards(tmp_path, planted_corpus(seed=4))
+    results = []
+    for parts in (1, 7):
+        stage = FuzzyDedup(partitions=parts)
+        results.append((kept_ids(stage.run(inputs, tmp_path / f"out{parts}", SERIAL)),
+                        stage.counters["candidates"], stage.counters["dropped:duplicate"]))
+    assert results[0] == results[1]
+
+
+def test_fuzzy_chain_is_one_component(tmp_path):
+    rng = random.Random(5)
+    a = random_text(rng, 300)
+    b = edit_words(rng, a, 0, positions=range(0, 300, 12))
+    c = edit_words(rng, b, 0, positions=range(6, 300, 12))
+    ha, hb, hc = (shingle_hashes(t) for t in (a, b, c))
+    threshold = 0.72
+    assert jaccard(ha, hb) >= threshold and jaccard(hb, hc) >= threshold > jaccard(ha, hc)
+    docs = [Document("A", a, {"quality_score": 0.1}), Document("B", b, {"quality_score": 0.5}),
+            Document("C", c, {"quality_score": 0.9}), Document("Z", random_text(rng, 300))]
+    # 20 bands of 5 rows make pairs at J ~ 0.8 candidates with near certainty.
+    stage = FuzzyDedup(bands=20, threshold=threshold, partitions=2)
+    outputs = stage.run(write_shards(tmp_path, [docs[:2], docs[2:]]), tmp_path / "out", SERIAL)
+    assert kept_ids(outputs) == ["C", "Z"]  # one component A~B~C; highest quality kept
+    assert stage.counters["components"] == 1 and stage.counters["hist:cluster_size:03"] == 1
+    assert stage.counters["verified_pairs"] == 2
+    assert_accounting(stage)
+
+
+def test_fuzzy_priority_and_dataset_scope(tmp_path):
+    rng = random.Random(6)
+    text = random_text(rng, 250)
+    docs = [Document("cc", text + " more words at the end", {"dataset": "cc", "quality_score": 0.99}),
+            Document("books", edit_words(rng, text, 2), {"dataset": "books", "quality_score": 0.1}),
+            Document("wiki", edit_words(rng, text, 2), {"dataset": "wiki"}),
+            Document("wiki2", edit_words(rng, text, 3), {"dataset": "wiki", "quality_score": 0.3})]
+    inputs = write_shards(tmp_path, [docs[:2], docs[2:]])
+    across = FuzzyDedup(priority=["wiki", "books"], scope="global")
+    assert kept_ids(across.run(inputs, tmp_path / "g", SERIAL)) == ["wiki2"]
+    within = FuzzyDedup(priority=["wiki", "books"], scope="dataset")
+    assert kept_ids(within.run(inputs, tmp_path / "d", SERIAL)) == ["books", "cc", "wiki2"]
+    assert within.counters["dropped:duplicate"] == 1
+    assert_accounting(across), assert_accounting(within)
+
+
+def test_fuzzy_empty_documents_and_empty_input(tmp_path):
+    docs = [Document("e1", ""), Document("e2", "   "), Document("x", "some text here")]
+    stage = FuzzyDedup()
+    outputs = stage.run(write_shards(tmp_path, [docs, []]), tmp_path / "out", SERIAL)
+    assert kept_ids(outputs) == ["e1", "e2", "x"]  # no shingles: never fuzzy duplicates
+    assert stage.counters["no_shingles"] == 2 and stage.counters["candidates"] == 0
+    assert_accounting(stage)
+
+
+@pytest.mark.timeout(120)
+def test_fuzzy_same_result_with_worker_processes(tmp_path):
+    inputs = write_shards(tmp_path, planted_corpus(seed=9))
+    serial = FuzzyDedup(partitions=3)
+    parallel = FuzzyDedup(partitions=3)
+    a = kept_ids(serial.run(inputs, tmp_path / "s", SERIAL))
+    b = kept_ids(parallel.run(inputs, tmp_path / "p", LocalExecutor(2, progress=False)))
+    assert a == b and len(a) == 40
+    assert serial.counters == parallel.counters
