@@ -1,0 +1,211 @@
+"""Per-GPU memory of a parallel layout: weights, gradients, optimizer state, activations, buffers.
+
+Pure arithmetic on the config (no torch): the planner can size a 530B model on a laptop. Every figure
+is bytes on one GPU of the worst pipeline stage. Activation formulas follow Korthikanti et al. 2022
+("Reducing Activation Recomputation in Large Transformer Models"), written per tensor so that the
+element size, dropout masks and flash attention change them the way they change the real program.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+
+from trident.config import Config
+
+CHECKPOINTING = ("none", "selective", "full")
+# Adam moments m and v in fp32; with 16-bit training an fp32 master copy of the weights as well.
+ADAM_MOMENT_BYTES = 8
+MASTER_BYTES = 4
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One way to place the model on `tp * pp * dp` devices, with the knobs that change its cost."""
+    tp: int
+    pp: int
+    dp: int
+    micro_batch: int
+    virtual_stages: int = 1
+    checkpointing: str = "none"
+    zero_stage: int = 0
+    sequence_parallel: bool = False
+    schedule: str = "1f1b"
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp * self.dp
+
+    def label(self) -> str:
+        extra = f" v{self.virtual_stages}" if self.virtual_stages > 1 else ""
+        sp = "+sp" if self.sequence_parallel else ""
+        return (f"tp{self.tp}{sp} pp{self.pp} dp{self.dp} mb{self.micro_batch}{extra} "
+                f"ckpt={self.checkpointing} zero{self.zero_stage}")
+
+    @classmethod
+    def from_config(cls, config: Config, gpus: int) -> "Layout":
+        """The layout the config asks for on `gpus` devices (dp = gpus / (tp * pp) unless set)."""
+        p, t = config.parallel, config.train
+        dp = p.dp or max(gpus // (p.tp * p.pp), 1)
+        return cls(tp=p.tp, pp=p.pp, dp=dp, micro_batch=t.micro_batch_size, virtual_stages=p.virtual_stages,
+                   checkpointing=t.activation_checkpointing, zero_stage=p.zero_stage,
+                   sequence_parallel=p.sequence_parallel, schedule=p.schedule)
+
+
+@dataclass
+class MemoryBreakdown:
+    """Bytes on one GPU of `stage` (the stage that needs the most)."""
+    weights: float
+    gradients: float
+    optimizer: float
+    activations: float
+    logits: float
+    buffers: float
+    stage: int
+    in_flight: float  # micro-batches (x chunks, for interleaving) whose activations are held at once
+    params: float  # parameters held by this GPU
+    optimizer_unsharded: float = 0.0  # what the optimizer state would take without ZeRO-1
+    notes: list = field(default_factory=list)
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.gradients + self.optimizer + self.activations + self.logits + self.buffers
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "total": self.total}
+
+
+def element_bytes(precision: str) -> int:
+    return 4 if precision == "fp32" else 2
+
+
+def micro_batches(config: Config, layout: Layout) -> int:
+    """Micro-batches per replica per step at the full global batch (ramp-up is ignored: plan for steady state)."""
+    return config.train.global_batch_size // (layout.micro_batch * layout.dp)
+
+
+def chunk_layers(num_layers: int, chunks: int) -> list[int]:
+    """Layers of each model chunk, balanced, earlier chunks taking the remainder (as array_split)."""
+    base, extra = divmod(num_layers, chunks)
+    return [base + (1 if i < extra else 0) for i in range(chunks)]
+
+
+@lru_cache(maxsize=4096)
+def _rank_layers(num_layers: int, pp: int, virtual: int, partition: tuple | None) -> tuple[int, ...]:
+    sizes = list(partition) if partition and len(partition) == pp * virtual else chunk_layers(num_layers, pp * virtual)
+    layers = [0] * pp
+    for i, size in enumerate(sizes):
+        layers[i % pp] += size
+    return tuple(layers)
+
+
+def stage_layers(config: Config, layout: Layout) -> tuple[int, ...]:
+    """Transformer layers on each pipeline rank: chunk i sits on rank i % pp (interleaved placement)."""
+    partition = config.parallel.layer_partition
+    return _rank_layers(config.model.num_layers, layout.pp, layout.virtual_stages,
+                        tuple(partition) if partition else None)
+
+
+def layer_params(config: Config, tp: int) -> float:
+    """Parameters of one transformer layer held by one TP rank (row-parallel biases and LayerNorms replicated)."""
+    h, f = config.model.hidden_size, config.model.ffn_size
+    split = (4 * h * h + 2 * h * f + 3 * h + f) / tp  # QKV, proj, fc1, fc2 weights; QKV and fc1 biases
+    replicated = 4 * h + 2 * h  # two LayerNorms (weight + bias); proj and fc2 biases
+    return split + replicated
+
+
+def stage_params(config: Config, layout: Layout, stage: int) -> float:
+    """Parameters on one GPU of pipeline rank `stage`: its layers plus embedding (first) and head (last)."""
+    m = config.model
+    h, vocab = m.hidden_size, m.padded_vocab_size(layout.tp)
+    params = stage_layers(config, layout)[stage] * layer_params(config, layout.tp)
+    if stage == 0:
+        params += vocab * h / layout.tp + m.seq_length * h  # word (vocab-parallel) + position embeddings
+    if stage == layout.pp - 1:
+        params += 2 * h  # final LayerNorm
+        if layout.pp > 1:
+            params += vocab * h / layout.tp  # tied word embedding: the last stage holds a synchronised copy
+    return params
+
+
+def layer_activation_bytes(config: Config, layout: Layout, mode: str, flash_attention: bool = False) -> float:
+    """Activation bytes one layer keeps for backward, per micro-batch, on one TP rank.
+
+    none: every tensor backward needs (Korthikanti's 34 sbh + 5 a s^2 b for bf16 with dropout);
+    selective: the attention core (scores, softmax, dropout) is recomputed, so its s^2 terms go;
+    full: only the block input is kept.
+    """
+    m, t = config.model, layout.tp
+    s, b, h, a, f = m.seq_length, layout.micro_batch, m.hidden_size, m.num_heads, m.ffn_size
+    e = element_bytes(config.train.precision)
+    sbh = s * b * h
+    # Replicated across TP ranks unless sequence parallelism splits them along the sequence.
+    shared = t if layout.sequence_parallel else 1
+    if mode == "full":
+        return e * sbh / shared
+    hidden_masks = 2 * (1 if m.hidden_dropout > 0 else 0)  # two dropout masks, one byte an element
+    replicated = (4 * e + hidden_masks) * sbh / shared  # two LayerNorm inputs, the QKV and fc1 inputs, masks
+    split = (4 * e * sbh + 2 * e * s * b * f) / t  # Q, K, V, proj input; GeLU input and fc2 input (ffn wide)
+    if flash_attention:
+        core = 4 * a * s * b / t  # only the fp32 log-sum-exp per row survives
+    else:
+        dropout = (e + 1) if m.attention_dropout > 0 else 0  # dropout mask + dropped probabilities
+        core = (e + dropout) * a * s * s * b / t  # softmax output
+    if mode == "selective":
+        core = 4 * a * s * b / t if flash_attention else 0.0
+    return replicated + split + core
+
+
+def in_flight(layout: Layout, stage: int, micro: int) -> float:
+    """Micro-batches whose activations stage `stage` holds at the peak, counted in whole-stage units.
+
+    gpipe: all of them; 1F1B: pp - stage (Narayanan et al. 2021); interleaved 1F1B: Megatron's warm-up
+    (pp - stage - 1) * 2 + (v - 1) * pp chunk-micro-batches plus the one in flight, each 1/v of the stage.
+    """
+    pp, v = layout.pp, layout.virtual_stages
+    if layout.schedule == "gpipe":
+        return float(micro)
+    if v > 1:
+        chunks = min((pp - stage - 1) * 2 + (v - 1) * pp + 1, micro * v)
+        return chunks / v
+    return float(min(pp - stage, micro))
+
+
+def stage_memory(config: Config, layout: Layout, stage: int, flash_attention: bool = False) -> MemoryBreakdown:
+    """Memory on one GPU of pipeline rank `stage`."""
+    m, t, p = config.model, config.train, layout
+    e = element_bytes(t.precision)
+    params = stage_params(config, layout, stage)
+    weights = params * e
+    gradients = params * e  # gradients kept in the training precision (REFERENCE.md: 2 bytes with bf16)
+    state_bytes = ADAM_MOMENT_BYTES + (MASTER_BYTES if t.precision != "fp32" else 0)
+    optimizer_full = params * state_bytes
+    optimizer = optimizer_full / p.dp if p.zero_stage >= 1 else optimizer_full
+
+    micro = micro_batches(config, layout)
+    flight = in_flight(layout, stage, micro)
+    layers = stage_layers(config, layout)[stage]
+    sbh = m.seq_length * p.micro_batch * m.hidden_size
+    sp = p.tp if p.sequence_parallel else 1
+    stored = layers * layer_activation_bytes(config, layout, p.checkpointing, flash_attention) * flight
+    if p.checkpointing == "full":
+        # Backward recomputes one layer at a time: its full working set exists once, beside the checkpoints.
+        stored += layer_activation_bytes(config, layout, "none", flash_attention)
+    logits = 0.0
+    if stage == p.pp - 1:
+        stored += e * sbh / sp  # final LayerNorm input
+        # Vocab-parallel logits in the training precision plus the fp32 copy the cross-entropy keeps.
+        logits = m.seq_length * p.micro_batch * m.padded_vocab_size(p.tp) / p.tp * (e + 4)
+    buffers = 0.0
+    if p.pp > 1:
+        buffers += 4 * e * sbh / sp  # send + receive buffers, activations forward and gradients backward
+    if p.dp > 1:
+        buffers += 2 * config.parallel.bucket_size_mb * 2**20  # gradient buckets in flight
+    return MemoryBreakdown(weights=weights, gradients=gradients, optimizer=optimizer, activations=stored,
+                           logits=logits, buffers=buffers, stage=stage, in_flight=flight, params=params,
+                           optimizer_unsharded=optimizer_full)
+
+
+def memory_per_gpu(config: Config, layout: Layout, flash_attention: bool = False) -> MemoryBreakdown:
+    """The worst stage's memory: what must fit on every GPU."""
+    stages = [stage_memory(config, layout, i, flash_attention) for i in range(layout.pp)]
+    return max(stages, key=lambda s: s.total)

@@ -1,0 +1,162 @@
+"""Every valid layout of a model on N devices, checked, costed and ranked by predicted step time.
+
+A layout is (tp, pp, dp, micro-batch, virtual stages, checkpointing, ZeRO stage); sequence parallelism
+and the 1F1B / GPipe choice come from the config. Invalid layouts are not dropped silently: each
+carries the reasons it was rejected, and a ranking counts them.
+"""
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Iterator
+
+from trident.config import Config
+from trident.plan.memory import CHECKPOINTING, Layout, MemoryBreakdown, memory_per_gpu, micro_batches
+from trident.plan.time import Hardware, TimeBreakdown, per_device, step_time
+
+
+@dataclass
+class Plan:
+    """One layout's verdict: its problems (empty when it is valid and fits) and, when it could be
+    costed, its memory and step time."""
+    layout: Layout
+    hardware: str
+    reasons: list[str] = field(default_factory=list)
+    memory: MemoryBreakdown | None = None
+    time: TimeBreakdown | None = None
+    usable_bytes: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.reasons
+
+    def to_dict(self) -> dict:
+        return {"layout": vars(self.layout) | {"label": self.layout.label()}, "hardware": self.hardware,
+                "ok": self.ok, "reasons": self.reasons, "usable_bytes": self.usable_bytes,
+                "memory": self.memory.to_dict() if self.memory else None,
+                "time": self.time.to_dict() if self.time else None}
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def layout_problems(config: Config, layout: Layout, gpus: int) -> list[str]:
+    """Why this layout cannot run this config on `gpus` devices (empty list: it can), memory aside."""
+    m, t, p = config.model, config.train, layout
+    problems = []
+    if p.tp * p.pp * p.dp != gpus:
+        problems.append(f"tp x pp x dp = {p.tp} x {p.pp} x {p.dp} = {p.tp * p.pp * p.dp} != {gpus} GPUs")
+    if m.num_heads % p.tp:
+        problems.append(f"tp={p.tp} does not divide model.num_heads={m.num_heads}")
+    if m.ffn_size % p.tp:
+        problems.append(f"tp={p.tp} does not divide the ffn size {m.ffn_size}")
+    if p.sequence_parallel and m.seq_length % p.tp:
+        problems.append(f"sequence parallelism needs model.seq_length={m.seq_length} divisible by tp={p.tp}")
+    if p.pp * p.virtual_stages > m.num_layers:
+        problems.append(f"pp x virtual_stages = {p.pp * p.virtual_stages} > model.num_layers={m.num_layers}")
+    if p.virtual_stages > 1 and (p.schedule != "interleaved" or p.pp == 1):
+        problems.append("virtual_stages > 1 needs schedule=interleaved and pp > 1")
+    if p.checkpointing not in CHECKPOINTING:
+        problems.append(f"checkpointing must be one of {CHECKPOINTING}, got {p.checkpointing!r}")
+    if p.zero_stage not in (0, 1):
+        problems.append(f"zero_stage must be 0 or 1, got {p.zero_stage}")
+    if p.micro_batch < 1 or t.global_batch_size % (p.micro_batch * p.dp):
+        problems.append(f"train.global_batch_size={t.global_batch_size} is not divisible by "
+                        f"micro_batch x dp = {p.micro_batch} x {p.dp}")
+    elif p.schedule == "interleaved" and p.pp > 1 and micro_batches(config, layout) % p.pp:
+        problems.append(f"interleaved schedule needs micro-batches per replica "
+                        f"({micro_batches(config, layout)}) to be a multiple of pp={p.pp}")
+    return problems
+
+
+def evaluate(config: Config, layout: Layout, hardware: Hardware, gpus: int, gpus_per_node: int,
+             flash_attention: bool = False) -> Plan:
+    """Check one layout and, when it is possible, predict its memory and step time."""
+    plan = Plan(layout=layout, hardware=hardware.name, reasons=layout_problems(config, layout, gpus))
+    if plan.reasons:
+        return plan
+    device = per_device(hardware, gpus, gpus_per_node)
+    plan.usable_bytes = device.usable_bytes
+    plan.memory = memory_per_gpu(config, layout, flash_attention)
+    plan.time = step_time(config, layout, device, gpus_per_node)
+    if plan.memory.total > device.usable_bytes:
+        plan.reasons.append(f"needs {plan.memory.total / 2**30:.1f} GiB per GPU (stage {plan.memory.stage}), "
+                            f"more than the {device.usable_bytes / 2**30:.1f} GiB usable on {hardware.name}")
+    return plan
+
+
+def mesh_problems(config: Config, tp: int, pp: int, dp: int) -> list[str]:
+    """Problems of a (tp, pp, dp) mesh that no choice of the other knobs can fix."""
+    probe = Layout(tp=tp, pp=pp, dp=dp, micro_batch=1, sequence_parallel=config.parallel.sequence_parallel)
+    return layout_problems(config, probe, tp * pp * dp)
+
+
+def candidate_layouts(config: Config, gpus: int, rejected: Counter | None = None) -> Iterator[Layout]:
+    """Every (tp, pp, dp, micro-batch, v, checkpointing, zero) with tp x pp x dp = gpus on a mesh that
+    can hold the model; meshes that cannot are counted in `rejected` by reason, once per mesh."""
+    m, t = config.model, config.train
+    schedule = "gpipe" if config.parallel.schedule == "gpipe" else "1f1b"
+    for tp in divisors(gpus):
+        for pp in divisors(gpus // tp):
+            dp = gpus // (tp * pp)
+            problems = mesh_problems(config, tp, pp, dp)
+            if problems:
+                for reason in problems:
+                    if rejected is not None:
+                        rejected["mesh: " + _reason_kind(reason)] += 1
+                continue
+            for micro in divisors(t.global_batch_size // dp):
+                for v in range(1, m.num_layers // pp + 1) if pp > 1 else (1,):
+                    for mode in CHECKPOINTING:
+                        for zero in (0, 1) if dp > 1 else (0,):
+                            yield Layout(tp=tp, pp=pp, dp=dp, micro_batch=micro, virtual_stages=v,
+                                         checkpointing=mode, zero_stage=zero,
+                                         sequence_parallel=config.parallel.sequence_parallel and tp > 1,
+                                         schedule="interleaved" if v > 1 else schedule)
+
+
+@dataclass
+class Ranking:
+    plans: list[Plan]  # valid layouts that fit, fastest first
+    rejected: Counter  # reason kind -> count
+    examined: int
+
+    def best_per_mesh(self) -> list[Plan]:
+        """The fastest plan of each (tp, pp, dp), fastest first: the ranking of device meshes."""
+        seen, best = set(), []
+        for plan in self.plans:
+            key = (plan.layout.tp, plan.layout.pp, plan.layout.dp)
+            if key not in seen:
+                seen.add(key)
+                best.append(plan)
+        return best
+
+    def position(self, **match) -> int | None:
+        """1-based rank of the first plan whose layout has all the given fields, or None."""
+        for i, plan in enumerate(self.plans, 1):
+            if all(getattr(plan.layout, k) == v for k, v in match.items()):
+                return i
+        return None
+
+
+def _reason_kind(reason: str) -> str:
+    """Group messages that differ only in numbers (for the rejected-layout counts)."""
+    return re.sub(r"(?<![A-Za-z-])\d+(\.\d+)?", "N", reason)
+
+
+def rank_layouts(config: Config, hardware: Hardware, gpus: int, gpus_per_node: int,
+                 flash_attention: bool = False) -> Ranking:
+    """All valid layouts that fit in memory, by predicted step time (then memory); rejections counted."""
+    plans, rejected, examined = [], Counter(), 0
+    for layout in candidate_layouts(config, gpus, rejected):
+        examined += 1
+        plan = evaluate(config, layout, hardware, gpus, gpus_per_node, flash_attention)
+        if plan.ok:
+            plans.append(plan)
+        else:
+            for reason in plan.reasons:
+                rejected[_reason_kind(reason)] += 1
+    plans.sort(key=lambda p: (p.time.total, p.memory.total))
+    return Ranking(plans=plans, rejected=rejected, examined=examined)

@@ -1,0 +1,284 @@
+"""Step time of a parallel layout on a hardware profile: compute, TP collectives, pipeline p2p and bubble,
+data-parallel reduction, optimizer. Pure arithmetic apart from timing a matmul for the cpu profile.
+
+Model (docs/planner.md): a pipeline rank spends per micro-batch
+    t_stage = FLOPs / (peak * efficiency) + TP all-reduces + p2p sends,
+the pipeline takes m * max(t_stage) + (sum(t_stage) - max(t_stage)) / v (fill and drain: the bubble,
+(pp - 1) / (m v) of the work for equal stages), then the data-parallel gradient reduction and the
+optimizer step follow (DeepSpeed's and Megatron's 2021 pipeline engines did not overlap them).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+import yaml
+
+from trident.config import Config
+from trident.plan.memory import Layout, element_bytes, micro_batches, stage_layers, stage_params
+
+PROFILE_FILE = Path(__file__).parent / "hardware.yaml"
+
+
+@dataclass
+class Hardware:
+    """One accelerator in its node, as hardware.yaml describes it (see the comments there)."""
+    name: str
+    peak_tflops: float
+    fp32_peak_tflops: float
+    sustained_efficiency: float
+    memory_gib: float
+    reserved_gib: float
+    hbm_gbs: float
+    intra_node_busbw_gbs: float
+    intra_node_latency_us: float
+    inter_node_busbw_gbs: float
+    inter_node_latency_us: float
+    tp_overlap: float = 0.0
+    pp_overlap: float = 0.0
+    dp_overlap: float = 0.0
+    gpus_per_node: int = 8
+    shared_host: bool = False
+    description: str = ""
+
+    def peak(self, precision: str) -> float:
+        """Peak FLOP/s of one device for the training precision."""
+        return (self.fp32_peak_tflops if precision == "fp32" else self.peak_tflops) * 1e12
+
+    @property
+    def usable_bytes(self) -> float:
+        return (self.memory_gib - self.reserved_gib) * 2**30
+
+
+def _measured(value, what: str, dtype: str):
+    """Resolve `measure` / `detect` entries of the cpu profile on this host."""
+    if value == "measure":
+        import torch  # only the cpu profile pays for torch
+        from trident.train.metrics import measured_cpu_peak_tflops
+        return measured_cpu_peak_tflops(torch.float32 if dtype == "fp32" else torch.bfloat16)
+    if value == "detect":
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return value
+
+
+def read_profiles(path: str | Path | None = None) -> dict[str, dict]:
+    """Raw profiles from the bundled hardware.yaml, updated by a user file (same layout)."""
+    profiles = yaml.safe_load(PROFILE_FILE.read_text())
+    if path is not None:
+        try:
+            extra = yaml.safe_load(Path(path).read_text()) or {}
+        except (OSError, yaml.YAMLError) as error:
+            raise ValueError(f"hardware file '{path}': {error}") from None
+        if not isinstance(extra, dict) or not all(isinstance(v, dict) for v in extra.values()):
+            raise ValueError(f"hardware file '{path}': expected a mapping of profile name -> fields")
+        for name, values in extra.items():
+            profiles[name] = {**profiles.get(name, {}), **values}
+    return profiles
+
+
+def load_hardware(name: str, path: str | Path | None = None) -> Hardware:
+    """The profile `name`, with cpu `measure`/`detect` entries resolved. Unknown names and fields are errors."""
+    profiles = read_profiles(path)
+    if name not in profiles:
+        raise ValueError(f"unknown hardware '{name}'; known: {', '.join(sorted(profiles))}"
+                         + ("" if path else " (add more with --hardware FILE)"))
+    raw = dict(profiles[name])
+    known = {f.name for f in fields(Hardware)} - {"name"}
+    unknown = set(raw) - known
+    if unknown:
+        raise ValueError(f"hardware profile '{name}': unknown field(s) {', '.join(sorted(unknown))}; "
+                         f"known: {', '.join(sorted(known))}")
+    raw["peak_tflops"] = _measured(raw.get("peak_tflops"), "peak", "bf16")
+    raw["fp32_peak_tflops"] = _measured(raw.get("fp32_peak_tflops"), "peak", "fp32")
+    raw["memory_gib"] = _measured(raw.get("memory_gib"), "memory", "")
+    try:
+        return Hardware(name=name, **raw)
+    except TypeError as error:
+        raise ValueError(f"hardware profile '{name}': {error}") from None
+
+
+def per_device(hardware: Hardware, gpus: int, gpus_per_node: int) -> Hardware:
+    """On a shared host the processes of a node split its cores and memory evenly."""
+    if not hardware.shared_host:
+        return hardware
+    ranks = max(min(gpus, gpus_per_node), 1)
+    share = {f.name: getattr(hardware, f.name) for f in fields(Hardware)}
+    share.update(peak_tflops=hardware.peak_tflops / ranks, fp32_peak_tflops=hardware.fp32_peak_tflops / ranks,
+                 memory_gib=(hardware.memory_gib - hardware.reserved_gib * ranks) / ranks + hardware.reserved_gib)
+    return Hardware(**share)
+
+
+# ---------------------------------------------------------------------------------------------- FLOPs
+
+def layer_forward_flops(config: Config, micro_batch: int) -> float:
+    """Forward FLOPs of one transformer layer for one micro-batch: 24 b s h^2 + 4 b s^2 h (ffn = 4h)."""
+    m = config.model
+    s, h, f = m.seq_length, m.hidden_size, m.ffn_size
+    matmuls = 2 * micro_batch * s * (4 * h * h + 2 * h * f)  # QKV + proj, fc1 + fc2
+    attention = 4 * micro_batch * s * s * h  # scores and the weighted sum of values
+    return matmuls + attention
+
+
+def head_forward_flops(config: Config, micro_batch: int) -> float:
+    m = config.model
+    return 2 * micro_batch * m.seq_length * m.hidden_size * m.padded_vocab_size(1)
+
+
+def recompute_flops(config: Config, micro_batch: int, mode: str) -> float:
+    """Extra forward FLOPs per layer that activation checkpointing re-runs in backward."""
+    if mode == "full":
+        return layer_forward_flops(config, micro_batch)
+    if mode == "selective":
+        m = config.model
+        return 4 * micro_batch * m.seq_length**2 * m.hidden_size
+    return 0.0
+
+
+def iteration_flops(config: Config, recompute: bool = True) -> float:
+    """REFERENCE.md / Narayanan et al. 2021: F = 96 B s L h^2 (1 + s/(6h) + V/(16 L h)); 3/4 without recompute.
+
+    This is the convention the paper's TFLOP/s use, whatever the layout actually recomputes.
+    """
+    m = config.model
+    b, s, layers, h, v = config.train.global_batch_size, m.seq_length, m.num_layers, m.hidden_size, m.padded_vocab_size(1)
+    full = 96.0 * b * s * layers * h * h * (1 + s / (6 * h) + v / (16 * layers * h))
+    return full if recompute else 0.75 * full
+
+
+# ------------------------------------------------------------------------------------- communication
+
+def ring_time(nbytes: float, ranks: int, busbw_gbs: float, latency_us: float, factor: float = 2.0) -> float:
+    """Seconds for a ring collective: factor (n-1)/n * bytes / busbw + one latency per hop.
+    factor 2: all-reduce; 1: reduce-scatter or all-gather."""
+    if ranks <= 1:
+        return 0.0
+    hops = factor * (ranks - 1)
+    return factor * (ranks - 1) / ranks * nbytes / (busbw_gbs * 1e9) + hops * latency_us * 1e-6
+
+
+def link(hardware: Hardware, span: int, gpus_per_node: int) -> tuple[float, float]:
+    """(busbw GB/s, latency us) for a group whose ranks spread over `span` consecutive ranks.
+
+    Ranks are laid out dp x pp x tp with TP innermost (parallel/mesh.py): a group stays inside one
+    node when its span fits a node; otherwise its ring crosses the inter-node fabric, the slowest hop.
+    """
+    if span <= gpus_per_node:
+        return hardware.intra_node_busbw_gbs, hardware.intra_node_latency_us
+    return hardware.inter_node_busbw_gbs, hardware.inter_node_latency_us
+
+
+@dataclass
+class TimeBreakdown:
+    """Seconds of one optimizer step (one global batch), and the rates that follow from it."""
+    compute: float  # forward + backward math of the slowest stage, all micro-batches
+    recompute: float  # of which activation recomputation
+    tp_comm: float
+    pp_comm: float
+    bubble: float  # pipeline fill and drain
+    dp_comm: float  # gradient reduction (+ parameter all-gather with ZeRO-1), tied-embedding sync
+    optimizer: float
+    micro_batches: int
+    bubble_fraction: float
+    tflops_per_gpu: float = 0.0  # paper convention: F with recompute / (gpus * step time)
+    mfu: float = 0.0  # model FLOPs (no recompute) / (gpus * step time * peak)
+    slowest_stage: int = 0
+
+    @property
+    def total(self) -> float:
+        return self.compute + self.tp_comm + self.pp_comm + self.bubble + self.dp_comm + self.optimizer
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "total": self.total}
+
+
+def stage_seconds(config: Config, layout: Layout, hardware: Hardware, gpus_per_node: int, stage: int) -> dict:
+    """Per-micro-batch seconds of one pipeline rank, by component."""
+    m, b = config.model, layout.micro_batch
+    speed = hardware.peak(config.train.precision) * hardware.sustained_efficiency
+    layers = stage_layers(config, layout)[stage]
+    forward = layers * layer_forward_flops(config, b)
+    recompute = layers * recompute_flops(config, b, layout.checkpointing)
+    if stage == layout.pp - 1:
+        forward += head_forward_flops(config, b)
+    compute = 3 * forward / layout.tp / speed  # forward + backward (twice the forward)
+    recompute_s = recompute / layout.tp / speed
+
+    act_bytes = element_bytes(config.train.precision) * m.seq_length * b * m.hidden_size
+    bw, lat = link(hardware, layout.tp, gpus_per_node)
+    # Megatron TP: two all-reduces forward and two backward per layer, two more when the layer is re-run.
+    # (Sequence parallelism turns each into a reduce-scatter + all-gather: the same bytes on the wire.)
+    collectives = layers * (4 + (2 if layout.checkpointing == "full" else 0))
+    collectives += (stage == 0) + (stage == layout.pp - 1)  # vocab-parallel embedding and head
+    tp = collectives * ring_time(act_bytes, layout.tp, bw, lat) * (1 - hardware.tp_overlap)
+
+    pp = 0.0
+    if layout.pp > 1:
+        sent = act_bytes / (layout.tp if layout.sequence_parallel else 1)
+        bw, lat = link(hardware, layout.tp * layout.pp, gpus_per_node)
+        # Activations forward and gradients backward, once per model chunk the micro-batch passes here.
+        pp = 2 * layout.virtual_stages * (sent / (bw * 1e9) + lat * 1e-6) * (1 - hardware.pp_overlap)
+    return {"compute": compute + recompute_s, "recompute": recompute_s, "tp": tp, "pp": pp}
+
+
+def gradient_sync_seconds(config: Config, layout: Layout, hardware: Hardware, gpus_per_node: int) -> float:
+    """Data-parallel reduction of the largest stage's gradients, plus the tied-embedding all-reduce."""
+    e = element_bytes(config.train.precision)
+    params = max(stage_params(config, layout, i) for i in range(layout.pp))
+    bw, lat = link(hardware, layout.gpus, gpus_per_node)
+    if layout.zero_stage >= 1:
+        # ZeRO-1: reduce-scatter the gradients, all-gather the updated weights: an all-reduce's bytes.
+        seconds = 2 * ring_time(params * e, layout.dp, bw, lat, factor=1.0)
+    else:
+        seconds = ring_time(params * e, layout.dp, bw, lat)
+    seconds *= 1 - hardware.dp_overlap
+    if layout.pp > 1:  # first and last stage add their copies of the tied word embedding
+        embedding = config.model.padded_vocab_size(layout.tp) * config.model.hidden_size / layout.tp * e
+        bw, lat = link(hardware, layout.tp * layout.pp, gpus_per_node)
+        seconds += ring_time(embedding, 2, bw, lat)
+    return seconds
+
+
+def optimizer_seconds(config: Config, layout: Layout, hardware: Hardware) -> float:
+    """Adam is bandwidth-bound: read grad, master, m, v; write master, m, v, weights (per owned param)."""
+    e = element_bytes(config.train.precision)
+    params = max(stage_params(config, layout, i) for i in range(layout.pp))
+    owned = params / layout.dp if layout.zero_stage >= 1 else params
+    per_param = 2 * e + (24 if config.train.precision != "fp32" else 16)
+    return owned * per_param / (hardware.hbm_gbs * 1e9)
+
+
+def step_time(config: Config, layout: Layout, hardware: Hardware, gpus_per_node: int) -> TimeBreakdown:
+    """Seconds of one step at the full global batch, broken down; `hardware` is per device."""
+    micro = micro_batches(config, layout)
+    stages = [stage_seconds(config, layout, hardware, gpus_per_node, i) for i in range(layout.pp)]
+    per_stage = [s["compute"] + s["tp"] + s["pp"] for s in stages]
+    slowest = max(range(layout.pp), key=lambda i: per_stage[i])
+    worst = stages[slowest]
+    bubble = (sum(per_stage) - per_stage[slowest]) / layout.virtual_stages
+    breakdown = TimeBreakdown(
+        compute=micro * worst["compute"], recompute=micro * worst["recompute"], tp_comm=micro * worst["tp"],
+        pp_comm=micro * worst["pp"], bubble=bubble, dp_comm=gradient_sync_seconds(config, layout, hardware, gpus_per_node),
+        optimizer=optimizer_seconds(config, layout, hardware), micro_batches=micro,
+        bubble_fraction=bubble / (micro * per_stage[slowest]), slowest_stage=slowest)
+    gpus = layout.gpus
+    breakdown.tflops_per_gpu = iteration_flops(config) / (gpus * breakdown.total) / 1e12
+    breakdown.mfu = iteration_flops(config, recompute=False) / (gpus * breakdown.total) / hardware.peak(config.train.precision)
+    return breakdown
+
+
+def calibrate_efficiency(config: Config, layout: Layout, hardware: Hardware, gpus_per_node: int,
+                         measured_step_s: float) -> float:
+    """The sustained_efficiency that makes the predicted step time equal `measured_step_s`.
+
+    Only the compute terms scale with 1/efficiency (the bubble holds compute too), so the step time is
+    C / efficiency + K; two evaluations give C and K.
+    """
+    probe = Hardware(**{**{f.name: getattr(hardware, f.name) for f in fields(Hardware)}, "sustained_efficiency": 1.0})
+    at_one = step_time(config, layout, probe, gpus_per_node).total
+    probe.sustained_efficiency = 0.5
+    scaled = step_time(config, layout, probe, gpus_per_node).total - at_one  # C (1/0.5 - 1/1) = C
+    fixed = at_one - scaled
+    if measured_step_s <= fixed:
+        raise ValueError(f"measured {measured_step_s:.3f} s is below the non-compute time {fixed:.3f} s")
+    return scaled / (measured_step_s - fixed)
