@@ -1,10 +1,41 @@
 """Curation pipelines: a YAML list of stages, run shard by shard on a local or Ray executor.
 
+Config file (YAML): either a bare list of stages, or a mapping
+
+    dataset: cc            # meta["dataset"] for input documents that carry none
+    strict: false          # true: stop at the first bad input record instead of counting it
+    max_doc_bytes: 5000000 # larger records are dropped (counted as too_large)
+    executor: local        # local | ray
+    workers: 1             # processes / Ray CPUs; 0 = one per core
+    ray_address: null      # connect to an existing Ray cluster ("auto", "ray://host:10001")
+    keep_work: false       # keep OUT/work/ (per-phase shards) after a successful run
+    inputs: []             # paths (or {path, dataset}); --input on the command line adds more
+    stages:
+      - {stage: extract}
+      - {stage: langid, languages: [en], threshold: 0.5}
+      - ...
+
+Each stage entry is `stage: <registered name>` plus that stage's keyword parameters, and
+optionally `enabled: false`. Overrides are `key=value` (value parsed as YAML): top-level keys
+(`workers=4`), or `stages.<name or index>.<param>=value` (`stages.min_length.min_tokens=64`).
 Stage base classes and the registry live in trident.curate.stage and are re-exported here.
 """
 from __future__ import annotations
 
+import copy
+import json
+import shutil
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import yaml
+
 from trident.curate.document import CurateError, Document
+from trident.curate.executors import make_executor
+from trident.curate.runner import run_global_phase, run_stream_phase, split_phases, write_json_atomic
+from trident.curate.shards import DEFAULT_MAX_DOC_BYTES, input_format
 from trident.curate.stage import (
     Executor,
     GlobalStage,
@@ -19,4 +50,203 @@ from trident.curate.stage import (
 __all__ = [
     "CurateError", "Document", "Executor", "GlobalStage", "Stage", "StreamingStage",
     "build_stage", "register_stage", "registered_stages", "stage_class",
+    "load_pipeline_config", "run_pipeline", "check_accounting",
 ]
+
+DEFAULTS: dict[str, Any] = {
+    "dataset": "web", "strict": False, "max_doc_bytes": DEFAULT_MAX_DOC_BYTES, "executor": "local",
+    "workers": 1, "ray_address": None, "keep_work": False, "progress": True, "inputs": [], "stages": [],
+}
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+
+
+def _read_config_file(path: str | Path) -> Any:
+    candidate = Path(path)
+    if not candidate.exists():
+        preset = CONFIG_DIR / (candidate.name if candidate.suffix == ".yaml" else f"{candidate.name}.yaml")
+        if not preset.exists():
+            raise CurateError(f"pipeline config '{path}' not found (presets: curate-cc)")
+        candidate = preset
+    try:
+        return yaml.safe_load(candidate.read_text())
+    except yaml.YAMLError as err:
+        raise CurateError(f"pipeline config '{candidate}': invalid YAML: {err}") from err
+
+
+def _apply_override(config: dict, item: str) -> None:
+    if "=" not in item:
+        raise CurateError(f"override '{item}' must look like key=value or stages.<name>.<param>=value")
+    key, raw = item.split("=", 1)
+    value = yaml.safe_load(raw) if raw else ""
+    parts = key.strip().split(".")
+    if parts[0] != "stages":
+        if len(parts) != 1 or parts[0] not in DEFAULTS:
+            raise CurateError(f"override '{item}': unknown key '{key}'; top-level keys: {sorted(DEFAULTS)}")
+        config[parts[0]] = value
+        return
+    if len(parts) != 3:
+        raise CurateError(f"override '{item}': stage overrides look like stages.<name or index>.<param>=value")
+    selector, param = parts[1], parts[2]
+    stages = config["stages"]
+    if selector.isdigit():
+        matches = [stages[int(selector)]] if int(selector) < len(stages) else []
+    else:
+        matches = [spec for spec in stages if spec["stage"] == selector]
+    if len(matches) != 1:
+        names = [spec["stage"] for spec in stages]
+        raise CurateError(f"override '{item}': '{selector}' must name exactly one stage of {names} (or use its index)")
+    matches[0][param] = value
+
+
+def load_pipeline_config(config: str | Path | dict | list, overrides: list[str] | tuple = ()) -> dict:
+    """A validated pipeline config (every key filled) from a YAML path, a preset name, a dict or a
+    list of stages, with `key=value` overrides applied. Unknown keys/stages/params raise CurateError."""
+    tree = _read_config_file(config) if isinstance(config, (str, Path)) else copy.deepcopy(config)
+    if isinstance(tree, list):
+        tree = {"stages": tree}
+    if not isinstance(tree, dict):
+        raise CurateError("pipeline config must be a list of stages or a mapping with a 'stages' list")
+    unknown = sorted(set(tree) - set(DEFAULTS))
+    if unknown:
+        raise CurateError(f"pipeline config: unknown key(s) {unknown}; allowed: {sorted(DEFAULTS)}")
+    merged = {**copy.deepcopy(DEFAULTS), **tree}
+    for index, spec in enumerate(merged["stages"]):
+        if not isinstance(spec, dict) or not isinstance(spec.get("stage"), str):
+            raise CurateError(f"pipeline config: stages[{index}] must be a mapping with 'stage: <name>'")
+    for item in overrides:
+        _apply_override(merged, item)
+    if merged["executor"] not in ("local", "ray"):
+        raise CurateError(f"pipeline config: executor must be 'local' or 'ray', got {merged['executor']!r}")
+    for spec in merged["stages"]:
+        if spec.get("enabled", True):
+            build_stage(spec["stage"], {k: v for k, v in spec.items() if k not in ("stage", "enabled")})
+    return merged
+
+
+def _resolve_inputs(config: dict, extra: list[Path] | tuple) -> list[tuple[Path, str]]:
+    entries = list(config["inputs"]) + [str(p) for p in extra]
+    resolved: list[tuple[Path, str]] = []
+    for entry in entries:
+        path, dataset = (entry.get("path"), entry.get("dataset")) if isinstance(entry, dict) else (entry, None)
+        files = sorted(p for p in Path(path).rglob("*") if p.is_file()) if Path(path).is_dir() else [Path(path)]
+        for file in files:
+            if not file.exists():
+                raise CurateError(f"input '{file}' does not exist")
+            input_format(file)
+            resolved.append((file, dataset or config["dataset"]))
+    if not resolved:
+        raise CurateError("no inputs: give --input PATH (or 'inputs:' in the pipeline config)")
+    return resolved
+
+
+def check_accounting(stages: list[dict]) -> list[str]:
+    """Problems with the funnel: each stage must have in == out + sum(dropped:*), and each stage
+    must receive exactly what the previous one let out. Empty list: every document is accounted for."""
+    problems = []
+    previous_out = None
+    for entry in stages:
+        counters = entry["counters"]
+        dropped = sum(v for k, v in counters.items() if k.startswith("dropped:"))
+        if counters.get("in", 0) != counters.get("out", 0) + dropped:
+            problems.append(f"stage {entry['name']}: in={counters.get('in', 0)} != "
+                            f"out={counters.get('out', 0)} + dropped={dropped}")
+        if previous_out is not None and counters.get("in", 0) != previous_out:
+            problems.append(f"stage {entry['name']}: in={counters.get('in', 0)} but the previous stage "
+                            f"let out {previous_out}")
+        previous_out = counters.get("out", 0)
+    return problems
+
+
+def _fingerprint(config: dict, inputs: list[tuple[Path, str]]) -> dict:
+    return {"stages": config["stages"], "inputs": [[str(p), d] for p, d in inputs],
+            "strict": config["strict"], "max_doc_bytes": config["max_doc_bytes"]}
+
+
+def _prepare_work_dir(work: Path, fingerprint: dict) -> None:
+    """Reuse OUT/work for a resumed run of the same pipeline; start afresh for any other."""
+    stamp = work / "pipeline.json"
+    if work.exists() and (not stamp.exists() or json.loads(stamp.read_text()) != fingerprint):
+        shutil.rmtree(work)
+    work.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(stamp, fingerprint)
+
+
+def _publish(shards: list[Path], out_dir: Path, keep_work: bool) -> list[Path]:
+    for old in out_dir.glob("shard-*.jsonl.zst"):
+        old.unlink()
+    final = []
+    for index, shard in enumerate(shards):
+        target = out_dir / f"shard-{index:05d}.jsonl.zst"
+        (shutil.copy2 if keep_work else shutil.move)(str(shard), str(target))
+        final.append(target)
+    return final
+
+
+def run_pipeline(config: str | Path | dict | list, inputs: list[Path] | tuple = (), out_dir: Path | str = "curated",
+                 executor: str | None = None, workers: int | None = None, overrides: list[str] | tuple = ()) -> dict:
+    """Run a curation pipeline over `inputs` (plus the config's own inputs) into `out_dir`:
+    OUT/shard-*.jsonl.zst, OUT/stats.json, OUT/report.md (+ PNG charts). Returns the stats dict.
+
+    `executor`/`workers` override the config's. Raises CurateError on bad config, on a bad record in
+    strict mode, and (after writing stats) when the accounting check fails.
+    """
+    from trident.curate.report import write_report
+
+    cfg = load_pipeline_config(config, overrides)
+    cfg["executor"] = executor or cfg["executor"]
+    cfg["workers"] = cfg["workers"] if workers is None else workers
+    files = _resolve_inputs(cfg, inputs)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    work = out_dir / "work"
+    _prepare_work_dir(work, _fingerprint(cfg, files))
+    specs = [spec for spec in cfg["stages"] if spec.get("enabled", True)]
+    options = {"strict": cfg["strict"], "max_doc_bytes": cfg["max_doc_bytes"]}
+    start = time.time()
+    pool = make_executor(cfg["executor"], cfg["workers"], cfg["ray_address"], progress=cfg["progress"])
+    stage_stats: list[dict] = []
+    errors: list[dict] = []
+    try:
+        current: list = files
+        for number, (kind, phase_specs) in enumerate(split_phases(specs)):
+            phase_dir = work / f"phase-{number:02d}"
+            names = "+".join(s["stage"] for s in phase_specs) or "read"
+            if kind == "stream":
+                read_raw = number == 0
+                shard_inputs = current if read_raw else [(p, None) for p in current]
+                current, totals = run_stream_phase(phase_specs, shard_inputs, phase_dir, pool, options,
+                                                   read_raw, desc=names)
+                if read_raw:
+                    stage_stats.append({"name": "read", "kind": "read", "params": {}, "counters": totals["read"]})
+                    errors.extend(totals["errors"])
+                for spec, counters in zip(phase_specs, totals["stages"]):
+                    stage_stats.append(_entry(spec, "streaming", counters))
+            else:
+                current, counters = run_global_phase(phase_specs[0], current, phase_dir, pool)
+                stage_stats.append(_entry(phase_specs[0], "global", counters))
+    finally:
+        pool.close()
+    elapsed = time.time() - start
+    final = _publish(current, out_dir, cfg["keep_work"])
+    if not cfg["keep_work"]:
+        shutil.rmtree(work, ignore_errors=True)
+    problems = check_accounting(stage_stats)
+    stats = {
+        "inputs": [{"path": str(p), "dataset": d} for p, d in files],
+        "executor": cfg["executor"], "workers": pool.workers, "elapsed_s": round(elapsed, 3),
+        "stages": [{**s, "counters": dict(sorted(s["counters"].items()))} for s in stage_stats],
+        "output": {"shards": [str(p) for p in final], "documents": stage_stats[-1]["counters"].get("out", 0)},
+        "accounting": {"ok": not problems, "problems": problems},
+        "errors": errors,
+        "config": {k: v for k, v in cfg.items() if k != "inputs"},
+    }
+    write_json_atomic(out_dir / "stats.json", stats)
+    write_report(stats, out_dir)
+    if problems:
+        raise CurateError("accounting check failed (documents vanished uncounted): " + "; ".join(problems))
+    return stats
+
+
+def _entry(spec: dict, kind: str, counters: Counter) -> dict:
+    params = {k: v for k, v in spec.items() if k not in ("stage", "enabled")}
+    return {"name": spec["stage"], "kind": kind, "params": params, "counters": Counter(counters)}

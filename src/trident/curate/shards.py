@@ -193,7 +193,7 @@ def _read_warc(path: Path, log: RecordLog, max_doc_bytes: int) -> Iterator[Docum
         offset: int | str = 0
         try:
             for record in records:
-                offset = records.get_record_offset()
+                offset = records.offset  # get_record_offset() would consume the record body
                 if record.rec_type not in ("response", "resource"):
                     log.counters[f"skipped_records:{record.rec_type}"] += 1
                     continue
@@ -207,6 +207,18 @@ def _read_warc(path: Path, log: RecordLog, max_doc_bytes: int) -> Iterator[Docum
             log.bad(path, f"after byte {offset}", "unreadable_warc", f"{type(err).__name__}: {err}")
 
 
+def _read_limited(stream, limit: int) -> bytes:
+    """Up to `limit` bytes (warcio's readers return short or empty reads for large sizes)."""
+    parts, size = [], 0
+    while size < limit:
+        chunk = stream.read(min(65536, limit - size))
+        if not chunk:
+            break
+        parts.append(chunk)
+        size += len(chunk)
+    return b"".join(parts)
+
+
 def _warc_document(path: Path, offset: int, record, log: RecordLog, max_doc_bytes: int) -> Document | None:
     where = f"byte {offset}"
     headers = record.rec_headers
@@ -216,7 +228,7 @@ def _warc_document(path: Path, offset: int, record, log: RecordLog, max_doc_byte
         content_type = record.http_headers.get_header("Content-Type") or ""
     else:
         status, content_type = 200, headers.get_header("Content-Type") or ""
-    body = record.content_stream().read(max_doc_bytes + 1)
+    body = _read_limited(record.content_stream(), max_doc_bytes + 1)
     if len(body) > max_doc_bytes:
         log.bad(path, where, "too_large", f"record body > max_doc_bytes={max_doc_bytes}")
         return None

@@ -1,0 +1,49 @@
+"""Unicode repair (ftfy) and normalisation of document text."""
+from __future__ import annotations
+
+import re
+import unicodedata
+
+import ftfy
+
+from trident.curate.document import Document
+from trident.curate.stage import StreamingStage, register_stage
+
+# C0/C1 control characters except tab and newline; they carry no text and confuse tokenizers.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_SPACES = re.compile(r"[ \t\u00a0\u2000-\u200b\u3000]+")
+_BLANK_LINES = re.compile(r"\n\s*\n(\s*\n)+")
+
+
+@register_stage("clean")
+class Clean(StreamingStage):
+    """Repairs mojibake and broken Unicode with ftfy, applies a Unicode normal form, removes control
+    characters, collapses runs of spaces and of blank lines. Counts `changed:ftfy`,
+    `changed:normalize`, `changed:whitespace`; drops `empty` (nothing but whitespace left)."""
+
+    def __init__(self, normalization: str | None = "NFC", fix_unicode: bool = True,
+                 collapse_whitespace: bool = True) -> None:
+        if normalization not in (None, "NFC", "NFKC", "NFD", "NFKD"):
+            raise ValueError(f"normalization must be NFC, NFKC, NFD, NFKD or null, got {normalization!r}")
+        super().__init__(normalization=normalization, fix_unicode=fix_unicode,
+                         collapse_whitespace=collapse_whitespace)
+
+    def apply(self, doc: Document) -> Document | str:
+        text = doc.text
+        if self.params["fix_unicode"]:
+            fixed = ftfy.fix_text(text, normalization=None)
+            self.counters["changed:ftfy"] += fixed != text
+            text = fixed
+        if self.params["normalization"]:
+            normal = unicodedata.normalize(self.params["normalization"], text)
+            self.counters["changed:normalize"] += normal != text
+            text = normal
+        if self.params["collapse_whitespace"]:
+            tidy = _BLANK_LINES.sub("\n\n", _SPACES.sub(" ", _CONTROL.sub("", text)))
+            tidy = "\n".join(line.strip() for line in tidy.split("\n")).strip()
+            self.counters["changed:whitespace"] += tidy != text
+            text = tidy
+        if not text.strip():
+            return "empty"
+        doc.text = text
+        return doc

@@ -1,0 +1,107 @@
+"""Executors: run `fn` over a list of work items, locally (process pool) or on a Ray cluster.
+
+Both promise the same thing: `map(fn, items)` == `[fn(x) for x in items]`, results in input order,
+with a progress bar. `fn` must be a module-level function; items and results must be picklable
+(they cross process boundaries). Shard files are passed as paths, so on a multi-node Ray cluster
+the output directory must be on storage every node can see.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from typing import Any, Callable
+
+from tqdm import tqdm
+
+from trident.curate.document import CurateError
+
+
+class LocalExecutor:
+    """`workers` local processes (1: in this process, no pool)."""
+
+    def __init__(self, workers: int = 1, progress: bool = True) -> None:
+        if workers < 1:
+            raise CurateError(f"workers must be >= 1, got {workers}")
+        self.workers = workers
+        self.progress = progress
+
+    def map(self, fn: Callable[[Any], Any], items: list, desc: str | None = None) -> list:
+        items = list(items)
+        bar = tqdm(total=len(items), desc=desc, unit="task", disable=not self.progress, leave=False)
+        try:
+            if self.workers == 1 or len(items) <= 1:
+                results = []
+                for item in items:
+                    results.append(fn(item))
+                    bar.update()
+                return results
+            return self._pool_map(fn, items, bar)
+        finally:
+            bar.close()
+
+    def _pool_map(self, fn, items: list, bar) -> list:
+        # spawn: workers start clean (no inherited threads or locks), like Ray workers do.
+        context = multiprocessing.get_context("spawn")
+        results: list[Any] = [None] * len(items)
+        with ProcessPoolExecutor(max_workers=min(self.workers, len(items)), mp_context=context) as pool:
+            futures = {pool.submit(fn, item): i for i, item in enumerate(items)}
+            for future in as_completed(futures):
+                results[futures[future]] = future.result()
+                bar.update()
+        return results
+
+    def close(self) -> None:
+        """Nothing to release: each map call owns its pool."""
+
+
+class RayExecutor:
+    """Ray tasks, one per item. Connects to `address` (e.g. "auto" or "ray://host:10001") when
+    given, otherwise starts a local Ray with `workers` CPUs. `close` shuts down what it started."""
+
+    def __init__(self, workers: int = 1, address: str | None = None, progress: bool = True) -> None:
+        try:
+            import ray
+        except ImportError as err:
+            raise CurateError("executor 'ray' needs Ray: pip install 'trident-lm[ray]'") from err
+        self._ray = ray
+        self.progress = progress
+        self._started = False
+        if not ray.is_initialized():
+            kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
+                                      "configure_logging": False}
+            if address:
+                ray.init(address=address, **kwargs)
+            else:
+                ray.init(num_cpus=workers, **kwargs)
+            self._started = True
+        self.workers = max(1, int(ray.cluster_resources().get("CPU", workers)))
+
+    def map(self, fn: Callable[[Any], Any], items: list, desc: str | None = None) -> list:
+        ray = self._ray
+        remote = ray.remote(num_cpus=1)(fn)
+        refs = [remote.remote(item) for item in items]
+        index = {ref: i for i, ref in enumerate(refs)}
+        results: list[Any] = [None] * len(refs)
+        pending = list(refs)
+        with tqdm(total=len(refs), desc=desc, unit="task", disable=not self.progress, leave=False) as bar:
+            while pending:
+                done, pending = ray.wait(pending, num_returns=1)
+                for ref in done:
+                    results[index[ref]] = ray.get(ref)
+                    bar.update()
+        return results
+
+    def close(self) -> None:
+        if self._started and self._ray.is_initialized():
+            self._ray.shutdown()
+
+
+def make_executor(kind: str, workers: int = 1, address: str | None = None, progress: bool = True):
+    """'local' or 'ray' executor; `workers` 0 means one per CPU core."""
+    workers = workers or os.cpu_count() or 1
+    if kind == "local":
+        return LocalExecutor(workers, progress=progress)
+    if kind == "ray":
+        return RayExecutor(workers, address=address, progress=progress)
+    raise CurateError(f"executor must be 'local' or 'ray', got {kind!r}")

@@ -1,0 +1,121 @@
+"""Phases of a pipeline run: fused streaming stages over each shard, and global stages between.
+
+Every finished unit of work leaves a completion marker (JSON with its counters) next to its
+output; a rerun after a crash finds the markers and redoes only what has none.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from trident.curate.shards import RecordLog, read_documents, read_shard, write_shard
+from trident.curate.stage import Executor, GlobalStage, StreamingStage, build_stage, stage_class
+
+MARKER_SUFFIX = ".done.json"
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    """Write JSON so a reader sees the old file or the whole new one, never half of it."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=1, sort_keys=True))
+    os.replace(tmp, path)
+
+
+def is_global(spec: dict) -> bool:
+    return issubclass(stage_class(spec["stage"]), GlobalStage)
+
+
+def split_phases(specs: list[dict]) -> list[tuple[str, list[dict]]]:
+    """Group stage specs into phases: ("stream", [consecutive streaming specs]) and ("global", [spec]).
+    The first phase is always a streaming one (possibly with no stages): it reads the raw inputs."""
+    phases: list[tuple[str, list[dict]]] = [("stream", [])]
+    for spec in specs:
+        if is_global(spec):
+            phases.append(("global", [spec]))
+        elif phases[-1][0] == "stream":
+            phases[-1][1].append(spec)
+        else:
+            phases.append(("stream", [spec]))
+    return phases
+
+
+def _params(spec: dict) -> dict:
+    return {k: v for k, v in spec.items() if k not in ("stage", "enabled")}
+
+
+def stream_shard(task: dict) -> dict:
+    """One shard through a chain of streaming stages (module-level: it runs in worker processes).
+
+    Returns {"read": reader counters or None, "stages": [counters per stage], "errors": [...],
+    "written": n}; the same dict is saved as the shard's completion marker.
+    """
+    marker = Path(task["output"] + MARKER_SUFFIX)
+    if marker.exists() and Path(task["output"]).exists():
+        return json.loads(marker.read_text())
+    stages = [build_stage(spec["stage"], _params(spec)) for spec in task["specs"]]
+    for stage in stages:
+        stage.setup()
+    log = RecordLog(strict=task["strict"])
+    if task["read_raw"]:
+        docs = read_documents(Path(task["input"]), log, dataset=task["dataset"],
+                              max_doc_bytes=task["max_doc_bytes"])
+    else:
+        docs = read_shard(Path(task["input"]))
+    for stage in stages:
+        assert isinstance(stage, StreamingStage)
+        docs = stage.process(docs)
+    written = write_shard(Path(task["output"]), docs)
+    result = {
+        "read": dict(log.counters) if task["read_raw"] else None,
+        "stages": [dict(stage.counters) for stage in stages],
+        "errors": log.errors,
+        "written": written,
+    }
+    write_json_atomic(marker, result)
+    return result
+
+
+def run_stream_phase(specs: list[dict], inputs: list[tuple[Path, str | None]], phase_dir: Path,
+                     executor: Executor, options: dict, read_raw: bool, desc: str) -> tuple[list[Path], dict]:
+    """Run fused streaming stages over every input shard (one task each); returns (outputs, totals)."""
+    phase_dir.mkdir(parents=True, exist_ok=True)
+    tasks = []
+    for index, (path, dataset) in enumerate(inputs):
+        tasks.append({
+            "specs": specs, "input": str(path), "output": str(phase_dir / f"shard-{index:05d}.jsonl.zst"),
+            "read_raw": read_raw, "dataset": dataset, "strict": options["strict"],
+            "max_doc_bytes": options["max_doc_bytes"],
+        })
+    results = executor.map(stream_shard, tasks, desc=desc)
+    totals = {"read": Counter(), "stages": [Counter() for _ in specs], "errors": [], "written": 0}
+    for result in results:
+        if result["read"] is not None:
+            totals["read"].update(result["read"])
+        for counter, counts in zip(totals["stages"], result["stages"]):
+            counter.update(counts)
+        totals["errors"].extend(result["errors"])
+        totals["written"] += result["written"]
+    return [Path(t["output"]) for t in tasks], totals
+
+
+def run_global_phase(spec: dict, inputs: list[Path], phase_dir: Path, executor: Executor) -> tuple[list[Path], Counter]:
+    """Run one global stage (or reuse its finished result); returns (output shards, counters)."""
+    marker = phase_dir / ("_phase" + MARKER_SUFFIX)
+    if marker.exists():
+        done = json.loads(marker.read_text())
+        outputs = [Path(p) for p in done["outputs"]]
+        if all(p.exists() for p in outputs):
+            return outputs, Counter(done["counters"])
+    if phase_dir.exists():
+        shutil.rmtree(phase_dir)  # a half-finished global phase is redone from scratch
+    phase_dir.mkdir(parents=True)
+    stage = build_stage(spec["stage"], _params(spec))
+    assert isinstance(stage, GlobalStage)
+    stage.setup()
+    outputs = [Path(p) for p in stage.run(list(inputs), phase_dir, executor)]
+    write_json_atomic(marker, {"outputs": [str(p) for p in outputs], "counters": dict(stage.counters)})
+    return outputs, Counter(stage.counters)
