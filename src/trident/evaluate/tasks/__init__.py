@@ -1,0 +1,53 @@
+"""Task registry: name -> task object. `get_task("piqa")`, `TASK_NAMES` for help texts."""
+from __future__ import annotations
+
+from trident.evaluate.tasks.anli import ANLI
+from trident.evaluate.tasks.base import MultipleChoiceTask, Task
+from trident.evaluate.tasks.files import TaskDataError
+from trident.evaluate.tasks.hans import HANS
+from trident.evaluate.tasks.hellaswag import HellaSwag
+from trident.evaluate.tasks.lambada import Lambada
+from trident.evaluate.tasks.piqa import PIQA
+from trident.evaluate.tasks.race import RACE
+from trident.evaluate.tasks.superglue import RTE, BoolQ, WiC
+from trident.evaluate.tasks.winogrande import WinoGrande
+
+_FACTORIES = {
+    "lambada": Lambada,
+    "piqa": PIQA,
+    "hellaswag": HellaSwag,
+    "winogrande": WinoGrande,
+    "boolq": BoolQ,
+    "rte": RTE,
+    "wic": WiC,
+    "anli_r1": lambda: ANLI(1),
+    "anli_r2": lambda: ANLI(2),
+    "anli_r3": lambda: ANLI(3),
+    "hans": HANS,
+    "race": RACE,
+}
+ALIASES = {"lambada_openai": "lambada", "race_h": "race", "race-h": "race", "anli": "anli_r1,anli_r2,anli_r3"}
+TASK_NAMES = tuple(_FACTORIES)
+
+
+def expand(names: list[str]) -> list[str]:
+    """Task names with aliases resolved and group names (anli) expanded, order kept, no repeats."""
+    out: list[str] = []
+    for name in names:
+        for resolved in ALIASES.get(name.strip().lower(), name.strip().lower()).split(","):
+            if resolved not in _FACTORIES:
+                raise KeyError(f"unknown task {name!r}; known: {', '.join(TASK_NAMES)} (aliases: {', '.join(ALIASES)})")
+            if resolved not in out:
+                out.append(resolved)
+    return out
+
+
+def get_task(name: str) -> Task:
+    """A fresh task object for a registered name or alias (not a group such as anli)."""
+    resolved = expand([name])
+    if len(resolved) != 1:
+        raise KeyError(f"{name!r} names a group of tasks ({', '.join(resolved)}); name one of them")
+    return _FACTORIES[resolved[0]]()
+
+
+__all__ = ["Task", "MultipleChoiceTask", "TaskDataError", "get_task", "expand", "TASK_NAMES"]

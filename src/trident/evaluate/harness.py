@@ -1,0 +1,122 @@
+"""Run tasks x shot counts against one model and collect results.json.
+
+`run_evaluation` is the library entry point (`trident eval` and `trident demo` call it): for each
+task it loads the scored split and the few-shot pool once, then for each shot count builds every
+document's prompts, scores all requests in one batched pass, and averages per-example metrics.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+from pathlib import Path
+
+import trident
+from trident.evaluate import fewshot
+from trident.evaluate.lm import LM
+from trident.evaluate.results import write_results
+from trident.evaluate.tasks import Task, expand, get_task
+
+PROMPT_CONVENTION = "lm-evaluation-harness v0.4 prompts; target delimiter per task, few-shot delimiter '\\n\\n'"
+
+
+def evaluate_task(lm: LM, task: Task, shots: int, eval_docs: list[dict], pool: fewshot.FewShotPool,
+                  seed: int, data_source: str) -> tuple[dict, list[dict]]:
+    """(results entry, per-example log records) of one task at one shot count."""
+    prompts, owners, fewshot_ids = [], [], []
+    for doc_index, doc in enumerate(eval_docs):
+        indices = fewshot.draw(pool, shots, seed, task.name, doc_index)
+        prefix = fewshot.prefix(task, pool, indices)
+        requests = task.requests(doc, prefix)
+        fewshot_ids.append(indices)
+        prompts.extend(requests)
+        owners.append((len(prompts) - len(requests), len(prompts)))
+    scores = lm.loglikelihood_detailed(prompts, desc=f"{task.name} {shots}-shot")
+    per_example, samples = [], []
+    for doc_index, (doc, (lo, hi)) in enumerate(zip(eval_docs, owners)):
+        metrics = task.score(doc, scores[lo:hi])
+        per_example.append(metrics)
+        samples.append({
+            "doc_index": doc_index, "fewshot_indices": fewshot_ids[doc_index], "gold": task.doc_to_gold(doc),
+            "requests": prompts[lo:hi], "logprobs": [s.logprob for s in scores[lo:hi]],
+            "is_greedy": [s.is_greedy for s in scores[lo:hi]], "num_tokens": [s.num_tokens for s in scores[lo:hi]],
+            "metrics": metrics, **task.groups(doc),
+        })
+    values, errors = task.aggregate(per_example)
+    entry = {
+        "metrics": values,
+        "stderr": errors,
+        "n": len(eval_docs),
+        "primary_metric": task.primary_metric,
+        "prompt_version": task.version,
+        "eval_split": task.eval_split,
+        "data": data_source,
+        "requests": len(prompts),
+        "fewshot": {
+            "k": shots,
+            "source_split": pool.split if shots else None,
+            "delimiter": task.fewshot_delimiter,
+            "target_delimiter": task.target_delimiter,
+            "order": f"random.Random('{seed}/{task.name}/<doc_index>').sample(pool, k), in drawn order"
+                     + ("; the scored example excluded" if pool.is_eval_split else ""),
+            "seed": seed,
+        },
+    }
+    return entry, samples
+
+
+def run_evaluation(lm: LM, tasks: list[str], shots: list[int], data_dir: str | Path | None,
+                   out_dir: str | Path | None, seed: int = 1234, batch_size: int | None = None,
+                   limit: int | None = None, log_samples: bool = False, bias: bool = False,
+                   progress: bool = True) -> dict:
+    """Evaluate `lm` on each task at each shot count; write OUT/results.json (when out_dir) and return it.
+
+    data_dir None reads the tasks from the Hugging Face hub (needs `datasets` and network).
+    limit keeps the first N scored documents of each task. With log_samples, one JSONL per task and
+    shot count goes to OUT/samples/. With bias, the bias probes run too (results["bias"]).
+    """
+    if any(k < 0 for k in shots):
+        raise ValueError(f"shot counts must be >= 0, got {shots}")
+    if batch_size is not None:
+        lm.batch_size = batch_size
+    if hasattr(lm, "progress"):
+        lm.progress = progress
+    out = Path(out_dir) if out_dir is not None else None
+    data_path = Path(data_dir) if data_dir is not None else None
+    results: dict = {
+        "trident_version": trident.__version__,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "model": lm.describe(),
+        "seed": seed,
+        "limit": limit,
+        "batch_size": lm.batch_size,
+        "prompt_convention": PROMPT_CONVENTION,
+        "results": {},
+    }
+    for name in expand(tasks):
+        task = get_task(name)
+        eval_docs = task.load(data_path, task.eval_split)
+        if limit is not None:
+            eval_docs = eval_docs[:limit]
+        pool = fewshot.load_pool(task, data_path, eval_docs) if max(shots, default=0) > 0 else None
+        source = str(task.root(data_path)) if data_path is not None else f"hub:{task.hub}"
+        results["results"][name] = {}
+        for k in shots:
+            entry, samples = evaluate_task(lm, task, k, eval_docs, pool or fewshot.FewShotPool("", [], False),
+                                           seed, source)
+            results["results"][name][str(k)] = entry
+            if log_samples and out is not None:
+                _write_samples(out / "samples" / f"{name}_{k}shot.jsonl", samples)
+    if bias:
+        from trident.evaluate.bias import run_bias_probes
+
+        results["bias"] = run_bias_probes(lm, data_dir=data_path, seed=seed)
+    if out is not None:
+        write_results(results, out)
+    return results
+
+
+def _write_samples(path: Path, samples: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as handle:
+        for sample in samples:
+            handle.write(json.dumps(sample, ensure_ascii=False) + "\n")

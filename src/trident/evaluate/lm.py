@@ -1,0 +1,281 @@
+"""The model interface the evaluation harness scores against, and its trident / transformers adapters.
+
+`LM.loglikelihood([(context, continuation), ...])` returns, for each pair, the summed
+log-probability of the continuation given the context and whether the continuation is the greedy
+(argmax) choice at every one of its tokens. Any causal LM that maps token ids [batch, seq] to
+logits [batch, seq, vocab] is scored by the same code (`CausalLM`), so a trident checkpoint and a
+Hugging Face model are compared on exactly the same token rows.
+
+Tokenisation (as lm-evaluation-harness v0.4): trailing spaces of the context move to the
+continuation, then `context + continuation` is encoded as one string and split at the length of
+the encoded context. Encoding the whole string is what the model saw in training (BPE merges never
+straddle a boundary that was not in the text), while the split keeps the scored tokens exactly the
+continuation's. An empty context is replaced by the end-of-document token.
+"""
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Callable, NamedTuple, Protocol, Sequence
+
+import torch
+from tqdm import tqdm
+
+from trident.evaluate.requests import Row, TokenRequest, batches, plan_rows
+
+
+class Loglikelihood(NamedTuple):
+    """Score of one continuation: summed log-prob, all-tokens-greedy flag, continuation length in tokens."""
+
+    logprob: float
+    is_greedy: bool
+    num_tokens: int
+
+
+class TextCodec(Protocol):
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: Sequence[int]) -> str: ...
+
+
+class LM(ABC):
+    """What the harness needs from a model."""
+
+    batch_size: int = 1
+
+    @abstractmethod
+    def loglikelihood_detailed(self, requests: list[tuple[str, str]], desc: str = "") -> list[Loglikelihood]:
+        """Score each (context, continuation) pair; also returns the continuation's token count."""
+
+    def loglikelihood(self, requests: list[tuple[str, str]]) -> list[tuple[float, bool]]:
+        """(sum log p(continuation | context), continuation is greedy at every token) per request."""
+        return [(r.logprob, r.is_greedy) for r in self.loglikelihood_detailed(requests)]
+
+    @abstractmethod
+    def loglikelihood_rolling(self, texts: list[str]) -> list[tuple[float, int]]:
+        """(total log-likelihood, token count) of each whole text, from the end-of-document token on."""
+
+    @abstractmethod
+    def generate(self, prompts: list[str], max_new_tokens: int, temperature: float = 0.0,
+                 top_k: int | None = None, seed: int = 1234) -> list[str]:
+        """Continuations of each prompt (greedy when temperature == 0), stopping at end-of-document."""
+
+    @abstractmethod
+    def describe(self) -> dict:
+        """JSON-able facts about the model for results.json (kind, name, checkpoint, sizes)."""
+
+
+class CausalLM(LM):
+    """Scores requests with any `forward(ids[b, t]) -> logits[b, t, >= vocab_size]` callable.
+
+    Logit columns at ids >= vocab_size (the padded part of a Megatron-style embedding) are ignored,
+    which is the same as masking them to -inf before the softmax and the argmax.
+    """
+
+    def __init__(self, forward: Callable[[torch.Tensor], torch.Tensor], codec: TextCodec, *, vocab_size: int,
+                 eod_id: int, max_length: int, batch_size: int = 8, device: str | torch.device = "cpu",
+                 info: dict | None = None, progress: bool = False):
+        if max_length < 2:
+            raise ValueError(f"max_length must be >= 2, got {max_length}")
+        self.forward = forward
+        self.codec = codec
+        self.vocab_size = vocab_size
+        self.eod_id = eod_id
+        self.max_length = max_length
+        self.batch_size = batch_size
+        self.device = torch.device(device)
+        self.info = dict(info or {})
+        self.progress = progress
+        self._context_cache: dict[str, tuple[int, ...]] = {}
+
+    # ---- tokenisation -------------------------------------------------------------------
+    def _encode(self, text: str) -> tuple[int, ...]:
+        return tuple(self.codec.encode(text))
+
+    def encode_pair(self, context: str, continuation: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """Token ids of (context, continuation) as the harness splits them (see module docstring)."""
+        if not context:
+            return (self.eod_id,), self._encode(continuation)
+        n_spaces = len(context) - len(context.rstrip(" "))
+        if n_spaces:
+            context, continuation = context[:-n_spaces], context[-n_spaces:] + continuation
+        if context not in self._context_cache:
+            self._context_cache[context] = self._encode(context)
+        context_ids = self._context_cache[context]
+        whole = self._encode(context + continuation)
+        return whole[: len(context_ids)], whole[len(context_ids):]
+
+    # ---- scoring --------------------------------------------------------------------------
+    def loglikelihood_detailed(self, requests: list[tuple[str, str]], desc: str = "") -> list[Loglikelihood]:
+        token_requests = []
+        for i, (context, continuation) in enumerate(requests):
+            ctx, cont = self.encode_pair(context, continuation)
+            if not cont:
+                raise ValueError(f"request {i}: continuation {continuation!r} encodes to no tokens")
+            token_requests.append(TokenRequest(i, ctx, cont))
+        return self.score_tokens(token_requests, desc=desc)
+
+    def score_tokens(self, requests: list[TokenRequest], desc: str = "") -> list[Loglikelihood]:
+        """Score token-level requests in length-sorted, right-padded batches (one forward per batch)."""
+        results: list[Loglikelihood | None] = [None] * len(requests)
+        rows = plan_rows(requests, self.max_length)
+        bar = tqdm(batches(rows, self.batch_size), desc=desc or "loglikelihood", unit="batch",
+                   disable=not self.progress, leave=False)
+        for batch in bar:
+            for index, score in self._score_batch(batch):
+                results[index] = score
+        missing = [i for i, r in enumerate(results) if r is None]
+        if missing:
+            raise RuntimeError(f"internal error: requests {missing[:5]} were never scored")
+        return results  # type: ignore[return-value]
+
+    @torch.inference_mode()
+    def _score_batch(self, batch: list[Row]) -> list[tuple[int, Loglikelihood]]:
+        width = max(len(row.tokens) for row in batch)
+        # right padding: a causal model's logits at real positions never see the pad tokens
+        ids = torch.full((len(batch), width), self.eod_id, dtype=torch.long)
+        for b, row in enumerate(batch):
+            ids[b, : len(row.tokens)] = torch.tensor(row.tokens, dtype=torch.long)
+        logits = self.forward(ids.to(self.device))
+        if logits.shape[:2] != ids.shape or logits.shape[-1] < self.vocab_size:
+            raise RuntimeError(f"model returned logits of shape {tuple(logits.shape)} for input "
+                               f"{tuple(ids.shape)}; expected [batch, seq, >= {self.vocab_size}]")
+        out = []
+        for b, row in enumerate(batch):
+            lo, hi = row.first_read, len(row.tokens)
+            logprobs = logits[b, lo:hi, : self.vocab_size].float().log_softmax(-1).cpu()
+            greedy = logprobs.argmax(-1)
+            for index, start, cont in row.readers:
+                target = torch.tensor(cont, dtype=torch.long)
+                span = slice(start - lo, start - lo + len(cont))
+                lp = logprobs[span].gather(-1, target[:, None]).sum().item()
+                out.append((index, Loglikelihood(lp, bool((greedy[span] == target).all()), len(cont))))
+        return out
+
+    def loglikelihood_rolling(self, texts: list[str]) -> list[tuple[float, int]]:
+        # disjoint windows of max_length predicted tokens, each with as much left context as fits
+        requests, owner = [], []
+        for t, text in enumerate(texts):
+            ids = self._encode(text)
+            for start in range(0, len(ids), self.max_length):
+                end = min(start + self.max_length, len(ids))
+                context = (self.eod_id,) if start == 0 else ids[max(0, end - self.max_length - 1): start]
+                requests.append(TokenRequest(len(requests), context, ids[start:end]))
+                owner.append(t)
+        totals = [[0.0, 0] for _ in texts]
+        for request, score in zip(requests, self.score_tokens(requests, desc="rolling")):
+            totals[owner[request.index]][0] += score.logprob
+            totals[owner[request.index]][1] += score.num_tokens
+        return [(lp, n) for lp, n in totals]
+
+    # ---- generation -------------------------------------------------------------------------
+    @torch.inference_mode()
+    def generate(self, prompts: list[str], max_new_tokens: int, temperature: float = 0.0,
+                 top_k: int | None = None, seed: int = 1234) -> list[str]:
+        """Recomputes the prefix every step (no KV cache): the harness uses it only for short probes."""
+        generator = torch.Generator().manual_seed(seed)
+        outputs = []
+        for chunk_start in range(0, len(prompts), self.batch_size):
+            chunk = [list(self._encode(p) or (self.eod_id,)) for p in prompts[chunk_start: chunk_start + self.batch_size]]
+            new: list[list[int]] = [[] for _ in chunk]
+            done = [False] * len(chunk)
+            for _ in range(max_new_tokens):
+                rows = [(c + n)[-self.max_length:] for c, n in zip(chunk, new)]
+                ids = torch.full((len(rows), max(map(len, rows))), self.eod_id, dtype=torch.long)
+                for b, r in enumerate(rows):
+                    ids[b, : len(r)] = torch.tensor(r)
+                logits = self.forward(ids.to(self.device)).float().cpu()
+                last = torch.stack([logits[b, len(r) - 1, : self.vocab_size] for b, r in enumerate(rows)])
+                next_ids = _pick(last, temperature, top_k, generator)
+                for b, token in enumerate(next_ids.tolist()):
+                    if not done[b]:
+                        done[b] = token == self.eod_id
+                        if not done[b]:
+                            new[b].append(token)
+                if all(done):
+                    break
+            outputs.extend(self.codec.decode(n) for n in new)
+        return outputs
+
+    def describe(self) -> dict:
+        return {**self.info, "max_length": self.max_length, "vocab_size": self.vocab_size,
+                "batch_size": self.batch_size, "device": str(self.device)}
+
+
+def _pick(logits: torch.Tensor, temperature: float, top_k: int | None, generator: torch.Generator) -> torch.Tensor:
+    if temperature <= 0:
+        return logits.argmax(-1)
+    logits = logits / temperature
+    if top_k:
+        kth = logits.topk(min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, -math.inf)
+    return torch.multinomial(logits.softmax(-1), 1, generator=generator).squeeze(-1)
+
+
+def count_parameters(model: torch.nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def trident_lm(model: torch.nn.Module, tokenizer, max_length: int, *, batch_size: int = 8, device: str = "cpu",
+               checkpoint: str | None = None, name: str = "trident-gpt") -> CausalLM:
+    """Wrap a trident GPT (`model(ids) -> logits` over the padded vocabulary) and its Tokenizer."""
+    model.eval()
+    info = {"kind": "trident", "name": name, "checkpoint": checkpoint, "parameters": count_parameters(model)}
+    return CausalLM(model, tokenizer, vocab_size=tokenizer.vocab_size, eod_id=tokenizer.eod_id,
+                    max_length=max_length, batch_size=batch_size, device=device, info=info)
+
+
+def load_trident(checkpoint: str | Path, *, batch_size: int = 8, device: str = "cpu") -> CausalLM:
+    """Load a trident checkpoint directory (trident.train.checkpoint.load_for_inference) for scoring."""
+    from trident.train.checkpoint import load_for_inference
+
+    model, tokenizer, config = load_for_inference(str(checkpoint), device=device)
+    return trident_lm(model, tokenizer, config.model.seq_length, batch_size=batch_size, device=device,
+                      checkpoint=str(Path(checkpoint).resolve()), name=Path(checkpoint).name)
+
+
+class _HFCodec:
+    """Plain text <-> ids with a transformers tokenizer, never adding special tokens."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(ids))
+
+
+def hf_lm(model, tokenizer, *, batch_size: int = 8, device: str = "cpu", name: str = "hf-model",
+          checkpoint: str | None = None) -> CausalLM:
+    """Wrap a transformers causal LM (`model(input_ids=...).logits`) and its tokenizer."""
+    model.eval().to(device)
+    config = model.config
+    max_length = getattr(config, "n_positions", None) or getattr(config, "max_position_embeddings", None)
+    if not max_length:
+        raise ValueError(f"{name}: model config has neither n_positions nor max_position_embeddings")
+    eod = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else config.eos_token_id
+    if eod is None:
+        raise ValueError(f"{name}: neither the tokenizer nor the model config defines an eos token id")
+    info = {"kind": "transformers", "name": name, "checkpoint": checkpoint, "parameters": count_parameters(model),
+            "architecture": type(model).__name__}
+    return CausalLM(lambda ids: model(input_ids=ids).logits, _HFCodec(tokenizer), vocab_size=len(tokenizer),
+                    eod_id=eod, max_length=int(max_length), batch_size=batch_size, device=device, info=info)
+
+
+def load_hf(model_dir: str | Path, *, batch_size: int = 8, device: str = "cpu") -> CausalLM:
+    """Load a local Hugging Face causal LM directory (AutoModelForCausalLM + AutoTokenizer)."""
+    try:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+    except ImportError as exc:
+        raise ImportError("evaluating a Hugging Face model needs `transformers`: "
+                          "pip install 'trident-lm[hf]' (or pip install 'transformers>=4.40')") from exc
+    model_dir = Path(model_dir)
+    if not model_dir.is_dir():
+        raise FileNotFoundError(f"--hf {model_dir}: not a directory with a saved Hugging Face model")
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    return hf_lm(model, tokenizer, batch_size=batch_size, device=device, name=model_dir.name,
+                 checkpoint=str(model_dir.resolve()))

@@ -1,0 +1,83 @@
+"""results.json (written atomically, strict JSON) and the paper-style table printed after a run."""
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+# metrics shown as percentages; everything else (perplexity) is printed as is
+PERCENT_PREFIXES = ("acc", "pct")
+
+
+def _strict(value):
+    """NaN/inf -> None so the file is valid JSON for any reader."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _strict(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_strict(v) for v in value]
+    return value
+
+
+def write_results(results: dict, out_dir: str | Path) -> Path:
+    """Write OUT/results.json via a temporary file + rename (never a half-written file)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "results.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(_strict(results), indent=2, ensure_ascii=False, allow_nan=False) + "\n",
+                   encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def _cell(metric: str, value, err) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if metric.startswith(PERCENT_PREFIXES):
+        text = f"{100 * value:.1f}"
+        return text + (f" ± {100 * err:.1f}" if err is not None and math.isfinite(err) else "")
+    text = f"{value:.4g}"
+    return text + (f" ± {err:.2g}" if err is not None and math.isfinite(err) else "")
+
+
+def build_table(results: dict) -> Table:
+    """Rows: task x metric (primary first); columns: n and one per shot count, as the paper's tables."""
+    shot_keys = sorted({k for per_task in results["results"].values() for k in per_task}, key=int)
+    table = Table(title=f"trident eval: {results['model'].get('name', 'model')}")
+    table.add_column("Task", no_wrap=True)
+    table.add_column("Metric", no_wrap=True)
+    table.add_column("n", justify="right")
+    for k in shot_keys:
+        table.add_column(f"{k}-shot", justify="right")
+    for task, per_shot in results["results"].items():
+        first = next(iter(per_shot.values()))
+        names = list(first["metrics"])
+        primary = first.get("primary_metric")
+        if primary in names:
+            names.remove(primary)
+            names.insert(0, primary)
+        for i, metric in enumerate(names):
+            cells = []
+            for k in shot_keys:
+                entry = per_shot.get(k)
+                cells.append("" if entry is None else
+                             _cell(metric, entry["metrics"].get(metric), entry["stderr"].get(metric)))
+            table.add_row(task if i == 0 else "", metric, str(first["n"]) if i == 0 else "", *cells)
+    return table
+
+
+def print_table(results: dict, console: Console | None = None) -> None:
+    """Print the results table (and a bias summary when present)."""
+    console = console or Console()
+    console.print(build_table(results))
+    if "bias" in results:
+        from trident.evaluate.bias import summary_lines
+
+        for line in summary_lines(results["bias"]):
+            console.print(line)

@@ -1,0 +1,66 @@
+"""LAMBADA (OpenAI detokenised version): predict the last word of a passage.
+
+File: lambada/lambada_test.jsonl, one {"text": "..."} per line (the file GPT-2/GPT-3 and
+lm-evaluation-harness's lambada_openai use). Prompt: the text up to its last space; continuation:
+" " + last word (target delimiter ""). acc = every token of the last word is the greedy argmax;
+perplexity = exp(-mean summed log-likelihood of the last word), as the harness reports it.
+The file has only a test split, so few-shot examples come from the same file, never the scored one.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from trident.evaluate.lm import Loglikelihood
+from trident.evaluate.metrics import bootstrap_stderr, mean, mean_stderr, perplexity
+from trident.evaluate.tasks.base import Task
+from trident.evaluate.tasks.files import TaskDataError, field, read_jsonl
+
+EXPECTED = 'lambada/lambada_test.jsonl: one JSON object {"text": "..."} per line (OpenAI LAMBADA)'
+
+
+class Lambada(Task):
+    name = "lambada"
+    folder = "lambada"
+    eval_split = "test"
+    fewshot_splits = ()
+    target_delimiter = ""
+    expected = EXPECTED
+    hub = ("EleutherAI/lambada_openai", "default")
+    hub_splits = {"test": "test"}
+    metric_names = ("acc", "perplexity")
+
+    def split_files(self, split):
+        return ["lambada_test.jsonl"] if split == "test" else None
+
+    def read_split(self, root: Path, split: str) -> list[dict]:
+        path = root / "lambada_test.jsonl"
+        docs = []
+        for i, record in enumerate(read_jsonl(path, self.name, EXPECTED, ("text",)), 1):
+            text = field(record, "text", str, self.name, f"{path} record {i}", EXPECTED)
+            if " " not in text.strip():
+                raise TaskDataError(f"{self.name}: {path} record {i}: text has no last word to predict")
+            docs.append({"text": text})
+        return docs
+
+    def from_hub(self, row):
+        return {"text": row["text"]}
+
+    def doc_to_text(self, doc):
+        return doc["text"].rsplit(" ", 1)[0]
+
+    def doc_to_choices(self, doc):
+        return [" " + doc["text"].rsplit(" ", 1)[1]]
+
+    def doc_to_gold(self, doc):
+        return 0
+
+    def score(self, doc, results: list[Loglikelihood]):
+        (result,) = results
+        return {"acc": float(result.is_greedy), "loglik": result.logprob}
+
+    def aggregate(self, per_example):
+        accs = [e["acc"] for e in per_example]
+        logliks = [e["loglik"] for e in per_example]
+        values = {"acc": mean(accs), "perplexity": perplexity(logliks)}
+        errors = {"acc": mean_stderr(accs), "perplexity": bootstrap_stderr(logliks, perplexity, iters=200)}
+        return values, errors
