@@ -1,0 +1,193 @@
+"""A small English corpus that every Python installation ships: the standard library's docstrings.
+
+First the language-reference topics that `help()` shows (pydoc_data.topics), then one document
+per public module (its docstring and its functions') and one per public class (its
+docstring and its methods'), rendered as plain text with signatures. No download, no third-party
+text. The order is fixed (sorted module, then member names) and memory addresses are scrubbed
+from signatures, so the same Python version builds the same corpus.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.util
+import inspect
+import io
+import json
+import os
+import pkgutil
+import re
+import sys
+import warnings
+from pathlib import Path
+from typing import Iterator
+
+# importing these has side effects (opens a browser, prints, starts Tk, runs tests) or needs a GUI
+SKIP_MODULES = {
+    "antigravity", "this", "idlelib", "tkinter", "turtle", "turtledemo", "test", "lib2to3",
+    "pydoc_data", "ensurepip", "venv", "xxlimited", "xxlimited_35", "xxsubtype", "msvcrt", "winreg",
+    "winsound", "nt", "_winapi", "encodings",
+}
+MAX_SUBMODULE_DEPTH = 2  # e.g. email.mime.text; deeper packages add little prose
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
+def stdlib_module_names() -> list[str]:
+    """Public standard-library module names (packages' submodules included), sorted."""
+    names = []
+    for top in sorted(getattr(sys, "stdlib_module_names", ())):
+        if top.startswith("_") or top in SKIP_MODULES:
+            continue
+        names.append(top)
+        spec = _find_spec(top)
+        if spec is not None and spec.submodule_search_locations:
+            names += _submodules(top, list(spec.submodule_search_locations), MAX_SUBMODULE_DEPTH)
+    return sorted(names)
+
+
+def _find_spec(name: str):
+    try:
+        return importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+
+
+def _submodules(package: str, paths: list[str], depth: int) -> list[str]:
+    """Submodule names found on disk; unlike pkgutil.walk_packages this imports nothing."""
+    found = []
+    for info in pkgutil.iter_modules(paths):
+        if info.name.startswith("_") or info.name in SKIP_MODULES or depth < 1:
+            continue
+        name = f"{package}.{info.name}"
+        found.append(name)
+        if info.ispkg:
+            found += _submodules(name, [os.path.join(p, info.name) for p in paths], depth - 1)
+    return found
+
+
+def _signature(obj) -> str:
+    try:
+        return _ADDRESS.sub("", str(inspect.signature(obj)))
+    except Exception:  # C functions' text signatures can fail to evaluate in many ways
+        return "(...)"
+
+
+def _block(header: str, doc: str | None) -> str:
+    doc = inspect.cleandoc(doc) if doc else ""
+    return f"{header}\n{doc}".strip() if doc else ""
+
+
+def _public_members(obj, module_name: str, seen: set):
+    """Public members defined here, or in a private C module and first re-exported here."""
+    for name, member in sorted(vars(obj).items()):
+        if name.startswith("_"):
+            continue
+        home = getattr(member, "__module__", None)
+        if home is not None and home != module_name and not home.startswith("_"):
+            continue  # re-exported from another public module: documented at home
+        if inspect.isclass(member) or inspect.isroutine(member):
+            if id(member) in seen:
+                continue
+            seen.add(id(member))
+        yield name, member
+
+
+def _class_document(module_name: str, name: str, cls) -> str:
+    parts = [_block(f"class {module_name}.{name}{_signature(cls)}", cls.__doc__)]
+    for member_name, member in sorted(vars(cls).items()):
+        if member_name.startswith("_"):
+            continue
+        func = member.__func__ if isinstance(member, (classmethod, staticmethod)) else member
+        if inspect.isroutine(func):
+            parts.append(_block(f"{name}.{member_name}{_signature(func)}", getattr(func, "__doc__", None)))
+        elif isinstance(member, property) or inspect.isgetsetdescriptor(member):
+            parts.append(_block(f"{name}.{member_name} (attribute)", getattr(member, "__doc__", None)))
+    return "\n\n".join(p for p in parts if p)
+
+
+def _module_documents(module, seen: set) -> Iterator[str]:
+    name = module.__name__
+    parts = [_block(f"Module {name}", module.__doc__)]
+    classes = []
+    for member_name, member in _public_members(module, name, seen):
+        if inspect.isclass(member):
+            classes.append((member_name, member))
+        elif inspect.isfunction(member) or inspect.isbuiltin(member):
+            parts.append(_block(f"{name}.{member_name}{_signature(member)}", member.__doc__))
+    module_text = "\n\n".join(p for p in parts if p)
+    if module_text:
+        yield module_text
+    for class_name, cls in classes:
+        text = _class_document(name, class_name, cls)
+        if text:
+            yield text
+
+
+def _import_quietly(name: str):
+    # some modules print or warn (deprecations) on import; keep the corpus build's output clean
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
+            contextlib.redirect_stderr(io.StringIO()):
+        warnings.simplefilter("ignore")
+        return importlib.import_module(name)
+
+
+def iter_stdlib_documents(stats: dict | None = None) -> Iterator[dict]:
+    """{"text", "source"} documents in a fixed order; `stats` receives modules used/failed."""
+    stats = stats if stats is not None else {}
+    stats.setdefault("modules", 0)
+    stats.setdefault("failed_imports", [])
+    yield from _language_reference_documents(stats)
+    seen: set = set()
+    for name in stdlib_module_names():
+        try:
+            module = _import_quietly(name)
+        except BaseException as err:  # SystemExit, ImportError, OSError...: counted, not fatal
+            if isinstance(err, KeyboardInterrupt):
+                raise
+            stats["failed_imports"].append(name)
+            continue
+        stats["modules"] += 1
+        for text in _module_documents(module, seen):
+            yield {"text": text, "source": name}
+
+
+def _language_reference_documents(stats: dict) -> Iterator[dict]:
+    """The language-reference topics `help()` shows (pydoc_data.topics), one document each."""
+    try:
+        from pydoc_data.topics import topics
+    except ImportError:  # some distributions strip it; the docstrings still make a corpus
+        stats["failed_imports"].append("pydoc_data.topics")
+        return
+    for topic in sorted(topics):
+        text = topics[topic].strip()
+        if text:
+            yield {"text": text, "source": f"pydoc_data.topics:{topic}"}
+
+
+def build_stdlib_corpus(out_path, max_docs: int | None = None) -> int:
+    """Write the corpus as JSONL to `out_path`; returns the number of documents written.
+
+    A `.stats.json` beside it records the modules used, those that failed to import, documents
+    and characters.
+    """
+    out_path = Path(out_path)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    stats: dict = {}
+    count = chars = 0
+    tmp = out_path.with_name(out_path.name + ".tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            for doc in iter_stdlib_documents(stats):
+                if max_docs is not None and count >= max_docs:
+                    break
+                f.write(json.dumps(doc, ensure_ascii=False) + "\n")
+                count += 1
+                chars += len(doc["text"])
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    tmp.replace(out_path)
+    stats.update(documents=count, characters=chars, python=sys.version.split()[0],
+                 failed_import_count=len(stats.get("failed_imports", [])))
+    out_path.with_name(out_path.name + ".stats.json").write_text(json.dumps(stats, indent=1) + "\n")
+    return count
