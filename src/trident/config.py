@@ -44,8 +44,11 @@ class ModelConfig:
         return self.init_std or math.sqrt(1.0 / (3.0 * self.hidden_size))
 
     def padded_vocab_size(self, tp: int = 1) -> int:
-        """Vocabulary padded so it divides by make_vocab_size_divisible_by * tp (Megatron: 50257 -> 51200)."""
-        multiple = self.make_vocab_size_divisible_by * tp
+        """Vocabulary padded to a multiple of lcm(make_vocab_size_divisible_by, tp) (50257 -> 51200 at 128).
+
+        Unlike Megatron (multiple * tp) this is the same for every TP degree that divides the multiple,
+        so checkpoints reshard between TP degrees without changing the embedding's shape."""
+        multiple = math.lcm(self.make_vocab_size_divisible_by, tp)
         return int(math.ceil(self.vocab_size / multiple) * multiple)
 
 

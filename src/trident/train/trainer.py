@@ -8,6 +8,7 @@ and a resumed run see exactly the same data.
 """
 from __future__ import annotations
 
+import math
 import random
 import time
 from pathlib import Path
@@ -17,7 +18,7 @@ import torch
 import torch.distributed as dist
 
 from trident.config import Config, save_config
-from trident.model.gpt import build_model, count_parameters, full_shape
+from trident.model.gpt import build_model, full_shape
 from trident.parallel import tensor as T
 from trident.parallel.data import all_reduce_coalesced
 from trident.parallel.mesh import build_mesh
@@ -216,7 +217,7 @@ class Trainer:
         metrics = MetricsWriter(self.out / "metrics.jsonl" if self.mesh.rank == 0 else None, append=self.step > 0)
         if self.mesh.rank == 0:
             save_config(cfg, self.out / "config.yaml")
-            self.log(f"model: {count_parameters(self.model) * self.mesh.tp:,} parameters per pipeline stage; "
+            self.log(f"model: {sum(math.prod(full_shape(p)) for _, p in self.named_params):,} parameters on stage 0; "
                      f"layout dp={self.mesh.dp} pp={self.mesh.pp} tp={self.mesh.tp}; {cfg.train.steps} steps")
         records = []
         while self.step < cfg.train.steps:

@@ -1,0 +1,60 @@
+"""Run a function on N gloo ranks on 127.0.0.1 (forked processes, one thread each, hard timeout)."""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import queue as queue_module
+import socket
+import traceback
+from datetime import timedelta
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _worker(fn, rank, world_size, port, results, args):
+    import torch
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                      WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank))
+    torch.set_num_threads(1)
+    try:
+        dist.init_process_group("gloo", rank=rank, world_size=world_size, timeout=timedelta(seconds=60))
+        results.put((rank, "ok", fn(rank, world_size, *args)))
+        dist.barrier()
+        dist.destroy_process_group()
+    except BaseException:  # report any failure to the parent instead of hanging it
+        results.put((rank, "error", traceback.format_exc()))
+
+
+def run_distributed(fn, world_size: int, *args, timeout: float = 120.0) -> list:
+    """fn(rank, world_size, *args) on each rank; returns the per-rank results in rank order.
+    Raises with the failing rank's traceback, or after `timeout` seconds if any rank hangs."""
+    context = mp.get_context("fork")
+    results = context.Queue()
+    port = free_port()
+    procs = [context.Process(target=_worker, args=(fn, r, world_size, port, results, args), daemon=True)
+             for r in range(world_size)]
+    for proc in procs:
+        proc.start()
+    collected: dict[int, object] = {}
+    try:
+        while len(collected) < world_size:
+            try:
+                rank, status, value = results.get(timeout=timeout)
+            except queue_module.Empty:
+                missing = sorted(set(range(world_size)) - set(collected))
+                raise TimeoutError(f"ranks {missing} did not finish within {timeout}s") from None
+            if status == "error":
+                raise RuntimeError(f"rank {rank} failed:\n{value}")
+            collected[rank] = value
+    finally:
+        for proc in procs:
+            proc.join(timeout=10)
+            if proc.is_alive():
+                proc.kill()
+    return [collected[r] for r in range(world_size)]
