@@ -163,3 +163,21 @@ class Quality(StreamingStage):
         self.counters["out"] += 1
         self.counters["bytes_out"] += doc.nbytes
         return doc
+
+
+def texts_from_files(paths: list[Path | str], max_docs: int | None = None, strict: bool = False) -> list[str]:
+    """Document texts from input files of any supported format; HTML (WARC/.html) is reduced to its
+    main text first, exactly as the `extract` stage does. Bad records are skipped and counted by the
+    reader (strict: raise instead)."""
+    from trident.curate.extract import Extract
+    from trident.curate.shards import RecordLog, read_documents
+
+    texts: list[str] = []
+    for path in paths:
+        extract = Extract()
+        extract.setup()
+        for doc in extract.process(read_documents(Path(path), RecordLog(strict=strict))):
+            texts.append(doc.text)
+            if max_docs is not None and len(texts) >= max_docs:
+                return texts
+    return texts

@@ -1,0 +1,88 @@
+"""`trident curate CONFIG [--input PATH...] [--out DIR] [key=value ...]` runs a curation pipeline;
+`trident curate train-quality --positive FILE... --negative FILE... --out MODEL` trains the
+quality classifier it can use."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+TRAIN_QUALITY = "train-quality"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("target", metavar="CONFIG|train-quality",
+                        help="pipeline YAML (or preset name, e.g. curate-cc), or 'train-quality'")
+    parser.add_argument("overrides", nargs="*", metavar="key=value",
+                        help="config overrides, e.g. workers=4 stages.min_length.min_tokens=64")
+    parser.add_argument("--input", action="extend", nargs="+", default=[], metavar="PATH",
+                        help="input files or folders (.warc[.gz], .html, .jsonl[.gz|.zst])")
+    parser.add_argument("--out", default=None, help="output folder (curate, default curated/) or model file (train-quality)")
+    parser.add_argument("--executor", choices=["local", "ray"], default=None, help="override the config's executor")
+    parser.add_argument("--workers", type=int, default=None, help="processes / Ray CPUs (0: one per core)")
+    parser.add_argument("--json", action="store_true", help="print the stats (or training metrics) as JSON")
+    quality = parser.add_argument_group("train-quality")
+    quality.add_argument("--positive", action="extend", nargs="+", default=[], metavar="PATH",
+                         help="curated, high-quality text (e.g. OpenWebText2 JSONL)")
+    quality.add_argument("--negative", action="extend", nargs="+", default=[], metavar="PATH",
+                         help="raw web text (e.g. Common Crawl WARC)")
+    quality.add_argument("--max-docs", type=int, default=None, help="at most this many documents per class")
+    quality.add_argument("--n-features", type=int, default=1 << 18, help="hashed feature columns (default 2^18)")
+    quality.add_argument("--ngram-max", type=int, default=2, help="word n-grams 1..N (default 2)")
+    quality.add_argument("--C", type=float, default=1.0, help="inverse L2 regularisation strength")
+    quality.add_argument("--seed", type=int, default=0)
+
+
+def run(args: argparse.Namespace) -> int:
+    from trident.curate.document import CurateError
+
+    try:
+        if args.target == TRAIN_QUALITY:
+            return _train_quality(args)
+        return _curate(args)
+    except CurateError as err:
+        print(f"trident curate: error: {err}", file=sys.stderr)
+        return 1
+
+
+def _curate(args: argparse.Namespace) -> int:
+    from trident.curate.pipeline import run_pipeline
+
+    stats = run_pipeline(args.target, [Path(p) for p in args.input], Path(args.out or "curated"),
+                         executor=args.executor, workers=args.workers, overrides=args.overrides)
+    if args.json:
+        print(json.dumps(stats, indent=1))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"curation -> {args.out or 'curated'}")
+    for column in ("stage", "in", "out", "dropped by reason"):
+        table.add_column(column, justify="right" if column in ("in", "out") else "left")
+    for stage in stats["stages"]:
+        c = stage["counters"]
+        drops = ", ".join(f"{k[8:]} {v}" for k, v in c.items() if k.startswith("dropped:"))
+        table.add_row(stage["name"], str(c.get("in", 0)), str(c.get("out", 0)), drops)
+    Console().print(table)
+    print(f"{stats['output']['documents']} documents in {len(stats['output']['shards'])} shard(s); "
+          f"{len(stats['errors'])} bad input record(s) reported; accounting "
+          f"{'OK' if stats['accounting']['ok'] else 'FAILED'}; {stats['elapsed_s']} s")
+    return 0
+
+
+def _train_quality(args: argparse.Namespace) -> int:
+    from trident.curate.document import CurateError
+    from trident.curate.quality import texts_from_files, train_quality_model
+
+    if not args.positive or not args.negative or not args.out:
+        raise CurateError("train-quality needs --positive PATH..., --negative PATH... and --out MODEL.safetensors")
+    positive = texts_from_files(args.positive, args.max_docs)
+    negative = texts_from_files(args.negative, args.max_docs)
+    model = train_quality_model(positive, negative, n_features=args.n_features,
+                                ngram_range=(1, args.ngram_max), C=args.C, seed=args.seed)
+    model.save(args.out)
+    summary = {"model": str(args.out), **model.info}
+    print(json.dumps(summary, indent=1) if args.json else
+          "\n".join(f"{k}: {v}" for k, v in summary.items()))
+    return 0
