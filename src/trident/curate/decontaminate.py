@@ -1,0 +1,365 @@
+"""Downstream-task decontamination: cut evaluation-set n-grams out of training documents.
+
+The rule (GPT-3 appendix C, MT-NLG section 3.1), exactly as implemented here:
+- Words are the regex ``\\w+`` matches of a text, lower-cased; punctuation and spacing are ignored.
+- Task texts: every string value (and string inside a list) of each evaluation record, joined
+  with newlines, one text per record. A task text of L words contributes all its n-grams with
+  ``n = min(ngram, L)`` (13 by default); a text of fewer than ``min_ngram`` (8) words is too
+  short to match safely and is skipped (counted ``task_texts_too_short``).
+- Frequent n-grams: an index n-gram that occurs in >= ``frequent_docs`` (10) training documents
+  of the stage's input is common language, not leaked test data, and is ignored.
+- Cutting: for each remaining match at characters [s, e) the cut runs from ``s - cut_chars``
+  back to just after the previous ".", "!", "?" or newline (or to the start of the text), and
+  from ``e + cut_chars`` forward to just after the next one (or to the end). Overlapping cuts
+  merge; each merged cut counts as one split.
+- A document with more than ``max_splits`` (10) splits is dropped (``dropped:too_many_splits``).
+  Otherwise the pieces between cuts are stripped; pieces under ``min_piece_chars`` (200) are
+  dropped (``pieces_dropped``) and the rest are joined by a blank line into one document (so one
+  document in is at most one out). No piece left: ``dropped:contaminated``.
+Counters ``touched:<task>`` count the training documents each task's n-grams matched.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import shutil
+from collections import Counter
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import xxhash
+
+from trident.curate.dedup import output_paths
+from trident.curate.document import CurateError, Document
+from trident.curate.shards import read_shard, write_shard
+from trident.curate.stage import Executor, GlobalStage, register_stage
+
+_WORD = re.compile(r"\w+")
+_BOUNDARY = frozenset(".!?\n")
+_MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)  # odd: the polynomial n-gram hash stays injective-ish
+_LENGTH_SALT = 0xC2B2AE3D27D4EB4F  # keeps n-grams of different n apart
+
+
+# ---- words and n-grams -----------------------------------------------------------------------
+
+def words_with_spans(text: str) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """Lower-cased words of ``text`` with their character start and end offsets in ``text``."""
+    words, starts, ends = [], [], []
+    for match in _WORD.finditer(text):
+        words.append(match.group().lower())
+        starts.append(match.start())
+        ends.append(match.end())
+    return words, np.array(starts, dtype=np.int64), np.array(ends, dtype=np.int64)
+
+
+def word_hashes(words: list[str]) -> np.ndarray:
+    """xxh3_64 of each word's UTF-8 bytes (uint64)."""
+    return np.fromiter((xxhash.xxh3_64_intdigest(w.encode("utf-8")) for w in words),
+                       dtype=np.uint64, count=len(words))
+
+
+def ngram_hashes(hashes: np.ndarray, n: int) -> np.ndarray:
+    """Hash of every run of ``n`` consecutive words (index i = words i..i+n-1), uint64."""
+    count = len(hashes) - n + 1
+    if n < 1 or count <= 0:
+        return np.zeros(0, dtype=np.uint64)
+    acc = hashes[:count].copy()
+    for j in range(1, n):
+        acc *= _MULTIPLIER  # uint64 wraps modulo 2**64: a polynomial hash of the word hashes
+        acc += hashes[j : j + count]
+    return acc ^ np.uint64((n * _LENGTH_SALT) & 0xFFFFFFFFFFFFFFFF)
+
+
+# ---- evaluation tasks ------------------------------------------------------------------------
+
+def record_text(record: Any) -> str:
+    """All string values of a record (and strings inside lists), in key order, one a line."""
+    if isinstance(record, str):
+        return record
+    if not isinstance(record, dict):
+        raise ValueError(f"expected a JSON object or string, got {type(record).__name__}")
+    parts: list[str] = []
+    for value in record.values():
+        if isinstance(value, str):
+            parts.append(value)
+        elif isinstance(value, list):
+            parts.extend(v for v in value if isinstance(v, str))
+    return "\n".join(parts)
+
+
+def _open_text(path: Path):
+    return gzip.open(path, "rt", encoding="utf-8") if path.name.endswith(".gz") else path.open(encoding="utf-8")
+
+
+def file_texts(path: Path, fields: list[str] | None = None) -> Iterator[str]:
+    """Task texts of a .jsonl[.gz] file (one per record) or .txt[.gz] file (one per non-empty line)."""
+    name = path.name.lower()
+    if not path.is_file():
+        raise CurateError(f"decontaminate: task file {path} not found")
+    if not name.endswith((".jsonl", ".jsonl.gz", ".txt", ".txt.gz")):
+        raise CurateError(f"decontaminate: task file {path}: expected .jsonl, .jsonl.gz, .txt or .txt.gz")
+    with _open_text(path) as handle:
+        for line_no, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            if name.endswith((".txt", ".txt.gz")):
+                yield line.rstrip("\n")
+                continue
+            try:
+                record = json.loads(line)
+                if fields is not None:
+                    missing = [f for f in fields if f not in record]
+                    if missing:
+                        raise ValueError(f"missing field(s) {missing}")
+                    record = {f: record[f] for f in fields}
+                yield record_text(record)
+            except (json.JSONDecodeError, ValueError, TypeError) as err:
+                raise CurateError(f"decontaminate: {path}:{line_no}: {err}") from err
+
+
+def harness_texts(name: str, data_dir: str | None) -> Iterator[str]:
+    """Validation and test records of an evaluation-harness task (trident.evaluate.tasks)."""
+    from trident.evaluate.tasks import TaskDataError, get_task
+
+    task = get_task(name)
+    splits = [s for s in dict.fromkeys((task.eval_split, "validation", "test")) if task.split_files(s)]
+    root = Path(data_dir) if data_dir is not None else None
+    found = [s for s in splits if root is not None and task.has_split(root, s)]
+    if not found:
+        raise CurateError(f"decontaminate: task {name!r}: no validation/test files under data_dir={data_dir!r}; "
+                          f"expected {task.expected}")
+    for split in found:
+        try:
+            docs = task.load(root, split)
+        except TaskDataError as err:
+            raise CurateError(f"decontaminate: task {name!r}: {err}") from err
+        for doc in docs:
+            yield record_text(doc)
+
+
+def parse_tasks(tasks: Any) -> list[dict]:
+    """Normalise the ``tasks`` parameter to [{"name", "paths", "fields", "harness"}].
+
+    Accepted forms: {name: path | [paths]} or a list of {name, path | paths, fields?} or
+    {name, harness: true} (load with the evaluation harness's reader from ``data_dir``).
+    """
+    if isinstance(tasks, dict):
+        tasks = [{"name": k, "paths": v if isinstance(v, list) else [v]} for k, v in tasks.items()]
+    if not isinstance(tasks, list) or not tasks:
+        raise ValueError("tasks must be a non-empty mapping {name: path} or list of {name, path}")
+    out = []
+    for i, spec in enumerate(tasks):
+        if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
+            raise ValueError(f"tasks[{i}] must be a mapping with a string 'name', got {spec!r}")
+        unknown = set(spec) - {"name", "path", "paths", "fields", "harness"}
+        if unknown:
+            raise ValueError(f"tasks[{i}] ({spec['name']}): unknown key(s) {sorted(unknown)}")
+        paths = spec.get("paths", [spec["path"]] if "path" in spec else [])
+        if not paths and not spec.get("harness"):
+            raise ValueError(f"tasks[{i}] ({spec['name']}): give 'path', 'paths' or 'harness: true'")
+        out.append({"name": spec["name"], "paths": [str(p) for p in paths],
+                    "fields": spec.get("fields"), "harness": bool(spec.get("harness", False))})
+    return out
+
+
+# ---- the n-gram index ------------------------------------------------------------------------
+
+def build_index(tasks: list[dict], data_dir: str | None, ngram: int, min_ngram: int,
+                counters: Counter) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """(sorted n-gram hashes, task id of each, the n-gram sizes used) over every task text."""
+    hashes, owners, sizes = [], [], set()
+    for task_id, task in enumerate(tasks):
+        texts = harness_texts(task["name"], data_dir) if task["harness"] else (
+            text for p in task["paths"] for text in file_texts(Path(p), task["fields"]))
+        for text in texts:
+            counters["task_texts"] += 1
+            words = words_with_spans(text)[0]
+            if len(words) < min_ngram:
+                counters["task_texts_too_short"] += 1
+                continue
+            n = min(ngram, len(words))
+            sizes.add(n)
+            grams = ngram_hashes(word_hashes(words), n)
+            hashes.append(grams)
+            owners.append(np.full(len(grams), task_id, dtype=np.int32))
+    if not hashes:
+        return np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.int32), []
+    pairs = np.unique(np.stack([np.concatenate(hashes), np.concatenate(owners).astype(np.uint64)], 1), axis=0)
+    return pairs[:, 0].copy(), pairs[:, 1].astype(np.int32), sorted(sizes)
+
+
+class IndexLookup:
+    """Finds index n-grams in a text: for each n in ``sizes``, a sorted array lookup."""
+
+    def __init__(self, hashes: np.ndarray, owners: np.ndarray, sizes: list[int]) -> None:
+        self.hashes, self.owners, self.sizes = hashes, owners, sizes
+
+    @classmethod
+    def load(cls, path: Path) -> "IndexLookup":
+        with np.load(path, allow_pickle=False) as data:
+            return cls(data["hashes"], data["owners"], data["sizes"].tolist())
+
+    def matches(self, text: str) -> list[tuple[int, int, int, int]]:
+        """(start char, end char, n-gram hash, task id) of every index n-gram in ``text``."""
+        if len(self.hashes) == 0:
+            return []
+        words, starts, ends = words_with_spans(text)
+        if not words:
+            return []
+        wh = word_hashes(words)
+        found = []
+        for n in self.sizes:
+            grams = ngram_hashes(wh, n)
+            pos = np.searchsorted(self.hashes, grams)
+            hit = np.flatnonzero(self.hashes[np.minimum(pos, len(self.hashes) - 1)] == grams)
+            for i in hit.tolist():
+                j = int(pos[i])
+                while j < len(self.hashes) and self.hashes[j] == grams[i]:  # one n-gram, many tasks
+                    found.append((int(starts[i]), int(ends[i + n - 1]), int(grams[i]), int(self.owners[j])))
+                    j += 1
+        return found
+
+
+# ---- cutting ---------------------------------------------------------------------------------
+
+def cut_regions(text: str, spans: list[tuple[int, int]], cut_chars: int) -> list[tuple[int, int]]:
+    """Merged [start, end) character ranges to remove for the matched spans (rule in module doc)."""
+    regions = []
+    for start, end in spans:
+        pos = start - cut_chars
+        while pos > 0 and text[pos] not in _BOUNDARY:
+            pos -= 1
+        left = pos + 1 if pos > 0 else 0
+        pos = end + cut_chars
+        while pos < len(text) and text[pos] not in _BOUNDARY:
+            pos += 1
+        regions.append((left, min(pos + 1, len(text))))
+    merged: list[tuple[int, int]] = []
+    for left, right in sorted(regions):
+        if merged and left <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], right))
+        else:
+            merged.append((left, right))
+    return merged
+
+
+def remaining_pieces(text: str, regions: list[tuple[int, int]]) -> list[str]:
+    """The stripped, non-empty text between (and around) the removed regions."""
+    pieces, pos = [], 0
+    for left, right in regions + [(len(text), len(text))]:
+        piece = text[pos:left].strip()
+        if piece:
+            pieces.append(piece)
+        pos = right
+    return pieces
+
+
+def clean_document(doc: Document, lookup: IndexLookup, rule: dict, tasks: list[str],
+                   counters: Counter) -> Document | str:
+    """The document with task n-grams cut out, or the reason it is dropped (rule in module doc)."""
+    matches = lookup.matches(doc.text)
+    if not matches:
+        return doc
+    for task_id in sorted({m[3] for m in matches}):
+        counters[f"touched:{tasks[task_id]}"] += 1
+    regions = cut_regions(doc.text, sorted({(m[0], m[1]) for m in matches}), rule["cut_chars"])
+    if len(regions) > rule["max_splits"]:
+        return "too_many_splits"
+    pieces = remaining_pieces(doc.text, regions)
+    kept = [p for p in pieces if len(p) >= rule["min_piece_chars"]]
+    counters["pieces_dropped"] += len(pieces) - len(kept)
+    if not kept:
+        return "contaminated"
+    counters["documents_cleaned"] += 1
+    return Document(doc.id, "\n\n".join(kept), {**doc.meta, "decontaminated_cuts": len(regions)})
+
+
+def _count_task(job: dict) -> tuple[np.ndarray, np.ndarray]:
+    """Pass 1: (index n-gram hashes, number of this shard's documents containing each)."""
+    lookup = IndexLookup.load(Path(job["index"]))
+    seen: Counter = Counter()
+    for doc in read_shard(Path(job["path"])):
+        seen.update({m[2] for m in lookup.matches(doc.text)})
+    return np.array(list(seen), dtype=np.uint64), np.array(list(seen.values()), dtype=np.int64)
+
+
+def _clean_task(job: dict) -> Counter:
+    """Pass 2: one shard with the (non-frequent) task n-grams cut out; returns its counters."""
+    lookup = IndexLookup.load(Path(job["index"]))
+    counters: Counter = Counter()
+
+    def cleaned():
+        for doc in read_shard(Path(job["path"])):
+            counters["in"] += 1
+            counters["bytes_in"] += doc.nbytes
+            result = clean_document(doc, lookup, job["rule"], job["tasks"], counters)
+            if isinstance(result, str):
+                counters[f"dropped:{result}"] += 1
+                continue
+            counters["out"] += 1
+            counters["bytes_out"] += result.nbytes
+            yield result
+
+    write_shard(Path(job["out"]), cleaned())
+    return counters
+
+
+@register_stage("decontaminate")
+class Decontaminate(GlobalStage):
+    """Remove evaluation-task n-grams (and their surroundings) from training documents."""
+
+    def __init__(self, tasks: Any = None, data_dir: str | None = None, ngram: int = 13, min_ngram: int = 8,
+                 cut_chars: int = 200, min_piece_chars: int = 200, max_splits: int = 10,
+                 frequent_docs: int = 10) -> None:
+        self.tasks = parse_tasks(tasks)
+        numbers = {"ngram": ngram, "min_ngram": min_ngram, "cut_chars": cut_chars,
+                   "min_piece_chars": min_piece_chars, "max_splits": max_splits, "frequent_docs": frequent_docs}
+        for key, value in numbers.items():
+            least = 0 if key in ("cut_chars", "min_piece_chars", "max_splits") else 1
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise ValueError(f"{key} must be an integer >= {least}, got {value!r}")
+        if min_ngram > ngram:
+            raise ValueError(f"min_ngram ({min_ngram}) must not exceed ngram ({ngram})")
+        super().__init__(tasks=tasks, data_dir=data_dir, **numbers)
+        self.data_dir = data_dir
+        self.rule = {"cut_chars": cut_chars, "min_piece_chars": min_piece_chars, "max_splits": max_splits}
+        self.ngram, self.min_ngram, self.frequent_docs = ngram, min_ngram, frequent_docs
+
+    def run(self, inputs: list[Path], out_dir: Path, executor: Executor) -> list[Path]:
+        """Build the task index, find frequent n-grams (pass 1), cut matches (pass 2)."""
+        out_dir = Path(out_dir)
+        work = out_dir / "_work_decontaminate"
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        hashes, owners, sizes = build_index(self.tasks, self.data_dir, self.ngram, self.min_ngram, self.counters)
+        self.counters["index_ngrams"] += len(np.unique(hashes))
+        np.savez(work / "index.npz", hashes=hashes, owners=owners, sizes=np.array(sizes, dtype=np.int64))
+        jobs = [{"path": str(p), "index": str(work / "index.npz")} for p in inputs]
+        found = executor.map(_count_task, jobs, desc="decontaminate: count") if len(hashes) else []
+        frequent = self._frequent(found)
+        self.counters["frequent_ngrams_ignored"] += len(frequent)
+        keep = ~np.isin(hashes, frequent)
+        np.savez(work / "filtered.npz", hashes=hashes[keep], owners=owners[keep],
+                 sizes=np.array(sizes, dtype=np.int64))
+        outputs = output_paths(inputs, out_dir)
+        names = [t["name"] for t in self.tasks]
+        jobs = [{"path": str(p), "out": str(o), "index": str(work / "filtered.npz"), "rule": self.rule,
+                 "tasks": names} for p, o in zip(inputs, outputs)]
+        for counters in executor.map(_clean_task, jobs, desc="decontaminate: cut"):
+            self.counters.update(counters)
+        for name in names:
+            self.counters[f"touched:{name}"] += 0  # every task appears in the report, even at zero
+        shutil.rmtree(work, ignore_errors=True)
+        return outputs
+
+    def _frequent(self, found: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+        """Index n-grams present in >= frequent_docs training documents."""
+        if not found:
+            return np.zeros(0, dtype=np.uint64)
+        keys = np.concatenate([f[0] for f in found] + [np.zeros(0, dtype=np.uint64)])
+        counts = np.concatenate([f[1] for f in found] + [np.zeros(0, dtype=np.int64)])
+        unique, inverse = np.unique(keys, return_inverse=True)
+        totals = np.bincount(inverse, weights=counts, minlength=len(unique))
+        return unique[totals >= self.frequent_docs]
