@@ -235,10 +235,10 @@ def _dropout_streams(rank, world, sp):
                          "model.hidden_dropout=0.2", "model.attention_dropout=0.2")
     trainer = Trainer(config, "/tmp/unused", datasets=(RandomTokens(config.model.seq_length), None),
                       vocab_size=VOCAB, log=lambda *a: None)
-    trainer.model.train()
+    trainer.chunks[0].train()
     tokens = torch.from_numpy(trainer.train_data[0][None, :-1].astype(np.int64))
-    hidden = trainer.model.embedding(tokens)
-    for block in trainer.model.blocks.values():
+    hidden = trainer.chunks[0].embedding(tokens)
+    for block in trainer.chunks[0].blocks.values():
         hidden = block(hidden)
     return hidden.detach().numpy(), T.TP_RNG.states["cpu"].numpy()
 

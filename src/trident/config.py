@@ -300,6 +300,7 @@ def validate(config: Config, world_size: int | None = None) -> None:
                  "parallel.layer_partition", f"needs {chunks} entries summing to {m.num_layers}")
     if p.virtual_stages > 1:
         _require(p.schedule == "interleaved", "parallel.schedule", "virtual_stages > 1 needs schedule=interleaved")
+        _require(p.pp >= 2, "parallel.virtual_stages", "interleaving (virtual_stages > 1) needs pp >= 2")
     if p.sequence_parallel:
         _require(m.seq_length % p.tp == 0, "parallel.sequence_parallel",
                  f"model.seq_length={m.seq_length} must be divisible by tp={p.tp}")
@@ -317,8 +318,10 @@ def validate(config: Config, world_size: int | None = None) -> None:
     _require(t.global_batch_size % granule == 0, "train.global_batch_size",
              f"{t.global_batch_size} is not divisible by micro_batch_size x dp = {t.micro_batch_size} x {dp}")
     if p.schedule == "interleaved" and p.pp > 1:
-        _require(t.global_batch_size // granule % p.pp == 0 or t.rampup_batch_size is None, "parallel.schedule",
-                 "interleaved schedule needs the number of micro-batches to be a multiple of pp")
+        sizes = [t.global_batch_size] + (list(t.rampup_batch_size[:2]) if t.rampup_batch_size else [])
+        _require(all(size // granule % p.pp == 0 for size in sizes), "parallel.schedule",
+                 f"interleaved needs every batch size (global and ramp-up start/increment: {sizes}) / "
+                 f"(micro_batch_size x dp = {granule}) to be a multiple of pp={p.pp}")
     _check_rampup(t, granule)
     _require(t.steps >= 1, "train.steps", "must be >= 1")
     _require(t.lr > 0 and 0 <= t.min_lr <= t.lr, "train.min_lr", f"need 0 <= min_lr <= lr, got {t.min_lr} > {t.lr}")

@@ -56,8 +56,9 @@ class Trainer:
         if vocab_size is not None:
             config.model.vocab_size = vocab_size
         self._seed_everything(config.train.seed)
-        self.model = self._build_model()
-        self.named_params = list(self.model.named_parameters())
+        self.chunks = self._build_model_chunks()
+        self.named_params = [item for chunk in self.chunks for item in chunk.named_parameters()]
+        self.executor = self._build_executor()
         self.optimizer = build_optimizer(self.named_params, config.train)
         self.scaler = LossScaler(config.train.precision == "fp16", config.train.loss_scale_initial,
                                  config.train.loss_scale_growth_interval, config.train.loss_scale_backoff,
@@ -90,16 +91,35 @@ class Trainer:
         torch.manual_seed(pp_seed)
         T.TP_RNG.seed(pp_seed + 2718 + self.mesh.tp_rank, self.device)
 
-    def _build_model(self):
+    def _build_model_chunks(self) -> list:
+        """This rank's model chunks: one per virtual stage, each a GPT over its slice of the layers."""
+        from trident.parallel.pipeline import partition_layers
+
         cfg, mesh = self.config, self.mesh
         if cfg.model.vocab_size <= 0:
             raise ValueError("config key 'model.vocab_size' is unknown: set it or give data.tokenizer")
-        if mesh.pp > 1:
-            raise NotImplementedError("pipeline parallelism (parallel.pp > 1) is not available yet in this build")
         tp = mesh.tp_context(cfg.parallel.sequence_parallel)
-        model = build_model(cfg.model, cfg.model.padded_vocab_size(mesh.tp), cfg.train.seed, tp=tp,
-                            activation_checkpointing=cfg.train.activation_checkpointing)
-        return model.to(self.device)
+        v = cfg.parallel.virtual_stages
+        ranges = partition_layers(cfg.model.num_layers, mesh.pp, v, cfg.parallel.layer_partition)[mesh.pp_rank]
+        chunks = []
+        for c, layers in enumerate(ranges):
+            chunk = build_model(cfg.model, cfg.model.padded_vocab_size(mesh.tp), cfg.train.seed, tp=tp,
+                                layers=layers, pre_process=mesh.is_first_stage and c == 0,
+                                post_process=mesh.is_last_stage and c == v - 1,
+                                activation_checkpointing=cfg.train.activation_checkpointing)
+            chunks.append(chunk.to(self.device))
+        return chunks
+
+    def _build_executor(self):
+        from trident.parallel.pipeline_executor import PipelineExecutor
+
+        if self.mesh.pp == 1:
+            return None
+        cfg = self.config
+        seq = cfg.model.seq_length // (self.mesh.tp if cfg.parallel.sequence_parallel else 1)
+        shape = (seq, cfg.train.micro_batch_size, cfg.model.hidden_size)
+        return PipelineExecutor(self.chunks, self.mesh, cfg.parallel.schedule, shape, torch.float32, self.device,
+                                lambda: autocast(cfg.train.precision, self.device))
 
     # ---- one step ------------------------------------------------------------------------------
     def micro_batches(self, batch_size: int, dataset, start: int):
@@ -113,19 +133,26 @@ class Trainer:
             yield sample[:, :-1], sample[:, 1:]
 
     def forward_backward(self, batches: list, loss_divisor: int, backward: bool = True) -> torch.Tensor:
-        """Sum over micro-batches of the mean token loss / loss_divisor; gradients accumulate."""
+        """Sum over micro-batches of the mean token loss / loss_divisor; gradients accumulate.
+        With pipeline stages the executor runs the schedule and the loss lives on the last stage."""
+        if self.executor is not None:
+            return self.executor.run(batches, loss_divisor, self.scaler.scale, backward)
         total = torch.zeros((), device=self.device)
         for tokens, labels in batches:
             with autocast(self.config.train.precision, self.device):
-                loss = self.model(tokens, labels).float().mean() / loss_divisor
+                loss = self.chunks[0](tokens, labels).float().mean() / loss_divisor
             if backward:
                 (loss * self.scaler.scale).backward()
             total += loss.detach()
         return total
 
     def finalize_gradients(self) -> None:
-        """Cross-rank gradient reductions: sequence-parallel norms over TP, then the DP average."""
+        """Cross-rank gradient reductions: sequence-parallel norms over TP, the tied embedding over its
+        two pipeline stages, then the DP sum (micro-batch losses were already divided by m x dp)."""
         mesh = self.mesh
+        if mesh.pp > 1 and (mesh.is_first_stage or mesh.is_last_stage):
+            word = [p.grad for n, p in self.named_params if n == "embedding.word.weight" and p.grad is not None]
+            all_reduce_coalesced(word, mesh.group("embedding"))
         if mesh.tp > 1 and self.config.parallel.sequence_parallel:
             sp = [p.grad for _, p in self.named_params if getattr(p, "sequence_parallel", False) and p.grad is not None]
             all_reduce_coalesced(sp, mesh.group("tp"))
@@ -139,7 +166,8 @@ class Trainer:
         lr = self.schedule.lr(self.consumed_tokens)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        self.model.train()
+        for chunk in self.chunks:
+            chunk.train()
         self.optimizer.zero_grad(set_to_none=True)
         start = time.perf_counter()
         micro = batch_size // (cfg.train.micro_batch_size * mesh.dp)
@@ -166,7 +194,9 @@ class Trainer:
         return self._record(loss.item(), lr, grad_norm, batch_size, elapsed, overflow)
 
     def _reduce_loss(self, loss: torch.Tensor) -> torch.Tensor:
-        """Global-batch mean loss, on every rank (sum of the DP partial means)."""
+        """Global-batch mean loss, on every rank (sum of the DP partial means, from the last stage)."""
+        if self.mesh.group("pp") is not None:
+            dist.all_reduce(loss, group=self.mesh.group("pp"))
         if self.mesh.group("dp") is not None:
             dist.all_reduce(loss, group=self.mesh.group("dp"))
         return loss
@@ -195,7 +225,8 @@ class Trainer:
         cfg = self.config.train
         if self.valid_data is None or len(self.valid_data) == 0:
             return None
-        self.model.eval()
+        for chunk in self.chunks:
+            chunk.eval()
         batch = min(cfg.global_batch_size, len(self.valid_data) // self.mesh.dp * self.mesh.dp)
         batch -= batch % (cfg.micro_batch_size * self.mesh.dp)
         if batch == 0:

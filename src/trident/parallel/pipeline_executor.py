@@ -1,0 +1,124 @@
+"""Runs a pipeline schedule (trident.parallel.pipeline) on real ranks with point-to-point messages.
+
+Needs pp >= 2 (every chunk's neighbours live on other ranks). Each maximal run of Send*/Recv* instructions is posted as one `batch_isend_irecv` and waited for,
+the contract the schedules are built and checked against. Activation shapes are fixed by the
+config ([s or s/tp, micro_batch, hidden]), so no shape handshake is needed. A micro-batch's
+activations are dropped as soon as its backward has run.
+"""
+from __future__ import annotations
+
+import time
+from contextlib import nullcontext
+
+import torch
+import torch.distributed as dist
+
+from trident.parallel.pipeline import COMMUNICATION, Forward, RecvActivation, SendActivation, SendGrad, build_schedule
+from trident.parallel.pipeline_diagram import Box
+
+
+class PipelineExecutor:
+    """Forward/backward of one step's micro-batches through this rank's model chunks."""
+
+    def __init__(self, chunks: list, mesh, schedule: str, activation_shape: tuple[int, ...],
+                 dtype: torch.dtype, device: torch.device, autocast=nullcontext):
+        self.chunks, self.mesh, self.schedule_name = chunks, mesh, schedule
+        self.v = len(chunks)
+        self.shape, self.dtype, self.device, self.autocast = activation_shape, dtype, device, autocast
+        self._schedules: dict[tuple[int, bool], list] = {}
+        self.timeline: list[Box] | None = None  # set to [] to record compute boxes of the next run
+
+    def schedule(self, num_microbatches: int, backward: bool) -> list:
+        key = (num_microbatches, backward)
+        if key not in self._schedules:
+            full = build_schedule(self.schedule_name, self.mesh.pp, num_microbatches, self.v)[self.mesh.pp_rank]
+            if not backward:  # forward-only (validation): GPipe order minus everything backward
+                full = [op for op in build_schedule("gpipe" if self.v == 1 else self.schedule_name, self.mesh.pp,
+                                                    num_microbatches, self.v)[self.mesh.pp_rank]
+                        if isinstance(op, (Forward, SendActivation, RecvActivation))]
+            self._schedules[key] = full
+        return self._schedules[key]
+
+    def is_first(self, chunk: int) -> bool:
+        return self.mesh.pp_rank == 0 and chunk == 0
+
+    def is_last(self, chunk: int) -> bool:
+        return self.mesh.is_last_stage and chunk == self.v - 1
+
+    def run(self, batches: list, loss_divisor: int, loss_scale: float = 1.0, backward: bool = True) -> torch.Tensor:
+        """Sum over micro-batches of mean token loss / loss_divisor (non-zero on the last stage only)."""
+        self.batches, self.divisor, self.scale = batches, loss_divisor, loss_scale
+        self.inputs: dict = {}
+        self.outputs: dict = {}
+        self.input_grads: dict = {}
+        self.total = torch.zeros((), device=self.device)
+        self.start_time = time.perf_counter()
+        ops = self.schedule(len(batches), backward)
+        index = 0
+        while index < len(ops):
+            if isinstance(ops[index], COMMUNICATION):
+                end = index
+                while end < len(ops) and isinstance(ops[end], COMMUNICATION):
+                    end += 1
+                self.exchange(ops[index:end])
+                index = end
+                continue
+            op = ops[index]
+            began = time.perf_counter()
+            self.forward(op) if isinstance(op, Forward) else self.backward(op)
+            if self.timeline is not None:
+                kind = "forward" if isinstance(op, Forward) else "backward"
+                self.timeline.append(Box(self.mesh.pp_rank, kind, op.microbatch, op.chunk,
+                                         began - self.start_time, time.perf_counter() - self.start_time))
+            index += 1
+        return self.total
+
+    # ---- compute --------------------------------------------------------------------------------
+    def forward(self, op: Forward) -> None:
+        mb, chunk = op.microbatch, op.chunk
+        x = self.batches[mb][0] if self.is_first(chunk) else self.inputs.pop((mb, chunk))
+        grad_enabled = torch.is_grad_enabled()
+        with self.autocast():
+            if self.is_last(chunk):
+                out = self.chunks[chunk](x, self.batches[mb][1]).float().mean() / self.divisor
+                self.total += out.detach()
+            else:
+                out = self.chunks[chunk](x)
+        if grad_enabled:
+            self.outputs[(mb, chunk)] = out
+            self.inputs[("saved", mb, chunk)] = x
+        else:
+            self.outputs[(mb, chunk)] = out.detach()
+
+    def backward(self, op) -> None:
+        mb, chunk = op.microbatch, op.chunk
+        out = self.outputs.pop((mb, chunk))
+        x = self.inputs.pop(("saved", mb, chunk))
+        if self.is_last(chunk):
+            torch.autograd.backward(out * self.scale)
+        else:
+            torch.autograd.backward(out, grad_tensors=self.input_grads.pop(("out", mb, chunk)))
+        if not self.is_first(chunk):
+            self.input_grads[("in", mb, chunk)] = x.grad
+
+    # ---- communication --------------------------------------------------------------------------
+    def exchange(self, ops: list) -> None:
+        p2p, received = [], []
+        for op in ops:
+            peer = self.mesh.stage_rank(op.to_stage if isinstance(op, (SendActivation, SendGrad)) else op.from_stage)
+            if isinstance(op, SendActivation):
+                p2p.append(dist.P2POp(dist.isend, self.outputs[(op.microbatch, op.chunk)].detach().contiguous(), peer))
+            elif isinstance(op, SendGrad):
+                grad = self.input_grads.pop(("in", op.microbatch, op.chunk))
+                p2p.append(dist.P2POp(dist.isend, grad.contiguous(), peer))
+            else:
+                buffer = torch.empty(self.shape, dtype=self.dtype, device=self.device)
+                p2p.append(dist.P2POp(dist.irecv, buffer, peer))
+                received.append((op, buffer))
+        for request in dist.batch_isend_irecv(p2p):
+            request.wait()
+        for op, buffer in received:
+            if isinstance(op, RecvActivation):
+                self.inputs[(op.microbatch, op.chunk)] = buffer.requires_grad_(torch.is_grad_enabled())
+            else:
+                self.input_grads[("out", op.microbatch, op.chunk)] = buffer
