@@ -23,6 +23,7 @@ SHARD_SUFFIX = ".jsonl.zst"
 WARC_SUFFIXES = (".warc", ".warc.gz")
 HTML_SUFFIXES = (".html", ".htm")
 JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".json.gz", ".json.zst")
+WARC_TYPES = ("warcinfo", "response", "resource", "request", "metadata", "revisit", "conversion", "continuation")
 DEFAULT_MAX_DOC_BYTES = 5_000_000
 _MAX_LOGGED = 200  # error examples kept per log; all of them are counted
 _CHUNK = 1 << 20
@@ -194,6 +195,10 @@ def _read_warc(path: Path, log: RecordLog, max_doc_bytes: int) -> Iterator[Docum
         try:
             for record in records:
                 offset = records.offset  # get_record_offset() would consume the record body
+                if record.rec_type not in WARC_TYPES:
+                    log.counters["in"] += 1
+                    log.bad(path, f"byte {offset}", "malformed_warc_record", f"WARC-Type {record.rec_type!r}")
+                    continue
                 if record.rec_type not in ("response", "resource"):
                     log.counters[f"skipped_records:{record.rec_type}"] += 1
                     continue
@@ -205,6 +210,13 @@ def _read_warc(path: Path, log: RecordLog, max_doc_bytes: int) -> Iterator[Docum
             # warcio cannot resynchronise after a corrupt record: the rest of the file is one loss.
             log.counters["in"] += 1
             log.bad(path, f"after byte {offset}", "unreadable_warc", f"{type(err).__name__}: {err}")
+            return
+    size = path.stat().st_size
+    if records.offset < size:
+        # warcio ends quietly at a cut-off gzip member; bytes left over mean a lost record.
+        log.counters["in"] += 1
+        log.bad(path, f"byte {records.offset}", "unreadable_warc",
+                f"{size - records.offset} trailing bytes are not a complete WARC record (truncated file?)")
 
 
 def _read_limited(stream, limit: int) -> bytes:
@@ -231,6 +243,10 @@ def _warc_document(path: Path, offset: int, record, log: RecordLog, max_doc_byte
     body = _read_limited(record.content_stream(), max_doc_bytes + 1)
     if len(body) > max_doc_bytes:
         log.bad(path, where, "too_large", f"record body > max_doc_bytes={max_doc_bytes}")
+        return None
+    missing = getattr(record.raw_stream, "limit", 0)
+    if missing > 0:
+        log.bad(path, where, "truncated_record", f"record ends {missing} bytes before its Content-Length")
         return None
     is_html = "html" in content_type.lower()
     # Only HTML bodies become text; the extract stage drops (and counts) the others.
