@@ -30,6 +30,9 @@ class Layout:
     zero_stage: int = 0
     sequence_parallel: bool = False
     schedule: str = "1f1b"
+    # master: 16-bit weights and gradients + fp32 master copy (Megatron, DeepSpeed, MT-NLG);
+    # autocast: fp32 weights and gradients, 16-bit math under torch.autocast (trident's trainer today).
+    weights: str = "master"
 
     @property
     def gpus(self) -> int:
@@ -42,13 +45,13 @@ class Layout:
                 f"ckpt={self.checkpointing} zero{self.zero_stage}")
 
     @classmethod
-    def from_config(cls, config: Config, gpus: int) -> "Layout":
+    def from_config(cls, config: Config, gpus: int, weights: str = "master") -> "Layout":
         """The layout the config asks for on `gpus` devices (dp = gpus / (tp * pp) unless set)."""
         p, t = config.parallel, config.train
         dp = p.dp or max(gpus // (p.tp * p.pp), 1)
         return cls(tp=p.tp, pp=p.pp, dp=dp, micro_batch=t.micro_batch_size, virtual_stages=p.virtual_stages,
                    checkpointing=t.activation_checkpointing, zero_stage=p.zero_stage,
-                   sequence_parallel=p.sequence_parallel, schedule=p.schedule)
+                   sequence_parallel=p.sequence_parallel, schedule=p.schedule, weights=weights)
 
 
 @dataclass
@@ -76,6 +79,14 @@ class MemoryBreakdown:
 
 def element_bytes(precision: str) -> int:
     return 4 if precision == "fp32" else 2
+
+
+def state_bytes(precision: str, weights: str) -> tuple[int, int, int]:
+    """Bytes per parameter of (weights, gradients, optimizer state) for a precision and weight scheme."""
+    if precision == "fp32" or weights == "autocast":
+        return 4, 4, ADAM_MOMENT_BYTES
+    e = element_bytes(precision)
+    return e, e, ADAM_MOMENT_BYTES + MASTER_BYTES
 
 
 def micro_batches(config: Config, layout: Layout) -> int:
@@ -175,10 +186,10 @@ def stage_memory(config: Config, layout: Layout, stage: int, flash_attention: bo
     m, t, p = config.model, config.train, layout
     e = element_bytes(t.precision)
     params = stage_params(config, layout, stage)
-    weights = params * e
-    gradients = params * e  # gradients kept in the training precision (REFERENCE.md: 2 bytes with bf16)
-    state_bytes = ADAM_MOMENT_BYTES + (MASTER_BYTES if t.precision != "fp32" else 0)
-    optimizer_full = params * state_bytes
+    weight_b, grad_b, state_b = state_bytes(t.precision, layout.weights)
+    weights = params * weight_b
+    gradients = params * grad_b  # with "master": the training precision (REFERENCE.md: 2 bytes with bf16)
+    optimizer_full = params * state_b
     optimizer = optimizer_full / p.dp if p.zero_stage >= 1 else optimizer_full
 
     micro = micro_batches(config, layout)
@@ -198,8 +209,8 @@ def stage_memory(config: Config, layout: Layout, stage: int, flash_attention: bo
     buffers = 0.0
     if p.pp > 1:
         buffers += 4 * e * sbh / sp  # send + receive buffers, activations forward and gradients backward
-    if p.dp > 1:
-        buffers += 2 * config.parallel.bucket_size_mb * 2**20  # gradient buckets in flight
+    if p.dp > 1:  # gradient buckets in flight (a bucket is never larger than all the gradients)
+        buffers += 2 * min(config.parallel.bucket_size_mb * 2**20, gradients)
     return MemoryBreakdown(weights=weights, gradients=gradients, optimizer=optimizer, activations=stored,
                            logits=logits, buffers=buffers, stage=stage, in_flight=flight, params=params,
                            optimizer_unsharded=optimizer_full)

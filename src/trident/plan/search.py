@@ -93,7 +93,8 @@ def mesh_problems(config: Config, tp: int, pp: int, dp: int) -> list[str]:
     return layout_problems(config, probe, tp * pp * dp)
 
 
-def candidate_layouts(config: Config, gpus: int, rejected: Counter | None = None) -> Iterator[Layout]:
+def candidate_layouts(config: Config, gpus: int, rejected: Counter | None = None,
+                      weights: str = "master") -> Iterator[Layout]:
     """Every (tp, pp, dp, micro-batch, v, checkpointing, zero) with tp x pp x dp = gpus on a mesh that
     can hold the model; meshes that cannot are counted in `rejected` by reason, once per mesh."""
     m, t = config.model, config.train
@@ -114,7 +115,7 @@ def candidate_layouts(config: Config, gpus: int, rejected: Counter | None = None
                             yield Layout(tp=tp, pp=pp, dp=dp, micro_batch=micro, virtual_stages=v,
                                          checkpointing=mode, zero_stage=zero,
                                          sequence_parallel=config.parallel.sequence_parallel and tp > 1,
-                                         schedule="interleaved" if v > 1 else schedule)
+                                         schedule="interleaved" if v > 1 else schedule, weights=weights)
 
 
 @dataclass
@@ -147,10 +148,10 @@ def _reason_kind(reason: str) -> str:
 
 
 def rank_layouts(config: Config, hardware: Hardware, gpus: int, gpus_per_node: int,
-                 flash_attention: bool = False) -> Ranking:
+                 flash_attention: bool = False, weights: str = "master") -> Ranking:
     """All valid layouts that fit in memory, by predicted step time (then memory); rejections counted."""
     plans, rejected, examined = [], Counter(), 0
-    for layout in candidate_layouts(config, gpus, rejected):
+    for layout in candidate_layouts(config, gpus, rejected, weights):
         examined += 1
         plan = evaluate(config, layout, hardware, gpus, gpus_per_node, flash_attention)
         if plan.ok:

@@ -16,7 +16,8 @@ from pathlib import Path
 import yaml
 
 from trident.config import Config
-from trident.plan.memory import Layout, element_bytes, micro_batches, stage_layers, stage_params
+from trident.plan.memory import (ADAM_MOMENT_BYTES, Layout, element_bytes, micro_batches, stage_layers, stage_params,
+                                 state_bytes)
 
 PROFILE_FILE = Path(__file__).parent / "hardware.yaml"
 
@@ -223,28 +224,28 @@ def stage_seconds(config: Config, layout: Layout, hardware: Hardware, gpus_per_n
 
 def gradient_sync_seconds(config: Config, layout: Layout, hardware: Hardware, gpus_per_node: int) -> float:
     """Data-parallel reduction of the largest stage's gradients, plus the tied-embedding all-reduce."""
-    e = element_bytes(config.train.precision)
+    weight_b, grad_b, _ = state_bytes(config.train.precision, layout.weights)
     params = max(stage_params(config, layout, i) for i in range(layout.pp))
     bw, lat = link(hardware, layout.gpus, gpus_per_node)
     if layout.zero_stage >= 1:
-        # ZeRO-1: reduce-scatter the gradients, all-gather the updated weights: an all-reduce's bytes.
-        seconds = 2 * ring_time(params * e, layout.dp, bw, lat, factor=1.0)
+        # ZeRO-1: reduce-scatter the gradients, all-gather the updated weights.
+        seconds = ring_time(params * (grad_b + weight_b), layout.dp, bw, lat, factor=1.0)
     else:
-        seconds = ring_time(params * e, layout.dp, bw, lat)
+        seconds = ring_time(params * grad_b, layout.dp, bw, lat)
     seconds *= 1 - hardware.dp_overlap
     if layout.pp > 1:  # first and last stage add their copies of the tied word embedding
-        embedding = config.model.padded_vocab_size(layout.tp) * config.model.hidden_size / layout.tp * e
+        embedding = config.model.padded_vocab_size(layout.tp) * config.model.hidden_size / layout.tp * grad_b
         bw, lat = link(hardware, layout.tp * layout.pp, gpus_per_node)
         seconds += ring_time(embedding, 2, bw, lat)
     return seconds
 
 
 def optimizer_seconds(config: Config, layout: Layout, hardware: Hardware) -> float:
-    """Adam is bandwidth-bound: read grad, master, m, v; write master, m, v, weights (per owned param)."""
-    e = element_bytes(config.train.precision)
+    """Adam is bandwidth-bound: read gradient and state, write state and weights (per owned parameter)."""
+    weight_b, grad_b, state_b = state_bytes(config.train.precision, layout.weights)
     params = max(stage_params(config, layout, i) for i in range(layout.pp))
     owned = params / layout.dp if layout.zero_stage >= 1 else params
-    per_param = 2 * e + (24 if config.train.precision != "fp32" else 16)
+    per_param = grad_b + 2 * state_b + weight_b * (1 if state_b > ADAM_MOMENT_BYTES else 2)
     return owned * per_param / (hardware.hbm_gbs * 1e9)
 
 

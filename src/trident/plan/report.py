@@ -1,0 +1,163 @@
+"""Planner output: rich tables for people, JSON for scripts, and MT-NLG's published figures beside ours."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rich.console import Console
+from rich.table import Table
+
+from trident.config import Config
+from trident.plan.search import Plan, Ranking
+
+GIB = 2**30
+# MT-NLG 530B on DGX A100-80GB (Smith et al. 2022, REFERENCE.md): GPUs -> (s per iteration, TFLOP/s per GPU).
+MTNLG_POINTS = {2240: (60.1, 126.0), 2800: (50.2, 121.0), 3360: (44.4, 113.0)}
+
+
+def paper_point(config: Config, gpus: int, hardware: str) -> tuple[float, float] | None:
+    """The published (step seconds, TFLOP/s per GPU) for this run, when it is MT-NLG's 530B on A100s."""
+    m = config.model
+    is_mtnlg = (m.num_layers, m.hidden_size, m.num_heads, m.seq_length) == (105, 20480, 128, 2048)
+    if is_mtnlg and config.train.global_batch_size == 1920 and hardware == "a100-80gb":
+        return MTNLG_POINTS.get(gpus)
+    return None
+
+
+def _gib(value: float) -> str:
+    return f"{value / GIB:,.2f}" if value >= 0.01 * GIB or value == 0 else f"{value / GIB:.2e}"
+
+
+def memory_table(plan: Plan) -> Table:
+    mem = plan.memory
+    table = Table(title=f"Memory per GPU (worst stage: {mem.stage}, {mem.in_flight:g} micro-batches in flight)")
+    table.add_column("component")
+    table.add_column("GiB", justify="right")
+    table.add_column("note")
+    layout = plan.layout
+    table.add_row("weights", _gib(mem.weights), f"{mem.params / 1e9:.3f} B parameters on this GPU")
+    master = layout.weights == "master"
+    table.add_row("gradients", _gib(mem.gradients), "training precision" if master else "fp32 (autocast)")
+    sharded = f"ZeRO-1 over dp={layout.dp}" if layout.zero_stage else "not sharded"
+    table.add_row("optimizer", _gib(mem.optimizer), ("fp32 master + " if master else "") + f"Adam m, v; {sharded}")
+    other = mem.optimizer_unsharded / layout.dp if not layout.zero_stage else mem.optimizer_unsharded
+    table.add_row("  (optimizer with ZeRO-1)" if not layout.zero_stage else "  (optimizer without ZeRO-1)",
+                  _gib(other), "for comparison, not in the total")
+    table.add_row("activations", _gib(mem.activations), f"checkpointing={layout.checkpointing}"
+                  + (", sequence parallel" if layout.sequence_parallel else ""))
+    table.add_row("logits", _gib(mem.logits), "last stage: vocab-parallel logits + fp32 loss copy")
+    table.add_row("buffers", _gib(mem.buffers), "pipeline p2p and gradient buckets")
+    table.add_row("total", _gib(mem.total), f"usable {_gib(plan.usable_bytes)} GiB on {plan.hardware}", style="bold")
+    return table
+
+
+def time_table(plan: Plan, paper: tuple[float, float] | None) -> Table:
+    t = plan.time
+    table = Table(title=f"Step time ({t.micro_batches} micro-batches per replica, slowest stage {t.slowest_stage})")
+    table.add_column("component")
+    table.add_column("seconds", justify="right")
+    table.add_column("share", justify="right")
+    table.add_column("paper", justify="right")
+    table.add_column("note")
+    rows = [("compute", t.compute, f"of which recompute {t.recompute:.2f} s"),
+            ("TP collectives", t.tp_comm, ""), ("PP point-to-point", t.pp_comm, ""),
+            ("pipeline bubble", t.bubble, f"{t.bubble_fraction:.1%} of the busy time"),
+            ("DP gradient reduction", t.dp_comm, ""), ("optimizer step", t.optimizer, "")]
+    for name, seconds, note in rows:
+        table.add_row(name, f"{seconds:.3f}", f"{seconds / t.total:.1%}", "", note)
+    error = lambda ours, theirs: f"{theirs:g} ({ours / theirs - 1:+.1%})"  # noqa: E731
+    table.add_row("step", f"{t.total:.2f}", "100%", error(t.total, paper[0]) if paper else "", style="bold")
+    table.add_row("TFLOP/s per GPU", f"{t.tflops_per_gpu:.1f}", "", error(t.tflops_per_gpu, paper[1]) if paper else "")
+    table.add_row("MFU", f"{t.mfu:.1%}", "", "")
+    return table
+
+
+def print_plan(plan: Plan, config: Config, gpus: int, console: Console | None = None) -> None:
+    console = console or Console()
+    console.print(f"[bold]{plan.layout.label()}[/] on {gpus} x {plan.hardware}")
+    if plan.memory is not None:
+        console.print(memory_table(plan))
+        console.print(time_table(plan, paper_point(config, gpus, plan.hardware)))
+    for reason in plan.reasons:
+        console.print(f"[red]rejected:[/] {reason}")
+
+
+def print_ranking(ranking: Ranking, top: int, by_mesh: bool, console: Console | None = None,
+                  current: int | None = None) -> None:
+    console = console or Console(width=max(Console().width, 120))  # the ranking table is wide
+    plans = ranking.best_per_mesh() if by_mesh else ranking.plans
+    what = "best layout of each (tp, pp, dp)" if by_mesh else "layouts"
+    table = Table(title=f"Top {min(top, len(plans))} {what} of {len(ranking.plans)} that fit "
+                        f"({ranking.examined} examined)")
+    for name in ("#", "tp", "pp", "dp", "mb", "v", "ckpt", "zero", "sp", "GiB", "step s", "TFLOP/s", "MFU", "bubble"):
+        table.add_column(name, justify="right")
+    for i, plan in enumerate(plans[:top], 1):
+        lay, t = plan.layout, plan.time
+        table.add_row(str(i), str(lay.tp), str(lay.pp), str(lay.dp), str(lay.micro_batch), str(lay.virtual_stages),
+                      lay.checkpointing, str(lay.zero_stage), "y" if lay.sequence_parallel else "",
+                      f"{plan.memory.total / GIB:.1f}", f"{t.total:.2f}", f"{t.tflops_per_gpu:.1f}",
+                      f"{t.mfu:.1%}", f"{t.bubble_fraction:.1%}")
+    console.print(table)
+    if current is not None:
+        console.print(f"the config's own layout ranks #{current} of {len(ranking.plans)}")
+    rejected = Table(title="Rejected layouts by reason (mesh: counted once per (tp, pp, dp))")
+    rejected.add_column("count", justify="right")
+    rejected.add_column("reason")
+    for reason, count in ranking.rejected.most_common():
+        rejected.add_row(str(count), reason)
+    console.print(rejected)
+
+
+def plan_json(plan: Plan, config: Config, gpus: int) -> dict:
+    paper = paper_point(config, gpus, plan.hardware)
+    out = {"gpus": gpus, **plan.to_dict()}
+    if paper:
+        out["paper"] = {"step_time_s": paper[0], "tflops_per_gpu": paper[1]}
+    return out
+
+
+def ranking_json(ranking: Ranking, top: int, by_mesh: bool, current: int | None = None) -> dict:
+    plans = ranking.best_per_mesh() if by_mesh else ranking.plans
+    return {"examined": ranking.examined, "fitting": len(ranking.plans), "config_layout_rank": current,
+            "by_mesh": by_mesh, "plans": [p.to_dict() for p in plans[:top]],
+            "rejected": dict(ranking.rejected.most_common())}
+
+
+@dataclass
+class Check:
+    """One predicted-versus-measured figure of a real run."""
+    run: str
+    quantity: str
+    predicted: float
+    measured: float
+    tolerance: float  # allowed |predicted / measured - 1|
+
+    @property
+    def error(self) -> float:
+        return self.predicted / self.measured - 1 if self.measured else float("inf")
+
+    @property
+    def ok(self) -> bool:
+        return abs(self.error) <= self.tolerance
+
+
+def compare_measured(run: str, plan: Plan, step_time_s: float, peak_memory_bytes: float,
+                     baseline_bytes: float = 0.0, time_tolerance: float = 0.30,
+                     memory_tolerance: float = 0.20) -> list[Check]:
+    """The plan's step time and memory against a measured run. `baseline_bytes` is what the process
+    holds before any model tensor (interpreter, torch, allocator pools): it is subtracted from the
+    measured peak, since the plan counts tensors only."""
+    if plan.memory is None or plan.time is None:
+        raise ValueError(f"{run}: layout {plan.layout.label()} was rejected: {'; '.join(plan.reasons)}")
+    return [Check(run, "step time s", plan.time.total, step_time_s, time_tolerance),
+            Check(run, "peak memory MiB", plan.memory.total / 2**20, (peak_memory_bytes - baseline_bytes) / 2**20,
+                  memory_tolerance)]
+
+
+def checks_table(checks: list[Check], title: str = "Planner vs measured") -> Table:
+    table = Table(title=title)
+    for name in ("run", "quantity", "predicted", "measured", "error", "tolerance", "ok"):
+        table.add_column(name, justify="right" if name not in ("run", "quantity") else "left")
+    for c in checks:
+        table.add_row(c.run, c.quantity, f"{c.predicted:.4g}", f"{c.measured:.4g}", f"{c.error:+.1%}",
+                      f"{c.tolerance:.0%}", "yes" if c.ok else "[red]no[/]")
+    return table
