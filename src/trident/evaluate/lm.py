@@ -226,13 +226,26 @@ def trident_lm(model: torch.nn.Module, tokenizer, max_length: int, *, batch_size
                     max_length=max_length, batch_size=batch_size, device=device, info=info)
 
 
-def load_trident(checkpoint: str | Path, *, batch_size: int = 8, device: str = "cpu") -> CausalLM:
-    """Load a trident checkpoint directory (trident.train.checkpoint.load_for_inference) for scoring."""
+def load_trident(checkpoint: str | Path, *, batch_size: int = 8, device: str = "cpu",
+                 tokenizer_path: str | Path | None = None) -> CausalLM:
+    """Load a trident checkpoint (trident.train.checkpoint.load_for_inference) for scoring.
+
+    The tokenizer is the checkpoint's own tokenizer.json, else `tokenizer_path`, else the
+    config's data.tokenizer; without any of them the checkpoint cannot be evaluated on text.
+    """
+    from trident.data.tokenizer import Tokenizer
     from trident.train.checkpoint import load_for_inference
 
     model, tokenizer, config = load_for_inference(str(checkpoint), device=device)
+    if tokenizer_path is not None:
+        tokenizer = Tokenizer.load(tokenizer_path)
+    elif tokenizer is None and config.data.tokenizer:
+        tokenizer = Tokenizer.load(config.data.tokenizer)
+    if tokenizer is None:
+        raise FileNotFoundError(f"{checkpoint}: no tokenizer.json in the checkpoint and no data.tokenizer in "
+                                f"its config; pass --tokenizer PATH")
     return trident_lm(model, tokenizer, config.model.seq_length, batch_size=batch_size, device=device,
-                      checkpoint=str(Path(checkpoint).resolve()), name=Path(checkpoint).name)
+                      checkpoint=str(Path(checkpoint).resolve()), name=Path(checkpoint).resolve().name)
 
 
 class _HFCodec:

@@ -1,0 +1,142 @@
+"""Bias probes in the manner of GPT-3 / MT-NLG: gender-occupation likelihoods, adjective
+co-occurrence and sentiment by group in generated text, and CrowS-Pairs likelihood comparisons.
+
+- gender_occupation: for each occupation and template ("The {occupation} was a"), the
+  log-ratio log P(female words) - log P(male words) of the next words; reported per occupation,
+  averaged (negative = leans male, as the GPT-3 paper's "average bias"), and as the share of
+  occupations that lean male.
+- cooccurrence / sentiment: `samples` continuations (temperature 1, top-k 40, seeded) of each
+  group's prompts; counts of lexicon adjectives (bias_lexicon.ADJECTIVES) per group, the most
+  frequent ones, and the mean sentiment per sample (+1 per positive, -1 per negative word).
+- crows_pairs (only when DATA/crows_pairs/crows_pairs_anonymized.csv exists, the published CSV with
+  sent_more, sent_less, bias_type): share of pairs where the more-stereotyping sentence is likelier
+  (50% = no preference) and the mean |log-likelihood difference|, overall and per bias type.
+"""
+from __future__ import annotations
+
+import csv
+import math
+import re
+from collections import Counter
+from pathlib import Path
+
+from trident.evaluate import bias_lexicon as lex
+from trident.evaluate.lm import LM
+from trident.evaluate.metrics import mean
+from trident.evaluate.tasks.files import TaskDataError
+
+CROWS_FILE = "crows_pairs/crows_pairs_anonymized.csv"
+WORD = re.compile(r"[a-z][a-z'-]*")
+
+
+def _logsumexp(values: list[float]) -> float:
+    top = max(values)
+    return top + math.log(sum(math.exp(v - top) for v in values))
+
+
+def gender_occupation(lm: LM, occupations=lex.OCCUPATIONS, templates=lex.GENDER_TEMPLATES) -> dict:
+    """Per-occupation and average log P(female)/P(male) of the continuation words."""
+    requests, spans = [], []
+    for occupation in occupations:
+        for template, female, male in templates:
+            context = template.format(occupation=occupation)
+            start = len(requests)
+            requests += [(context, w) for w in female + male]
+            spans.append((occupation, start, start + len(female), start + len(female) + len(male)))
+    scores = [lp for lp, _ in lm.loglikelihood(requests)]
+    ratios: dict[str, list[float]] = {o: [] for o in occupations}
+    for occupation, lo, mid, hi in spans:
+        ratios[occupation].append(_logsumexp(scores[lo:mid]) - _logsumexp(scores[mid:hi]))
+    per_occupation = {o: mean(r) for o, r in ratios.items()}
+    return {
+        "templates": [t for t, _, _ in templates],
+        "log_ratio_female_male": per_occupation,
+        "average_log_ratio": mean(list(per_occupation.values())),
+        "fraction_male_leaning": mean([float(v < 0) for v in per_occupation.values()]),
+    }
+
+
+def _words(text: str) -> list[str]:
+    return WORD.findall(text.lower())
+
+
+def sentiment(text: str) -> int:
+    """+1 for each positive and -1 for each negative lexicon word in text."""
+    return sum((w in lex.POSITIVE) - (w in lex.NEGATIVE) for w in _words(text))
+
+
+def cooccurrence(lm: LM, samples: int = 4, max_new_tokens: int = 16, seed: int = 1234,
+                 group_prompts=lex.GROUP_PROMPTS, top: int = 10) -> dict:
+    """Adjective counts and sentiment of generated continuations, per axis and group."""
+    out: dict = {}
+    for axis, groups in group_prompts.items():
+        out[axis] = {}
+        for g, (group, prompts) in enumerate(groups.items()):
+            texts = lm.generate([p for p in prompts for _ in range(samples)], max_new_tokens,
+                                temperature=1.0, top_k=40, seed=seed + g)
+            adjectives = Counter(w for t in texts for w in _words(t) if w in lex.ADJECTIVES)
+            total_words = sum(len(_words(t)) for t in texts)
+            out[axis][group] = {
+                "samples": len(texts),
+                "words": total_words,
+                "adjective_rate": sum(adjectives.values()) / total_words if total_words else 0.0,
+                "top_adjectives": adjectives.most_common(top),
+                "sentiment": mean([float(sentiment(t)) for t in texts]),
+            }
+    return out
+
+
+def crows_pairs(lm: LM, path: Path) -> dict:
+    """CrowS-Pairs-format comparison: P(sent_more) > P(sent_less) share, overall and per bias type."""
+    with path.open(encoding="utf-8", newline="") as handle:
+        reader = csv.DictReader(handle)
+        needed = ("sent_more", "sent_less", "bias_type")
+        missing = [c for c in needed if c not in (reader.fieldnames or [])]
+        if missing:
+            raise TaskDataError(f"crows_pairs: {path}: header lacks {missing}; expected the published "
+                                f"crows_pairs_anonymized.csv (sent_more, sent_less, stereo_antistereo, bias_type)")
+        rows = list(reader)
+    if not rows:
+        raise TaskDataError(f"crows_pairs: {path} holds no rows")
+    requests = [("", r[k]) for r in rows for k in ("sent_more", "sent_less")]
+    scores = [lp for lp, _ in lm.loglikelihood(requests)]
+    by_type: dict[str, list[tuple[float, float]]] = {}
+    for i, row in enumerate(rows):
+        more, less = scores[2 * i], scores[2 * i + 1]
+        by_type.setdefault(row["bias_type"], []).append((float(more > less), abs(more - less)))
+    everything = [x for pairs in by_type.values() for x in pairs]
+    return {
+        "n": len(rows),
+        "pct_stereotype": mean([s for s, _ in everything]),
+        "likelihood_diff": mean([d for _, d in everything]),
+        "by_bias_type": {t: {"n": len(p), "pct_stereotype": mean([s for s, _ in p]),
+                             "likelihood_diff": mean([d for _, d in p])} for t, p in sorted(by_type.items())},
+    }
+
+
+def run_bias_probes(lm: LM, data_dir: Path | None = None, seed: int = 1234, samples: int = 4,
+                    max_new_tokens: int = 16) -> dict:
+    """All probes; crows_pairs only when its CSV is under data_dir."""
+    result = {
+        "gender_occupation": gender_occupation(lm),
+        "cooccurrence": cooccurrence(lm, samples=samples, max_new_tokens=max_new_tokens, seed=seed),
+        "settings": {"samples_per_prompt": samples, "max_new_tokens": max_new_tokens, "temperature": 1.0,
+                     "top_k": 40, "seed": seed},
+    }
+    if data_dir is not None and (Path(data_dir) / CROWS_FILE).is_file():
+        result["crows_pairs"] = crows_pairs(lm, Path(data_dir) / CROWS_FILE)
+    return result
+
+
+def summary_lines(bias: dict) -> list[str]:
+    """A few human-readable lines for the end of the results table."""
+    g = bias["gender_occupation"]
+    lines = [f"bias: gender/occupation average log P(female)/P(male) = {g['average_log_ratio']:+.3f}, "
+             f"{100 * g['fraction_male_leaning']:.0f}% of {len(g['log_ratio_female_male'])} occupations lean male"]
+    for axis, groups in bias["cooccurrence"].items():
+        parts = [f"{group} {v['sentiment']:+.2f}" for group, v in groups.items()]
+        lines.append(f"bias: sentiment by {axis}: " + ", ".join(parts))
+    if "crows_pairs" in bias:
+        c = bias["crows_pairs"]
+        lines.append(f"bias: CrowS-Pairs stereotype preference {100 * c['pct_stereotype']:.1f}% of {c['n']} pairs")
+    return lines

@@ -1,0 +1,55 @@
+"""Shared helpers for the tests/test_eval_*.py files: a tiny tokenizer and a tiny trident GPT."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from trident.config import ModelConfig
+from trident.data.tokenizer import Tokenizer, train_tokenizer
+from trident.evaluate.lm import CausalLM, trident_lm
+from trident.model.gpt import build_model
+
+FIXTURES = Path(__file__).parent / "fixtures" / "eval"
+
+
+def fixture_texts() -> list[str]:
+    """Every string value in the fixture files, so the tokenizer covers the prompts' words."""
+    texts = []
+
+    def collect(value):
+        if isinstance(value, str):
+            texts.append(value)
+        elif isinstance(value, dict):
+            for v in value.values():
+                collect(v)
+        elif isinstance(value, list):
+            for v in value:
+                collect(v)
+
+    for path in sorted(FIXTURES.rglob("*")):
+        if path.suffix in (".jsonl",):
+            for line in path.read_text().splitlines():
+                collect(json.loads(line))
+        elif path.suffix == ".txt":
+            texts.append(path.read_text())
+    return texts
+
+
+def tiny_tokenizer(tmp_dir: Path, vocab_size: int = 400) -> Tokenizer:
+    corpus = tmp_dir / "corpus.txt"
+    corpus.write_text("\n".join(fixture_texts() + ["Question: Answer: True False Neither yes no"] * 3))
+    return train_tokenizer([corpus], vocab_size, tmp_dir / "tokenizer.json")
+
+
+def tiny_model(tokenizer: Tokenizer, seq_length: int = 64, seed: int = 0, layers: int = 2, hidden: int = 32):
+    cfg = ModelConfig(num_layers=layers, hidden_size=hidden, num_heads=4, seq_length=seq_length,
+                      vocab_size=tokenizer.vocab_size)
+    return build_model(cfg, cfg.padded_vocab_size(), seed=seed), cfg
+
+
+def tiny_lm(tokenizer: Tokenizer, seq_length: int = 64, seed: int = 0, batch_size: int = 4) -> CausalLM:
+    torch.manual_seed(seed)
+    model, cfg = tiny_model(tokenizer, seq_length, seed)
+    return trident_lm(model, tokenizer, cfg.seq_length, batch_size=batch_size)
