@@ -8,7 +8,6 @@ import pytest
 
 from trident.curate.dedup import (
     ExactDedup,
-    FuzzyDedup,
     UnionFind,
     best_first,
     exact_hash,
@@ -18,6 +17,7 @@ from trident.curate.dedup import (
 )
 from trident.curate.document import Document
 from trident.curate.executors import LocalExecutor
+from trident.curate.fuzzy_dedup import FuzzyDedup
 from trident.curate.minhash import jaccard, shingle_hashes
 from trident.curate.shards import read_shard, write_shard
 from trident.curate.stage import build_stage

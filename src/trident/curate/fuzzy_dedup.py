@@ -1,0 +1,227 @@
+"""Fuzzy deduplication: MinHash + LSH candidates, verified by true Jaccard, union-find components.
+
+Steps (each a map over files, so no step needs more than one shard or partition in memory):
+  1. per shard: MinHash signature and LSH band keys of every document (trident.curate.minhash);
+     (band, key, doc) records go to ``partitions`` bucket files chosen by key;
+  2. per partition: documents sharing a (band, key) bucket become candidate pairs;
+  3. per shard holding candidates: their shingle hashes and keep-priority fields are saved;
+     per batch of pairs: true Jaccard of the shingle sets; pairs >= ``threshold`` are verified;
+  4. here: union-find over verified pairs; in each component the best document by
+     ``trident.curate.dedup.best_first`` is kept, the others dropped (``dropped:duplicate``);
+  5. per shard: the shard is copied without the dropped rows.
+Counters: candidates (unique pairs), verified_pairs, components (of >= 2 documents),
+shared_buckets, no_shingles (empty texts, never bucketed), hist:cluster_size:<size>.
+"""
+from __future__ import annotations
+
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+from trident.curate.dedup import (
+    UnionFind,
+    apply_drops,
+    best_first,
+    concat_structured,
+    dataset_salt,
+    doc_key,
+    load_partition,
+    priority_array,
+    priority_fields,
+    save_partitioned,
+    split_keys,
+    validate_common,
+)
+from trident.curate.minhash import MinHasher, bucket_pairs, jaccard
+from trident.curate.shards import read_shard
+from trident.curate.stage import Executor, GlobalStage, register_stage
+
+_BUCKET_DTYPE = [("band", "u2"), ("key", "u8"), ("doc", "u8")]
+_SIGNATURE_BATCH = 256  # documents whose shingles are held at once while signing
+_VERIFY_BATCH = 50_000  # candidate pairs per verification task
+
+
+def _signature_task(job: dict) -> Counter:
+    """Map: LSH band keys of every document of one shard, written to bucket partition files."""
+    hasher = MinHasher(**job["minhash"])
+    shard, counters, chunks = job["shard"], Counter(), []
+    batch_docs: list[int] = []
+    batch_hashes: list[np.ndarray] = []
+    batch_salts: list[int] = []
+
+    def flush() -> None:
+        keys = hasher.band_keys(hasher.signatures_from_hashes(batch_hashes))
+        keys ^= np.array(batch_salts, dtype=np.uint64)[:, None]
+        records = np.empty(keys.size, dtype=_BUCKET_DTYPE)
+        records["band"] = np.tile(np.arange(hasher.bands), len(batch_docs))
+        records["key"] = keys.ravel()
+        records["doc"] = np.repeat(np.array(batch_docs, dtype=np.uint64), hasher.bands)
+        chunks.append(records)
+        batch_docs.clear(), batch_hashes.clear(), batch_salts.clear()
+
+    for row, doc in enumerate(read_shard(Path(job["path"]))):
+        counters["signed"] += 1
+        hashes = hasher.hashes(doc.text)
+        if hashes.size == 0:
+            counters["no_shingles"] += 1  # empty text: left to exact dedup, never bucketed
+            continue
+        batch_docs.append(doc_key(shard, row))
+        batch_hashes.append(hashes)
+        batch_salts.append(dataset_salt(doc, job["scope"]))
+        if len(batch_docs) >= _SIGNATURE_BATCH:
+            flush()
+    if batch_docs:
+        flush()
+    records = np.concatenate(chunks) if chunks else np.zeros(0, dtype=_BUCKET_DTYPE)
+    save_partitioned(records, records["key"] % np.uint64(job["partitions"]), Path(job["work"]) / "buckets", shard)
+    return counters
+
+
+def _bucket_task(job: dict) -> tuple[int, int]:
+    """Reduce: candidate pairs of one bucket partition, saved to a file; (buckets, pairs) counts."""
+    records = load_partition(Path(job["part_dir"]))
+    if records is None:
+        return 0, 0
+    pairs, buckets = bucket_pairs(records["band"], records["key"], records["doc"], job["all_pairs_up_to"])
+    np.save(Path(job["out"]), pairs, allow_pickle=False)
+    return buckets, len(pairs)
+
+
+def _shingle_task(job: dict) -> None:
+    """Save shingle hashes and keep-priority fields of one shard's candidate rows (for verification)."""
+    hasher = MinHasher(**job["minhash"])
+    wanted, shard = set(job["rows"]), job["shard"]
+    rows, hashes, fields = [], [], []
+    for row, doc in enumerate(read_shard(Path(job["path"]))):
+        if row in wanted:
+            rows.append(row)
+            hashes.append(hasher.hashes(doc.text))
+            fields.append(priority_fields(doc, job["priority"], job["priority_field"]))
+    keys = np.array([doc_key(shard, r) for r in rows], dtype=np.uint64)
+    prio = priority_array(fields, keys)
+    offsets = np.cumsum([0] + [h.size for h in hashes]).astype(np.int64)
+    flat = np.concatenate(hashes) if hashes else np.zeros(0, dtype=np.uint64)
+    np.savez(Path(job["out"]), keys=keys, offsets=offsets, hashes=flat,
+             **{name: prio[name] for name in prio.dtype.names if name != "key"})
+
+
+def _verify_task(job: dict) -> np.ndarray:
+    """True Jaccard (float32) of each candidate pair, from the saved shingle hashes."""
+    loaded: dict[int, tuple[dict, np.ndarray, np.ndarray]] = {}
+
+    def hashes_of(key: int) -> np.ndarray:
+        shard = key >> 32
+        if shard not in loaded:
+            with np.load(Path(job["shingle_dir"]) / f"s{shard:06d}.npz", allow_pickle=False) as data:
+                index = {int(k): i for i, k in enumerate(data["keys"])}
+                loaded[shard] = (index, data["offsets"], data["hashes"])
+        index, offsets, flat = loaded[shard]
+        i = index[key]
+        return flat[offsets[i] : offsets[i + 1]]
+
+    pairs = job["pairs"]
+    return np.array([jaccard(hashes_of(int(a)), hashes_of(int(b))) for a, b in pairs], dtype=np.float32)
+
+
+def cluster_size_bin(size: int) -> str:
+    """Histogram bin of a duplicate-cluster size: "02".."19", then "20+"."""
+    return "20+" if size >= 20 else f"{size:02d}"
+
+
+@register_stage("fuzzy_dedup")
+class FuzzyDedup(GlobalStage):
+    """Drop near-duplicates: MinHash + LSH candidates, verified by Jaccard, one kept per component."""
+
+    def __init__(self, num_hashes: int = 100, bands: int = 10, ngram: int = 5, shingle: str = "char",
+                 seed: int = 1, threshold: float = 0.7, priority: list[str] | None = None,
+                 priority_field: str = "dataset", scope: str = "global", partitions: int = 16,
+                 all_pairs_up_to: int = 32) -> None:
+        priority = [] if priority is None else priority
+        validate_common(priority, priority_field, scope, partitions)
+        if not isinstance(threshold, (int, float)) or not 0.0 < threshold <= 1.0:
+            raise ValueError(f"threshold must be a Jaccard value in (0, 1], got {threshold!r}")
+        self.minhash = {"num_hashes": num_hashes, "bands": bands, "ngram": ngram, "unit": shingle, "seed": seed}
+        MinHasher(**self.minhash)  # validates the MinHash parameters now, not inside a worker
+        super().__init__(**self.minhash, threshold=threshold, priority=priority,
+                         priority_field=priority_field, scope=scope, partitions=partitions,
+                         all_pairs_up_to=all_pairs_up_to)
+        self.threshold, self.priority, self.priority_field = float(threshold), priority, priority_field
+        self.scope, self.partitions, self.all_pairs_up_to = scope, partitions, all_pairs_up_to
+
+    def run(self, inputs: list[Path], out_dir: Path, executor: Executor) -> list[Path]:
+        """Dedup ``inputs`` into ``out_dir``; the module docstring lists the steps and counters."""
+        out_dir = Path(out_dir)
+        work = out_dir / "_work_fuzzy_dedup"
+        shutil.rmtree(work, ignore_errors=True)
+        pairs = self._candidates(inputs, work, executor)
+        similarity = self._verify(inputs, pairs, work, executor)
+        verified = pairs[similarity >= self.threshold]
+        self.counters["verified_pairs"] += len(verified)
+        dropped = self._choose_drops(verified, work / "shingles")
+        outputs = apply_drops(self, inputs, out_dir, executor, dropped, "duplicate")
+        shutil.rmtree(work, ignore_errors=True)
+        return outputs
+
+    def _candidates(self, inputs: list[Path], work: Path, executor: Executor) -> np.ndarray:
+        """Sign every shard, then pair documents sharing a bucket; unique (k, 2) doc-key pairs."""
+        jobs = [{"shard": i, "path": str(p), "work": str(work), "minhash": self.minhash,
+                 "scope": self.scope, "partitions": self.partitions} for i, p in enumerate(inputs)]
+        for counters in executor.map(_signature_task, jobs, desc="fuzzy_dedup: minhash"):
+            self.counters["no_shingles"] += counters["no_shingles"]
+        (work / "candidates").mkdir(parents=True, exist_ok=True)
+        jobs = [{"part_dir": str(work / "buckets" / f"p{p:05d}"), "all_pairs_up_to": self.all_pairs_up_to,
+                 "out": str(work / "candidates" / f"p{p:05d}.npy")} for p in range(self.partitions)]
+        results = executor.map(_bucket_task, jobs, desc="fuzzy_dedup: buckets")
+        self.counters["shared_buckets"] += sum(r[0] for r in results)
+        files = sorted((work / "candidates").glob("p*.npy"))
+        found = [np.load(f, allow_pickle=False) for f in files] + [np.zeros((0, 2), dtype=np.uint64)]
+        pairs = np.unique(np.concatenate(found), axis=0)
+        self.counters["candidates"] += len(pairs)
+        return pairs
+
+    def _verify(self, inputs: list[Path], pairs: np.ndarray, work: Path, executor: Executor) -> np.ndarray:
+        """True Jaccard of every candidate pair (order of ``pairs``)."""
+        if len(pairs) == 0:
+            return np.zeros(0, dtype=np.float32)
+        shingle_dir = work / "shingles"
+        shingle_dir.mkdir(parents=True, exist_ok=True)
+        shards, rows = split_keys(np.unique(pairs))
+        jobs = [{"shard": s, "path": str(inputs[s]), "rows": rows[shards == s].tolist(),
+                 "minhash": self.minhash, "priority": self.priority, "priority_field": self.priority_field,
+                 "out": str(shingle_dir / f"s{s:06d}.npz")} for s in np.unique(shards).tolist()]
+        executor.map(_shingle_task, jobs, desc="fuzzy_dedup: shingles")
+        jobs = [{"pairs": pairs[i : i + _VERIFY_BATCH], "shingle_dir": str(shingle_dir)}
+                for i in range(0, len(pairs), _VERIFY_BATCH)]
+        return np.concatenate(executor.map(_verify_task, jobs, desc="fuzzy_dedup: verify"))
+
+    def _choose_drops(self, verified: np.ndarray, shingle_dir: Path) -> np.ndarray:
+        """Union-find over verified pairs; every component member but the best one is dropped."""
+        forest = UnionFind()
+        for a, b in verified.tolist():
+            forest.union(a, b)
+        components = [c for c in forest.components() if len(c) > 1]
+        if not components:
+            return np.zeros(0, dtype=np.uint64)
+        prio = self._priorities(np.unique(verified), shingle_dir)
+        position = {int(k): i for i, k in enumerate(prio["key"])}
+        dropped: list[int] = []
+        for members in components:
+            self.counters["components"] += 1
+            self.counters[f"hist:cluster_size:{cluster_size_bin(len(members))}"] += 1
+            records = prio[[position[m] for m in members]]
+            dropped.extend(records["key"][best_first(records)[1:]].tolist())
+        return np.array(dropped, dtype=np.uint64)
+
+    @staticmethod
+    def _priorities(keys: np.ndarray, shingle_dir: Path) -> np.ndarray:
+        """Keep-priority records of the given documents, read from the shingle files."""
+        parts = []
+        for shard in np.unique(split_keys(keys)[0]).tolist():
+            with np.load(shingle_dir / f"s{shard:06d}.npz", allow_pickle=False) as data:
+                rows = [(int(r), float(q), int(n), str(i)) for r, q, n, i in
+                        zip(data["rank"], data["quality"], data["length"], data["id"])]
+                parts.append(priority_array(rows, data["keys"]))
+        merged = concat_structured(parts)
+        return merged[np.isin(merged["key"], keys)]
