@@ -30,6 +30,7 @@ SKIP_MODULES = {
 }
 MAX_SUBMODULE_DEPTH = 2  # e.g. email.mime.text; deeper packages add little prose
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+_BOUND = re.compile(r"\$\w+(, )?")
 
 
 def stdlib_module_names() -> list[str]:
@@ -66,9 +67,13 @@ def _submodules(package: str, paths: list[str], depth: int) -> list[str]:
 
 
 def _signature(obj) -> str:
+    text = getattr(obj, "__text_signature__", None)
+    if isinstance(text, str):
+        # C functions carry their signature as text, e.g. "($self, key, /)"; parsing it is slow
+        return _BOUND.sub("", text)
     try:
         return _ADDRESS.sub("", str(inspect.signature(obj)))
-    except Exception:  # C functions' text signatures can fail to evaluate in many ways
+    except Exception:  # some signatures fail to evaluate in many ways
         return "(...)"
 
 
@@ -123,11 +128,18 @@ def _module_documents(module, seen: set) -> Iterator[str]:
             yield text
 
 
+def _quiet():
+    # some modules print or warn (deprecations) on import or attribute access; keep output clean
+    stack = contextlib.ExitStack()
+    stack.enter_context(warnings.catch_warnings())
+    warnings.simplefilter("ignore")
+    stack.enter_context(contextlib.redirect_stdout(io.StringIO()))
+    stack.enter_context(contextlib.redirect_stderr(io.StringIO()))
+    return stack
+
+
 def _import_quietly(name: str):
-    # some modules print or warn (deprecations) on import; keep the corpus build's output clean
-    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
-            contextlib.redirect_stderr(io.StringIO()):
-        warnings.simplefilter("ignore")
+    with _quiet():
         return importlib.import_module(name)
 
 
@@ -137,18 +149,23 @@ def iter_stdlib_documents(stats: dict | None = None) -> Iterator[dict]:
     stats.setdefault("modules", 0)
     stats.setdefault("failed_imports", [])
     yield from _language_reference_documents(stats)
-    seen: set = set()
+    # import everything first: importing a submodule can rebind a package attribute (curses.has_key),
+    # so rendering must see the same, complete import state on every run
+    modules = []
     for name in stdlib_module_names():
         try:
-            module = _import_quietly(name)
+            modules.append(_import_quietly(name))
         except BaseException as err:  # SystemExit, ImportError, OSError...: counted, not fatal
             if isinstance(err, KeyboardInterrupt):
                 raise
             stats["failed_imports"].append(name)
-            continue
-        stats["modules"] += 1
-        for text in _module_documents(module, seen):
-            yield {"text": text, "source": name}
+    stats["modules"] += len(modules)
+    seen: set = set()
+    for module in modules:
+        with _quiet():
+            texts = list(_module_documents(module, seen))
+        for text in texts:
+            yield {"text": text, "source": module.__name__}
 
 
 def _language_reference_documents(stats: dict) -> Iterator[dict]:
@@ -164,12 +181,8 @@ def _language_reference_documents(stats: dict) -> Iterator[dict]:
             yield {"text": text, "source": f"pydoc_data.topics:{topic}"}
 
 
-def build_stdlib_corpus(out_path, max_docs: int | None = None) -> int:
-    """Write the corpus as JSONL to `out_path`; returns the number of documents written.
-
-    A `.stats.json` beside it records the modules used, those that failed to import, documents
-    and characters.
-    """
+def write_corpus(out_path, max_docs: int | None = None) -> int:
+    """Write the corpus from this process's import state (see build_stdlib_corpus)."""
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     stats: dict = {}
@@ -189,5 +202,33 @@ def build_stdlib_corpus(out_path, max_docs: int | None = None) -> int:
     tmp.replace(out_path)
     stats.update(documents=count, characters=chars, python=sys.version.split()[0],
                  failed_import_count=len(stats.get("failed_imports", [])))
-    out_path.with_name(out_path.name + ".stats.json").write_text(json.dumps(stats, indent=1) + "\n")
+    stats_path(out_path).write_text(json.dumps(stats, indent=1) + "\n")
     return count
+
+
+def stats_path(out_path) -> Path:
+    out_path = Path(out_path)
+    return out_path.with_name(out_path.name + ".stats.json")
+
+
+def build_stdlib_corpus(out_path, max_docs: int | None = None) -> int:
+    """Write the corpus as JSONL to `out_path`; returns the number of documents written.
+
+    Runs in a fresh `python -I -S` process that imports nothing but the standard library, because
+    libraries loaded by the caller (torch, ...) patch stdlib functions and would change the text.
+    OUT.stats.json records the modules used, those that failed to import, documents, characters.
+    """
+    import subprocess
+
+    out_path = Path(out_path).absolute()
+    command = [sys.executable, "-I", "-S", __file__, str(out_path)]
+    if max_docs is not None:
+        command.append(str(int(max_docs)))
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"building the standard-library corpus failed:\n{done.stderr[-2000:]}")
+    return int(json.loads(stats_path(out_path).read_text())["documents"])
+
+
+if __name__ == "__main__":  # the isolated process started by build_stdlib_corpus
+    write_corpus(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else None)
