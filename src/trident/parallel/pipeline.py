@@ -362,7 +362,7 @@ def check_schedule(schedule: list[list[Instruction]]) -> tuple[int, int]:
 def _check_stage(stage: int, ops: list[Instruction], pp: int, m: int, v: int) -> None:
     done: set = set()  # (type, microbatch, chunk) already executed on this stage
     for index, op in enumerate(ops):
-        where = f"stage {stage}, instruction {index} {op}"
+        where = _Where(stage, index, op)  # formatted only when an error is raised
         key = (type(op), op.microbatch, op.chunk)
         if key in done:
             raise ScheduleError(f"{where}: repeated")
@@ -395,6 +395,14 @@ def _check_stage(stage: int, ops: list[Instruction], pp: int, m: int, v: int) ->
     if missing:
         raise ScheduleError(f"stage {stage}: never runs {missing[0][0]}(microbatch={missing[0][1]}, "
                             f"chunk={missing[0][2]}) ({len(missing)} compute instructions missing)")
+
+
+class _Where:
+    def __init__(self, stage: int, index: int, op: Instruction):
+        self.stage, self.index, self.op = stage, index, op
+
+    def __str__(self) -> str:
+        return f"stage {self.stage}, instruction {self.index} {self.op}"
 
 
 def _match_transfers(schedule: list[list[Instruction]], v: int) -> dict[tuple[int, int], tuple[int, int]]:
@@ -456,7 +464,7 @@ def simulate(schedule: list[list[Instruction]], forward_time: float = 1.0, backw
             raise ScheduleError(f"{label} must be a {'non-negative' if label == 'comm_time' else 'positive'}"
                                 f" number, got {value!r}")
     m, v = check_schedule(schedule)
-    partner = _match_transfers(schedule, v)
+    partner = _match_transfers(schedule, v)  # cheap next to the run; check_schedule stays a plain check
     pp = len(schedule)
     steps = [_steps(ops) for ops in schedule]
     step_of = {(s, i): n for s in range(pp) for n, step in enumerate(steps[s]) for i in step}
