@@ -216,7 +216,26 @@ def stage_memory(config: Config, layout: Layout, stage: int, flash_attention: bo
                            optimizer_unsharded=optimizer_full)
 
 
+def distinct_stages(config: Config, layout: Layout) -> dict[int, int]:
+    """One representative pipeline rank per kind of stage -> how many ranks are of that kind.
+
+    Ranks with the same layer count that are neither first nor last cost the same, so the model
+    evaluates each kind once (a 105-stage pipeline has at most four kinds by default)."""
+    return _distinct(stage_layers(config, layout))
+
+
+@lru_cache(maxsize=4096)
+def _distinct(layers: tuple[int, ...]) -> dict[int, int]:
+    kinds: dict[tuple, int] = {}
+    counts: dict[int, int] = {}
+    for stage, count in enumerate(layers):
+        first = kinds.setdefault((count, stage == 0, stage == len(layers) - 1), stage)
+        counts[first] = counts.get(first, 0) + 1
+    return counts
+
+
 def memory_per_gpu(config: Config, layout: Layout, flash_attention: bool = False) -> MemoryBreakdown:
     """The worst stage's memory: what must fit on every GPU."""
-    stages = [stage_memory(config, layout, i, flash_attention) for i in range(layout.pp)]
+    # Within a kind, the earliest rank holds the most micro-batches in flight: it is the one to check.
+    stages = [stage_memory(config, layout, i, flash_attention) for i in distinct_stages(config, layout)]
     return max(stages, key=lambda s: s.total)

@@ -71,8 +71,12 @@ def time_table(plan: Plan, paper: tuple[float, float] | None) -> Table:
     return table
 
 
+def _console() -> Console:
+    return Console(width=max(Console().width, 120))  # the tables are wide; a pipe defaults to 80 columns
+
+
 def print_plan(plan: Plan, config: Config, gpus: int, console: Console | None = None) -> None:
-    console = console or Console()
+    console = console or _console()
     console.print(f"[bold]{plan.layout.label()}[/] on {gpus} x {plan.hardware}")
     if plan.memory is not None:
         console.print(memory_table(plan))
@@ -83,7 +87,7 @@ def print_plan(plan: Plan, config: Config, gpus: int, console: Console | None = 
 
 def print_ranking(ranking: Ranking, top: int, by_mesh: bool, console: Console | None = None,
                   current: int | None = None) -> None:
-    console = console or Console(width=max(Console().width, 120))  # the ranking table is wide
+    console = console or _console()
     plans = ranking.best_per_mesh() if by_mesh else ranking.plans
     what = "best layout of each (tp, pp, dp)" if by_mesh else "layouts"
     table = Table(title=f"Top {min(top, len(plans))} {what} of {len(ranking.plans)} that fit "

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterator
 
 from trident.config import Config
@@ -95,8 +95,9 @@ def mesh_problems(config: Config, tp: int, pp: int, dp: int) -> list[str]:
 
 def candidate_layouts(config: Config, gpus: int, rejected: Counter | None = None,
                       weights: str = "master") -> Iterator[Layout]:
-    """Every (tp, pp, dp, micro-batch, v, checkpointing, zero) with tp x pp x dp = gpus on a mesh that
-    can hold the model; meshes that cannot are counted in `rejected` by reason, once per mesh."""
+    """Every (tp, pp, dp, micro-batch, v, checkpointing, zero) with tp x pp x dp = gpus that passes
+    layout_problems. Meshes that cannot hold the model are counted in `rejected` once per mesh; other
+    rejected layouts once per layout."""
     m, t = config.model, config.train
     schedule = "gpipe" if config.parallel.schedule == "gpipe" else "1f1b"
     for tp in divisors(gpus):
@@ -108,14 +109,21 @@ def candidate_layouts(config: Config, gpus: int, rejected: Counter | None = None
                     if rejected is not None:
                         rejected["mesh: " + _reason_kind(reason)] += 1
                 continue
+            zeros = (0, 1) if dp > 1 else (0,)
             for micro in divisors(t.global_batch_size // dp):
                 for v in range(1, m.num_layers // pp + 1) if pp > 1 else (1,):
+                    base = Layout(tp=tp, pp=pp, dp=dp, micro_batch=micro, virtual_stages=v,
+                                  sequence_parallel=config.parallel.sequence_parallel and tp > 1,
+                                  schedule="interleaved" if v > 1 else schedule, weights=weights)
+                    problems = layout_problems(config, base, gpus)
+                    if problems:  # no checkpointing or ZeRO choice fixes these: count them all at once
+                        for reason in problems:
+                            if rejected is not None:
+                                rejected[_reason_kind(reason)] += len(CHECKPOINTING) * len(zeros)
+                        continue
                     for mode in CHECKPOINTING:
-                        for zero in (0, 1) if dp > 1 else (0,):
-                            yield Layout(tp=tp, pp=pp, dp=dp, micro_batch=micro, virtual_stages=v,
-                                         checkpointing=mode, zero_stage=zero,
-                                         sequence_parallel=config.parallel.sequence_parallel and tp > 1,
-                                         schedule="interleaved" if v > 1 else schedule, weights=weights)
+                        for zero in zeros:
+                            yield replace(base, checkpointing=mode, zero_stage=zero)
 
 
 @dataclass

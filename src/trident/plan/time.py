@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 
 from trident.config import Config
-from trident.plan.memory import (ADAM_MOMENT_BYTES, Layout, element_bytes, micro_batches, stage_layers, stage_params,
+from trident.plan.memory import (ADAM_MOMENT_BYTES, Layout, distinct_stages, element_bytes, micro_batches, stage_layers, stage_params,
                                  state_bytes)
 
 PROFILE_FILE = Path(__file__).parent / "hardware.yaml"
@@ -225,7 +225,7 @@ def stage_seconds(config: Config, layout: Layout, hardware: Hardware, gpus_per_n
 def gradient_sync_seconds(config: Config, layout: Layout, hardware: Hardware, gpus_per_node: int) -> float:
     """Data-parallel reduction of the largest stage's gradients, plus the tied-embedding all-reduce."""
     weight_b, grad_b, _ = state_bytes(config.train.precision, layout.weights)
-    params = max(stage_params(config, layout, i) for i in range(layout.pp))
+    params = max(stage_params(config, layout, i) for i in distinct_stages(config, layout))
     bw, lat = link(hardware, layout.gpus, gpus_per_node)
     if layout.zero_stage >= 1:
         # ZeRO-1: reduce-scatter the gradients, all-gather the updated weights.
@@ -243,7 +243,7 @@ def gradient_sync_seconds(config: Config, layout: Layout, hardware: Hardware, gp
 def optimizer_seconds(config: Config, layout: Layout, hardware: Hardware) -> float:
     """Adam is bandwidth-bound: read gradient and state, write state and weights (per owned parameter)."""
     weight_b, grad_b, state_b = state_bytes(config.train.precision, layout.weights)
-    params = max(stage_params(config, layout, i) for i in range(layout.pp))
+    params = max(stage_params(config, layout, i) for i in distinct_stages(config, layout))
     owned = params / layout.dp if layout.zero_stage >= 1 else params
     per_param = grad_b + 2 * state_b + weight_b * (1 if state_b > ADAM_MOMENT_BYTES else 2)
     return owned * per_param / (hardware.hbm_gbs * 1e9)
@@ -252,11 +252,13 @@ def optimizer_seconds(config: Config, layout: Layout, hardware: Hardware) -> flo
 def step_time(config: Config, layout: Layout, hardware: Hardware, gpus_per_node: int) -> TimeBreakdown:
     """Seconds of one step at the full global batch, broken down; `hardware` is per device."""
     micro = micro_batches(config, layout)
-    stages = [stage_seconds(config, layout, hardware, gpus_per_node, i) for i in range(layout.pp)]
-    per_stage = [s["compute"] + s["tp"] + s["pp"] for s in stages]
-    slowest = max(range(layout.pp), key=lambda i: per_stage[i])
+    kinds = distinct_stages(config, layout)  # representative rank -> ranks like it
+    stages = {i: stage_seconds(config, layout, hardware, gpus_per_node, i) for i in kinds}
+    per_stage = {i: s["compute"] + s["tp"] + s["pp"] for i, s in stages.items()}
+    slowest = max(per_stage, key=lambda i: per_stage[i])
     worst = stages[slowest]
-    bubble = (sum(per_stage) - per_stage[slowest]) / layout.virtual_stages
+    total = sum(per_stage[i] * count for i, count in kinds.items())
+    bubble = (total - per_stage[slowest]) / layout.virtual_stages
     breakdown = TimeBreakdown(
         compute=micro * worst["compute"], recompute=micro * worst["recompute"], tp_comm=micro * worst["tp"],
         pp_comm=micro * worst["pp"], bubble=bubble, dp_comm=gradient_sync_seconds(config, layout, hardware, gpus_per_node),
