@@ -1,6 +1,8 @@
 """Language identification with py3langid (its model ships inside the package: nothing is downloaded)."""
 from __future__ import annotations
 
+from functools import lru_cache
+
 from trident.curate.document import Document
 from trident.curate.stage import StreamingStage, register_stage
 
@@ -22,9 +24,7 @@ class LangId(StreamingStage):
         self._identifier = None
 
     def setup(self) -> None:
-        from py3langid.langid import MODEL_FILE, LanguageIdentifier
-
-        self._identifier = LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
+        self._identifier = bundled_identifier()
 
     def apply(self, doc: Document) -> Document | str:
         if self._identifier is None:
@@ -37,3 +37,11 @@ class LangId(StreamingStage):
         if probability < self.params["threshold"]:
             return "low_confidence"
         return doc
+
+
+@lru_cache(maxsize=1)
+def bundled_identifier():
+    """py3langid's bundled model with normalised probabilities, loaded once per process (~1 s)."""
+    from py3langid.langid import MODEL_FILE, LanguageIdentifier
+
+    return LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)

@@ -139,6 +139,8 @@ class Quality(StreamingStage):
             datasets = self.params["datasets"]
             if datasets is not None and doc.meta.get("dataset") not in datasets:
                 self.counters["passthrough:dataset"] += 1
+                yield from self._score_batch(batch)  # flush first: output order == input order
+                batch = []
                 yield self._kept(doc)
                 continue
             batch.append(doc)
