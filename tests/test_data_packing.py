@@ -164,3 +164,21 @@ def test_bad_paths(tmp_path):
         build_datasets(DataConfig(paths=[str(tmp_path / "nope")]), SEQ, 1, 1, 0)
     with pytest.raises(ValueError, match="pairs"):
         build_datasets(DataConfig(paths=[0.5, "a", 0.5]), SEQ, 1, 1, 0)
+
+
+def test_tiny_corpus_repeats_over_many_epochs(tmp_path, monkeypatch):
+    b = IndexedDatasetBuilder(tmp_path / "t", np.int32)
+    b.add_document([1, 2, 0])
+    b.add_document([3, 0])
+    b.finalize()
+    indexed = IndexedDataset(tmp_path / "t")
+    ds = GPTDataset(indexed, np.arange(2), SEQ, 50, seed=0)
+    epochs = len(ds.doc_idx) // 2
+    assert epochs == num_epochs_needed(5, SEQ, 50) and epochs > 50
+    assert all(sorted(ds.doc_idx[2 * e:2 * e + 2]) == [0, 1] for e in range(epochs))
+    assert all(ds[i].shape == (SEQ + 1,) for i in range(50))
+    import trident.data.gpt_dataset as gd
+
+    monkeypatch.setattr(gd, "MAX_DOC_IDX", 100)
+    with pytest.raises(ValueError, match="too many"):
+        GPTDataset(indexed, np.arange(2), SEQ, 50, seed=0)

@@ -22,6 +22,8 @@ import numpy as np
 from trident.data.index_cache import array_digest, file_fingerprint, load_or_build, smallest_int
 from trident.data.indexed import IndexedDataset, data_file, index_file
 
+MAX_DOC_IDX = 2**32  # epochs x documents beyond this is a configuration mistake, not a dataset
+
 
 def num_epochs_needed(tokens_per_epoch: int, seq_length: int, num_samples: int) -> int:
     """The fewest epochs whose token stream holds `num_samples` windows of seq_length+1."""
@@ -34,8 +36,9 @@ def num_epochs_needed(tokens_per_epoch: int, seq_length: int, num_samples: int) 
 def build_doc_idx(documents: np.ndarray, num_epochs: int, rng: np.random.Generator) -> np.ndarray:
     """One independent permutation of `documents` per epoch, concatenated."""
     documents = np.asarray(documents)
-    orders = [documents[rng.permutation(len(documents))] for _ in range(num_epochs)]
-    return smallest_int(np.concatenate(orders) if orders else documents[:0])
+    # one row per epoch, each row shuffled on its own (vectorised: tiny corpora need many epochs)
+    orders = rng.permuted(np.tile(documents, (num_epochs, 1)), axis=1)
+    return smallest_int(orders.reshape(-1))
 
 
 def build_sample_idx(sizes: np.ndarray, doc_idx: np.ndarray, seq_length: int,
@@ -60,18 +63,12 @@ def build_shuffle_idx(num_windows: int, tokens_per_epoch: int, seq_length: int,
                       rng: np.random.Generator) -> np.ndarray:
     """A permutation of range(num_windows) that shuffles only within each epoch's windows.
 
-    Window j belongs to the epoch in which it starts: epoch e holds j in
-    [ceil(e*T/s), ceil((e+1)*T/s)).
+    Window j belongs to the epoch in which it starts: epoch (j * s) // T.
     """
-    order = np.arange(num_windows, dtype=np.int64)
-    start = 0
-    epoch = 0
-    while start < num_windows:
-        epoch += 1
-        stop = min(num_windows, -(-(epoch * tokens_per_epoch) // seq_length))
-        order[start:stop] = start + rng.permutation(stop - start)
-        start = stop
-    return smallest_int(order)
+    windows = np.arange(num_windows, dtype=np.int64)
+    epoch = windows * seq_length // tokens_per_epoch
+    # sort by (epoch, random key): a uniform shuffle inside each epoch, epochs kept in order
+    return smallest_int(np.lexsort((rng.random(num_windows), epoch)))
 
 
 def build_indices(sizes: np.ndarray, documents: np.ndarray, seq_length: int, num_samples: int,
@@ -80,6 +77,10 @@ def build_indices(sizes: np.ndarray, documents: np.ndarray, seq_length: int, num
     documents = np.asarray(documents, dtype=np.int64)
     tokens_per_epoch = int(np.asarray(sizes, dtype=np.int64)[documents].sum())
     epochs = num_epochs_needed(tokens_per_epoch, seq_length, num_samples)
+    if epochs * len(documents) > MAX_DOC_IDX:
+        raise ValueError(f"{num_samples} samples of {seq_length + 1} tokens need {epochs} epochs over "
+                         f"{tokens_per_epoch} tokens ({len(documents)} documents): too many; "
+                         f"use more data or fewer samples")
     # separate streams, so changing one construction never silently shifts another
     doc_rng, shuffle_rng = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(2))
     doc_idx = build_doc_idx(documents, epochs, doc_rng)
