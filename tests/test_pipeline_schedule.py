@@ -21,30 +21,44 @@ def cases():
 
 
 ALL = list(cases())
+# One test item per (schedule, pp) keeps the sweep cheap to collect; messages name every case.
+GROUPS = sorted({(name, pp) for name, pp, _, _ in ALL})
+
+
+def group(name, pp):
+    return [(m, v) for n, p, m, v in ALL if (n, p) == (name, pp)]
 
 
 def virtual_index(stage, chunk, pp):
     return chunk * pp + stage
 
 
-@pytest.mark.parametrize("name,pp,m,v", ALL)
-def test_every_microbatch_forwarded_then_backwarded_once_per_chunk(name, pp, m, v):
-    schedule = build_schedule(name, pp, m, v)
+@pytest.mark.parametrize("name,pp", GROUPS)
+def test_every_microbatch_forwarded_then_backwarded_once_per_chunk(name, pp):
+    for m, v in group(name, pp):
+        check_compute_once_in_order(build_schedule(name, pp, m, v), pp, m, v)
+
+
+def check_compute_once_in_order(schedule, pp, m, v):
     assert len(schedule) == pp
     for stage, ops in enumerate(schedule):
         forwards = [(op.microbatch, op.chunk) for op in ops if isinstance(op, Forward)]
         backwards = [(op.microbatch, op.chunk) for op in ops if isinstance(op, Backward)]
         everything = {(mb, c) for mb in range(m) for c in range(v)}
-        assert Counter(forwards) == Counter(everything), f"stage {stage}"
-        assert Counter(backwards) == Counter(everything), f"stage {stage}"
+        assert Counter(forwards) == Counter(everything), f"pp={pp} m={m} v={v} stage {stage}"
+        assert Counter(backwards) == Counter(everything), f"pp={pp} m={m} v={v} stage {stage}"
         position = {op: i for i, op in enumerate(ops)}
         for mb, c in everything:
             assert position[Forward(mb, c)] < position[Backward(mb, c)]
 
 
-@pytest.mark.parametrize("name,pp,m,v", ALL)
-def test_every_send_has_one_matching_receive_in_the_same_order(name, pp, m, v):
-    schedule = build_schedule(name, pp, m, v)
+@pytest.mark.parametrize("name,pp", GROUPS)
+def test_every_send_has_one_matching_receive_in_the_same_order(name, pp):
+    for m, v in group(name, pp):
+        check_transfers_pair_up(build_schedule(name, pp, m, v), pp, m, v)
+
+
+def check_transfers_pair_up(schedule, pp, m, v):
     sent, received = {}, {}
     for stage, ops in enumerate(schedule):
         for op in ops:
@@ -57,7 +71,7 @@ def test_every_send_has_one_matching_receive_in_the_same_order(name, pp, m, v):
                 received.setdefault((op.from_stage, stage), []).append(("act", op.microbatch, virtual_index(stage, op.chunk, pp)))
             elif isinstance(op, RecvGrad):
                 received.setdefault((op.from_stage, stage), []).append(("grad", op.microbatch, virtual_index(stage, op.chunk, pp)))
-    assert sent == received
+    assert sent == received, f"pp={pp} m={m} v={v}"
     for (src, dst), tensors in sent.items():
         assert src != dst
         for kind, _, consumer in tensors:
@@ -68,11 +82,15 @@ def test_every_send_has_one_matching_receive_in_the_same_order(name, pp, m, v):
     assert sum(len(t) for t in sent.values()) == 2 * m * crossing
 
 
-@pytest.mark.parametrize("name,pp,m,v", ALL)
-def test_simulation_completes_and_honours_data_dependencies(name, pp, m, v):
-    timeline = simulate(build_schedule(name, pp, m, v))
+@pytest.mark.parametrize("name,pp", GROUPS)
+def test_simulation_completes_and_honours_data_dependencies(name, pp):
+    for m, v in group(name, pp):
+        check_timeline_respects_dependencies(simulate(build_schedule(name, pp, m, v)), pp, m, v)
+
+
+def check_timeline_respects_dependencies(timeline, pp, m, v):
     box = {(b.kind, b.stage, b.microbatch, b.chunk): b for b in timeline.boxes}
-    assert len(box) == 2 * pp * m * v
+    assert len(box) == 2 * pp * m * v, f"pp={pp} m={m} v={v}"
     for mb in range(m):
         for i in range(1, pp * v):  # forward of virtual stage i waits for virtual stage i - 1
             here, there = (i % pp, mb, i // pp), ((i - 1) % pp, mb, (i - 1) // pp)
