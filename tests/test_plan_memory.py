@@ -111,3 +111,13 @@ def test_paper_layout_fits_80gb_and_full_checkpointing_is_what_makes_no_sp_safe(
     assert memory.stage == 0 and memory.in_flight == 35  # 1F1B: stage 0 holds pp micro-batches
     # Without ZeRO-1 the optimizer alone would take ~23 GiB of the 80.
     assert memory.optimizer_unsharded == pytest.approx(8 * memory.optimizer)
+
+
+def test_bytes_per_parameter_by_precision_and_gradient_dtype():
+    config = load_config("mtnlg-530b")
+    layout = Layout(tp=8, pp=35, dp=8, micro_batch=1, checkpointing="full")
+    per_param = lambda mem: (mem.weights + mem.gradients + mem.optimizer) / mem.params  # noqa: E731
+    assert per_param(memory_per_gpu(config, layout)) == pytest.approx(16)  # REFERENCE.md: 2 + 2 + 4 + 4 + 4
+    assert per_param(memory_per_gpu(config, replace(layout, grad_dtype="fp32"))) == pytest.approx(18)
+    fp32 = load_config("mtnlg-530b", ["train.precision=fp32"])
+    assert per_param(memory_per_gpu(fp32, layout)) == pytest.approx(16)  # 4 + 4 + m, v; no separate master

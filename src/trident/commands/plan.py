@@ -19,9 +19,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--by-mesh", action="store_true", help="rank (tp, pp, dp) meshes, each by its best layout")
     parser.add_argument("--flash-attention", action="store_true",
                         help="attention keeps no s x s scores (SDPA/flash); default: Megatron 2021 math attention")
-    parser.add_argument("--weights", choices=("master", "autocast"), default="master",
-                        help="master: 16-bit weights/grads + fp32 master (Megatron, MT-NLG; default); "
-                             "autocast: fp32 weights/grads under torch.autocast (trident's trainer)")
+    parser.add_argument("--fp32-grads", action="store_true",
+                        help="gradients accumulate in an fp32 buffer (Megatron-LM, trident's trainer); "
+                             "default: in the training precision (REFERENCE.md's 16 bytes/param)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
@@ -46,10 +46,11 @@ def run(args) -> int:
         print("error: --gpus and --top must be >= 1", file=sys.stderr)
         return 2
     per_node = args.gpus_per_node or hardware.gpus_per_node
-    layout = Layout.from_config(config, args.gpus, args.weights)
+    grad_dtype = "fp32" if args.fp32_grads else "param"
+    layout = Layout.from_config(config, args.gpus, grad_dtype)
     plan = evaluate(config, layout, hardware, args.gpus, per_node, args.flash_attention)
     if args.rank:
-        ranking = rank_layouts(config, hardware, args.gpus, per_node, args.flash_attention, args.weights)
+        ranking = rank_layouts(config, hardware, args.gpus, per_node, args.flash_attention, grad_dtype)
         current = ranking.position(**vars(layout)) if plan.ok else None
         if args.json:
             print(json.dumps(ranking_json(ranking, args.top, args.by_mesh, current), indent=2))

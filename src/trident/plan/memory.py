@@ -30,9 +30,10 @@ class Layout:
     zero_stage: int = 0
     sequence_parallel: bool = False
     schedule: str = "1f1b"
-    # master: 16-bit weights and gradients + fp32 master copy (Megatron, DeepSpeed, MT-NLG);
-    # autocast: fp32 weights and gradients, 16-bit math under torch.autocast (trident's trainer today).
-    weights: str = "master"
+    # Gradient accumulation dtype. "param": the training precision (REFERENCE.md's 16 bytes/param with
+    # bf16: 2 weights + 2 grads + 12 fp32 master, m, v); "fp32": an fp32 main-grad buffer, as
+    # Megatron-LM and trident's trainer (parallel/data.py) keep: 18 bytes/param.
+    grad_dtype: str = "param"
 
     @property
     def gpus(self) -> int:
@@ -45,13 +46,13 @@ class Layout:
                 f"ckpt={self.checkpointing} zero{self.zero_stage}")
 
     @classmethod
-    def from_config(cls, config: Config, gpus: int, weights: str = "master") -> "Layout":
+    def from_config(cls, config: Config, gpus: int, grad_dtype: str = "param") -> "Layout":
         """The layout the config asks for on `gpus` devices (dp = gpus / (tp * pp) unless set)."""
         p, t = config.parallel, config.train
         dp = p.dp or max(gpus // (p.tp * p.pp), 1)
         return cls(tp=p.tp, pp=p.pp, dp=dp, micro_batch=t.micro_batch_size, virtual_stages=p.virtual_stages,
                    checkpointing=t.activation_checkpointing, zero_stage=p.zero_stage,
-                   sequence_parallel=p.sequence_parallel, schedule=p.schedule, weights=weights)
+                   sequence_parallel=p.sequence_parallel, schedule=p.schedule, grad_dtype=grad_dtype)
 
 
 @dataclass
@@ -81,12 +82,13 @@ def element_bytes(precision: str) -> int:
     return 4 if precision == "fp32" else 2
 
 
-def state_bytes(precision: str, weights: str) -> tuple[int, int, int]:
-    """Bytes per parameter of (weights, gradients, optimizer state) for a precision and weight scheme."""
-    if precision == "fp32" or weights == "autocast":
+def state_bytes(precision: str, grad_dtype: str = "param") -> tuple[int, int, int]:
+    """Bytes per parameter of (weights, gradients, optimizer state): Adam m and v in fp32, plus an
+    fp32 master copy when the weights are 16-bit."""
+    if precision == "fp32":
         return 4, 4, ADAM_MOMENT_BYTES
     e = element_bytes(precision)
-    return e, e, ADAM_MOMENT_BYTES + MASTER_BYTES
+    return e, 4 if grad_dtype == "fp32" else e, ADAM_MOMENT_BYTES + MASTER_BYTES
 
 
 def micro_batches(config: Config, layout: Layout) -> int:
@@ -186,9 +188,9 @@ def stage_memory(config: Config, layout: Layout, stage: int, flash_attention: bo
     m, t, p = config.model, config.train, layout
     e = element_bytes(t.precision)
     params = stage_params(config, layout, stage)
-    weight_b, grad_b, state_b = state_bytes(t.precision, layout.weights)
+    weight_b, grad_b, state_b = state_bytes(t.precision, layout.grad_dtype)
     weights = params * weight_b
-    gradients = params * grad_b  # with "master": the training precision (REFERENCE.md: 2 bytes with bf16)
+    gradients = params * grad_b
     optimizer_full = params * state_b
     optimizer = optimizer_full / p.dp if p.zero_stage >= 1 else optimizer_full
 

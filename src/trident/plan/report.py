@@ -35,8 +35,9 @@ def memory_table(plan: Plan) -> Table:
     table.add_column("note")
     layout = plan.layout
     table.add_row("weights", _gib(mem.weights), f"{mem.params / 1e9:.3f} B parameters on this GPU")
-    master = layout.weights == "master"
-    table.add_row("gradients", _gib(mem.gradients), "training precision" if master else "fp32 (autocast)")
+    master = mem.optimizer_unsharded > 8 * mem.params + 1  # 16-bit weights: an fp32 master copy exists
+    table.add_row("gradients", _gib(mem.gradients), "fp32" if layout.grad_dtype == "fp32" or not master
+                  else "training precision")
     sharded = f"ZeRO-1 over dp={layout.dp}" if layout.zero_stage else "not sharded"
     table.add_row("optimizer", _gib(mem.optimizer), ("fp32 master + " if master else "") + f"Adam m, v; {sharded}")
     other = mem.optimizer_unsharded / layout.dp if not layout.zero_stage else mem.optimizer_unsharded

@@ -94,7 +94,7 @@ def mesh_problems(config: Config, tp: int, pp: int, dp: int) -> list[str]:
 
 
 def candidate_layouts(config: Config, gpus: int, rejected: Counter | None = None,
-                      weights: str = "master") -> Iterator[Layout]:
+                      grad_dtype: str = "param") -> Iterator[Layout]:
     """Every (tp, pp, dp, micro-batch, v, checkpointing, zero) with tp x pp x dp = gpus that passes
     layout_problems. Meshes that cannot hold the model are counted in `rejected` once per mesh; other
     rejected layouts once per layout."""
@@ -114,7 +114,7 @@ def candidate_layouts(config: Config, gpus: int, rejected: Counter | None = None
                 for v in range(1, m.num_layers // pp + 1) if pp > 1 else (1,):
                     base = Layout(tp=tp, pp=pp, dp=dp, micro_batch=micro, virtual_stages=v,
                                   sequence_parallel=config.parallel.sequence_parallel and tp > 1,
-                                  schedule="interleaved" if v > 1 else schedule, weights=weights)
+                                  schedule="interleaved" if v > 1 else schedule, grad_dtype=grad_dtype)
                     problems = layout_problems(config, base, gpus)
                     if problems:  # no checkpointing or ZeRO choice fixes these: count them all at once
                         for reason in problems:
@@ -156,10 +156,10 @@ def _reason_kind(reason: str) -> str:
 
 
 def rank_layouts(config: Config, hardware: Hardware, gpus: int, gpus_per_node: int,
-                 flash_attention: bool = False, weights: str = "master") -> Ranking:
+                 flash_attention: bool = False, grad_dtype: str = "param") -> Ranking:
     """All valid layouts that fit in memory, by predicted step time (then memory); rejections counted."""
     plans, rejected, examined = [], Counter(), 0
-    for layout in candidate_layouts(config, gpus, rejected, weights):
+    for layout in candidate_layouts(config, gpus, rejected, grad_dtype):
         examined += 1
         plan = evaluate(config, layout, hardware, gpus, gpus_per_node, flash_attention)
         if plan.ok:

@@ -224,7 +224,7 @@ def stage_seconds(config: Config, layout: Layout, hardware: Hardware, gpus_per_n
 
 def gradient_sync_seconds(config: Config, layout: Layout, hardware: Hardware, gpus_per_node: int) -> float:
     """Data-parallel reduction of the largest stage's gradients, plus the tied-embedding all-reduce."""
-    weight_b, grad_b, _ = state_bytes(config.train.precision, layout.weights)
+    weight_b, grad_b, _ = state_bytes(config.train.precision, layout.grad_dtype)
     params = max(stage_params(config, layout, i) for i in distinct_stages(config, layout))
     bw, lat = link(hardware, layout.gpus, gpus_per_node)
     if layout.zero_stage >= 1:
@@ -242,10 +242,10 @@ def gradient_sync_seconds(config: Config, layout: Layout, hardware: Hardware, gp
 
 def optimizer_seconds(config: Config, layout: Layout, hardware: Hardware) -> float:
     """Adam is bandwidth-bound: read gradient and state, write state and weights (per owned parameter)."""
-    weight_b, grad_b, state_b = state_bytes(config.train.precision, layout.weights)
+    weight_b, grad_b, state_b = state_bytes(config.train.precision, layout.grad_dtype)
     params = max(stage_params(config, layout, i) for i in distinct_stages(config, layout))
     owned = params / layout.dp if layout.zero_stage >= 1 else params
-    per_param = grad_b + 2 * state_b + weight_b * (1 if state_b > ADAM_MOMENT_BYTES else 2)
+    per_param = grad_b + 2 * state_b + weight_b * (1 if state_b > ADAM_MOMENT_BYTES else 2)  # fp32: w read too
     return owned * per_param / (hardware.hbm_gbs * 1e9)
 
 
