@@ -42,6 +42,7 @@ def test_good_documents_with_eod(tmp_path, tokenizer_path):
         assert tok.decode(ds[i][:-1]) == text
     assert stats["tokens"] == ds.num_tokens
     assert json.loads((tmp_path / "out.stats.json").read_text())["documents"] == len(GOOD)
+    assert stats["bad_lines_file"] is None and not (tmp_path / "out.bad_lines.jsonl").exists()
 
 
 def test_compressed_inputs_and_json_key(tmp_path, tokenizer_path):
@@ -83,6 +84,10 @@ def test_bad_lines_are_counted_with_file_and_line(tmp_path, tokenizer_path):
     assert len(IndexedDataset(tmp_path / "out")) == 5
     saved = json.loads((tmp_path / "out.stats.json").read_text())
     assert saved["dropped"] == stats["dropped"]
+    logged = [json.loads(line) for line in (tmp_path / "out.bad_lines.jsonl").read_text().splitlines()]
+    assert [(r["line"], r["reason"]) for r in logged] == [
+        (2, "malformed_json"), (4, "missing_field"), (5, "invalid_utf8"), (8, "missing_field"), (9, "missing_field")]
+    assert stats["bad_lines_file"] == str(tmp_path / "out.bad_lines.jsonl")
 
 
 def test_strict_mode_raises_naming_file_and_line(tmp_path, tokenizer_path):

@@ -44,5 +44,7 @@ def run(args) -> int:
     if dropped:
         # the bad lines themselves were logged as FILE:LINE while reading; the stats file lists them
         print("dropped lines: " + ", ".join(f"{k} {v}" for k, v in sorted(dropped.items())))
+        if stats["bad_lines_file"]:
+            print(f"every bad line: {stats['bad_lines_file']}")
     print(f"statistics: {stats['output_prefix']}.stats.json")
     return 0

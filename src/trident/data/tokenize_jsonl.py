@@ -108,7 +108,8 @@ def tokenize_files(inputs, output_prefix, tokenizer_path, json_key: str = "text"
 
     Returns the run's statistics, also written to OUTPUT_PREFIX.stats.json: documents, tokens,
     `dropped` (count by reason: blank, empty_text, invalid_utf8, malformed_json, missing_field),
-    `bad_lines` (the first few as FILE:LINE: reason), timings. strict=True raises TokenizeError on
+    `bad_lines` (the first few as FILE:LINE: reason; all of them in OUTPUT_PREFIX.bad_lines.jsonl),
+    timings. strict=True raises TokenizeError on
     the first invalid_utf8 / malformed_json / missing_field line.
     """
     from tqdm import tqdm
@@ -122,6 +123,9 @@ def tokenize_files(inputs, output_prefix, tokenizer_path, json_key: str = "text"
     builder = IndexedDatasetBuilder(prefix, dtype)
     dropped: Counter = Counter({reason: 0 for reason in (*REASONS, "empty_text")})
     examples: list[str] = []
+    bad_log_path = Path(f"{prefix}.bad_lines.jsonl")
+    bad_log_path.unlink(missing_ok=True)  # a stale log from an earlier run would mislead
+    bad_log = None  # opened at the first bad line: a clean run leaves no empty log behind
     lines = 0
     start = time.perf_counter()
     bar = tqdm(desc=f"tokenize -> {prefix.name}", unit=" docs", disable=not progress, mininterval=0.5)
@@ -142,6 +146,10 @@ def tokenize_files(inputs, output_prefix, tokenizer_path, json_key: str = "text"
                 if strict:
                     raise TokenizeError(f"{result.describe()} (strict mode; drop --strict to skip "
                                         f"and count bad lines)")
+                if bad_log is None:
+                    bad_log = open(bad_log_path, "w", encoding="utf-8")
+                bad_log.write(json.dumps({"file": result.path, "line": result.line, "reason": result.reason,
+                                          "detail": result.detail}) + "\n")
                 if len(examples) < MAX_EXAMPLES:
                     examples.append(result.describe())
                     log.warning("skipping %s", result.describe())
@@ -152,6 +160,8 @@ def tokenize_files(inputs, output_prefix, tokenizer_path, json_key: str = "text"
         raise
     finally:
         bar.close()
+        if bad_log is not None:
+            bad_log.close()
     seconds = time.perf_counter() - start
     stats = {
         "inputs": [str(p) for p in paths],
@@ -166,6 +176,7 @@ def tokenize_files(inputs, output_prefix, tokenizer_path, json_key: str = "text"
         "dropped": dict(dropped),
         "bad_lines_total": sum(dropped[r] for r in ("invalid_utf8", "malformed_json", "missing_field")),
         "bad_lines": examples,
+        "bad_lines_file": str(bad_log_path) if bad_log is not None else None,
         "workers": max(1, int(workers)),
         "seconds": round(seconds, 3),
         "tokens_per_s": round(builder.num_tokens / seconds, 1) if seconds > 0 else None,
