@@ -98,8 +98,8 @@ def crows_pairs(lm: LM, path: Path) -> dict:
         rows = list(reader)
     if not rows:
         raise TaskDataError(f"crows_pairs: {path} holds no rows")
-    requests = [("", r[k]) for r in rows for k in ("sent_more", "sent_less")]
-    scores = [lp for lp, _ in lm.loglikelihood(requests)]
+    # whole-sentence log-likelihood from the end-of-document token on (windows if a sentence is long)
+    scores = [lp for lp, _ in lm.loglikelihood_rolling([r[k] for r in rows for k in ("sent_more", "sent_less")])]
     by_type: dict[str, list[tuple[float, float]]] = {}
     for i, row in enumerate(rows):
         more, less = scores[2 * i], scores[2 * i + 1]
