@@ -15,8 +15,7 @@ import numpy as np
 
 from trident.data.blend import BlendedDataset, blending_indices, normalize_weights, samples_per_dataset
 from trident.data.gpt_dataset import GPTDataset
-from trident.data.index_cache import file_fingerprint
-from trident.data.indexed import IndexedDataset, data_file, index_file
+from trident.data.indexed import IndexedDataset
 from trident.data.tokenize_jsonl import tokenize_files  # noqa: F401  (public here: trident.data.build.tokenize_files)
 
 log = logging.getLogger("trident.data")
@@ -131,13 +130,10 @@ def _build_split(name: str, sources, indexed, splits, data_config, seq_length, n
     else:
         weights = [sources[k].weight for k in usable]
     weights = normalize_weights(weights)
-    fingerprints = [{"data": file_fingerprint(index_file(sources[k].prefix)),
-                     "bin": file_fingerprint(data_file(sources[k].prefix)),
-                     "documents": int(len(splits[k])), "seq_length": seq_length, "seed": seed}
-                    for k in usable]
+    # the blend order is a function of (weights, num_samples) alone; the prefixes only label the entry
+    labels = [str(sources[k].prefix) for k in usable]
     cache_dir = _cache_dir(data_config, sources[usable[0]].prefix)
-    which, local, from_cache = blending_indices(weights, num_samples, cache_dir, fingerprints,
-                                                name=f"blend.{name}")
+    which, local, from_cache = blending_indices(weights, num_samples, cache_dir, labels, name=f"blend.{name}")
     counts = samples_per_dataset(which, len(usable))
     datasets = [GPTDataset(indexed[k], splits[k], seq_length, int(count), seed,
                            cache_dir=_cache_dir(data_config, sources[k].prefix), name=name)
@@ -162,5 +158,7 @@ def build_datasets(data_config, seq_length: int, train_samples: int, valid_sampl
         train_splits.append(train_docs)
         valid_splits.append(valid_docs)
     train = _build_split("train", sources, indexed, train_splits, data_config, seq_length, train_samples, seed)
+    if data_config.valid_fraction == 0:
+        return train, _Empty()  # asked for no validation: nothing to warn about
     valid = _build_split("valid", sources, indexed, valid_splits, data_config, seq_length, valid_samples, seed)
     return train, valid
