@@ -44,14 +44,20 @@ _LENGTH_SALT = 0xC2B2AE3D27D4EB4F  # keeps n-grams of different n apart
 
 # ---- words and n-grams -----------------------------------------------------------------------
 
+def words_of(text: str) -> list[str]:
+    """Lower-cased words of ``text`` (the same list ``words_with_spans`` returns, faster)."""
+    found = _WORD.findall(text)
+    # One lower() over the joined words: same result as lowering each (no word holds a space).
+    return " ".join(found).lower().split(" ") if found else []
+
+
 def words_with_spans(text: str) -> tuple[list[str], np.ndarray, np.ndarray]:
     """Lower-cased words of ``text`` with their character start and end offsets in ``text``."""
-    words, starts, ends = [], [], []
-    for match in _WORD.finditer(text):
-        words.append(match.group().lower())
-        starts.append(match.start())
-        ends.append(match.end())
-    return words, np.array(starts, dtype=np.int64), np.array(ends, dtype=np.int64)
+    matches = list(_WORD.finditer(text))
+    words = words_of(text)
+    starts = np.fromiter((m.start() for m in matches), dtype=np.int64, count=len(matches))
+    ends = np.fromiter((m.end() for m in matches), dtype=np.int64, count=len(matches))
+    return words, starts, ends
 
 
 def word_hashes(words: list[str]) -> np.ndarray:
@@ -175,7 +181,7 @@ def build_index(tasks: list[dict], data_dir: str | None, ngram: int, min_ngram: 
             text for p in task["paths"] for text in file_texts(Path(p), task["fields"]))
         for text in texts:
             counters["task_texts"] += 1
-            words = words_with_spans(text)[0]
+            words = words_of(text)
             if len(words) < min_ngram:
                 counters["task_texts_too_short"] += 1
                 continue
@@ -205,15 +211,18 @@ class IndexLookup:
         """(start char, end char, n-gram hash, task id) of every index n-gram in ``text``."""
         if len(self.hashes) == 0:
             return []
-        words, starts, ends = words_with_spans(text)
+        words = words_of(text)
         if not words:
             return []
         wh = word_hashes(words)
-        found = []
+        found: list[tuple[int, int, int, int]] = []
+        starts = ends = None
         for n in self.sizes:
             grams = ngram_hashes(wh, n)
             pos = np.searchsorted(self.hashes, grams)
             hit = np.flatnonzero(self.hashes[np.minimum(pos, len(self.hashes) - 1)] == grams)
+            if len(hit) and starts is None:
+                _, starts, ends = words_with_spans(text)  # offsets only for texts that match
             for i in hit.tolist():
                 j = int(pos[i])
                 while j < len(self.hashes) and self.hashes[j] == grams[i]:  # one n-gram, many tasks
