@@ -28,7 +28,7 @@ def all_parameters(trainer):
     mine = {}
     for name, param in trainer.named_params:
         mine.setdefault(name, []).append((getattr(param, "tp_dim", None), param.tp_rank,
-                                          param.detach().numpy().copy()))
+                                          param.detach().float().numpy().copy()))
     gathered = [None] * (dist.get_world_size() if dist.is_initialized() else 1)
     if dist.is_initialized():
         dist.all_gather_object(gathered, (trainer.mesh.dp_rank, mine))

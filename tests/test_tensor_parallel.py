@@ -210,7 +210,7 @@ def _one_backward(config):
     trainer.finalize_gradients()
     grads = {}
     for name, param in trainer.named_params:
-        grad = param.grad
+        grad = param.main_grad
         if getattr(param, "tp_dim", None) is not None:
             parts = [torch.empty_like(grad) for _ in range(param.tp_size)]
             dist.all_gather(parts, grad.contiguous(), group=trainer.mesh.group("tp"))

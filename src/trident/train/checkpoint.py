@@ -2,7 +2,8 @@
 
 Layout of OUT/checkpoints/step_0000100/:
   model-dp{d}-pp{p}-tp{t}.safetensors   this rank's model shards, keyed by global parameter name
-  optim-dp{d}-pp{p}-tp{t}.safetensors   Adam state of those shards ("name/exp_avg", "name/exp_avg_sq")
+  optim-dp{d}-pp{p}-tp{t}.safetensors   Adam state (and fp32 master when training in bf16/fp16) of
+                                        the flat ranges this rank owns ("name/exp_avg/START", ...)
   rng-rank{r}.safetensors               every rank's RNG streams (for exact resume)
   manifest-rank{r}.json                 per tensor: file, global name, full shape, slice offsets
   trainer_state.json                    step, consumed samples/tokens, scaler, config (rank 0)
@@ -14,6 +15,7 @@ layouts need not match. Nothing is unpickled: tensors come from safetensors, the
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 from pathlib import Path
@@ -59,13 +61,13 @@ def _barrier():
         dist.barrier()
 
 
-def save_checkpoint(root: Path, step: int, named_params: list, optimizer_state: dict[str, dict[str, torch.Tensor]],
+def save_checkpoint(root: Path, step: int, named_params: list, optimizer_pieces: list[dict],
                     rng: dict[str, torch.Tensor], trainer_state: dict, mesh, keep_last: int = 3,
                     extra_files: dict[str, Path] | None = None) -> Path:
     """Collective: every rank writes its own shards into a shared temporary folder; rank 0 finalises.
 
-    `optimizer_state` maps a global parameter name to {"exp_avg": t, "exp_avg_sq": t} for the
-    parameters (or ZeRO slices, with their own offsets under "offsets") this rank owns."""
+    `optimizer_pieces` (see trident.train.state) are the flat ranges of each parameter's TP-local
+    tensor whose Adam state (and fp32 master) this rank owns: all of it, or a ZeRO-1 slice."""
     root = Path(root)
     final, tmp = step_dir(root, step), root / f".tmp_step_{step:07d}"
     if mesh.rank == 0:
@@ -82,12 +84,15 @@ def save_checkpoint(root: Path, step: int, named_params: list, optimizer_state: 
                                         full_shape(param)) | {"name": name, "kind": "model"})
         save_file(tensors, tmp / f"model-{tag}.safetensors")
     optim_tensors = {}
-    for name, state in optimizer_state.items():
-        for key in ("exp_avg", "exp_avg_sq"):
-            optim_tensors[f"{name}/{key}"] = state[key].detach().float().cpu().contiguous()
-            entries.append({"file": f"optim-{tag}.safetensors", "key": f"{name}/{key}", "name": name,
-                            "kind": key, "full_shape": state["full_shape"], "offsets": state["offsets"],
-                            "shape": list(state[key].shape)})
+    for piece in optimizer_pieces:
+        for kind in ("exp_avg", "exp_avg_sq", "master"):
+            if kind not in piece:
+                continue
+            key = f"{piece['name']}/{kind}/{piece['flat'][0]}"
+            optim_tensors[key] = piece[kind].detach().float().cpu().contiguous()
+            entries.append({"file": f"optim-{tag}.safetensors", "key": key, "name": piece["name"], "kind": kind,
+                            "full_shape": piece["full_shape"], "offsets": piece["offsets"],
+                            "shape": piece["shape"], "flat": piece["flat"]})
     if optim_tensors:
         save_file(optim_tensors, tmp / f"optim-{tag}.safetensors")
     save_file({k: v.contiguous() for k, v in rng.items()}, tmp / f"rng-rank{mesh.rank}.safetensors")
@@ -171,30 +176,62 @@ class CheckpointReader:
     def read(self, name: str, kind: str = "model", offsets: list[int] | None = None,
              shape: tuple[int, ...] | None = None) -> torch.Tensor:
         """The slice [offsets, offsets + shape) of the full tensor (the whole tensor by default)."""
-        pieces = self._pieces(kind, name)
-        full = tuple(pieces[0]["full_shape"])
+        blocks = self._blocks(kind, name)
+        full = tuple(blocks[0]["full_shape"])
         offsets = offsets or [0] * len(full)
         shape = tuple(shape or full)
         out = torch.empty(shape, dtype=torch.float32)
         covered = 0
         seen = set()
-        for piece in pieces:
-            region = self._overlap(piece, offsets, shape)
-            key = (tuple(piece["offsets"]), tuple(piece["shape"]))
+        for block in blocks:
+            region = self._overlap(block, offsets, shape)
+            key = (tuple(block["offsets"]), tuple(block["shape"]))
             if region is None or key in seen:  # identical replicas (e.g. tied copies) are read once
                 continue
             seen.add(key)
-            with safe_open(self.path / piece["file"], framework="pt") as handle:
-                source = handle.get_slice(piece["key"])
-                src_index = tuple(slice(lo - p, hi - p) for (lo, hi), p in zip(region, piece["offsets"]))
-                tensor = source[src_index] if src_index else handle.get_tensor(piece["key"])
+            src_index = tuple(slice(lo - p, hi - p) for (lo, hi), p in zip(region, block["offsets"]))
             dst_index = tuple(slice(lo - o, hi - o) for (lo, hi), o in zip(region, offsets))
-            out[dst_index] = tensor
-            covered += int(torch.tensor([hi - lo for lo, hi in region]).prod().item()) if region else 1
+            out[dst_index] = block["load"](src_index)
+            covered += math.prod(hi - lo for lo, hi in region)
         if covered != out.numel():
             raise ValueError(f"checkpoint {self.path}: {kind} tensor '{name}' slice {offsets}+{list(shape)} is "
                              f"not fully covered by the saved shards ({covered} of {out.numel()} elements)")
         return out
+
+    def _blocks(self, kind: str, name: str) -> list[dict]:
+        """Rectangular blocks of the full tensor, each with a loader; ZeRO-1 pieces (flat ranges of
+        one TP-local block, spread over DP ranks) are joined back into their block first."""
+        blocks, flat_groups = [], {}
+        for piece in self._pieces(kind, name):
+            if "flat" in piece:
+                flat_groups.setdefault((tuple(piece["offsets"]), tuple(piece["shape"])), []).append(piece)
+            else:
+                blocks.append(piece | {"load": self._file_loader(piece)})
+        for (offsets, shape), pieces in flat_groups.items():
+            blocks.append({"offsets": list(offsets), "shape": list(shape), "full_shape": pieces[0]["full_shape"],
+                           "load": self._flat_loader(kind, name, shape, pieces)})
+        return blocks
+
+    def _file_loader(self, piece: dict):
+        def load(index):
+            with safe_open(self.path / piece["file"], framework="pt") as handle:
+                return handle.get_slice(piece["key"])[index] if index else handle.get_tensor(piece["key"])
+        return load
+
+    def _flat_loader(self, kind: str, name: str, shape: tuple, pieces: list[dict]):
+        def load(index):
+            flat = torch.empty(math.prod(shape), dtype=torch.float32)
+            filled = 0
+            for piece in pieces:
+                with safe_open(self.path / piece["file"], framework="pt") as handle:
+                    lo, hi = piece["flat"]
+                    flat[lo:hi] = handle.get_tensor(piece["key"])
+                    filled += hi - lo
+            if filled != flat.numel():
+                raise ValueError(f"checkpoint {self.path}: {kind} of '{name}' has {filled} of {flat.numel()} "
+                                 f"elements across its ZeRO slices")
+            return flat.view(shape)[index]
+        return load
 
     @staticmethod
     def _overlap(piece: dict, offsets: list[int], shape: tuple) -> list[tuple[int, int]] | None:

@@ -26,7 +26,7 @@ def model_flops(batch: int, seq: int, layers: int, hidden: int, vocab: int) -> f
 
 
 @lru_cache(maxsize=None)
-def measured_cpu_peak_tflops(dtype: torch.dtype = torch.float32, size: int = 1024, seconds: float = 0.5) -> float:
+def measured_cpu_peak_tflops(dtype: torch.dtype = torch.float32, size: int = 512, seconds: float = 0.25) -> float:
     """Sustained matmul TFLOP/s of this CPU with the current thread count: the honest MFU denominator."""
     a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
     torch.mm(a, b)

@@ -1,4 +1,5 @@
-"""AdamW with MT-NLG's defaults, and the global gradient norm over a (3D-parallel) model."""
+"""The optimizer of a (3D-parallel) model: flat DP buffers + AdamW (ZeRO-1 when asked), MT-NLG's
+defaults, decay masks, and the global gradient norm with every parameter counted exactly once."""
 from __future__ import annotations
 
 import math
@@ -7,20 +8,14 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from trident.config import TrainConfig
+from trident.config import Config
+from trident.parallel.data import GradBuffers
+from trident.parallel.zero import DistributedAdam
 
 
 def no_weight_decay(name: str, param: nn.Parameter) -> bool:
     """Biases and LayerNorm parameters are not decayed (1-D tensors), as Megatron."""
     return param.ndim < 2 or name.endswith(".bias")
-
-
-def build_optimizer(named_params: list[tuple[str, nn.Parameter]], train: TrainConfig) -> torch.optim.Optimizer:
-    decay = [p for n, p in named_params if not no_weight_decay(n, p)]
-    no_decay = [p for n, p in named_params if no_weight_decay(n, p)]
-    groups = [{"params": decay, "weight_decay": train.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=train.lr, betas=(train.adam_beta1, train.adam_beta2), eps=train.adam_eps,
-                             foreach=True)
 
 
 def counts_towards_norm(name: str, param: nn.Parameter, is_first_stage: bool) -> bool:
@@ -34,20 +29,32 @@ def counts_towards_norm(name: str, param: nn.Parameter, is_first_stage: bool) ->
     return True
 
 
-def global_grad_norm(named_params: list[tuple[str, nn.Parameter]], model_parallel_group,
-                     is_first_stage: bool) -> float:
-    """L2 norm of the whole model's gradient, identical on every rank of the model-parallel group."""
-    grads = [p.grad for n, p in named_params if p.grad is not None and counts_towards_norm(n, p, is_first_stage)]
-    device = grads[0].device if grads else torch.device("cpu")
-    total = torch.zeros((), dtype=torch.float32, device=device)
-    for grad in grads:
-        total += grad.detach().float().pow(2).sum()
-    if model_parallel_group is not None:
-        dist.all_reduce(total, group=model_parallel_group)
+def build_optimizer(named_params: list, config: Config, mesh) -> tuple[GradBuffers, DistributedAdam]:
+    p, t = config.parallel, config.train
+    zero = p.zero_stage == 1 and mesh.dp > 1
+    buffers = GradBuffers(named_params, mesh.group("dp"), mesh.dp, mesh.dp_rank, int(p.bucket_size_mb * 2**20),
+                          shard=zero, overlap=mesh.pp == 1 and mesh.dp > 1)
+    decay = {id(param): not no_weight_decay(name, param) for name, param in named_params}
+    counted = {id(param): counts_towards_norm(name, param, mesh.is_first_stage) for name, param in named_params}
+    optimizer = DistributedAdam(buffers, decay, counted, t.lr, (t.adam_beta1, t.adam_beta2), t.adam_eps,
+                                t.weight_decay)
+    return buffers, optimizer
+
+
+def global_grad_norm(optimizer: DistributedAdam, mesh, zero: bool) -> float:
+    """L2 norm of the whole model's gradient, identical on every rank. With ZeRO-1 each DP rank
+    holds a disjoint part, so the sum runs over the world; otherwise over one model replica."""
+    total = optimizer.grad_norm_squared()
+    group = None if zero else mesh.group("mp")
+    if (zero and mesh.world_size > 1) or group is not None:
+        dist.all_reduce(total, group=group)
     return math.sqrt(total.item())
 
 
-def clip_gradients(params: list[nn.Parameter], norm: float, max_norm: float) -> None:
-    if max_norm > 0 and norm > max_norm and math.isfinite(norm):
-        coefficient = max_norm / (norm + 1e-6)
-        torch._foreach_mul_([p.grad for p in params if p.grad is not None], coefficient)
+def clip_coefficient(norm: float, max_norm: float) -> float:
+    return max_norm / (norm + 1e-6) if max_norm > 0 and norm > max_norm and math.isfinite(norm) else 1.0
+
+
+def scale_(tensors: list[torch.Tensor], factor: float) -> None:
+    if factor != 1.0:
+        torch._foreach_mul_([t for t in tensors if t.numel()], factor)

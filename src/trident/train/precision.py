@@ -18,15 +18,12 @@ def autocast(precision: str, device: torch.device):
     return torch.autocast(device_type=device.type, dtype=DTYPES[precision])
 
 
-def found_nonfinite(grads: list[torch.Tensor], group=None) -> bool:
-    """True when any gradient on any rank of `group` (None: the world) holds inf or nan."""
-    flag = torch.zeros(1)
-    for grad in grads:
-        if not torch.isfinite(grad).all():
-            flag.fill_(1.0)
-            break
+def found_overflow(grads: list[torch.Tensor], loss: torch.Tensor, group=None) -> bool:
+    """inf/nan in any of these gradients or the loss on any rank of `group` (None: the world)."""
+    flag = torch.zeros(1, device=loss.device)
+    if not torch.isfinite(loss).all() or any(not torch.isfinite(g).all() for g in grads if g.numel()):
+        flag.fill_(1.0)
     if dist.is_initialized() and dist.get_world_size() > 1:
-        flag = flag.to(grads[0].device if grads else "cpu")
         dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=group)
     return bool(flag.item() > 0)
 

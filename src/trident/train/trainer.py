@@ -23,9 +23,10 @@ from trident.parallel import tensor as T
 from trident.parallel.data import all_reduce_coalesced
 from trident.parallel.mesh import build_mesh
 from trident.train import checkpoint as ckpt
+from trident.train import state as train_state
 from trident.train.metrics import MetricsWriter, console_line, model_flops, peak_memory_bytes, peak_tflops
-from trident.train.optim import build_optimizer, clip_gradients, global_grad_norm
-from trident.train.precision import DTYPES, LossScaler, autocast, found_nonfinite
+from trident.train.optim import build_optimizer, clip_coefficient, global_grad_norm, scale_
+from trident.train.precision import DTYPES, LossScaler, autocast, found_overflow
 from trident.train.schedules import TrainSchedule
 
 
@@ -59,7 +60,8 @@ class Trainer:
         self.chunks = self._build_model_chunks()
         self.named_params = [item for chunk in self.chunks for item in chunk.named_parameters()]
         self.executor = self._build_executor()
-        self.optimizer = build_optimizer(self.named_params, config.train)
+        self.zero = config.parallel.zero_stage == 1 and self.mesh.dp > 1
+        self.buffers, self.optimizer = build_optimizer(self.named_params, config, self.mesh)
         self.scaler = LossScaler(config.train.precision == "fp16", config.train.loss_scale_initial,
                                  config.train.loss_scale_growth_interval, config.train.loss_scale_backoff,
                                  config.train.loss_scale_hysteresis)
@@ -107,7 +109,7 @@ class Trainer:
                                 layers=layers, pre_process=mesh.is_first_stage and c == 0,
                                 post_process=mesh.is_last_stage and c == v - 1,
                                 activation_checkpointing=cfg.train.activation_checkpointing)
-            chunks.append(chunk.to(self.device))
+            chunks.append(chunk.to(self.device, DTYPES[cfg.train.precision]))
         return chunks
 
     def _build_executor(self):
@@ -118,7 +120,8 @@ class Trainer:
         cfg = self.config
         seq = cfg.model.seq_length // (self.mesh.tp if cfg.parallel.sequence_parallel else 1)
         shape = (seq, cfg.train.micro_batch_size, cfg.model.hidden_size)
-        return PipelineExecutor(self.chunks, self.mesh, cfg.parallel.schedule, shape, torch.float32, self.device,
+        return PipelineExecutor(self.chunks, self.mesh, cfg.parallel.schedule, shape, DTYPES[cfg.train.precision],
+                                self.device,
                                 lambda: autocast(cfg.train.precision, self.device))
 
     # ---- one step ------------------------------------------------------------------------------
@@ -138,7 +141,8 @@ class Trainer:
         if self.executor is not None:
             return self.executor.run(batches, loss_divisor, self.scaler.scale, backward)
         total = torch.zeros((), device=self.device)
-        for tokens, labels in batches:
+        for index, (tokens, labels) in enumerate(batches):
+            self.buffers.final_microbatch = backward and index == len(batches) - 1  # lets DP overlap start
             with autocast(self.config.train.precision, self.device):
                 loss = self.chunks[0](tokens, labels).float().mean() / loss_divisor
             if backward:
@@ -147,43 +151,39 @@ class Trainer:
         return total
 
     def finalize_gradients(self) -> None:
-        """Cross-rank gradient reductions: sequence-parallel norms over TP, the tied embedding over its
-        two pipeline stages, then the DP sum (micro-batch losses were already divided by m x dp)."""
+        """Cross-rank gradient sums (losses were already divided by m x dp, so sums give the global
+        mean): the tied embedding over its two pipeline stages, the DP buckets, then sequence-parallel
+        norms over TP (TP peers share a buffer layout, so their owned ranges line up)."""
         mesh = self.mesh
         if mesh.pp > 1 and (mesh.is_first_stage or mesh.is_last_stage):
-            word = [p.grad for n, p in self.named_params if n == "embedding.word.weight" and p.grad is not None]
+            word = [p.main_grad for n, p in self.named_params if n == "embedding.word.weight"]
             all_reduce_coalesced(word, mesh.group("embedding"))
+        self.buffers.reduce()
         if mesh.tp > 1 and self.config.parallel.sequence_parallel:
-            sp = [p.grad for _, p in self.named_params if getattr(p, "sequence_parallel", False) and p.grad is not None]
+            sp = [p.main_grad for _, p in self.named_params if getattr(p, "sequence_parallel", False)]
             all_reduce_coalesced(sp, mesh.group("tp"))
-        grads = [p.grad for _, p in self.named_params if p.grad is not None]
-        bucket = int(self.config.parallel.bucket_size_mb * 2**20)
-        all_reduce_coalesced(grads, mesh.group("dp"), bucket)
 
     def train_step(self) -> dict:
         cfg, mesh = self.config, self.mesh
         batch_size = self.schedule.batch_size(self.consumed_tokens)
         lr = self.schedule.lr(self.consumed_tokens)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
         for chunk in self.chunks:
             chunk.train()
-        self.optimizer.zero_grad(set_to_none=True)
+        self.buffers.zero_grad()
         start = time.perf_counter()
         micro = batch_size // (cfg.train.micro_batch_size * mesh.dp)
         batches = list(self.micro_batches(batch_size, self.train_data, self.consumed_samples))
         loss = self.forward_backward(batches, loss_divisor=micro * mesh.dp)
         self.finalize_gradients()
-        params = [p for _, p in self.named_params]
-        if self.scaler.scale != 1.0:
-            torch._foreach_mul_([p.grad for p in params if p.grad is not None], 1.0 / self.scaler.scale)
+        grads = self.optimizer.grads()
+        scale_(grads, 1.0 / self.scaler.scale)
         loss = self._reduce_loss(loss)
-        overflow = found_nonfinite([p.grad for p in params if p.grad is not None] + [loss.view(1)])
+        overflow = found_overflow(grads, loss)  # agreed by every rank: all skip, or none
         grad_norm = float("nan")
         if not overflow:
-            grad_norm = global_grad_norm(self.named_params, mesh.group("mp"), mesh.is_first_stage)
-            clip_gradients(params, grad_norm, cfg.train.clip_grad)
-            self.optimizer.step()
+            grad_norm = global_grad_norm(self.optimizer, mesh, self.zero)
+            scale_(grads, clip_coefficient(grad_norm, cfg.train.clip_grad))
+            self.optimizer.step(lr)
         self.scaler.update(overflow)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
@@ -268,35 +268,15 @@ class Trainer:
     # ---- checkpoints ---------------------------------------------------------------------------
     def trainer_state(self) -> dict:
         return {"step": self.step, "consumed_samples": self.consumed_samples,
-                "consumed_tokens": self.consumed_tokens, "optimizer_steps": self.optimizer_steps(), "scaler": self.scaler.state_dict(),
-                "config": self.config.to_dict(), "trident_version": __import__("trident").__version__}
-
-    def optimizer_steps(self) -> int:
-        """Adam's own step count (skipped steps do not advance it)."""
-        states = [s for s in self.optimizer.state.values() if "step" in s]
-        return int(states[0]["step"]) if states else 0
-
-    def optimizer_state(self) -> dict:
-        state = {}
-        for name, param in self.named_params:
-            if param in self.optimizer.state:
-                entry = self.optimizer.state[param]
-                state[name] = {"exp_avg": entry["exp_avg"], "exp_avg_sq": entry["exp_avg_sq"],
-                               "offsets": ckpt.shard_offsets(param),
-                               "full_shape": list(full_shape(param))}
-        return state
-
-    def rng_state(self) -> dict[str, torch.Tensor]:
-        state = {"torch_cpu": torch.get_rng_state()}
-        if self.device.type == "cuda":
-            state["torch_cuda"] = torch.cuda.get_rng_state(self.device)
-        state |= {f"tp_{k}": v for k, v in T.TP_RNG.get_states().items()}
-        return state
+                "consumed_tokens": self.consumed_tokens, "optimizer_steps": self.optimizer.steps,
+                "scaler": self.scaler.state_dict(), "config": self.config.to_dict(),
+                "trident_version": __import__("trident").__version__}
 
     def save(self) -> Path:
         extra = {"tokenizer.json": self.tokenizer_file} if self.tokenizer_file else None
-        path = ckpt.save_checkpoint(self.checkpoint_root, self.step, self.named_params, self.optimizer_state(),
-                                    self.rng_state(), self.trainer_state(), self.mesh,
+        pieces = train_state.optimizer_pieces(self.named_params, self.buffers, self.optimizer)
+        path = ckpt.save_checkpoint(self.checkpoint_root, self.step, self.named_params, pieces,
+                                    train_state.rng_state(self.device), self.trainer_state(), self.mesh,
                                     self.config.checkpoint.keep_last, extra)
         self.log(f"saved checkpoint {path}")
         return path
@@ -307,31 +287,16 @@ class Trainer:
             return
         reader = ckpt.CheckpointReader(path)
         ckpt.load_model_weights(reader, self.named_params)
-        self._load_optimizer(reader)
         state = reader.state
+        train_state.load_optimizer(reader, self.named_params, self.buffers, self.optimizer, state["optimizer_steps"])
         self.step, self.consumed_samples = state["step"], state["consumed_samples"]
         self.consumed_tokens = state["consumed_tokens"]
         self.scaler.load_state_dict(state["scaler"])
-        same_layout = state["layout"]["world_size"] == self.world
-        rng = reader.rng(self.mesh.rank) if same_layout else None
+        # RNG streams continue exactly when the layout is unchanged; otherwise they are re-seeded.
+        rng = reader.rng(self.mesh.rank) if state["layout"]["world_size"] == self.world else None
         if rng is not None:
-            torch.set_rng_state(rng["torch_cpu"])
-            if "torch_cuda" in rng and self.device.type == "cuda":
-                torch.cuda.set_rng_state(rng["torch_cuda"], self.device)
-            T.TP_RNG.set_states({k[3:]: v for k, v in rng.items() if k.startswith("tp_")})
+            train_state.set_rng_state(rng, self.device)
         self.log(f"resumed from {path} at step {self.step}")
-
-    def _load_optimizer(self, reader: ckpt.CheckpointReader) -> None:
-        names = set(reader.names("exp_avg"))
-        step = torch.tensor(float(reader.state["optimizer_steps"]))
-        for name, param in self.named_params:
-            if name not in names:
-                continue
-            offsets, shape = ckpt.shard_offsets(param), tuple(param.shape)
-            self.optimizer.state[param] = {
-                "step": step.clone(),
-                "exp_avg": reader.read(name, "exp_avg", offsets, shape).to(param.device, param.dtype),
-                "exp_avg_sq": reader.read(name, "exp_avg_sq", offsets, shape).to(param.device, param.dtype)}
 
 
 def _tokenizer_json(source: str, tokenizer, out: Path) -> Path:

@@ -1,0 +1,23 @@
+"""`trident demo [--out DIR]`: the whole flow end to end on an embedded default corpus."""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", default="runs/demo", help="output folder (report.md, loss.png, checkpoints)")
+    parser.add_argument("--steps", type=int, default=None, help="training steps (default: configs/demo.yaml)")
+    parser.add_argument("--max-docs", type=int, default=None, help="limit the corpus (for quick runs)")
+    parser.add_argument("overrides", nargs="*", help="config overrides for the training stage (key=value)")
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+
+
+def run(args) -> int:
+    from trident.demo import run_demo
+
+    summary = run_demo(Path(args.out), steps=args.steps, max_docs=args.max_docs, overrides=args.overrides)
+    if args.json:
+        print(json.dumps({k: v for k, v in summary.items() if k != "metrics"}))
+    return 0

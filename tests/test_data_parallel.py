@@ -1,0 +1,104 @@
+"""Data parallelism, ZeRO-1, mixed precision and the full 3D grid against one process."""
+import numpy as np
+import pytest
+import torch
+
+from distributed import run_distributed
+from test_pipeline_parallel import RAMP, assert_matches, train_full
+from test_tensor_parallel import VOCAB, RandomTokens, tiny_config
+
+
+def _rank(rank, world, overrides, out_dir):
+    return train_full(tiny_config(*RAMP, *overrides), f"{out_dir}/r{rank}")
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    return train_full(tiny_config(*RAMP), tmp_path_factory.mktemp("single"))
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("zero", [0, 1])
+def test_3d_grid_of_8_matches_single_process(zero, reference, tmp_path):
+    overrides = ["parallel.dp=2", "parallel.pp=2", "parallel.tp=2", f"parallel.zero_stage={zero}"]
+    assert_matches(run_distributed(_rank, 8, overrides, str(tmp_path), timeout=200), reference)
+
+
+@pytest.mark.timeout(120)
+def test_dp4_zero1_matches_single_process(reference, tmp_path):
+    overrides = ["parallel.dp=4", "parallel.zero_stage=1", "parallel.bucket_size_mb=0.01"]
+    assert_matches(run_distributed(_rank, 4, overrides, str(tmp_path)), reference)
+
+
+def test_gradient_average_does_not_depend_on_micro_batch_split(reference, tmp_path):
+    """micro-batch 1 (16 accumulation steps) gives the same run as micro-batch 2."""
+    assert_matches([train_full(tiny_config(*RAMP, "train.micro_batch_size=1"), tmp_path)], reference)
+
+
+def _optimizer_bytes(rank, world, zero):
+    from trident.train.trainer import Trainer
+
+    config = tiny_config(f"parallel.dp={world}", f"parallel.zero_stage={zero}", "model.num_layers=4")
+    trainer = Trainer(config, "/tmp/unused", datasets=(RandomTokens(32), None), vocab_size=VOCAB,
+                      log=lambda *a: None)
+    return trainer.optimizer.state_bytes(), sum(p.numel() for _, p in trainer.named_params)
+
+
+@pytest.mark.timeout(120)
+def test_zero1_shards_optimizer_memory():
+    (single, params), = [_optimizer_bytes(0, 1, 0)]
+    assert single == params * (4 + 4 + 1 + 1)  # m, v (fp32) + two bool masks; master aliases fp32 params
+    for world in (2, 4):
+        plain = run_distributed(_optimizer_bytes, world, 0)
+        sharded = run_distributed(_optimizer_bytes, world, 1)
+        assert all(b == single for b, _ in plain)
+        for nbytes, _ in sharded:  # 1/dp of the state, up to bucket padding
+            assert nbytes == pytest.approx(single / world, rel=0.01)
+
+
+def test_bf16_tracks_fp32(reference, tmp_path):
+    """bf16 weights/compute with fp32 master weights: losses within 2% of fp32 over the run."""
+    losses, _, _ = train_full(tiny_config(*RAMP, "train.precision=bf16"), tmp_path)
+    np.testing.assert_allclose(losses, reference[0], rtol=2e-2)
+
+
+def _overflow_run(rank, world, precision, spike_step):
+    """Train 3 steps; on step `spike_step` rank 1's loss becomes inf (a loss spike on one rank)."""
+    from trident.train.trainer import Trainer
+
+    overrides = ["parallel.dp=2", "parallel.pp=2", f"train.precision={precision}", "train.steps=3",
+                 "train.loss_scale_hysteresis=1", "train.loss_scale_initial=1024", "train.warmup_tokens=0",
+                 "model.seq_length=8"]  # fp16 matmul on CPU is ~1 GFLOP/s: keep it tiny
+    trainer = Trainer(tiny_config(*overrides), "/tmp/unused", datasets=(RandomTokens(8), None),
+                      vocab_size=VOCAB, log=lambda *a: None)
+    if rank == 1 and trainer.mesh.is_last_stage:  # rank 1 = (dp 0, pp 1): corrupt its outputs once
+        norm = trainer.chunks[-1].final_norm
+        norm.register_forward_hook(lambda m, i, out: out * float("inf") if trainer.step == spike_step else out)
+    records, weights = [], []
+    for _ in range(3):
+        before = {n: p.detach().float().clone() for n, p in trainer.named_params}
+        records.append(trainer.train_step())
+        weights.append(all(torch.equal(before[n], p.detach().float()) for n, p in trainer.named_params))
+    return [(r["skipped"], r["loss_scale"]) for r in records], weights
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("precision", ["fp16", "fp32"])
+def test_overflow_is_skipped_on_every_rank(precision):
+    for records, unchanged in run_distributed(_overflow_run, 4, precision, 1):
+        assert [skipped for skipped, _ in records] == [False, True, False]
+        assert unchanged == [False, True, False]  # the skipped step never touched the weights
+        scales = [scale for _, scale in records]
+        if precision == "fp16":
+            assert scales == [1024.0, 512.0, 512.0]  # backed off once (hysteresis 1)
+        else:
+            assert scales == [1.0, 1.0, 1.0]
+
+
+def test_config_rejects_batch_not_divisible_by_micro_batch_times_dp():
+    from trident.config import ConfigError
+
+    with pytest.raises(ConfigError, match="train.rampup_batch_size"):
+        tiny_config(*RAMP, "parallel.dp=4", "train.rampup_batch_size=[4,4,256]").validate(4)
+    with pytest.raises(ConfigError, match="train.global_batch_size"):
+        tiny_config("train.global_batch_size=12", "train.micro_batch_size=4").validate(2)
