@@ -67,3 +67,23 @@ def test_missing_transformers_gives_an_install_hint(monkeypatch, tmp_path):
 def test_cli_needs_exactly_one_model(capsys):
     assert main(["eval", "--tasks", "piqa"]) == 2
     assert "exactly one of CKPT or --hf" in capsys.readouterr().err
+
+
+def test_trident_checkpoint_and_its_hugging_face_export_score_alike(tmp_path):
+    """Parity: the same weights evaluated directly and through `trident export-hf` (GPT-2 layout)."""
+    from test_eval_harness import _save_trident_checkpoint
+    from trident.infer.hf import export_hf
+    from trident.evaluate.lm import load_trident
+
+    tokenizer = tiny_tokenizer(tmp_path)
+    ckpt, _ = _save_trident_checkpoint(tokenizer, tmp_path)
+    export_hf(ckpt, tmp_path / "hf")
+    direct, exported = load_trident(ckpt, batch_size=3), load_hf(tmp_path / "hf", batch_size=5)
+    assert exported.vocab_size == direct.vocab_size and exported.max_length == direct.max_length
+    for (a, ga), (b, gb) in zip(direct.loglikelihood(REQUESTS), exported.loglikelihood(REQUESTS)):
+        assert a == pytest.approx(b, abs=1e-4) and ga == gb
+    results = [run_evaluation(lm, ["piqa", "lambada"], [1], FIXTURES, None, progress=False)["results"]
+               for lm in (direct, exported)]
+    for task in ("piqa", "lambada"):
+        for metric, value in results[0][task]["1"]["metrics"].items():
+            assert results[1][task]["1"]["metrics"][metric] == pytest.approx(value, rel=1e-4), (task, metric)
