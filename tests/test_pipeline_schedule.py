@@ -5,7 +5,7 @@ import pytest
 
 from trident.parallel.pipeline import (
     Backward, Forward, RecvActivation, RecvGrad, ScheduleError, SendActivation, SendGrad, build_schedule,
-    gpipe, interleaved_1f1b, one_f_one_b, peak_inflight, simulate,
+    forward_only, gpipe, interleaved_1f1b, one_f_one_b, peak_inflight, simulate,
 )
 
 
@@ -101,6 +101,18 @@ def check_timeline_respects_dependencies(timeline, pp, m, v):
     for stage in range(pp):  # one thing at a time per stage
         mine = sorted((b.start, b.end) for b in timeline.boxes if b.stage == stage)
         assert all(a[1] <= b[0] + 1e-9 for a, b in zip(mine, mine[1:]))
+
+
+@pytest.mark.parametrize("name,pp", GROUPS)
+def test_forward_only_schedules_complete(name, pp):
+    # Evaluation runs the same lists minus the backward work; that must not hang either.
+    for m, v in group(name, pp):
+        timeline = simulate(forward_only(build_schedule(name, pp, m, v)), backward=False)
+        assert {b.kind for b in timeline.boxes} == {"forward"} and len(timeline.boxes) == pp * m * v
+    with pytest.raises(ScheduleError, match="never runs Backward"):
+        simulate(forward_only(build_schedule(name, pp, 2 * pp, 1)))
+    with pytest.raises(ScheduleError, match="backward work in a forward-only schedule"):
+        simulate(build_schedule(name, pp, 2 * pp, 1), backward=False)
 
 
 @pytest.mark.parametrize("pp,m", [(1, 1), (2, 1), (4, 2), (4, 4), (4, 9), (8, 16)])

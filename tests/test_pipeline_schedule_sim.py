@@ -8,7 +8,7 @@ from trident.parallel.pipeline import (
     Backward, Forward, RecvActivation, RecvGrad, ScheduleError, SendActivation, SendGrad, build_schedule,
     check_schedule, gpipe, interleaved_1f1b, one_f_one_b, simulate, theoretical_bubble,
 )
-from trident.parallel.pipeline_diagram import Box, Timeline, draw_timeline
+from trident.parallel.pipeline_diagram import Box, Timeline, TimelineRecorder, draw_timeline
 
 
 def test_theoretical_bubble():
@@ -94,6 +94,10 @@ def test_mismatched_and_self_waiting_schedules_are_rejected():
     late_recv[1].append(RecvActivation(1, 0, 0))
     with pytest.raises(ScheduleError, match="stage 1, instruction .* needs RecvActivation\\(microbatch=1"):
         check_schedule(late_recv)
+    with pytest.raises(ScheduleError, match="instruction 1: 'x' is not a pipeline instruction"):
+        check_schedule([[Forward(0, 0), "x"]])
+    with pytest.raises(ScheduleError, match="micro-batch and chunk must be non-negative integers"):
+        check_schedule([[Forward(-1, 0), Backward(-1, 0)]])
     wrong_peer = [list(good[0]), [RecvActivation(0, 0, 1) if op == RecvActivation(0, 0, 0) else op for op in good[1]]]
     with pytest.raises(ScheduleError, match="wrong peer 1"):
         check_schedule(wrong_peer)
@@ -157,3 +161,19 @@ def test_cli_writes_png_and_reports_numbers(tmp_path, capsys):
     assert main(["pipeline-diagram", "--pp", "4", "--micro-batches", "6", "--schedule", "interleaved",
                  "--virtual-stages", "2", "--out", str(tmp_path / "x.png")]) == 2
     assert "multiple of pp" in capsys.readouterr().out
+
+
+def test_recorder_measures_boxes_against_the_step_origin():
+    ticks = iter([100.0, 100.5, 101.5, 102.0, 104.0])
+    recorder = TimelineRecorder(stage=1, clock=lambda: next(ticks))
+    with pytest.raises(RuntimeError, match="before start"):
+        with recorder.record("forward", 0, 0):
+            pass
+    recorder.start()
+    with recorder.record("forward", 0, 0):
+        pass
+    with recorder.record("backward", 0, 0):
+        pass
+    assert recorder.boxes == [Box(1, "forward", 0, 0, 0.5, 1.5), Box(1, "backward", 0, 0, 2.0, 4.0)]
+    timeline = Timeline(2, 1, source="measured", boxes=[Box(0, "forward", 0, 0, 0.0, 0.5)] + recorder.boxes)
+    assert timeline.makespan == 4.0

@@ -26,6 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Union
 
+from trident.parallel.pipeline_diagram import Box, Timeline
+
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 
 
@@ -311,6 +313,12 @@ def build_schedule(name: str, pp: int, num_microbatches: int, virtual_stages: in
     return gpipe(pp, num_microbatches) if name == "gpipe" else one_f_one_b(pp, num_microbatches)
 
 
+def forward_only(schedule: list[list[Instruction]]) -> list[list[Instruction]]:
+    """The schedule without backward work (Backward, SendGrad, RecvGrad), e.g. for evaluation.
+    Still deadlock-free: check with simulate(..., backward=False)."""
+    return [[op for op in ops if isinstance(op, (Forward, SendActivation, RecvActivation))] for ops in schedule]
+
+
 def _check_args(pp: int, num_microbatches: int, virtual_stages: int) -> None:
     for name, value in (("pp", pp), ("num_microbatches", num_microbatches), ("virtual_stages", virtual_stages)):
         if not _is_int(value) or value < 1:
@@ -343,31 +351,36 @@ def peak_inflight(schedule: list[list[Instruction]]) -> list[int]:
 
 # ----------------------------------------------------------------------------- checking and simulation
 
-def check_schedule(schedule: list[list[Instruction]]) -> tuple[int, int]:
+def check_schedule(schedule: list[list[Instruction]], backward: bool = True) -> tuple[int, int]:
     """Raise ScheduleError unless every stage forwards then backwards every (micro-batch, chunk)
-    exactly once, receives each input/gradient before using it (no stage waits on itself), sends
+    exactly once (only forwards, and nothing backward, if backward=False), receives each input/gradient before using it (no stage waits on itself), sends
     only what it has computed, to the right neighbour, and the i-th send from A to B matches the
     i-th receive on B from A. Returns (num_microbatches, virtual_stages)."""
     pp = len(schedule)
     if pp == 0 or not all(schedule):
         raise ScheduleError("schedule must have at least one stage and no empty stage")
+    for stage, ops in enumerate(schedule):
+        for index, op in enumerate(ops):
+            if not isinstance(op, COMPUTE + COMMUNICATION):
+                raise ScheduleError(f"stage {stage}, instruction {index}: {op!r} is not a pipeline instruction")
+            if not (_is_int(op.microbatch) and _is_int(op.chunk) and op.microbatch >= 0 and op.chunk >= 0):
+                raise ScheduleError(f"{_at(stage, index, op)}: micro-batch and chunk must be non-negative integers")
+            if not backward and isinstance(op, (Backward, SendGrad, RecvGrad)):
+                raise ScheduleError(f"{_at(stage, index, op)}: backward work in a forward-only schedule")
     m = 1 + max(op.microbatch for ops in schedule for op in ops)
     v = 1 + max(op.chunk for ops in schedule for op in ops)
     for stage, ops in enumerate(schedule):
-        _check_stage(stage, ops, pp, m, v)
+        _check_stage(stage, ops, pp, m, v, COMPUTE if backward else (Forward,))
     _match_transfers(schedule, v)
     return m, v
 
 
-def _check_stage(stage: int, ops: list[Instruction], pp: int, m: int, v: int) -> None:
+def _check_stage(stage: int, ops: list[Instruction], pp: int, m: int, v: int, required: tuple) -> None:
     done: set = set()  # (type, microbatch, chunk) already executed on this stage
     for index, op in enumerate(ops):
-        where = _Where(stage, index, op)  # formatted only when an error is raised
         key = (type(op), op.microbatch, op.chunk)
         if key in done:
-            raise ScheduleError(f"{where}: repeated")
-        if not (0 <= op.microbatch < m and 0 <= op.chunk < v):
-            raise ScheduleError(f"{where}: micro-batch or chunk is negative")
+            raise ScheduleError(f"{_at(stage, index, op)}: repeated")
         before = prev_virtual_stage(stage, op.chunk, pp, v)
         after = next_virtual_stage(stage, op.chunk, pp, v)
         needs = []
@@ -381,28 +394,24 @@ def _check_stage(stage: int, ops: list[Instruction], pp: int, m: int, v: int) ->
             needs = [(Forward if isinstance(op, SendActivation) else Backward, op.chunk)]
         for kind, chunk in needs:
             if (kind, op.microbatch, chunk) not in done:
-                raise ScheduleError(f"{where}: needs {kind.__name__}(microbatch={op.microbatch}, chunk={chunk})"
+                raise ScheduleError(f"{_at(stage, index, op)}: needs {kind.__name__}(microbatch={op.microbatch}, chunk={chunk})"
                                     f" earlier on the same stage, which would wait on itself")
         if isinstance(op, COMMUNICATION):
             peer_of = {SendActivation: after, RecvGrad: after, RecvActivation: before, SendGrad: before}[type(op)]
             peer = op.to_stage if isinstance(op, SENDS) else op.from_stage
             if peer_of is None or peer_of[0] != peer or peer == stage:
-                raise ScheduleError(f"{where}: wrong peer {peer}; model order says "
+                raise ScheduleError(f"{_at(stage, index, op)}: wrong peer {peer}; model order says "
                                     f"{'none' if peer_of is None or peer_of[0] == stage else peer_of[0]}")
         done.add(key)
-    missing = [(kind.__name__, mb, c) for kind in COMPUTE for mb in range(m) for c in range(v)
+    missing = [(kind.__name__, mb, c) for kind in required for mb in range(m) for c in range(v)
                if (kind, mb, c) not in done]
     if missing:
         raise ScheduleError(f"stage {stage}: never runs {missing[0][0]}(microbatch={missing[0][1]}, "
                             f"chunk={missing[0][2]}) ({len(missing)} compute instructions missing)")
 
 
-class _Where:
-    def __init__(self, stage: int, index: int, op: Instruction):
-        self.stage, self.index, self.op = stage, index, op
-
-    def __str__(self) -> str:
-        return f"stage {self.stage}, instruction {self.index} {self.op}"
+def _at(stage: int, index: int, op: Instruction) -> str:
+    return f"stage {stage}, instruction {index} {op}"
 
 
 def _match_transfers(schedule: list[list[Instruction]], v: int) -> dict[tuple[int, int], tuple[int, int]]:
@@ -451,19 +460,18 @@ def _steps(ops: list[Instruction]) -> list[list[int]]:
 
 
 def simulate(schedule: list[list[Instruction]], forward_time: float = 1.0, backward_time: float = 2.0,
-             comm_time: float = 0.0, name: str = ""):
+             comm_time: float = 0.0, name: str = "", backward: bool = True) -> Timeline:
     """Discrete-event run of `schedule` under the executor contract (module docstring), with every
     transfer a rendezvous that completes comm_time after both sides posted it. forward_time and
     backward_time are one micro-batch through a whole stage; each of its v chunks takes 1/v of it.
+    backward=False checks a forward-only schedule (see forward_only).
     Returns a pipeline_diagram.Timeline; raises ScheduleError naming each blocked stage and the
     instruction it waits on if the schedule deadlocks."""
-    from trident.parallel.pipeline_diagram import Box, Timeline
-
     for label, value in (("forward_time", forward_time), ("backward_time", backward_time), ("comm_time", comm_time)):
         if not isinstance(value, (int, float)) or value < 0 or (label != "comm_time" and value == 0):
             raise ScheduleError(f"{label} must be a {'non-negative' if label == 'comm_time' else 'positive'}"
                                 f" number, got {value!r}")
-    m, v = check_schedule(schedule)
+    m, v = check_schedule(schedule, backward)
     partner = _match_transfers(schedule, v)  # cheap next to the run; check_schedule stays a plain check
     pp = len(schedule)
     steps = [_steps(ops) for ops in schedule]

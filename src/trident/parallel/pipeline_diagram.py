@@ -13,8 +13,11 @@ as idle. For 1F1B with equal work per stage and free communication this is exact
 from __future__ import annotations
 
 import json
+import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Callable, Iterator
 
 KINDS = ("forward", "backward", "comm")
 
@@ -99,6 +102,32 @@ class Timeline:
         except json.JSONDecodeError as err:
             raise ValueError(f"{path}: invalid JSON ({err})") from err
         return cls.from_json(data, where=str(path))
+
+
+class TimelineRecorder:
+    """Measures one rank's boxes of a real step. Call `start()` right after a barrier that all
+    pipeline ranks pass together (it is the shared time origin), then wrap each instruction in
+    `record(kind, microbatch, chunk)`. Gather every rank's `boxes` and build a Timeline from them."""
+
+    def __init__(self, stage: int, clock: Callable[[], float] = time.perf_counter):
+        self.stage, self.clock = stage, clock
+        self.origin: float | None = None
+        self.boxes: list[Box] = []
+
+    def start(self) -> None:
+        self.origin, self.boxes = self.clock(), []
+
+    @contextmanager
+    def record(self, kind: str, microbatch: int, chunk: int) -> Iterator[None]:
+        if self.origin is None:
+            raise RuntimeError("TimelineRecorder.record() before start(): no time origin for this step")
+        if kind not in KINDS:
+            raise ValueError(f"unknown timeline box kind {kind!r}; expected one of {', '.join(KINDS)}")
+        begin = self.clock() - self.origin
+        try:
+            yield
+        finally:
+            self.boxes.append(Box(self.stage, kind, microbatch, chunk, begin, self.clock() - self.origin))
 
 
 # Colour per kind; chunk c is drawn lighter as c grows so interleaved chunks are told apart.
