@@ -174,4 +174,9 @@ def test_bad_task_configuration_is_reported(tmp_path):
     stage = Decontaminate(tasks=[{"name": "piqa", "harness": True}], data_dir=str(tmp_path))
     with pytest.raises(CurateError, match="piqa"):
         stage.run([], tmp_path / "out", SERIAL)
+    stage = Decontaminate(tasks=[{"name": "no_such_task", "harness": True}], data_dir=str(tmp_path))
+    with pytest.raises(CurateError, match="no_such_task"):
+        stage.run([], tmp_path / "out", SERIAL)
+    with pytest.raises(CurateError, match="fields"):
+        build_stage("decontaminate", {"tasks": [{"name": "x", "path": "x.jsonl", "fields": "goal"}]})
     assert np.array_equal(ngram_hashes(np.zeros(3, np.uint64), 5), np.zeros(0, np.uint64))

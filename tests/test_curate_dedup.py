@@ -218,6 +218,12 @@ def test_fuzzy_empty_documents_and_empty_input(tmp_path):
     assert_accounting(stage)
 
 
+def test_no_input_shards(tmp_path):
+    for stage in (ExactDedup(), FuzzyDedup()):
+        assert stage.run([], tmp_path / stage.name, SERIAL) == []
+        assert stage.counters["in"] == stage.counters["out"] == 0
+
+
 @pytest.mark.timeout(120)
 def test_fuzzy_same_result_with_worker_processes(tmp_path):
     inputs = write_shards(tmp_path, planted_corpus(seed=9))

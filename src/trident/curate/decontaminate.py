@@ -129,7 +129,10 @@ def harness_texts(name: str, data_dir: str | None) -> Iterator[str]:
     """Validation and test records of an evaluation-harness task (trident.evaluate.tasks)."""
     from trident.evaluate.tasks import TaskDataError, get_task
 
-    task = get_task(name)
+    try:
+        task = get_task(name)
+    except KeyError as err:
+        raise CurateError(f"decontaminate: harness task {name!r}: {err.args[0]}") from err
     splits = [s for s in dict.fromkeys((task.eval_split, "validation", "test")) if task.split_files(s)]
     root = Path(data_dir) if data_dir is not None else None
     found = [s for s in splits if root is not None and task.has_split(root, s)]
@@ -162,7 +165,12 @@ def parse_tasks(tasks: Any) -> list[dict]:
         unknown = set(spec) - {"name", "path", "paths", "fields", "harness"}
         if unknown:
             raise ValueError(f"tasks[{i}] ({spec['name']}): unknown key(s) {sorted(unknown)}")
+        fields = spec.get("fields")
+        if fields is not None and (not isinstance(fields, list) or not all(isinstance(f, str) for f in fields)):
+            raise ValueError(f"tasks[{i}] ({spec['name']}): fields must be a list of key names, got {fields!r}")
         paths = spec.get("paths", [spec["path"]] if "path" in spec else [])
+        if not isinstance(paths, list):
+            raise ValueError(f"tasks[{i}] ({spec['name']}): paths must be a list, got {paths!r}")
         if not paths and not spec.get("harness"):
             raise ValueError(f"tasks[{i}] ({spec['name']}): give 'path', 'paths' or 'harness: true'")
         out.append({"name": spec["name"], "paths": [str(p) for p in paths],
