@@ -18,13 +18,15 @@ from trident.curate.document import CurateError
 
 
 class LocalExecutor:
-    """`workers` local processes (1: in this process, no pool)."""
+    """`workers` local processes (1: in this process, no pool). The pool starts on first use and
+    is reused by every later `map` until `close`, so its start-up cost is paid once a run."""
 
     def __init__(self, workers: int = 1, progress: bool = True) -> None:
         if workers < 1:
             raise CurateError(f"workers must be >= 1, got {workers}")
         self.workers = workers
         self.progress = progress
+        self._pool: ProcessPoolExecutor | None = None
 
     def map(self, fn: Callable[[Any], Any], items: list, desc: str | None = None) -> list:
         items = list(items)
@@ -41,18 +43,21 @@ class LocalExecutor:
             bar.close()
 
     def _pool_map(self, fn, items: list, bar) -> list:
-        # spawn: workers start clean (no inherited threads or locks), like Ray workers do.
-        context = multiprocessing.get_context("spawn")
+        if self._pool is None:
+            # spawn: workers start clean (no inherited threads or locks), like Ray workers do.
+            self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=multiprocessing.get_context("spawn"))
         results: list[Any] = [None] * len(items)
-        with ProcessPoolExecutor(max_workers=min(self.workers, len(items)), mp_context=context) as pool:
-            futures = {pool.submit(fn, item): i for i, item in enumerate(items)}
-            for future in as_completed(futures):
-                results[futures[future]] = future.result()
-                bar.update()
+        futures = {self._pool.submit(fn, item): i for i, item in enumerate(items)}
+        for future in as_completed(futures):
+            results[futures[future]] = future.result()
+            bar.update()
         return results
 
     def close(self) -> None:
-        """Nothing to release: each map call owns its pool."""
+        """Stop the worker processes (if any were started)."""
+        if self._pool is not None:
+            self._pool.shutdown(cancel_futures=True)
+            self._pool = None
 
 
 class RayExecutor:

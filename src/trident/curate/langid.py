@@ -12,7 +12,7 @@ class LangId(StreamingStage):
     """Keeps documents whose language is in `languages` with probability >= `threshold`.
 
     Sets meta "language" and "language_score". Drops `language:<code>` (another language) and
-    `low_confidence` (a kept language, but below the threshold). Only the first `max_chars`
+    `low_confidence` (a kept language, but below the threshold) and `empty`. Only the first `max_chars`
     characters are classified (enough for a stable answer, bounded cost on huge documents)."""
 
     def __init__(self, languages: list[str] | tuple = ("en",), threshold: float = 0.5,
@@ -29,6 +29,8 @@ class LangId(StreamingStage):
     def apply(self, doc: Document) -> Document | str:
         if self._identifier is None:
             self.setup()
+        if not doc.text.strip():
+            return "empty"  # the model would still name a language for no text
         language, probability = self._identifier.classify(doc.text[: self.params["max_chars"]])
         doc.meta["language"] = language
         doc.meta["language_score"] = round(float(probability), 4)
