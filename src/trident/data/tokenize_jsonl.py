@@ -54,7 +54,8 @@ def _encode_chunk(chunk: tuple[str, list[tuple[int, bytes]]]) -> list:
     parsed = [parse_line(path, number, raw, key) for number, raw in lines]
     good = [p for p in parsed if p.text is not None]
     encoded = iter(tokenizer.encode_batch([p.text for p in good]))
-    return [(p.line, np.asarray(next(encoded), dtype=np.int64)) if p.text is not None else p
+    # int32 halves what crosses the process boundary; every vocabulary id fits
+    return [(p.line, np.asarray(next(encoded), dtype=np.int32)) if p.text is not None else p
             for p in parsed]
 
 
@@ -117,7 +118,7 @@ def tokenize_files(inputs, output_prefix, tokenizer_path, json_key: str = "text"
     paths = _check_inputs(inputs)
     tokenizer = Tokenizer.load(tokenizer_path)
     tokenizer_path = tokenizer.source
-    eod = np.array([tokenizer.eod_id], dtype=np.int64)
+    eod = np.array([tokenizer.eod_id], dtype=np.int32)
     dtype = best_dtype(tokenizer.vocab_size)
     prefix = Path(output_prefix)
     builder = IndexedDatasetBuilder(prefix, dtype)
