@@ -83,7 +83,7 @@ class Tokenizer:
         return self.hf.decode([int(i) for i in ids], skip_special_tokens=False)
 
     def save(self, path) -> Path:
-        """Write tokenizer.json (into `path` if it is a directory); returns the file written."""
+        """Write tokenizer.json (into `path` if it is a directory or has no suffix); returns the file."""
         path = Path(path)
         if path.is_dir() or not path.suffix:
             path.mkdir(parents=True, exist_ok=True)
