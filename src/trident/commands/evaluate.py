@@ -32,6 +32,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=1234, help="few-shot sampling seed (default 1234)")
     parser.add_argument("--log-samples", action="store_true", help="write per-example JSONL under OUT/samples/")
     parser.add_argument("--bias", action="store_true", help="also run the bias probes (results under 'bias')")
+    parser.add_argument("--contamination-corpus", nargs="+", metavar="FILE",
+                        help="training JSONL files: report per task the share of examples sharing a 13-gram "
+                             "with them and the scores on the clean rest")
+    parser.add_argument("--contamination-ngram", type=int, default=13, metavar="N",
+                        help="n-gram length for --contamination-corpus (default 13, as GPT-3 / MT-NLG)")
     parser.add_argument("--tokenizer", metavar="PATH", help="tokenizer.json when the checkpoint has none")
     parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
     parser.add_argument("--json", action="store_true", help="print results.json to stdout instead of the table")
@@ -54,7 +59,9 @@ def run(args) -> int:
                               tokenizer_path=args.tokenizer)
         results = run_evaluation(lm, args.tasks.split(","), args.shots, args.data_dir, args.out, seed=args.seed,
                                  batch_size=args.batch_size, limit=args.limit, log_samples=args.log_samples,
-                                 bias=args.bias, progress=not args.json and sys.stderr.isatty())
+                                 bias=args.bias, progress=not args.json and sys.stderr.isatty(),
+                                 contamination_corpus=args.contamination_corpus,
+                                 contamination_ngram=args.contamination_ngram)
     except (TaskDataError, KeyError, FileNotFoundError, ImportError, ValueError) as err:
         message = err.args[0] if isinstance(err, KeyError) and err.args else err
         print(f"trident eval: {message}", file=sys.stderr)

@@ -20,8 +20,8 @@ PROMPT_CONVENTION = "lm-evaluation-harness v0.4 prompts; target delimiter per ta
 
 
 def evaluate_task(lm: LM, task: Task, shots: int, eval_docs: list[dict], pool: fewshot.FewShotPool,
-                  seed: int, data_source: str) -> tuple[dict, list[dict]]:
-    """(results entry, per-example log records) of one task at one shot count."""
+                  seed: int, data_source: str) -> tuple[dict, list[dict], list[dict[str, float]]]:
+    """(results entry, per-example log records, per-example metrics) of one task at one shot count."""
     prompts, owners, fewshot_ids = [], [], []
     for doc_index, doc in enumerate(eval_docs):
         indices = fewshot.draw(pool, shots, seed, task.name, doc_index)
@@ -61,18 +61,21 @@ def evaluate_task(lm: LM, task: Task, shots: int, eval_docs: list[dict], pool: f
             "seed": seed,
         },
     }
-    return entry, samples
+    return entry, samples, per_example
 
 
 def run_evaluation(lm: LM, tasks: list[str], shots: list[int], data_dir: str | Path | None,
                    out_dir: str | Path | None, seed: int = 1234, batch_size: int | None = None,
                    limit: int | None = None, log_samples: bool = False, bias: bool = False,
-                   progress: bool = True) -> dict:
+                   progress: bool = True, contamination_corpus: list[str | Path] | None = None,
+                   contamination_ngram: int = 13) -> dict:
     """Evaluate `lm` on each task at each shot count; write OUT/results.json (when out_dir) and return it.
 
     data_dir None reads the tasks from the Hugging Face hub (needs `datasets` and network).
     limit keeps the first N scored documents of each task. With log_samples, one JSONL per task and
-    shot count goes to OUT/samples/. With bias, the bias probes run too (results["bias"]).
+    shot count goes to OUT/samples/. With bias, the bias probes run too (results["bias"]). With
+    contamination_corpus (training JSONL files), each entry also gets a "contamination" report:
+    the fraction of examples sharing an n-gram with the corpus and the metrics on the clean rest.
     """
     if any(k < 0 for k in shots):
         raise ValueError(f"shot counts must be >= 0, got {shots}")
@@ -92,17 +95,30 @@ def run_evaluation(lm: LM, tasks: list[str], shots: list[int], data_dir: str | P
         "prompt_convention": PROMPT_CONVENTION,
         "results": {},
     }
-    for name in expand(tasks):
+    loaded = {}
+    for name in expand(tasks):  # load everything first: a data error stops the run before any scoring
         task = get_task(name)
-        eval_docs = task.load(data_path, task.eval_split)
-        if limit is not None:
-            eval_docs = eval_docs[:limit]
-        pool = fewshot.load_pool(task, data_path, eval_docs) if max(shots, default=0) > 0 else None
+        docs = task.load(data_path, task.eval_split)[:limit]
+        pool = fewshot.load_pool(task, data_path, docs) if max(shots, default=0) > 0 else fewshot.FewShotPool("", [], False)
+        loaded[name] = (task, docs, pool)
+    dirty, contamination_stats = {}, None
+    if contamination_corpus:
+        from trident.evaluate.contamination import example_text, find_dirty
+
+        texts = {name: [example_text(task, d) for d in docs] for name, (task, docs, _) in loaded.items()}
+        dirty, contamination_stats = find_dirty(texts, [Path(p) for p in contamination_corpus], contamination_ngram)
+        results["contamination"] = contamination_stats
+    for name, (task, docs, pool) in loaded.items():
         source = str(task.root(data_path)) if data_path is not None else f"hub:{task.hub}"
         results["results"][name] = {}
         for k in shots:
-            entry, samples = evaluate_task(lm, task, k, eval_docs, pool or fewshot.FewShotPool("", [], False),
-                                           seed, source)
+            entry, samples, per_example = evaluate_task(lm, task, k, docs, pool, seed, source)
+            if name in dirty:
+                from trident.evaluate.contamination import clean_report
+
+                entry["contamination"] = clean_report(task, per_example, dirty[name], contamination_stats)
+                for sample, flag in zip(samples, dirty[name]):
+                    sample["dirty"] = flag
             results["results"][name][str(k)] = entry
             if log_samples and out is not None:
                 _write_samples(out / "samples" / f"{name}_{k}shot.jsonl", samples)

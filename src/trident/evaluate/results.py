@@ -76,8 +76,27 @@ def print_table(results: dict, console: Console | None = None) -> None:
     """Print the results table (and a bias summary when present)."""
     console = console or Console()
     console.print(build_table(results))
+    for line in contamination_lines(results):
+        console.print(line)
     if "bias" in results:
         from trident.evaluate.bias import summary_lines
 
         for line in summary_lines(results["bias"]):
             console.print(line)
+
+
+def contamination_lines(results: dict) -> list[str]:
+    """One line per task and shot count with a contamination report: dirty share, clean score."""
+    lines = []
+    for task, per_shot in results["results"].items():
+        for k, entry in per_shot.items():
+            report = entry.get("contamination")
+            if report is None:
+                continue
+            metric = entry["primary_metric"]
+            clean = report["clean_metrics"].get(metric)
+            clean_text = "-" if clean is None else _cell(metric, clean, None)
+            lines.append(f"contamination {task} {k}-shot: {report['dirty']}/{entry['n']} examples share a "
+                         f"{report['ngram']}-gram with the corpus; {metric} all {_cell(metric, entry['metrics'][metric], None)}"
+                         f", clean {clean_text} (n={report['clean_n']})")
+    return lines
