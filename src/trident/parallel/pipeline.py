@@ -472,52 +472,65 @@ def simulate(schedule: list[list[Instruction]], forward_time: float = 1.0, backw
             raise ScheduleError(f"{label} must be a {'non-negative' if label == 'comm_time' else 'positive'}"
                                 f" number, got {value!r}")
     m, v = check_schedule(schedule, backward)
-    partner = _match_transfers(schedule, v)  # cheap next to the run; check_schedule stays a plain check
-    pp = len(schedule)
-    steps = [_steps(ops) for ops in schedule]
-    step_of = {(s, i): n for s in range(pp) for n, step in enumerate(steps[s]) for i in step}
-    posted: list[list[float | None]] = [[None] * len(st) for st in steps]
-    pc, clock, boxes = [0] * pp, [0.0] * pp, []
-    progress = True
-    while progress:
-        progress = False
-        for s in range(pp):
-            while pc[s] < len(steps[s]):
-                step = steps[s][pc[s]]
-                op = schedule[s][step[0]]
-                if isinstance(op, COMPUTE):
-                    is_fwd = isinstance(op, Forward)
-                    end = clock[s] + (forward_time if is_fwd else backward_time) / v
-                    boxes.append(Box(s, "forward" if is_fwd else "backward", op.microbatch, op.chunk, clock[s], end))
-                    clock[s], pc[s], progress = end, pc[s] + 1, True
-                    continue
-                if posted[s][pc[s]] is None:
-                    posted[s][pc[s]] = clock[s]
-                finish = clock[s]
-                for i in step:
-                    peer, j = partner[(s, i)]
-                    peer_posted = posted[peer][step_of[(peer, j)]]
-                    if peer_posted is None:
-                        break
-                    finish = max(finish, max(clock[s], peer_posted) + comm_time)
-                else:
-                    if comm_time > 0:
-                        boxes.append(Box(s, "comm", op.microbatch, op.chunk, finish - comm_time, finish))
-                    clock[s], pc[s], progress = finish, pc[s] + 1, True
-                    continue
-                break
-    blocked = [s for s in range(pp) if pc[s] < len(steps[s])]
+    run = _Run(schedule, _match_transfers(schedule, v), forward_time / v, backward_time / v, comm_time)
+    while any([run.advance(stage) for stage in range(len(schedule))]):
+        pass  # each pass moves every stage as far as it can; stop when none can move
+    blocked = [run.blocked_reason(s) for s in range(len(schedule)) if run.pc[s] < len(run.steps[s])]
     if blocked:
-        raise ScheduleError("pipeline deadlock: " + "; ".join(_blocked_reason(schedule, steps, step_of, posted,
-                                                                              partner, s, pc[s]) for s in blocked))
-    return Timeline(num_stages=pp, num_microbatches=m, virtual_stages=v, schedule=name, source="simulated",
-                    boxes=boxes)
+        raise ScheduleError("pipeline deadlock: " + "; ".join(blocked))
+    return Timeline(num_stages=len(schedule), num_microbatches=m, virtual_stages=v, schedule=name,
+                    source="simulated", boxes=run.boxes)
 
 
-def _blocked_reason(schedule, steps, step_of, posted, partner, stage: int, step: int) -> str:
-    for i in steps[stage][step]:
-        peer, j = partner[(stage, i)]
-        if posted[peer][step_of[(peer, j)]] is None:
-            return (f"stage {stage} waits at instruction {i} {schedule[stage][i]} for stage {peer} "
-                    f"to reach instruction {j} {schedule[peer][j]}")
-    return f"stage {stage} blocked at step {step}"
+class _Run:
+    """State of one simulation: per stage the next step, its clock, and when each batch was posted."""
+
+    def __init__(self, schedule, partner, chunk_forward: float, chunk_backward: float, comm_time: float):
+        self.schedule, self.partner, self.comm_time = schedule, partner, comm_time
+        self.duration = {Forward: chunk_forward, Backward: chunk_backward}
+        self.steps = [_steps(ops) for ops in schedule]
+        self.step_of = {(s, i): n for s, steps in enumerate(self.steps) for n, step in enumerate(steps) for i in step}
+        self.posted: list[list[float | None]] = [[None] * len(steps) for steps in self.steps]
+        self.pc = [0] * len(schedule)
+        self.clock = [0.0] * len(schedule)
+        self.boxes: list[Box] = []
+
+    def advance(self, s: int) -> bool:
+        """Run stage s as far as it can go; True if it moved."""
+        moved = False
+        while self.pc[s] < len(self.steps[s]):
+            step = self.steps[s][self.pc[s]]
+            op = self.schedule[s][step[0]]
+            if isinstance(op, COMPUTE):
+                end = self.clock[s] + self.duration[type(op)]
+                kind = "forward" if isinstance(op, Forward) else "backward"
+                self.boxes.append(Box(s, kind, op.microbatch, op.chunk, self.clock[s], end))
+            else:
+                end = self.exchange(s, step)
+                if end is None:
+                    return moved
+                if self.comm_time > 0:
+                    self.boxes.append(Box(s, "comm", op.microbatch, op.chunk, end - self.comm_time, end))
+            self.clock[s], self.pc[s], moved = end, self.pc[s] + 1, True
+        return moved
+
+    def exchange(self, s: int, step: list[int]) -> float | None:
+        """Post stage s's batch; its end time once every partner has posted too, else None (wait)."""
+        if self.posted[s][self.pc[s]] is None:
+            self.posted[s][self.pc[s]] = self.clock[s]
+        end = self.clock[s]
+        for i in step:
+            peer, j = self.partner[(s, i)]
+            peer_posted = self.posted[peer][self.step_of[(peer, j)]]
+            if peer_posted is None:
+                return None
+            end = max(end, max(self.clock[s], peer_posted) + self.comm_time)  # rendezvous
+        return end
+
+    def blocked_reason(self, stage: int) -> str:
+        for i in self.steps[stage][self.pc[stage]]:
+            peer, j = self.partner[(stage, i)]
+            if self.posted[peer][self.step_of[(peer, j)]] is None:
+                return (f"stage {stage} waits at instruction {i} {self.schedule[stage][i]} for stage {peer} "
+                        f"to reach instruction {j} {self.schedule[peer][j]}")
+        return f"stage {stage} blocked at instruction {self.steps[stage][self.pc[stage]][0]}"
