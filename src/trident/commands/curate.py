@@ -1,6 +1,7 @@
 """`trident curate CONFIG [--input PATH...] [--out DIR] [key=value ...]` runs a curation pipeline;
 `trident curate train-quality --positive FILE... --negative FILE... --out MODEL` trains the
-quality classifier it can use."""
+quality classifier it can use; `trident curate blend --sources FILE [--out data.yaml]` turns
+per-source token counts and weights/epochs into a training config's data section."""
 from __future__ import annotations
 
 import argparse
@@ -9,6 +10,7 @@ import sys
 from pathlib import Path
 
 TRAIN_QUALITY = "train-quality"
+BLEND = "blend"
 
 
 class _IntermixedParser(argparse.ArgumentParser):
@@ -29,8 +31,8 @@ class _IntermixedParser(argparse.ArgumentParser):
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.__class__ = _IntermixedParser
-    parser.add_argument("target", metavar="CONFIG|train-quality",
-                        help="pipeline YAML (or preset name, e.g. curate-cc), or 'train-quality'")
+    parser.add_argument("target", metavar="CONFIG|train-quality|blend",
+                        help="pipeline YAML (or preset name, e.g. curate-cc), 'train-quality' or 'blend'")
     parser.add_argument("overrides", nargs="*", metavar="key=value",
                         help="config overrides, e.g. workers=4 stages.min_length.min_tokens=64")
     parser.add_argument("--input", action="extend", nargs="+", default=[], metavar="PATH",
@@ -49,6 +51,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     quality.add_argument("--ngram-max", type=int, default=2, help="word n-grams 1..N (default 2)")
     quality.add_argument("--C", type=float, default=1.0, help="inverse L2 regularisation strength")
     quality.add_argument("--seed", type=int, default=0)
+    blend = parser.add_argument_group("blend")
+    blend.add_argument("--sources", default=None, help="sources YAML (e.g. configs/blend-mtnlg.yaml)")
+    blend.add_argument("--train-tokens", type=float, default=None, help="override the file's train_tokens")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -57,6 +62,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.target == TRAIN_QUALITY:
             return _train_quality(args)
+        if args.target == BLEND:
+            return _blend(args)
         return _curate(args)
     except CurateError as err:
         print(f"trident curate: error: {err}", file=sys.stderr)
@@ -102,4 +109,27 @@ def _train_quality(args: argparse.Namespace) -> int:
     summary = {"model": str(args.out), **model.info}
     print(json.dumps(summary, indent=1) if args.json else
           "\n".join(f"{k}: {v}" for k, v in summary.items()))
+    return 0
+
+
+def _blend(args: argparse.Namespace) -> int:
+    import yaml
+
+    from trident.curate.blend import data_section, load_sources, plan_blend
+    from trident.curate.document import CurateError
+
+    if not args.sources:
+        raise CurateError("blend needs --sources FILE (see configs/blend-mtnlg.yaml)")
+    sources, train_tokens = load_sources(args.sources)
+    rows = plan_blend(sources, args.train_tokens or train_tokens)
+    section = data_section(rows)
+    if args.out:
+        Path(args.out).write_text(yaml.safe_dump(section, sort_keys=False))
+    if args.json:
+        print(json.dumps({"train_tokens": args.train_tokens or train_tokens, "sources": rows, **section}, indent=1))
+        return 0
+    for row in rows:
+        print(f"{row['name']:<22} {row['tokens'] / 1e9:8.2f}B tokens  weight {row['weight']:.4f}  "
+              f"epochs {row['epochs']:.2f}")
+    print(yaml.safe_dump(section, sort_keys=False), end="")
     return 0
