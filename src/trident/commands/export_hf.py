@@ -1,0 +1,41 @@
+"""`trident export-hf CKPT OUT [--verify] [--json]`: a checkpoint -> a Hugging Face GPT-2 model folder."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("checkpoint", help="a checkpoint folder (step_N/, any parallel layout) or a folder of them")
+    parser.add_argument("out", help="folder to write config.json, model.safetensors and tokenizer files into")
+    parser.add_argument("--verify", action="store_true",
+                        help="load the export in transformers (must be installed) and compare logits with trident")
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+
+
+def run(args) -> int:
+    from trident.infer.hf import TransformersMissing, export_hf, verify_export
+
+    try:
+        summary = export_hf(args.checkpoint, args.out)
+        if args.verify:
+            summary["verify"] = verify_export(summary["checkpoint"], args.out)
+    except TransformersMissing as err:
+        print(f"trident export-hf: the export was written to {args.out}, but --verify failed: {err}", file=sys.stderr)
+        return 1
+    except (OSError, KeyError, ValueError) as err:
+        print(f"trident export-hf: error: {err}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(summary))
+        return 0
+    print(f"exported {summary['checkpoint']} -> {summary['out']}: {summary['parameters']:,} parameters, "
+          f"vocabulary {summary['vocab_size']} (dropped {summary['dropped_padding_rows']} padding rows)")
+    if not summary["tokenizer"]:
+        print("note: the checkpoint holds no tokenizer.json, so no tokenizer files were written", file=sys.stderr)
+    if "verify" in summary:
+        v = summary["verify"]
+        print(f"verify: transformers {v['transformers_version']} logits vs trident on {v['tokens']} tokens: "
+              f"max |diff| {v['max_abs_logit_diff']:.3g} (max |logit| {v['max_abs_logit']:.3g})")
+    return 0

@@ -1,0 +1,372 @@
+"""Hugging Face interop: a trident checkpoint <-> a `transformers` GPT-2 model folder.
+
+trident's GPT is GPT-2's architecture with exact (erf) GeLU, so the conversion is only renaming,
+transposing and reordering:
+  * GPT-2's Conv1D stores weights [in, out]; trident's linears (like nn.Linear) store [out, in].
+  * trident's fused QKV rows are ordered (head, q|k|v, head_dim) so a tensor-parallel row slice holds
+    whole heads; GPT-2's c_attn columns are [q of all heads | k of all heads | v of all heads].
+  * trident pads the vocabulary (Megatron style); the export keeps only the tokenizer's rows and the
+    import pads again with zero rows (never sampled or scored: both drop ids >= the vocabulary).
+Both directions read and write safetensors + JSON only; nothing is unpickled, and neither needs
+`transformers` installed. Only `verify_export` (an optional check) imports it.
+"""
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+EXACT_GELU = "gelu"
+TANH_GELUS = ("gelu_new", "gelu_pytorch_tanh", "gelu_fast")
+WEIGHTS_FILE = "model.safetensors"
+WEIGHTS_INDEX = "model.safetensors.index.json"
+SAMPLE_TEXT = ("The quick brown fox jumps over the lazy dog. It was the best of times, it was the worst of "
+               "times; def main(argv=None):\n    return 0\n")
+
+
+class TransformersMissing(ImportError):
+    """`transformers` is needed for this step but is not installed."""
+
+
+def require_transformers():
+    """The `transformers` module, or TransformersMissing saying how to install it."""
+    try:
+        import transformers
+    except ImportError as err:
+        raise TransformersMissing("this step loads the model in Hugging Face `transformers`, which is not "
+                                  "installed: pip install 'trident-lm[hf]' (or 'transformers>=4.40'). "
+                                  "export-hf and import-hf themselves do not need it.") from err
+    return transformers
+
+
+# ---- the tensor mapping (pure functions) ----------------------------------------------------------
+def qkv_to_gpt2(tensor: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """trident QKV weight [3h, h] (or bias [3h]), rows (head, q|k|v, d) -> rows (q|k|v, head, d)."""
+    rest = tensor.shape[1:]
+    return tensor.reshape(num_heads, 3, -1, *rest).transpose(0, 1).reshape(tensor.shape)
+
+
+def qkv_from_gpt2(tensor: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """Inverse of qkv_to_gpt2: rows (q|k|v, head, d) -> rows (head, q|k|v, d)."""
+    rest = tensor.shape[1:]
+    return tensor.reshape(3, num_heads, -1, *rest).transpose(0, 1).reshape(tensor.shape)
+
+
+def _block_names(i: int) -> list[tuple[str, str, str]]:
+    """(trident name, GPT-2 name, kind) for block i; kind says how the tensor is converted."""
+    t, g = f"blocks.{i}.", f"transformer.h.{i}."
+    return [(t + "ln1.weight", g + "ln_1.weight", "copy"), (t + "ln1.bias", g + "ln_1.bias", "copy"),
+            (t + "attention.qkv.weight", g + "attn.c_attn.weight", "qkv_weight"),
+            (t + "attention.qkv.bias", g + "attn.c_attn.bias", "qkv_bias"),
+            (t + "attention.proj.weight", g + "attn.c_proj.weight", "linear"),
+            (t + "attention.proj.bias", g + "attn.c_proj.bias", "copy"),
+            (t + "ln2.weight", g + "ln_2.weight", "copy"), (t + "ln2.bias", g + "ln_2.bias", "copy"),
+            (t + "mlp.fc1.weight", g + "mlp.c_fc.weight", "linear"), (t + "mlp.fc1.bias", g + "mlp.c_fc.bias", "copy"),
+            (t + "mlp.fc2.weight", g + "mlp.c_proj.weight", "linear"), (t + "mlp.fc2.bias", g + "mlp.c_proj.bias", "copy")]
+
+
+def name_map(num_layers: int) -> list[tuple[str, str, str]]:
+    """Every parameter: (trident name, GPT-2 name, kind of conversion)."""
+    names = [("embedding.word.weight", "transformer.wte.weight", "vocab"),
+             ("embedding.position.weight", "transformer.wpe.weight", "copy")]
+    for i in range(num_layers):
+        names += _block_names(i)
+    return names + [("final_norm.weight", "transformer.ln_f.weight", "copy"),
+                    ("final_norm.bias", "transformer.ln_f.bias", "copy")]
+
+
+def to_gpt2(tensor: torch.Tensor, kind: str, num_heads: int, vocab_size: int) -> torch.Tensor:
+    if kind == "vocab":
+        return tensor[:vocab_size]  # padded rows are not tokens
+    if kind == "linear":
+        return tensor.t()
+    if kind == "qkv_weight":
+        return qkv_to_gpt2(tensor, num_heads).t()
+    if kind == "qkv_bias":
+        return qkv_to_gpt2(tensor, num_heads)
+    return tensor
+
+
+def from_gpt2(tensor: torch.Tensor, kind: str, num_heads: int, padded_vocab: int) -> torch.Tensor:
+    if kind == "vocab":
+        return torch.cat([tensor, tensor.new_zeros(padded_vocab - tensor.shape[0], tensor.shape[1])])
+    if kind == "linear":
+        return tensor.t()
+    if kind == "qkv_weight":
+        return qkv_from_gpt2(tensor.t(), num_heads)
+    if kind == "qkv_bias":
+        return qkv_from_gpt2(tensor, num_heads)
+    return tensor
+
+
+# ---- export ---------------------------------------------------------------------------------------
+def gpt2_config(model_cfg, vocab_size: int, eod_id: int | None) -> dict:
+    """config.json for transformers.GPT2Config describing trident's model exactly."""
+    return {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": vocab_size,
+            "n_positions": model_cfg.seq_length, "n_ctx": model_cfg.seq_length, "n_embd": model_cfg.hidden_size,
+            "n_layer": model_cfg.num_layers, "n_head": model_cfg.num_heads,
+            "n_inner": model_cfg.ffn_hidden_size or None, "activation_function": EXACT_GELU,
+            "resid_pdrop": model_cfg.hidden_dropout, "embd_pdrop": model_cfg.hidden_dropout,
+            "attn_pdrop": model_cfg.attention_dropout, "layer_norm_epsilon": model_cfg.layernorm_epsilon,
+            "initializer_range": model_cfg.std, "scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False,
+            "reorder_and_upcast_attn": False, "tie_word_embeddings": True, "use_cache": True,
+            "bos_token_id": eod_id, "eos_token_id": eod_id, "torch_dtype": "float32", "dtype": "float32",
+            # lets import-hf rebuild the same trident config (vocab padding, init) on the way back
+            "trident": {"model": {"make_vocab_size_divisible_by": model_cfg.make_vocab_size_divisible_by,
+                                  "init_std": model_cfg.init_std}}}
+
+
+def _write_tokenizer(tokenizer, out: Path, seq_length: int) -> list[str]:
+    """tokenizer.json, vocab.json + merges.txt and the small JSON files AutoTokenizer reads."""
+    tokenizer.save(out / "tokenizer.json")
+    tokenizer.save_gpt2_files(out)
+    special = "<|endoftext|>"
+    (out / "tokenizer_config.json").write_text(json.dumps(
+        {"tokenizer_class": "GPT2Tokenizer", "model_max_length": seq_length, "add_prefix_space": False,
+         "bos_token": special, "eos_token": special, "unk_token": special}, indent=1))
+    (out / "special_tokens_map.json").write_text(json.dumps(
+        {"bos_token": special, "eos_token": special, "unk_token": special}, indent=1))
+    return ["tokenizer.json", "vocab.json", "merges.txt", "tokenizer_config.json", "special_tokens_map.json"]
+
+
+def export_hf(ckpt_path: str | Path, out_dir: str | Path) -> dict:
+    """Write OUT/config.json + OUT/model.safetensors (+ tokenizer files) for transformers' GPT2LMHeadModel.
+
+    `ckpt_path` is a checkpoint folder of any parallel layout, or a folder of them (newest used).
+    Returns a summary: files written, vocabulary sizes, parameter count."""
+    from trident.config import config_from_dict
+    from trident.data.tokenizer import Tokenizer
+    from trident.train.checkpoint import CheckpointReader, resolve_checkpoint
+
+    reader = CheckpointReader(resolve_checkpoint(str(ckpt_path), Path(ckpt_path)))
+    cfg = config_from_dict(reader.state["config"]).model
+    tokenizer_file = reader.path / "tokenizer.json"
+    tokenizer = Tokenizer.load(tokenizer_file) if tokenizer_file.exists() else None
+    vocab = tokenizer.vocab_size if tokenizer is not None else cfg.vocab_size
+    padded = reader.full_shape("embedding.word.weight")[0]
+    if not 0 < vocab <= padded:
+        raise ValueError(f"{reader.path}: vocabulary of {vocab} tokens does not fit the embedding's {padded} rows")
+    names = name_map(cfg.num_layers)
+    unexpected = sorted(set(reader.names()) - {t for t, _, _ in names})
+    if unexpected:
+        raise ValueError(f"{reader.path}: tensors a GPT-2 model has no place for: {', '.join(unexpected[:5])}")
+    tensors = {}
+    for trident_name, hf_name, kind in names:  # reader.read raises naming any missing tensor
+        tensor = to_gpt2(reader.read(trident_name), kind, cfg.num_heads, vocab)
+        tensors[hf_name] = tensor.contiguous()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, out / WEIGHTS_FILE, metadata={"format": "pt"})
+    eod = tokenizer.eod_id if tokenizer is not None else None
+    (out / "config.json").write_text(json.dumps(gpt2_config(cfg, vocab, eod), indent=1))
+    files = ["config.json", WEIGHTS_FILE]
+    if tokenizer is not None:
+        files += _write_tokenizer(tokenizer, out, cfg.seq_length)
+    return {"checkpoint": str(reader.path), "out": str(out), "files": files, "vocab_size": vocab,
+            "padded_vocab_size": padded, "dropped_padding_rows": padded - vocab,
+            "parameters": sum(t.numel() for t in tensors.values()),
+            "tokenizer": tokenizer is not None}
+
+
+# ---- import ---------------------------------------------------------------------------------------
+def _read_hf_config(hf_dir: Path) -> dict:
+    path = hf_dir / "config.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{hf_dir}: no config.json (not a Hugging Face model folder)")
+    try:
+        config = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}: not valid JSON ({err})") from None
+    return config
+
+
+def check_gpt2_config(config: dict, source: Path, allow_tanh_gelu: bool = False) -> None:
+    """Refuse configs whose model trident's GPT would not compute exactly, naming the key."""
+    def refuse(key, why):
+        raise ValueError(f"{source}: config key '{key}' = {config.get(key)!r}: {why}")
+
+    if config.get("model_type", "gpt2") != "gpt2":
+        refuse("model_type", "only GPT-2 models can be imported")
+    for key in ("n_embd", "n_layer", "n_head", "n_positions", "vocab_size"):
+        if not isinstance(config.get(key), int) or config[key] <= 0:
+            refuse(key, "must be a positive integer")
+    act = config.get("activation_function", "gelu_new")
+    if act in TANH_GELUS and not allow_tanh_gelu:
+        refuse("activation_function", "trident uses exact (erf) GeLU; the model was trained with the tanh "
+               "approximation (logits would differ slightly); pass --allow-tanh-gelu to import anyway")
+    if act != EXACT_GELU and act not in TANH_GELUS:
+        refuse("activation_function", "trident's MLP is GeLU only")
+    if not config.get("scale_attn_weights", True):
+        refuse("scale_attn_weights", "trident always scales attention by 1/sqrt(head_dim)")
+    if config.get("scale_attn_by_inverse_layer_idx", False):
+        refuse("scale_attn_by_inverse_layer_idx", "trident does not scale attention by layer index")
+    if config.get("add_cross_attention", False):
+        refuse("add_cross_attention", "trident's GPT is decoder-only, without cross-attention")
+
+
+def _weight_files(hf_dir: Path) -> list[Path]:
+    if (hf_dir / WEIGHTS_FILE).is_file():
+        return [hf_dir / WEIGHTS_FILE]
+    if (hf_dir / WEIGHTS_INDEX).is_file():
+        index = json.loads((hf_dir / WEIGHTS_INDEX).read_text())
+        return [hf_dir / name for name in sorted(set(index["weight_map"].values()))]
+    pickled = sorted(p.name for p in hf_dir.glob("*.bin")) + sorted(p.name for p in hf_dir.glob("*.pt"))
+    if pickled:
+        raise ValueError(f"{hf_dir}: only pickled weights ({', '.join(pickled)}); trident never unpickles "
+                         f"files (unpickling runs code from the file). Convert them to {WEIGHTS_FILE} where you "
+                         f"trust the source, e.g. model.save_pretrained(dir, safe_serialization=True)")
+    raise FileNotFoundError(f"{hf_dir}: no {WEIGHTS_FILE} or {WEIGHTS_INDEX}")
+
+
+def read_hf_tensors(hf_dir: Path) -> dict[str, torch.Tensor]:
+    """All tensors of the folder's safetensors file(s), as float32, keyed with the `transformer.` prefix."""
+    tensors = {}
+    for path in _weight_files(hf_dir):
+        if not path.is_file():
+            raise FileNotFoundError(f"{hf_dir / WEIGHTS_INDEX} names {path.name}, which is missing")
+        with safe_open(path, framework="pt") as handle:
+            for key in handle.keys():
+                # a bare GPT2Model saves without the prefix; the attention mask buffer is not a weight
+                name = key if key.startswith(("transformer.", "lm_head.")) else f"transformer.{key}"
+                if name.endswith((".attn.bias", ".attn.masked_bias")):
+                    continue
+                tensors[name] = handle.get_tensor(key).float()
+    return tensors
+
+
+def _expected_shape(kind: str, trident_shape: tuple, vocab: int) -> tuple:
+    if kind == "vocab":
+        return (vocab, trident_shape[1])
+    if kind in ("linear", "qkv_weight"):
+        return (trident_shape[1], trident_shape[0])
+    return tuple(trident_shape)
+
+
+def import_hf(hf_dir: str | Path, out_dir: str | Path, pad_vocab_multiple: int | None = None,
+              allow_tanh_gelu: bool = False, seed: int = 1234) -> dict:
+    """Write a single-process trident checkpoint (OUT/step_0000000/) from a GPT-2 model folder.
+
+    The folder needs config.json and model.safetensors (or a sharded index); tokenizer files, when
+    present, are carried over. Returns a summary (checkpoint path, sizes, notes)."""
+    from trident.config import Config
+    from trident.model.gpt import GPT
+    from trident.parallel.mesh import Mesh
+    from trident.train.checkpoint import complete_checkpoints, save_checkpoint
+    from trident.train.precision import LossScaler
+
+    hf_dir, out = Path(hf_dir), Path(out_dir)
+    hf = _read_hf_config(hf_dir)
+    check_gpt2_config(hf, hf_dir / "config.json", allow_tanh_gelu)
+    if complete_checkpoints(out):
+        raise FileExistsError(f"{out} already holds checkpoints; import into an empty folder")
+    notes = []
+    if hf.get("activation_function", "gelu_new") != EXACT_GELU:
+        notes.append(f"activation_function {hf['activation_function']} replaced by exact GeLU: logits differ slightly")
+    hints = (hf.get("trident") or {}).get("model", {})
+    config = Config()
+    m = config.model
+    m.num_layers, m.hidden_size, m.num_heads = hf["n_layer"], hf["n_embd"], hf["n_head"]
+    m.seq_length, m.vocab_size = hf["n_positions"], hf["vocab_size"]
+    m.ffn_hidden_size = hf.get("n_inner") or 0
+    m.layernorm_epsilon = float(hf.get("layer_norm_epsilon", 1e-5))
+    m.hidden_dropout = float(hf.get("resid_pdrop", 0.0))
+    m.attention_dropout = float(hf.get("attn_pdrop", 0.0))
+    m.make_vocab_size_divisible_by = pad_vocab_multiple or hints.get("make_vocab_size_divisible_by", 128)
+    m.init_std = float(hints.get("init_std", 0.0))
+    config.train.seed = seed
+    config.validate(1)
+
+    tensors = read_hf_tensors(hf_dir)
+    model = GPT(m, m.padded_vocab_size())
+    params = dict(model.named_parameters())
+    names = name_map(m.num_layers)
+    unexpected = sorted(set(tensors) - {g for _, g, _ in names} - {"lm_head.weight"})
+    if unexpected:
+        raise ValueError(f"{hf_dir}: tensors trident's GPT has no place for: {', '.join(unexpected[:5])}")
+    _check_tied_head(tensors, hf, hf_dir)
+    with torch.no_grad():
+        for trident_name, hf_name, kind in names:
+            if hf_name not in tensors:
+                raise KeyError(f"{hf_dir}: weights have no tensor '{hf_name}'")
+            want = _expected_shape(kind, tuple(params[trident_name].shape), m.vocab_size)
+            if tuple(tensors[hf_name].shape) != want:
+                raise ValueError(f"{hf_dir}: tensor '{hf_name}' has shape {list(tensors[hf_name].shape)}, "
+                                 f"config.json implies {list(want)}")
+            params[trident_name].copy_(from_gpt2(tensors[hf_name], kind, m.num_heads, m.padded_vocab_size()))
+
+    tokenizer = _load_tokenizer(hf_dir, m.vocab_size, notes)
+    scaler = LossScaler(False, config.train.loss_scale_initial, config.train.loss_scale_growth_interval,
+                        config.train.loss_scale_backoff, config.train.loss_scale_hysteresis)
+    state = {"step": 0, "consumed_samples": 0, "consumed_tokens": 0, "optimizer_steps": 0,
+             "scaler": scaler.state_dict(), "config": config.to_dict(),
+             "trident_version": __import__("trident").__version__,
+             "imported_from": {"hf_dir": str(hf_dir.resolve()), "model_type": "gpt2"}}
+    rng = {"torch_cpu": torch.Generator().manual_seed(seed).get_state()}
+    with tempfile.TemporaryDirectory() as tmp:
+        extra = None
+        if tokenizer is not None:
+            extra = {"tokenizer.json": tokenizer.save(Path(tmp) / "tokenizer.json")}
+        path = save_checkpoint(out, 0, list(model.named_parameters()), fresh_adam_pieces(model), rng, state,
+                               Mesh(), keep_last=0, extra_files=extra)
+    return {"hf_dir": str(hf_dir), "checkpoint": str(path), "vocab_size": m.vocab_size,
+            "padded_vocab_size": m.padded_vocab_size(), "parameters": sum(p.numel() for p in model.parameters()),
+            "tokenizer": tokenizer is not None, "notes": notes}
+
+
+def fresh_adam_pieces(model) -> list[dict]:
+    """Adam state of a fresh optimizer (zero moments, 0 steps) for every parameter, in the
+    checkpoint's optimizer-piece format, so training can start from the imported weights."""
+    pieces = []
+    for name, param in model.named_parameters():
+        pieces.append({"name": name, "flat": [0, param.numel()], "offsets": [0] * param.ndim,
+                       "shape": list(param.shape), "full_shape": list(param.shape),
+                       "exp_avg": torch.zeros(param.numel()), "exp_avg_sq": torch.zeros(param.numel())})
+    return pieces
+
+
+def _check_tied_head(tensors: dict, hf: dict, hf_dir: Path) -> None:
+    head = tensors.get("lm_head.weight")
+    if head is None or torch.equal(head, tensors.get("transformer.wte.weight", head)):
+        return
+    raise ValueError(f"{hf_dir}: lm_head.weight differs from transformer.wte.weight (tie_word_embeddings="
+                     f"{hf.get('tie_word_embeddings', True)}); trident ties input and output embeddings")
+
+
+def _load_tokenizer(hf_dir: Path, vocab: int, notes: list[str]):
+    from trident.data.tokenizer import Tokenizer
+
+    if not ((hf_dir / "tokenizer.json").is_file() or (hf_dir / "vocab.json").is_file()):
+        notes.append("no tokenizer files in the folder: the checkpoint has no tokenizer.json "
+                     "(give one to generate/eval with --tokenizer)")
+        return None
+    tokenizer = Tokenizer.load(hf_dir)
+    if tokenizer.vocab_size > vocab:
+        raise ValueError(f"{hf_dir}: tokenizer has {tokenizer.vocab_size} tokens but config.json vocab_size "
+                         f"is {vocab}")
+    return tokenizer
+
+
+# ---- optional check with transformers -------------------------------------------------------------
+@torch.no_grad()
+def verify_export(ckpt_path: str | Path, hf_dir: str | Path, text: str = SAMPLE_TEXT) -> dict:
+    """Load the export in transformers and compare its logits with trident's on `text` (needs transformers)."""
+    transformers = require_transformers()
+    from trident.train.checkpoint import load_for_inference
+
+    model, tokenizer, config = load_for_inference(str(ckpt_path))
+    hf_model = transformers.GPT2LMHeadModel.from_pretrained(str(hf_dir)).eval()
+    vocab = hf_model.config.vocab_size
+    if tokenizer is not None:
+        ids = tokenizer.encode(text)[: config.model.seq_length]
+    else:
+        ids = torch.randint(0, vocab, (config.model.seq_length,), generator=torch.Generator().manual_seed(0)).tolist()
+    tokens = torch.tensor([ids])
+    ours = model(tokens)[..., :vocab]
+    theirs = hf_model(input_ids=tokens).logits
+    diff = (ours - theirs).abs().max().item()
+    return {"tokens": len(ids), "max_abs_logit_diff": diff, "max_abs_logit": ours.abs().max().item(),
+            "transformers_version": transformers.__version__}
