@@ -110,3 +110,20 @@ def test_train_quality_command_from_jsonl_and_warc(tmp_path, capsys, corpus):
     summary = json.loads(capsys.readouterr().out)
     assert summary["positive_docs"] == 40 and summary["negative_docs"] > 40  # WARC pages extracted too
     assert QualityModel.load(out).n_features == 4096
+
+
+def test_pipeline_with_quality_stage_reports_score_histogram(tmp_path, corpus):
+    from trident.curate.pipeline import run_pipeline
+
+    positives, negatives = corpus
+    model = tmp_path / "q.safetensors"
+    train_quality_model(positives, negatives, n_features=1 << 12).save(model)
+    data = tmp_path / "docs.jsonl"
+    data.write_text("".join(json.dumps({"text": t}) + "\n" for t in positives[:10] + _negatives(10, seed=9)))
+    stats = run_pipeline([{"stage": "quality", "model": str(model), "alpha": 9.0}], [data], tmp_path / "out")
+    quality = stats["stages"][1]["counters"]
+    assert stats["accounting"]["ok"] and quality["in"] == 20
+    assert 0 < quality["out"] < 20
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "![quality_score](quality_scores.png)" in report
+    assert (tmp_path / "out" / "quality_scores.png").read_bytes()[:4] == b"\x89PNG"
