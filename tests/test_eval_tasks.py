@@ -23,6 +23,13 @@ def test_lambada_context_is_text_minus_last_word():
     assert reqs == [("She poured the tea and handed him the cup. He thanked her and drank the", " tea")]
 
 
+def test_lambada_cloze_is_gpt3s_fill_in_the_blank_format():
+    task, docs, reqs = requests_of("lambada_cloze")
+    assert reqs == [("She poured the tea and handed him the cup. He thanked her and drank the ____. ->", " tea")]
+    assert task.fewshot_example(docs[1]) == ("The dog barked at the mailman every morning. The mailman was afraid "
+                                             "of the ____. -> dog")
+
+
 def test_piqa_prompt_and_labels_file():
     task, docs, reqs = requests_of("piqa", 1)
     assert reqs == [("Question: Clean a window\nAnswer:", " rub it with mud."),

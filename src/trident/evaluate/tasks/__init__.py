@@ -6,7 +6,7 @@ from trident.evaluate.tasks.base import MultipleChoiceTask, Task
 from trident.evaluate.tasks.files import TaskDataError
 from trident.evaluate.tasks.hans import HANS
 from trident.evaluate.tasks.hellaswag import HellaSwag
-from trident.evaluate.tasks.lambada import Lambada
+from trident.evaluate.tasks.lambada import Lambada, LambadaCloze
 from trident.evaluate.tasks.piqa import PIQA
 from trident.evaluate.tasks.race import RACE
 from trident.evaluate.tasks.superglue import RTE, BoolQ, WiC
@@ -14,6 +14,7 @@ from trident.evaluate.tasks.winogrande import WinoGrande
 
 _FACTORIES = {
     "lambada": Lambada,
+    "lambada_cloze": LambadaCloze,
     "piqa": PIQA,
     "hellaswag": HellaSwag,
     "winogrande": WinoGrande,

@@ -64,3 +64,14 @@ class Lambada(Task):
         values = {"acc": mean(accs), "perplexity": perplexity(logliks)}
         errors = {"acc": mean_stderr(accs), "perplexity": bootstrap_stderr(logliks, perplexity, iters=200)}
         return values, errors
+
+
+class LambadaCloze(Lambada):
+    """GPT-3's fill-in-the-blank LAMBADA format (lm-evaluation-harness lambada_openai_cloze):
+    "{text minus last word} ____. ->" followed by " {last word}". GPT-3 and MT-NLG used it for the
+    few-shot LAMBADA numbers, where the examples teach the model that one word is wanted."""
+
+    name = "lambada_cloze"
+
+    def doc_to_text(self, doc):
+        return super().doc_to_text(doc) + " ____. ->"
