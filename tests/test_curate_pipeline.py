@@ -184,3 +184,20 @@ def test_cli_end_to_end(tmp_path, warcs, capsys):
     assert "no inputs" in capsys.readouterr().err
     code = main(["curate", "curate-cc", "--input", str(paths[1]), "--out", str(out), "bogus=1"])
     assert code == 1 and "unknown key 'bogus'" in capsys.readouterr().err
+
+
+def test_custom_stage_module_from_config(tmp_path, monkeypatch):
+    (tmp_path / "my_stages.py").write_text(
+        "from trident.curate.stage import StreamingStage, register_stage\n"
+        "@register_stage('shout')\n"
+        "class Shout(StreamingStage):\n"
+        "    def apply(self, doc):\n"
+        "        doc.text = doc.text.upper()\n"
+        "        return doc\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"text": "quiet words"}) + "\n")
+    stats = run_pipeline({"modules": ["my_stages"], "stages": [{"stage": "shout"}]}, [data], tmp_path / "out")
+    assert [d.text for d in output_docs(stats)] == ["QUIET WORDS"]
+    with pytest.raises(CurateError, match="cannot import 'missing_stages'"):
+        load_pipeline_config({"modules": ["missing_stages"], "stages": []})

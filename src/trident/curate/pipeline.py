@@ -9,6 +9,7 @@ Config file (YAML): either a bare list of stages, or a mapping
     workers: 1             # processes / Ray CPUs; 0 = one per core
     ray_address: null      # connect to an existing Ray cluster ("auto", "ray://host:10001")
     keep_work: false       # keep OUT/work/ (per-phase shards) after a successful run
+    modules: []            # extra modules to import (in every worker) that register custom stages
     inputs: []             # paths (or {path, dataset}); --input on the command line adds more
     stages:
       - {stage: extract}
@@ -34,7 +35,7 @@ import yaml
 
 from trident.curate.document import CurateError, Document
 from trident.curate.executors import make_executor
-from trident.curate.runner import run_global_phase, run_stream_phase, split_phases, write_json_atomic
+from trident.curate.runner import import_modules, run_global_phase, run_stream_phase, split_phases, write_json_atomic
 from trident.curate.shards import DEFAULT_MAX_DOC_BYTES, input_format
 from trident.curate.stage import (
     Executor,
@@ -56,6 +57,7 @@ __all__ = [
 DEFAULTS: dict[str, Any] = {
     "dataset": "web", "strict": False, "max_doc_bytes": DEFAULT_MAX_DOC_BYTES, "executor": "local",
     "workers": 1, "ray_address": None, "keep_work": False, "progress": True, "inputs": [], "stages": [],
+    "modules": [],
 }
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 
@@ -115,6 +117,7 @@ def load_pipeline_config(config: str | Path | dict | list, overrides: list[str] 
             raise CurateError(f"pipeline config: stages[{index}] must be a mapping with 'stage: <name>'")
     for item in overrides:
         _apply_override(merged, item)
+    import_modules(merged["modules"])
     if merged["executor"] not in ("local", "ray"):
         raise CurateError(f"pipeline config: executor must be 'local' or 'ray', got {merged['executor']!r}")
     for spec in merged["stages"]:
@@ -201,7 +204,7 @@ def run_pipeline(config: str | Path | dict | list, inputs: list[Path] | tuple = 
     work = out_dir / "work"
     _prepare_work_dir(work, _fingerprint(cfg, files))
     specs = [spec for spec in cfg["stages"] if spec.get("enabled", True)]
-    options = {"strict": cfg["strict"], "max_doc_bytes": cfg["max_doc_bytes"]}
+    options = {"strict": cfg["strict"], "max_doc_bytes": cfg["max_doc_bytes"], "modules": cfg["modules"]}
     start = time.time()
     pool = make_executor(cfg["executor"], cfg["workers"], cfg["ray_address"], progress=cfg["progress"])
     stage_stats: list[dict] = []

@@ -5,6 +5,7 @@ output; a rerun after a crash finds the markers and redoes only what has none.
 """
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import shutil
@@ -12,6 +13,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from trident.curate.document import CurateError
 from trident.curate.shards import RecordLog, read_documents, read_shard, write_shard
 from trident.curate.stage import Executor, GlobalStage, StreamingStage, build_stage, stage_class
 
@@ -47,6 +49,15 @@ def _params(spec: dict) -> dict:
     return {k: v for k, v in spec.items() if k not in ("stage", "enabled")}
 
 
+def import_modules(modules: list[str]) -> None:
+    """Import the config's `modules` (their @register_stage classes become usable stage names)."""
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError as err:
+            raise CurateError(f"pipeline config: modules: cannot import {module!r} ({err})") from err
+
+
 def stream_shard(task: dict) -> dict:
     """One shard through a chain of streaming stages (module-level: it runs in worker processes).
 
@@ -56,6 +67,7 @@ def stream_shard(task: dict) -> dict:
     marker = Path(task["output"] + MARKER_SUFFIX)
     if marker.exists() and Path(task["output"]).exists():
         return json.loads(marker.read_text())
+    import_modules(task["modules"])  # worker processes start without the driver's custom stages
     stages = [build_stage(spec["stage"], _params(spec)) for spec in task["specs"]]
     for stage in stages:
         stage.setup()
@@ -88,7 +100,7 @@ def run_stream_phase(specs: list[dict], inputs: list[tuple[Path, str | None]], p
         tasks.append({
             "specs": specs, "input": str(path), "output": str(phase_dir / f"shard-{index:05d}.jsonl.zst"),
             "read_raw": read_raw, "dataset": dataset, "strict": options["strict"],
-            "max_doc_bytes": options["max_doc_bytes"],
+            "max_doc_bytes": options["max_doc_bytes"], "modules": options.get("modules", []),
         })
     results = executor.map(stream_shard, tasks, desc=desc)
     totals = {"read": Counter(), "stages": [Counter() for _ in specs], "errors": [], "written": 0}
