@@ -13,7 +13,8 @@ from contextlib import nullcontext
 import torch
 import torch.distributed as dist
 
-from trident.parallel.pipeline import COMMUNICATION, Forward, RecvActivation, SendActivation, SendGrad, build_schedule
+from trident.parallel.pipeline import (COMMUNICATION, Forward, RecvActivation, SendActivation, SendGrad, build_schedule,
+                                       forward_only)
 from trident.parallel.pipeline_diagram import Box
 
 
@@ -31,12 +32,8 @@ class PipelineExecutor:
     def schedule(self, num_microbatches: int, backward: bool) -> list:
         key = (num_microbatches, backward)
         if key not in self._schedules:
-            full = build_schedule(self.schedule_name, self.mesh.pp, num_microbatches, self.v)[self.mesh.pp_rank]
-            if not backward:  # forward-only (validation): GPipe order minus everything backward
-                full = [op for op in build_schedule("gpipe" if self.v == 1 else self.schedule_name, self.mesh.pp,
-                                                    num_microbatches, self.v)[self.mesh.pp_rank]
-                        if isinstance(op, (Forward, SendActivation, RecvActivation))]
-            self._schedules[key] = full
+            full = build_schedule(self.schedule_name, self.mesh.pp, num_microbatches, self.v)
+            self._schedules[key] = (full if backward else forward_only(full))[self.mesh.pp_rank]
         return self._schedules[key]
 
     def is_first(self, chunk: int) -> bool:

@@ -83,7 +83,13 @@ class Trainer:
         cfg.model.vocab_size = cfg.model.vocab_size or tokenizer.vocab_size
         train_samples = sum(self.schedule.batch_sizes())
         valid_samples = cfg.train.eval_iters * cfg.train.global_batch_size if cfg.train.eval_interval else 0
-        return build_datasets(cfg.data, cfg.model.seq_length, train_samples, valid_samples, cfg.train.seed)
+        build = lambda: build_datasets(cfg.data, cfg.model.seq_length, train_samples, valid_samples, cfg.train.seed)
+        if self.world == 1:
+            return build()
+        # Rank 0 builds the index caches; the others then read them instead of repeating the work.
+        datasets = build() if self.mesh.rank == 0 else None
+        dist.barrier()
+        return datasets if datasets is not None else build()
 
     def _seed_everything(self, seed: int) -> None:
         # Same stream on every TP rank (replicated dropout), a per-TP-rank stream for split regions.
