@@ -12,6 +12,7 @@ from trident.curate.minhash import (
     jaccard,
     shingle_hashes,
     shingles,
+    xxh64_windows,
 )
 
 
@@ -47,6 +48,22 @@ def test_shingling_rules():
         shingles("x", 5, unit="byte")
     with pytest.raises(ValueError, match="multiple of bands"):
         MinHasher(num_hashes=100, bands=7)
+
+
+def test_vectorised_xxh64_equals_the_library():
+    import xxhash
+
+    data = bytes(np.random.default_rng(0).integers(0, 256, 120, dtype=np.uint8))
+    for width in (1, 3, 4, 5, 8, 13, 31):
+        for seed in (0, 12345):
+            expected = [xxhash.xxh64_intdigest(data[i : i + width], seed) for i in range(len(data) - width + 1)]
+            assert xxh64_windows(data, width, seed).tolist() == expected
+    # ASCII texts (vectorised) and non-ASCII texts (one call per shingle) hash shared shingles alike.
+    ascii_text, other = shingle_hashes("plain ascii words here"), shingle_hashes("plain ascii wörds here")
+    common = len(np.intersect1d(ascii_text, other))
+    assert common == len(ascii_text) - 5  # exactly the 5 shingles covering o/ö differ
+    assert shingle_hashes("x" * 3 + " abc").tolist() == sorted(
+        {xxhash.xxh64_intdigest(s.encode()) for s in shingles("xxx abc", 5)})
 
 
 def test_estimate_tracks_true_jaccard():

@@ -9,7 +9,9 @@ Exact rules (docs/curation-dedup.md repeats them):
 - ``unit="char"``: shingles are the distinct substrings of ``ngram``
   characters; a non-empty text shorter than that is one shingle.
   ``unit="word"``: shingles are ``ngram`` consecutive space-separated words.
-- Each shingle is hashed once to 64 bits: xxh3_64 (seed 0) of its UTF-8 bytes.
+- Each shingle is hashed once to 64 bits: xxh64 (seed 0) of its UTF-8 bytes. For
+  ASCII text, whose shingles are fixed-width byte windows, ``xxh64_windows``
+  computes all of them at once in numpy (tested equal to the xxhash library).
 - Hash function i is the seeded multiply-shift family (Dietzfelbinger et al.)
   ``h_i(x) = (a_i * x mod 2**64) >> 32`` with a_i odd, drawn from
   ``numpy.random.default_rng(seed)``. The signature holds, per function, the
@@ -29,8 +31,8 @@ import numpy as np
 import xxhash
 
 _EMPTY_HASHES = np.zeros(0, dtype=np.uint64)
-# Elements of the (shingles x hashes) matrix computed at once: small enough to stay in cache.
-_CHUNK_ELEMENTS = 100_000
+# Elements of the (hashes x shingles) matrix computed at once: bounds memory, stays in cache.
+_CHUNK_ELEMENTS = 400_000
 
 
 def normalize_for_shingles(text: str) -> str:
@@ -59,32 +61,85 @@ def shingles(text: str, ngram: int = 5, unit: str = "char") -> set[str]:
     raise ValueError(f"shingle unit must be 'char' or 'word', got {unit!r}")
 
 
-def _char_shingle_bytes(norm: str, ngram: int) -> set[bytes]:
-    """Distinct character shingles of a normalised text as UTF-8 byte strings."""
+# XXH64 constants (github.com/Cyan4973/xxHash, xxhash.h).
+_P1, _P2, _P3 = 0x9E3779B185EBCA87, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9
+_P4, _P5 = 0x85EBCA77C2B2AE63, 0x27D4EB2F165667C5
+_MASK64 = (1 << 64) - 1
+
+
+def _rotl(x: np.ndarray, r: int) -> np.ndarray:
+    return (x << np.uint64(r)) | (x >> np.uint64(64 - r))
+
+
+def xxh64_windows(data: bytes, width: int, seed: int = 0) -> np.ndarray:
+    """``xxhash.xxh64_intdigest(data[i:i+width], seed)`` for every window i, computed at once.
+
+    A numpy transcription of XXH64 for inputs shorter than 32 bytes (its only code path for
+    them): one vector operation per step instead of one Python call per window.
+    """
+    if not 1 <= width < 32:
+        raise ValueError(f"window width must be in [1, 32), got {width}")
+    buf = np.frombuffer(data, dtype=np.uint8).astype(np.uint64)
+    count = len(buf) - width + 1
+    if count <= 0:
+        return np.zeros(0, dtype=np.uint64)
+
+    def read(offset: int, nbytes: int) -> np.ndarray:  # little-endian word at window + offset
+        word = buf[offset : offset + count].copy()
+        for k in range(1, nbytes):
+            word |= buf[offset + k : offset + k + count] << np.uint64(8 * k)
+        return word
+
+    p1, p2, p3, p4, p5 = (np.uint64(p) for p in (_P1, _P2, _P3, _P4, _P5))
+    h = np.full(count, (seed + _P5 + width) & _MASK64, dtype=np.uint64)
+    pos = 0
+    while width - pos >= 8:
+        lane = _rotl(read(pos, 8) * p2, 31) * p1
+        h = _rotl(h ^ lane, 27) * p1 + p4
+        pos += 8
+    if width - pos >= 4:
+        h = _rotl(h ^ (read(pos, 4) * p1), 23) * p2 + p3
+        pos += 4
+    while pos < width:
+        h = _rotl(h ^ (buf[pos : pos + count] * p5), 11) * p1
+        pos += 1
+    h ^= h >> np.uint64(33)
+    h *= p2
+    h ^= h >> np.uint64(29)
+    h *= p3
+    h ^= h >> np.uint64(32)
+    return h
+
+
+def _char_shingle_hashes(norm: str, ngram: int) -> np.ndarray:
+    """xxh64 of every character shingle (with repeats) of a normalised, non-empty text."""
     if len(norm) <= ngram:
-        return {norm.encode("utf-8")}
-    if norm.isascii():
-        # One byte per character: slicing the encoded text equals encoding each slice, faster.
-        data = norm.encode("ascii")
-        return {data[i : i + ngram] for i in range(len(data) - ngram + 1)}
-    return {norm[i : i + ngram].encode("utf-8") for i in range(len(norm) - ngram + 1)}
+        return np.array([xxhash.xxh64_intdigest(norm.encode("utf-8"))], dtype=np.uint64)
+    if norm.isascii() and ngram < 32:
+        # One byte per character, so the shingles are the byte windows of the encoded text.
+        return xxh64_windows(norm.encode("ascii"), ngram)
+    found = (norm[i : i + ngram].encode("utf-8") for i in range(len(norm) - ngram + 1))
+    return np.fromiter(map(xxhash.xxh64_intdigest, found), dtype=np.uint64)
 
 
 def shingle_hashes(text: str, ngram: int = 5, unit: str = "char") -> np.ndarray:
-    """Sorted distinct 64-bit xxh3 hashes of the shingles of ``text`` (uint64)."""
+    """Sorted distinct 64-bit xxh64 hashes of the shingles of ``text`` (uint64)."""
     if unit == "char":
         if ngram < 1:
             raise ValueError(f"ngram must be >= 1, got {ngram}")
         norm = normalize_for_shingles(text)
-        found = _char_shingle_bytes(norm, ngram) if norm else set()
+        if not norm:
+            return _EMPTY_HASHES
+        hashes = _char_shingle_hashes(norm, ngram)
     else:
-        found = {s.encode("utf-8") for s in shingles(text, ngram, unit)}
-    if not found:
-        return _EMPTY_HASHES
-    hashes = np.fromiter(map(xxhash.xxh3_64_intdigest, found), dtype=np.uint64, count=len(found))
-    # Shingles are already distinct; a 64-bit collision inside one document is negligible.
+        words = shingles(text, ngram, unit)
+        if not words:
+            return _EMPTY_HASHES
+        hashes = np.fromiter((xxhash.xxh64_intdigest(w.encode("utf-8")) for w in words), dtype=np.uint64)
+    # Repeats dropped after hashing (a 64-bit collision inside one document is negligible);
+    # memory stays 8 bytes per shingle however long the document.
     hashes.sort()
-    return hashes
+    return hashes[np.r_[True, hashes[1:] != hashes[:-1]]]
 
 
 def jaccard(a: np.ndarray, b: np.ndarray) -> float:
@@ -156,16 +211,17 @@ class MinHasher:
         flat = np.concatenate([h.astype(np.uint64, copy=False) for h in hash_sets])
         owner = np.repeat(np.arange(n, dtype=np.int64), lengths)
         chunk = max(1, _CHUNK_ELEMENTS // self.num_hashes)
-        a = self._a[None, :]
+        a = self._a[:, None]
         for start in range(0, total, chunk):
             part = flat[start : start + chunk]
             docs = owner[start : start + chunk]
-            # uint64 arithmetic wraps modulo 2**64, which is the family's definition.
-            values = np.multiply(part[:, None], a)
+            # (hashes x shingles): each row's reduction runs over contiguous memory, about 2x
+            # faster than the transpose. uint64 wraps modulo 2**64, the family's definition.
+            values = np.multiply(a, part[None, :])
             starts = np.flatnonzero(np.r_[True, docs[1:] != docs[:-1]])
-            mins = np.minimum.reduceat(values, starts, axis=0)
+            mins = np.minimum.reduceat(values, starts, axis=1)
             seg_docs = docs[starts]
-            sig[seg_docs] = np.minimum(sig[seg_docs], mins)
+            sig[seg_docs] = np.minimum(sig[seg_docs], mins.T)
         # The shift is monotonic, so shifting the minimum equals the minimum of shifts.
         return (sig >> np.uint64(32)).astype(np.uint32)
 
