@@ -293,13 +293,18 @@ def clean_document(doc: Document, lookup: IndexLookup, rule: dict, tasks: list[s
     return Document(doc.id, "\n\n".join(kept), {**doc.meta, "decontaminated_cuts": len(regions)})
 
 
-def _count_task(job: dict) -> tuple[np.ndarray, np.ndarray]:
-    """Pass 1: (index n-gram hashes, number of this shard's documents containing each)."""
+def _count_task(job: dict) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """Pass 1: (index n-gram hashes, how many of this shard's documents contain each, and the
+    rows that contain any): pass 2 rescans only those rows."""
     lookup = IndexLookup.load(Path(job["index"]))
     seen: Counter = Counter()
-    for doc in read_shard(Path(job["path"])):
-        seen.update({m[2] for m in lookup.matches(doc.text)})
-    return np.array(list(seen), dtype=np.uint64), np.array(list(seen.values()), dtype=np.int64)
+    rows = []
+    for row, doc in enumerate(read_shard(Path(job["path"]))):
+        found = {m[2] for m in lookup.matches(doc.text)}
+        if found:
+            seen.update(found)
+            rows.append(row)
+    return np.array(list(seen), dtype=np.uint64), np.array(list(seen.values()), dtype=np.int64), rows
 
 
 def _clean_task(job: dict) -> Counter:
@@ -307,11 +312,14 @@ def _clean_task(job: dict) -> Counter:
     lookup = IndexLookup.load(Path(job["index"]))
     counters: Counter = Counter()
 
+    suspects = set(job["rows"])
+
     def cleaned():
-        for doc in read_shard(Path(job["path"])):
+        for row, doc in enumerate(read_shard(Path(job["path"]))):
             counters["in"] += 1
             counters["bytes_in"] += doc.nbytes
-            result = clean_document(doc, lookup, job["rule"], job["tasks"], counters)
+            # A row with no index n-gram in pass 1 has none of the (smaller) filtered index either.
+            result = clean_document(doc, lookup, job["rule"], job["tasks"], counters) if row in suspects else doc
             if isinstance(result, str):
                 counters[f"dropped:{result}"] += 1
                 continue
@@ -362,8 +370,9 @@ class Decontaminate(GlobalStage):
                  sizes=np.array(sizes, dtype=np.int64))
         outputs = output_paths(inputs, out_dir)
         names = [t["name"] for t in self.tasks]
+        suspects = [f[2] for f in found] if found else [[] for _ in inputs]
         jobs = [{"path": str(p), "out": str(o), "index": str(work / "filtered.npz"), "rule": self.rule,
-                 "tasks": names} for p, o in zip(inputs, outputs)]
+                 "tasks": names, "rows": rows} for p, o, rows in zip(inputs, outputs, suspects)]
         for counters in executor.map(_clean_task, jobs, desc="decontaminate: cut"):
             self.counters.update(counters)
         for name in names:
@@ -371,7 +380,7 @@ class Decontaminate(GlobalStage):
         shutil.rmtree(work, ignore_errors=True)
         return outputs
 
-    def _frequent(self, found: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+    def _frequent(self, found: list[tuple[np.ndarray, np.ndarray, list[int]]]) -> np.ndarray:
         """Index n-grams present in >= frequent_docs training documents."""
         if not found:
             return np.zeros(0, dtype=np.uint64)
