@@ -99,7 +99,8 @@ def run_evaluation(lm: LM, tasks: list[str], shots: list[int], data_dir: str | P
     for name in expand(tasks):  # load everything first: a data error stops the run before any scoring
         task = get_task(name)
         docs = task.load(data_path, task.eval_split)[:limit]
-        pool = fewshot.load_pool(task, data_path, docs) if max(shots, default=0) > 0 else fewshot.FewShotPool("", [], False)
+        needs_pool = max(shots, default=0) > 0
+        pool = fewshot.load_pool(task, data_path, docs) if needs_pool else fewshot.FewShotPool("", [], False)
         loaded[name] = (task, docs, pool)
     dirty, contamination_stats = {}, None
     if contamination_corpus:

@@ -2,7 +2,8 @@
 
 Standard errors follow lm-evaluation-harness so numbers are comparable: for a mean of per-example
 values (accuracy is a mean of 0/1) the error is the sample standard deviation (ddof=1) over
-sqrt(n), which for 0/1 values equals the binomial error sqrt(p(1-p)/(n-1)); for perplexity, a non-linear function of the mean, the error comes from a seeded bootstrap.
+sqrt(n), which for 0/1 values equals the binomial error sqrt(p(1-p)/(n-1)); for perplexity, a
+non-linear function of the mean, the error comes from a seeded bootstrap.
 """
 from __future__ import annotations
 

@@ -96,7 +96,8 @@ def contamination_lines(results: dict) -> list[str]:
             metric = entry["primary_metric"]
             clean = report["clean_metrics"].get(metric)
             clean_text = "-" if clean is None else _cell(metric, clean, None)
+            overall = _cell(metric, entry["metrics"][metric], None)
             lines.append(f"contamination {task} {k}-shot: {report['dirty']}/{entry['n']} examples share a "
-                         f"{report['ngram']}-gram with the corpus; {metric} all {_cell(metric, entry['metrics'][metric], None)}"
-                         f", clean {clean_text} (n={report['clean_n']})")
+                         f"{report['ngram']}-gram with the corpus; {metric} all {overall}, "
+                         f"clean {clean_text} (n={report['clean_n']})")
     return lines
