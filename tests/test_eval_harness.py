@@ -63,6 +63,13 @@ def test_samples_log_every_example_and_few_shot_choice(evaluated):
     assert hans[0]["heuristic"] == "lexical_overlap" and len(hans[0]["logprobs"]) == 2
 
 
+def test_limit_keeps_the_whole_split_as_few_shot_pool(tokenizer):
+    # LAMBADA's few-shot pool is its own test split: --limit 1 must still offer the other 3 examples
+    lm = tiny_lm(tokenizer, seq_length=256)
+    results = run_evaluation(lm, ["lambada"], [3], FIXTURES, None, limit=1, progress=False)
+    assert results["results"]["lambada"]["3"]["n"] == 1
+
+
 def test_table_lists_every_task(evaluated):
     from rich.console import Console
 

@@ -98,10 +98,11 @@ def run_evaluation(lm: LM, tasks: list[str], shots: list[int], data_dir: str | P
     loaded = {}
     for name in expand(tasks):  # load everything first: a data error stops the run before any scoring
         task = get_task(name)
-        docs = task.load(data_path, task.eval_split)[:limit]
+        all_docs = task.load(data_path, task.eval_split)
         needs_pool = max(shots, default=0) > 0
-        pool = fewshot.load_pool(task, data_path, docs) if needs_pool else fewshot.FewShotPool("", [], False)
-        loaded[name] = (task, docs, pool)
+        # the pool is the whole split even under --limit (scored docs are its first N, same indices)
+        pool = fewshot.load_pool(task, data_path, all_docs) if needs_pool else fewshot.FewShotPool("", [], False)
+        loaded[name] = (task, all_docs[:limit], pool)
     dirty, contamination_stats = {}, None
     if contamination_corpus:
         from trident.evaluate.contamination import example_text, find_dirty

@@ -6,7 +6,7 @@ log-probability of the continuation given the context and whether the continuati
 logits [batch, seq, vocab] is scored by the same code (`CausalLM`), so a trident checkpoint and a
 Hugging Face model are compared on exactly the same token rows.
 
-Tokenisation (as lm-evaluation-harness v0.4): trailing spaces of the context move to the
+Tokenisation (as lm-evaluation-harness v0.4): trailing whitespace of the context moves to the
 continuation, then `context + continuation` is encoded as one string and split at the length of
 the encoded context. Encoding the whole string is what the model saw in training (BPE merges never
 straddle a boundary that was not in the text), while the split keeps the scored tokens exactly the
@@ -97,7 +97,7 @@ class CausalLM(LM):
         """Token ids of (context, continuation) as the harness splits them (see module docstring)."""
         if not context:
             return (self.eod_id,), self._encode(continuation)
-        n_spaces = len(context) - len(context.rstrip(" "))
+        n_spaces = len(context) - len(context.rstrip())
         if n_spaces:
             context, continuation = context[:-n_spaces], context[-n_spaces:] + continuation
         if context not in self._context_cache:
@@ -220,7 +220,7 @@ def count_parameters(model: torch.nn.Module) -> int:
 def trident_lm(model: torch.nn.Module, tokenizer, max_length: int, *, batch_size: int = 8, device: str = "cpu",
                checkpoint: str | None = None, name: str = "trident-gpt") -> CausalLM:
     """Wrap a trident GPT (`model(ids) -> logits` over the padded vocabulary) and its Tokenizer."""
-    model.eval()
+    model.eval().to(device)
     info = {"kind": "trident", "name": name, "checkpoint": checkpoint, "parameters": count_parameters(model)}
     return CausalLM(model, tokenizer, vocab_size=tokenizer.vocab_size, eod_id=tokenizer.eod_id,
                     max_length=max_length, batch_size=batch_size, device=device, info=info)
