@@ -1,0 +1,147 @@
+"""Shared helpers of the benchmarks: synthetic token data, gloo worker processes, machine load,
+and the table + JSON-line output every benchmark prints.
+
+Benchmarks are scripts, not tests: each prints a table and one line `JSON {...}` with its figures
+(and the load average of the machine, since CPU timings on a shared machine drift with it).
+"""
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import queue as queue_module
+import socket
+import statistics
+import sys
+import traceback
+from datetime import timedelta
+from pathlib import Path
+
+import numpy as np
+
+# Benchmarks run as `python benchmarks/X.py`; make the sibling module importable for forked workers too.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+class RandomTokens:
+    """Deterministic synthetic samples: index -> seq_len + 1 token ids below `vocab`."""
+
+    def __init__(self, seq_length: int, vocab: int, n: int = 512, seed: int = 0):
+        self.data = np.random.default_rng(seed).integers(0, vocab, size=(n, seq_length + 1))
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getitem__(self, index: int) -> np.ndarray:
+        return self.data[index % len(self.data)]
+
+
+def load_average() -> dict:
+    """1/5/15-minute load averages and core count, recorded beside every figure."""
+    one, five, fifteen = os.getloadavg()
+    return {"load_1m": round(one, 2), "load_5m": round(five, 2), "load_15m": round(fifteen, 2),
+            "cpus": os.cpu_count()}
+
+
+def matmul_peak_tflops(dtype, device: str = "cpu") -> float:
+    """The MFU denominator: a known GPU's peak, else this CPU's sustained 1024^3 matmul rate now
+    (larger and longer than the trainer's quick probe, so it is steadier on a loaded machine)."""
+    import torch
+
+    from trident.train.metrics import measured_cpu_peak_tflops, peak_tflops
+
+    if device == "cuda":
+        return peak_tflops(torch.device("cuda"), dtype)
+    return measured_cpu_peak_tflops(dtype, 1024, 1.0)
+
+
+def median(values) -> float:
+    return float(statistics.median(values))
+
+
+def print_table(title: str, headers: list[str], rows: list[list]) -> None:
+    """A plain fixed-width table (readable in logs and pasteable into markdown)."""
+    cells = [[_fmt(v) for v in row] for row in rows]
+    widths = [max(len(h), *(len(r[i]) for r in cells)) if cells else len(h) for i, h in enumerate(headers)]
+    print(f"\n{title}")
+    print("| " + " | ".join(h.ljust(w) for h, w in zip(headers, widths)) + " |")
+    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for row in cells:
+        print("| " + " | ".join(c.ljust(w) for c, w in zip(row, widths)) + " |")
+
+
+def _fmt(value) -> str:
+    if isinstance(value, float):
+        if value == 0 or 1e-3 <= abs(value) < 1e5:
+            return f"{value:.4g}" if abs(value) < 10 else f"{value:,.1f}"
+        return f"{value:.3e}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    return str(value)
+
+
+def emit_json(benchmark: str, payload: dict) -> None:
+    """The machine-readable result: one line starting with 'JSON '."""
+    print("JSON " + json.dumps({"benchmark": benchmark, **payload, "machine": load_average()}))
+
+
+# ---- gloo worker processes (fork, 127.0.0.1, one thread each, hard timeout) -------------------------
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _worker(fn, rank, world_size, port, threads, results, args):
+    import torch
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                      WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank))
+    torch.set_num_threads(threads)
+    try:
+        dist.init_process_group("gloo", rank=rank, world_size=world_size, timeout=timedelta(seconds=300))
+        results.put((rank, "ok", fn(rank, world_size, *args)))
+        dist.barrier()
+        dist.destroy_process_group()
+    except BaseException:  # report any failure to the parent instead of hanging it
+        results.put((rank, "error", traceback.format_exc()))
+
+
+def run_ranks(fn, world_size: int, *args, threads: int = 1, timeout: float = 600.0) -> list:
+    """fn(rank, world_size, *args) on `world_size` gloo ranks; the per-rank results in rank order.
+    Raises with the failing rank's traceback, or if a rank is silent for `timeout` seconds."""
+    context = mp.get_context("fork")
+    results = context.Queue()
+    port = free_port()
+    procs = [context.Process(target=_worker, args=(fn, r, world_size, port, threads, results, args), daemon=True)
+             for r in range(world_size)]
+    for proc in procs:
+        proc.start()
+    collected: dict[int, object] = {}
+    try:
+        while len(collected) < world_size:
+            try:
+                rank, status, value = results.get(timeout=timeout)
+            except queue_module.Empty:
+                missing = sorted(set(range(world_size)) - set(collected))
+                raise TimeoutError(f"ranks {missing} did not finish within {timeout}s") from None
+            if status == "error":
+                raise RuntimeError(f"rank {rank} failed:\n{value}")
+            collected[rank] = value
+    finally:
+        for proc in procs:
+            proc.join(timeout=10)
+            if proc.is_alive():
+                proc.kill()
+    return [collected[r] for r in range(world_size)]
+
+
+def make_config(preset: str, overrides: list[str]):
+    """A trident Config from a preset plus overrides, with checkpointing and logging kept quiet."""
+    from trident.config import load_config
+
+    quiet = ["checkpoint.save_interval=0", "logging.log_interval=100000", "train.warmup_tokens=0",
+             "model.hidden_dropout=0.0", "model.attention_dropout=0.0"]
+    return load_config(preset, quiet + list(overrides))
