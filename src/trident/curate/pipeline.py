@@ -207,36 +207,19 @@ def run_pipeline(config: str | Path | dict | list, inputs: list[Path] | tuple = 
     options = {"strict": cfg["strict"], "max_doc_bytes": cfg["max_doc_bytes"], "modules": cfg["modules"]}
     start = time.time()
     pool = make_executor(cfg["executor"], cfg["workers"], cfg["ray_address"], progress=cfg["progress"])
-    stage_stats: list[dict] = []
-    errors: list[dict] = []
     try:
-        current: list = files
-        for number, (kind, phase_specs) in enumerate(split_phases(specs)):
-            phase_dir = work / f"phase-{number:02d}"
-            names = "+".join(s["stage"] for s in phase_specs) or "read"
-            if kind == "stream":
-                read_raw = number == 0
-                shard_inputs = current if read_raw else [(p, None) for p in current]
-                current, totals = run_stream_phase(phase_specs, shard_inputs, phase_dir, pool, options,
-                                                   read_raw, desc=names)
-                if read_raw:
-                    stage_stats.append({"name": "read", "kind": "read", "params": {}, "counters": totals["read"]})
-                    errors.extend(totals["errors"])
-                for spec, counters in zip(phase_specs, totals["stages"]):
-                    stage_stats.append(_entry(spec, "streaming", counters))
-            else:
-                current, counters = run_global_phase(phase_specs[0], current, phase_dir, pool)
-                stage_stats.append(_entry(phase_specs[0], "global", counters))
+        current, stage_stats, errors, problems = _run_phases(specs, files, work, pool, options)
     finally:
         pool.close()
     elapsed = time.time() - start
     final = _publish(current, out_dir, cfg["keep_work"])
     if not cfg["keep_work"]:
         shutil.rmtree(work, ignore_errors=True)
-    problems = check_accounting(stage_stats)
+    problems += check_accounting(stage_stats)
     stats = {
         "inputs": [{"path": str(p), "dataset": d} for p, d in files],
         "executor": cfg["executor"], "workers": pool.workers, "elapsed_s": round(elapsed, 3),
+        "records_per_s": round(stage_stats[0]["counters"].get("in", 0) / max(elapsed, 1e-9), 2),
         "stages": [{**s, "counters": dict(sorted(s["counters"].items()))} for s in stage_stats],
         "output": {"shards": [str(p) for p in final], "documents": stage_stats[-1]["counters"].get("out", 0)},
         "accounting": {"ok": not problems, "problems": problems},
@@ -248,6 +231,33 @@ def run_pipeline(config: str | Path | dict | list, inputs: list[Path] | tuple = 
     if problems:
         raise CurateError("accounting check failed (documents vanished uncounted): " + "; ".join(problems))
     return stats
+
+
+def _run_phases(specs: list[dict], files: list[tuple[Path, str]], work: Path, pool, options: dict):
+    """Run every phase in order; returns (final shards, per-stage stats, bad records, problems)."""
+    stage_stats: list[dict] = []
+    errors: list[dict] = []
+    problems: list[str] = []
+    current: list = files
+    for number, (kind, phase_specs) in enumerate(split_phases(specs)):
+        phase_dir = work / f"phase-{number:02d}"
+        if kind == "global":
+            current, counters = run_global_phase(phase_specs[0], current, phase_dir, pool)
+            stage_stats.append(_entry(phase_specs[0], "global", counters))
+            continue
+        read_raw = number == 0
+        shard_inputs = current if read_raw else [(p, None) for p in current]
+        names = "+".join(s["stage"] for s in phase_specs) or "read"
+        current, totals = run_stream_phase(phase_specs, shard_inputs, phase_dir, pool, options, read_raw, desc=names)
+        if read_raw:
+            stage_stats.append({"name": "read", "kind": "read", "params": {}, "counters": totals["read"]})
+            errors.extend(totals["errors"])
+        for spec, counters in zip(phase_specs, totals["stages"]):
+            stage_stats.append(_entry(spec, "streaming", counters))
+        if totals["written"] != stage_stats[-1]["counters"].get("out", 0):
+            problems.append(f"phase {names}: wrote {totals['written']} documents but counted "
+                            f"{stage_stats[-1]['counters'].get('out', 0)} out")
+    return current, stage_stats, errors, problems
 
 
 def _entry(spec: dict, kind: str, counters: Counter) -> dict:
