@@ -234,7 +234,7 @@ def load_trident(checkpoint: str | Path, *, batch_size: int = 8, device: str = "
     config's data.tokenizer; without any of them the checkpoint cannot be evaluated on text.
     """
     from trident.data.tokenizer import Tokenizer
-    from trident.train.checkpoint import load_for_inference
+    from trident.train.checkpoint import load_for_inference, resolve_checkpoint
 
     model, tokenizer, config = load_for_inference(str(checkpoint), device=device)
     if tokenizer_path is not None:
@@ -244,8 +244,10 @@ def load_trident(checkpoint: str | Path, *, batch_size: int = 8, device: str = "
     if tokenizer is None:
         raise FileNotFoundError(f"{checkpoint}: no tokenizer.json in the checkpoint and no data.tokenizer in "
                                 f"its config; pass --tokenizer PATH")
+    # a run's checkpoints/ folder stands for its newest complete step: record which one was used
+    resolved = (resolve_checkpoint(str(checkpoint), Path(checkpoint)) or Path(checkpoint)).resolve()
     return trident_lm(model, tokenizer, config.model.seq_length, batch_size=batch_size, device=device,
-                      checkpoint=str(Path(checkpoint).resolve()), name=Path(checkpoint).resolve().name)
+                      checkpoint=str(resolved), name=f"{resolved.parent.parent.name}/{resolved.name}")
 
 
 class _HFCodec:
