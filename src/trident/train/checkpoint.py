@@ -8,7 +8,8 @@ Layout of OUT/checkpoints/step_0000100/:
   manifest-rank{r}.json                 per tensor: file, global name, full shape, slice offsets
   trainer_state.json                    step, consumed samples/tokens, scaler, config (rank 0)
   COMPLETE                              written last; a folder without it is never loaded
-A checkpoint is written to a temporary folder, fsynced, renamed into place, then `latest` updated.
+A checkpoint is written to a temporary folder, fsynced, renamed into place, then `latest` updated;
+with async_save the files are written by a background thread from CPU copies taken at save time.
 Loading assembles each parameter's slice from whichever files hold it, so the saving and loading
 layouts need not match. Nothing is unpickled: tensors come from safetensors, the rest is JSON.
 """
@@ -18,6 +19,8 @@ import json
 import math
 import os
 import shutil
+import threading
+import time
 from pathlib import Path
 
 import torch
@@ -61,59 +64,128 @@ def _barrier():
         dist.barrier()
 
 
-def save_checkpoint(root: Path, step: int, named_params: list, optimizer_pieces: list[dict],
-                    rng: dict[str, torch.Tensor], trainer_state: dict, mesh, keep_last: int = 3,
-                    extra_files: dict[str, Path] | None = None) -> Path:
-    """Collective: every rank writes its own shards into a shared temporary folder; rank 0 finalises.
+def _agree_nonce() -> str:
+    """One id for this save attempt on every rank, so a crashed attempt's files are never mixed in."""
+    nonce = [f"{time.time_ns():x}"]
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        dist.broadcast_object_list(nonce, src=0)
+    return nonce[0]
 
-    `optimizer_pieces` (see trident.train.state) are the flat ranges of each parameter's TP-local
-    tensor whose Adam state (and fp32 master) this rank owns: all of it, or a ZeRO-1 slice."""
-    root = Path(root)
-    final, tmp = step_dir(root, step), root / f".tmp_step_{step:07d}"
-    if mesh.rank == 0:
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-    _barrier()
+
+def _cpu(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.detach().to("cpu", torch.float32, copy=True).contiguous()
+
+
+def snapshot(named_params: list, optimizer_pieces: list[dict], mesh) -> tuple[dict, dict, list[dict]]:
+    """CPU copies of this rank's model shards and optimizer pieces, plus their manifest entries.
+    Taken synchronously, so training may change the live tensors while the files are written."""
     tag = f"dp{mesh.dp_rank}-pp{mesh.pp_rank}-tp{mesh.tp_rank}"
-    entries: list[dict] = []
+    model, optim, entries = {}, {}, []
     if mesh.dp_rank == 0:  # model replicas across DP are identical: one copy is enough
-        tensors = {}
         for name, param in named_params:
-            tensors[name] = param.detach().float().cpu().contiguous()
+            model[name] = _cpu(param)
             entries.append(_slice_entry(f"model-{tag}.safetensors", name, param, shard_offsets(param),
                                         full_shape(param)) | {"name": name, "kind": "model"})
-        save_file(tensors, tmp / f"model-{tag}.safetensors")
-    optim_tensors = {}
     for piece in optimizer_pieces:
         for kind in ("exp_avg", "exp_avg_sq", "master"):
-            if kind not in piece:
-                continue
-            key = f"{piece['name']}/{kind}/{piece['flat'][0]}"
-            optim_tensors[key] = piece[kind].detach().float().cpu().contiguous()
-            entries.append({"file": f"optim-{tag}.safetensors", "key": key, "name": piece["name"], "kind": kind,
-                            "full_shape": piece["full_shape"], "offsets": piece["offsets"],
-                            "shape": piece["shape"], "flat": piece["flat"]})
-    if optim_tensors:
-        save_file(optim_tensors, tmp / f"optim-{tag}.safetensors")
-    save_file({k: v.contiguous() for k, v in rng.items()}, tmp / f"rng-rank{mesh.rank}.safetensors")
-    (tmp / f"manifest-rank{mesh.rank}.json").write_text(json.dumps({"rank": mesh.rank, "tensors": entries}))
-    _barrier()
-    if mesh.rank == 0:
-        layout = {"dp": mesh.dp, "pp": mesh.pp, "tp": mesh.tp, "world_size": mesh.world_size}
+            if kind in piece:
+                key = f"{piece['name']}/{kind}/{piece['flat'][0]}"
+                optim[key] = _cpu(piece[kind])
+                entries.append({"file": f"optim-{tag}.safetensors", "key": key, "name": piece["name"], "kind": kind,
+                                "full_shape": piece["full_shape"], "offsets": piece["offsets"],
+                                "shape": piece["shape"], "flat": piece["flat"],
+                                "copy": f"pp{mesh.pp_rank}-tp{mesh.tp_rank}"})  # tied copies stay apart
+    return model, optim, entries
+
+
+class CheckpointWriter:
+    """Writes checkpoints, synchronously or in a background thread (`async_save`).
+
+    Every rank writes its own files into a shared temporary folder and drops a `done-rank{r}`
+    marker; rank 0 waits for all markers, then fsyncs, renames the folder into place, writes
+    COMPLETE and points `latest` at it. No collective runs in the background thread."""
+
+    def __init__(self, root: Path, mesh, keep_last: int = 3, async_save: bool = False, timeout_s: float = 3600):
+        self.root, self.mesh, self.keep_last, self.async_save = Path(root), mesh, keep_last, async_save
+        self.timeout_s = timeout_s
+        self.thread: threading.Thread | None = None
+        self.error: BaseException | None = None
+
+    def save(self, step: int, named_params: list, optimizer_pieces: list[dict], rng: dict[str, torch.Tensor],
+             trainer_state: dict, extra_files: dict[str, Path] | None = None) -> Path:
+        """Collective. Returns the final folder (complete once `wait()` returns, for async saves)."""
+        self.wait()
+        tmp = self.root / f".tmp_step_{step:07d}_{_agree_nonce()}"
+        model, optim, entries = snapshot(named_params, optimizer_pieces, self.mesh)
+        rng = {k: v.detach().cpu().clone() for k, v in rng.items()}
+        args = (step, tmp, model, optim, entries, rng, trainer_state, extra_files or {})
+        if self.async_save:
+            self.thread = threading.Thread(target=self._run, args=args, name=f"checkpoint-{step}", daemon=True)
+            self.thread.start()
+        else:
+            self._write(*args)
+            _barrier()
+        return step_dir(self.root, step)
+
+    def wait(self) -> None:
+        """Block until this rank's pending background save is written (and, on rank 0, final)."""
+        if self.thread is not None:
+            self.thread.join()
+            self.thread = None
+        if self.error is not None:
+            error, self.error = self.error, None
+            raise RuntimeError(f"rank {self.mesh.rank}: background checkpoint save failed") from error
+
+    def _run(self, *args) -> None:
+        try:
+            self._write(*args)
+        except BaseException as error:  # surfaced by wait() in the training thread
+            self.error = error
+
+    def _write(self, step, tmp, model, optim, entries, rng, trainer_state, extra_files) -> None:
+        tmp.mkdir(parents=True, exist_ok=True)
+        tag = f"dp{self.mesh.dp_rank}-pp{self.mesh.pp_rank}-tp{self.mesh.tp_rank}"
+        if model:
+            save_file(model, tmp / f"model-{tag}.safetensors")
+        if optim:
+            save_file(optim, tmp / f"optim-{tag}.safetensors")
+        save_file(rng, tmp / f"rng-rank{self.mesh.rank}.safetensors")
+        (tmp / f"manifest-rank{self.mesh.rank}.json").write_text(json.dumps({"rank": self.mesh.rank,
+                                                                            "tensors": entries}))
+        (tmp / f"done-rank{self.mesh.rank}").write_text("")
+        if self.mesh.rank == 0:
+            self._finalize(step, tmp, trainer_state, extra_files)
+
+    def _finalize(self, step, tmp, trainer_state, extra_files) -> None:
+        deadline = time.time() + self.timeout_s
+        while len(list(tmp.glob("done-rank*"))) < self.mesh.world_size:
+            if time.time() > deadline:
+                raise TimeoutError(f"checkpoint {tmp}: not every rank wrote its shards within {self.timeout_s}s")
+            time.sleep(0.05)
+        layout = {"dp": self.mesh.dp, "pp": self.mesh.pp, "tp": self.mesh.tp, "world_size": self.mesh.world_size}
         (tmp / "trainer_state.json").write_text(json.dumps(trainer_state | {"layout": layout}, indent=1))
-        for name, source in (extra_files or {}).items():
+        for name, source in extra_files.items():
             shutil.copyfile(source, tmp / name)
         _fsync_dir(tmp)
+        final = step_dir(self.root, step)
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)
         (final / COMPLETE).write_text(str(step))
         _fsync_dir(final)
-        latest_tmp = root / ".latest.tmp"
+        latest_tmp = self.root / ".latest.tmp"
         latest_tmp.write_text(final.name)
-        os.replace(latest_tmp, root / "latest")
-        prune_checkpoints(root, keep_last)
-    _barrier()
-    return final
+        os.replace(latest_tmp, self.root / "latest")
+        prune_checkpoints(self.root, self.keep_last)
+        for stale in self.root.glob(".tmp_step_*"):  # leftovers of crashed attempts
+            shutil.rmtree(stale, ignore_errors=True)
+
+
+def save_checkpoint(root: Path, step: int, named_params: list, optimizer_pieces: list[dict],
+                    rng: dict[str, torch.Tensor], trainer_state: dict, mesh, keep_last: int = 3,
+                    extra_files: dict[str, Path] | None = None) -> Path:
+    """Synchronous save (collective); see CheckpointWriter."""
+    writer = CheckpointWriter(root, mesh, keep_last)
+    return writer.save(step, named_params, optimizer_pieces, rng, trainer_state, extra_files)
 
 
 def complete_checkpoints(root: Path) -> list[Path]:
@@ -204,10 +276,11 @@ class CheckpointReader:
         blocks, flat_groups = [], {}
         for piece in self._pieces(kind, name):
             if "flat" in piece:
-                flat_groups.setdefault((tuple(piece["offsets"]), tuple(piece["shape"])), []).append(piece)
+                key = (tuple(piece["offsets"]), tuple(piece["shape"]), piece.get("copy", ""))
+                flat_groups.setdefault(key, []).append(piece)
             else:
                 blocks.append(piece | {"load": self._file_loader(piece)})
-        for (offsets, shape), pieces in flat_groups.items():
+        for (offsets, shape, _), pieces in flat_groups.items():
             blocks.append({"offsets": list(offsets), "shape": list(shape), "full_shape": pieces[0]["full_shape"],
                            "load": self._flat_loader(kind, name, shape, pieces)})
         return blocks

@@ -28,7 +28,9 @@ def model_flops(batch: int, seq: int, layers: int, hidden: int, vocab: int) -> f
 @lru_cache(maxsize=None)
 def measured_cpu_peak_tflops(dtype: torch.dtype = torch.float32, size: int = 512, seconds: float = 0.25) -> float:
     """Sustained matmul TFLOP/s of this CPU with the current thread count: the honest MFU denominator."""
-    a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
+    generator = torch.Generator().manual_seed(0)  # never draw from the training RNG streams
+    a = torch.randn(size, size, generator=generator).to(dtype)
+    b = torch.randn(size, size, generator=generator).to(dtype)
     torch.mm(a, b)
     count, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:

@@ -67,6 +67,8 @@ class Trainer:
                                  config.train.loss_scale_hysteresis)
         self.step, self.consumed_samples, self.consumed_tokens = 0, 0, 0
         self.checkpoint_root = Path(config.checkpoint.dir) if config.checkpoint.dir else self.out / "checkpoints"
+        self.writer = ckpt.CheckpointWriter(self.checkpoint_root, self.mesh, config.checkpoint.keep_last,
+                                            config.checkpoint.async_save)
         self._maybe_resume()
 
     # ---- construction --------------------------------------------------------------------------
@@ -268,6 +270,8 @@ class Trainer:
             interval = cfg.checkpoint.save_interval
             if (interval and self.step % interval == 0) or self.step == cfg.train.steps:
                 self.save()
+        self.writer.wait()  # a background save must be complete before the run counts as done
+        _barrier_all()
         metrics.close()
         return records
 
@@ -281,10 +285,9 @@ class Trainer:
     def save(self) -> Path:
         extra = {"tokenizer.json": self.tokenizer_file} if self.tokenizer_file else None
         pieces = train_state.optimizer_pieces(self.named_params, self.buffers, self.optimizer)
-        path = ckpt.save_checkpoint(self.checkpoint_root, self.step, self.named_params, pieces,
-                                    train_state.rng_state(self.device), self.trainer_state(), self.mesh,
-                                    self.config.checkpoint.keep_last, extra)
-        self.log(f"saved checkpoint {path}")
+        path = self.writer.save(self.step, self.named_params, pieces, train_state.rng_state(self.device),
+                                self.trainer_state(), extra)
+        self.log(f"{'saving' if self.config.checkpoint.async_save else 'saved'} checkpoint {path}")
         return path
 
     def _maybe_resume(self) -> None:
@@ -299,10 +302,17 @@ class Trainer:
         self.consumed_tokens = state["consumed_tokens"]
         self.scaler.load_state_dict(state["scaler"])
         # RNG streams continue exactly when the layout is unchanged; otherwise they are re-seeded.
-        rng = reader.rng(self.mesh.rank) if state["layout"]["world_size"] == self.world else None
+        mesh = self.mesh
+        same_layout = state["layout"] == {"dp": mesh.dp, "pp": mesh.pp, "tp": mesh.tp, "world_size": mesh.world_size}
+        rng = reader.rng(mesh.rank) if same_layout else None
         if rng is not None:
             train_state.set_rng_state(rng, self.device)
         self.log(f"resumed from {path} at step {self.step}")
+
+
+def _barrier_all() -> None:
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        dist.barrier()
 
 
 def _tokenizer_json(source: str, tokenizer, out: Path) -> Path:

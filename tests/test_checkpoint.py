@@ -1,0 +1,138 @@
+"""Checkpoints: exact resume, resharding between layouts, atomicity under SIGKILL, retention."""
+import json
+import multiprocessing as mp
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+
+from distributed import run_distributed
+from test_tensor_parallel import VOCAB, RandomTokens, tiny_config
+from trident.train import checkpoint as ckpt
+
+STEPS, STOP = 6, 3
+BASE = ["train.global_batch_size=16", "train.micro_batch_size=2", "train.rampup_batch_size=[8,8,256]",
+        f"train.steps={STEPS}", "model.num_layers=4"]
+
+
+def make_trainer(config, out_dir):
+    from trident.train.trainer import Trainer
+
+    return Trainer(config, out_dir, datasets=(RandomTokens(config.model.seq_length), None), vocab_size=VOCAB,
+                   log=lambda *a: None)
+
+
+def run_steps(overrides, out_dir, stop=None, load=""):
+    """Train from `load` (or scratch) up to `stop` steps (or the end); save there; return losses."""
+    trainer = make_trainer(tiny_config(*BASE, *overrides, f"checkpoint.load={load}",
+                                       f"checkpoint.dir={out_dir}/ckpt"), out_dir)
+    losses = []
+    while trainer.step < (stop or STEPS):
+        losses.append(trainer.train_step()["loss"])
+    if stop:
+        trainer.save()
+        trainer.writer.wait()
+    return losses
+
+
+def _rank_steps(rank, world, overrides, out_dir, stop, load):
+    return run_steps(overrides, out_dir, stop, load)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("extra", [[], ["checkpoint.async_save=true", "train.precision=bf16"]])
+def test_resume_is_exact_with_dropout(extra, tmp_path):
+    overrides = ["model.hidden_dropout=0.1", "model.attention_dropout=0.1", *extra]
+    whole = run_steps(overrides, tmp_path / "whole")
+    first = run_steps(overrides, tmp_path / "split", stop=STOP)
+    second = run_steps(overrides, tmp_path / "split", load="auto")
+    assert first + second == whole  # bit-identical: data order, dropout masks, LR, ramp-up
+
+
+@pytest.mark.timeout(180)
+def test_resume_is_exact_in_3d_with_zero(tmp_path):
+    overrides = ["parallel.dp=2", "parallel.pp=2", "parallel.zero_stage=1", "model.hidden_dropout=0.1"]
+    whole = run_distributed(_rank_steps, 4, overrides, str(tmp_path / "whole"), None, "")
+    first = run_distributed(_rank_steps, 4, overrides, str(tmp_path / "split"), STOP, "")
+    second = run_distributed(_rank_steps, 4, overrides, str(tmp_path / "split"), None, "auto")
+    for rank in range(4):
+        assert first[rank] + second[rank] == whole[rank]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    return run_steps([], tmp_path_factory.mktemp("one"))
+
+
+LAYOUTS = {
+    "single": (1, []),
+    "tp2_pp2": (4, ["parallel.tp=2", "parallel.pp=2"]),
+    "tp4": (4, ["parallel.tp=4"]),
+    "pp2_dp2_zero1": (4, ["parallel.pp=2", "parallel.dp=2", "parallel.zero_stage=1"]),
+    "tp2": (2, ["parallel.tp=2"]),
+    "tp2_pp2_dp2": (8, ["parallel.tp=2", "parallel.pp=2", "parallel.dp=2", "parallel.zero_stage=1"]),
+    "dp2_zero1": (2, ["parallel.dp=2", "parallel.zero_stage=1"]),
+}
+
+
+def _run_layout(name, out_dir, stop=None, load=""):
+    world, overrides = LAYOUTS[name]
+    if world == 1:
+        return run_steps(overrides, out_dir, stop, load)
+    return run_distributed(_rank_steps, world, overrides, str(out_dir), stop, load, timeout=150)[-1]
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("source,target", [("tp2_pp2", "tp4"), ("pp2_dp2_zero1", "tp2"),
+                                           ("single", "tp2_pp2_dp2"), ("dp2_zero1", "single")])
+def test_checkpoint_reshards_to_another_layout(source, target, uninterrupted, tmp_path):
+    """Save after STOP steps in one layout, continue in another: the losses of the continued run
+    equal the uninterrupted run's, so the weights and the optimizer state both came across."""
+    first = _run_layout(source, tmp_path / "a", stop=STOP)
+    path = ckpt.complete_checkpoints(tmp_path / "a" / "ckpt")[-1]
+    second = _run_layout(target, tmp_path / "b", load=str(path))
+    np.testing.assert_allclose(first + second, uninterrupted, rtol=1e-5)
+
+
+def _train_forever(out_dir):
+    os.environ["OMP_NUM_THREADS"] = "1"
+    trainer = make_trainer(tiny_config("train.steps=100000", f"checkpoint.dir={out_dir}",
+                                       "checkpoint.keep_last=2"), out_dir)
+    while True:
+        trainer.train_step()
+        trainer.save()
+
+
+@pytest.mark.timeout(120)
+def test_sigkill_never_leaves_a_complete_looking_partial_checkpoint(tmp_path):
+    context = mp.get_context("fork")
+    for delay in (0.3, 0.7, 1.1, 1.6, 2.2):
+        proc = context.Process(target=_train_forever, args=(tmp_path,), daemon=True)
+        proc.start()
+        time.sleep(delay)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.join()
+        for path in ckpt.complete_checkpoints(tmp_path):
+            reader = ckpt.CheckpointReader(path)
+            for name in reader.names("model") + reader.names("exp_avg"):
+                reader.read(name, "model" if name in reader.names("model") else "exp_avg")
+            assert json.loads((path / "trainer_state.json").read_text())["step"] == int(path.name.split("_")[1])
+        latest = tmp_path / "latest"
+        if latest.exists():
+            assert (tmp_path / latest.read_text() / ckpt.COMPLETE).exists()
+
+
+def test_keep_last_and_incomplete_checkpoints_are_ignored(tmp_path):
+    trainer = make_trainer(tiny_config("train.steps=4", "checkpoint.save_interval=1", "checkpoint.keep_last=2",
+                                       f"checkpoint.dir={tmp_path}"), tmp_path)
+    trainer.train()
+    assert [p.name for p in ckpt.complete_checkpoints(tmp_path)] == ["step_0000003", "step_0000004"]
+    (tmp_path / "step_0000009").mkdir()  # a newer folder without COMPLETE: a crashed save
+    assert ckpt.resolve_checkpoint("auto", tmp_path).name == "step_0000004"
+    with pytest.raises(FileNotFoundError, match="COMPLETE"):
+        ckpt.CheckpointReader(tmp_path / "step_0000009")
+    ckpt.prune_checkpoints(tmp_path, keep_last=0)  # 0 keeps everything; the newest is never deleted
+    ckpt.prune_checkpoints(tmp_path, keep_last=1)
+    assert [p.name for p in ckpt.complete_checkpoints(tmp_path)] == ["step_0000004"]
