@@ -122,6 +122,18 @@ def test_cli_evaluates_a_trident_checkpoint(tokenizer, tmp_path, capsys):
     assert direct["results"]["piqa"]["1"]["metrics"] == pytest.approx(on_disk["results"]["piqa"]["1"]["metrics"])
 
 
+def test_bf16_scores_close_to_fp32(tokenizer, tmp_path):
+    ckpt, _ = _save_trident_checkpoint(tokenizer, tmp_path)
+    from trident.evaluate.lm import load_trident
+
+    requests = [("Question: Clean a window\nAnswer:", " wipe it with soapy water."), ("The dog barked", " at")]
+    fp32 = load_trident(ckpt).loglikelihood(requests)
+    bf16 = load_trident(ckpt, dtype="bf16")
+    assert bf16.describe()["dtype"] == "bf16"
+    for (a, _), (b, _) in zip(fp32, bf16.loglikelihood(requests)):
+        assert b == pytest.approx(a, rel=0.05) and a != b
+
+
 def test_cli_reports_a_missing_data_file(tokenizer, tmp_path, capsys):
     ckpt, _ = _save_trident_checkpoint(tokenizer, tmp_path)
     data = tmp_path / "data"

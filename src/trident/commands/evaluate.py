@@ -39,6 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="n-gram length for --contamination-corpus (default 13, as GPT-3 / MT-NLG)")
     parser.add_argument("--tokenizer", metavar="PATH", help="tokenizer.json when the checkpoint has none")
     parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    parser.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32",
+                        help="weights' precision for the forward pass (log-softmax is fp32 either way)")
     parser.add_argument("--json", action="store_true", help="print results.json to stdout instead of the table")
 
 
@@ -53,10 +55,10 @@ def run(args) -> int:
         return 2
     try:
         if args.hf:
-            lm = load_hf(args.hf, batch_size=args.batch_size, device=args.device)
+            lm = load_hf(args.hf, batch_size=args.batch_size, device=args.device, dtype=args.dtype)
         else:
             lm = load_trident(args.checkpoint, batch_size=args.batch_size, device=args.device,
-                              tokenizer_path=args.tokenizer)
+                              tokenizer_path=args.tokenizer, dtype=args.dtype)
         results = run_evaluation(lm, args.tasks.split(","), args.shots, args.data_dir, args.out, seed=args.seed,
                                  batch_size=args.batch_size, limit=args.limit, log_samples=args.log_samples,
                                  bias=args.bias, progress=not args.json and sys.stderr.isatty(),

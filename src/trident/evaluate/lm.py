@@ -217,17 +217,23 @@ def count_parameters(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
 def trident_lm(model: torch.nn.Module, tokenizer, max_length: int, *, batch_size: int = 8, device: str = "cpu",
-               checkpoint: str | None = None, name: str = "trident-gpt") -> CausalLM:
-    """Wrap a trident GPT (`model(ids) -> logits` over the padded vocabulary) and its Tokenizer."""
-    model.eval().to(device)
-    info = {"kind": "trident", "name": name, "checkpoint": checkpoint, "parameters": count_parameters(model)}
+               checkpoint: str | None = None, name: str = "trident-gpt", dtype: str = "fp32") -> CausalLM:
+    """Wrap a trident GPT (`model(ids) -> logits` over the padded vocabulary) and its Tokenizer.
+
+    The model is put in eval mode and moved to `device` / `dtype` in place."""
+    model.eval().to(device=device, dtype=DTYPES[dtype])  # log-softmax is always taken in fp32
+    info = {"kind": "trident", "name": name, "checkpoint": checkpoint, "parameters": count_parameters(model),
+            "dtype": dtype}
     return CausalLM(model, tokenizer, vocab_size=tokenizer.vocab_size, eod_id=tokenizer.eod_id,
                     max_length=max_length, batch_size=batch_size, device=device, info=info)
 
 
 def load_trident(checkpoint: str | Path, *, batch_size: int = 8, device: str = "cpu",
-                 tokenizer_path: str | Path | None = None) -> CausalLM:
+                 tokenizer_path: str | Path | None = None, dtype: str = "fp32") -> CausalLM:
     """Load a trident checkpoint (trident.train.checkpoint.load_for_inference) for scoring.
 
     The tokenizer is the checkpoint's own tokenizer.json, else `tokenizer_path`, else the
@@ -247,7 +253,7 @@ def load_trident(checkpoint: str | Path, *, batch_size: int = 8, device: str = "
     # a run's checkpoints/ folder stands for its newest complete step: record which one was used
     resolved = (resolve_checkpoint(str(checkpoint), Path(checkpoint)) or Path(checkpoint)).resolve()
     return trident_lm(model, tokenizer, config.model.seq_length, batch_size=batch_size, device=device,
-                      checkpoint=str(resolved), name=f"{resolved.parent.parent.name}/{resolved.name}")
+                      checkpoint=str(resolved), name=f"{resolved.parent.parent.name}/{resolved.name}", dtype=dtype)
 
 
 class _HFCodec:
@@ -264,9 +270,9 @@ class _HFCodec:
 
 
 def hf_lm(model, tokenizer, *, batch_size: int = 8, device: str = "cpu", name: str = "hf-model",
-          checkpoint: str | None = None) -> CausalLM:
+          checkpoint: str | None = None, dtype: str = "fp32") -> CausalLM:
     """Wrap a transformers causal LM (`model(input_ids=...).logits`) and its tokenizer."""
-    model.eval().to(device)
+    model.eval().to(device=device, dtype=DTYPES[dtype])
     config = model.config
     max_length = getattr(config, "n_positions", None) or getattr(config, "max_position_embeddings", None)
     if not max_length:
@@ -275,12 +281,12 @@ def hf_lm(model, tokenizer, *, batch_size: int = 8, device: str = "cpu", name: s
     if eod is None:
         raise ValueError(f"{name}: neither the tokenizer nor the model config defines an eos token id")
     info = {"kind": "transformers", "name": name, "checkpoint": checkpoint, "parameters": count_parameters(model),
-            "architecture": type(model).__name__}
+            "architecture": type(model).__name__, "dtype": dtype}
     return CausalLM(lambda ids: model(input_ids=ids).logits, _HFCodec(tokenizer), vocab_size=len(tokenizer),
                     eod_id=eod, max_length=int(max_length), batch_size=batch_size, device=device, info=info)
 
 
-def load_hf(model_dir: str | Path, *, batch_size: int = 8, device: str = "cpu") -> CausalLM:
+def load_hf(model_dir: str | Path, *, batch_size: int = 8, device: str = "cpu", dtype: str = "fp32") -> CausalLM:
     """Load a local Hugging Face causal LM directory (AutoModelForCausalLM + AutoTokenizer)."""
     try:
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -293,4 +299,4 @@ def load_hf(model_dir: str | Path, *, batch_size: int = 8, device: str = "cpu") 
     model = AutoModelForCausalLM.from_pretrained(model_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     return hf_lm(model, tokenizer, batch_size=batch_size, device=device, name=model_dir.name,
-                 checkpoint=str(model_dir.resolve()))
+                 checkpoint=str(model_dir.resolve()), dtype=dtype)
