@@ -42,13 +42,21 @@ class Windows:
         return self.rows[i % len(self.rows)]
 
 
+_TRAINED = {}  # test_hf_interop imports the fixture too; pytest would otherwise train once per module
+
+
 @pytest.fixture(scope="session")
 def trained_checkpoint(tmp_path_factory):
     """(checkpoint path, tokenizer, sample text) of a 2-layer model trained for 40 steps on docstrings."""
+    if "result" not in _TRAINED:
+        _TRAINED["result"] = _train_checkpoint(tmp_path_factory.mktemp("gen_ckpt"))
+    return _TRAINED["result"]
+
+
+def _train_checkpoint(root):
     from trident.data.tokenizer import train_tokenizer
     from trident.train.trainer import Trainer
 
-    root = tmp_path_factory.mktemp("gen_ckpt")
     text = stdlib_text()
     (root / "corpus.txt").write_text(text)
     tokenizer = train_tokenizer([root / "corpus.txt"], vocab_size=400, out=root / "tokenizer.json")
