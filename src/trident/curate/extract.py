@@ -24,6 +24,8 @@ class Extract(StreamingStage):
         self.min_chars = min_chars
 
     def setup(self) -> None:
+        import trafilatura  # noqa: F401  (imported here so start-up is not timed as extraction)
+
         # trafilatura logs every page it finds too short; those are counted here instead.
         logging.getLogger("trafilatura").setLevel(logging.ERROR)
 

@@ -242,24 +242,26 @@ def _run_phases(specs: list[dict], files: list[tuple[Path, str]], work: Path, po
     for number, (kind, phase_specs) in enumerate(split_phases(specs)):
         phase_dir = work / f"phase-{number:02d}"
         if kind == "global":
-            current, counters = run_global_phase(phase_specs[0], current, phase_dir, pool)
-            stage_stats.append(_entry(phase_specs[0], "global", counters))
+            current, counters, seconds = run_global_phase(phase_specs[0], current, phase_dir, pool)
+            stage_stats.append(_entry(phase_specs[0], "global", counters, seconds))
             continue
         read_raw = number == 0
         shard_inputs = current if read_raw else [(p, None) for p in current]
         names = "+".join(s["stage"] for s in phase_specs) or "read"
         current, totals = run_stream_phase(phase_specs, shard_inputs, phase_dir, pool, options, read_raw, desc=names)
         if read_raw:
-            stage_stats.append({"name": "read", "kind": "read", "params": {}, "counters": totals["read"]})
+            stage_stats.append({"name": "read", "kind": "read", "params": {}, "counters": totals["read"],
+                                "seconds": round(totals["seconds"][0], 3)})
             errors.extend(totals["errors"])
-        for spec, counters in zip(phase_specs, totals["stages"]):
-            stage_stats.append(_entry(spec, "streaming", counters))
+        for spec, counters, seconds in zip(phase_specs, totals["stages"], totals["seconds"][1:]):
+            stage_stats.append(_entry(spec, "streaming", counters, seconds))
         if totals["written"] != stage_stats[-1]["counters"].get("out", 0):
             problems.append(f"phase {names}: wrote {totals['written']} documents but counted "
                             f"{stage_stats[-1]['counters'].get('out', 0)} out")
     return current, stage_stats, errors, problems
 
 
-def _entry(spec: dict, kind: str, counters: Counter) -> dict:
+def _entry(spec: dict, kind: str, counters: Counter, seconds: float) -> dict:
     params = {k: v for k, v in spec.items() if k not in ("stage", "enabled")}
-    return {"name": spec["stage"], "kind": kind, "params": params, "counters": Counter(counters)}
+    return {"name": spec["stage"], "kind": kind, "params": params, "counters": Counter(counters),
+            "seconds": round(seconds, 3)}

@@ -67,13 +67,13 @@ def plot_bins(bins: dict[str, int], path: Path, title: str, xlabel: str) -> None
 
 
 def _stage_table(stats: dict) -> list[str]:
-    rows = ["| stage | kind | in | out | dropped (by reason) | bytes in | bytes out |",
-            "|---|---|---:|---:|---|---:|---:|"]
+    rows = ["| stage | kind | in | out | dropped (by reason) | bytes in | bytes out | seconds |",
+            "|---|---|---:|---:|---|---:|---:|---:|"]
     for stage in stats["stages"]:
         counters = stage["counters"]
         drops = ", ".join(f"{k.split(':', 1)[1]} {v}" for k, v in counters.items() if k.startswith("dropped:")) or "-"
         rows.append(f"| {stage['name']} | {stage['kind']} | {counters.get('in', 0)} | {counters.get('out', 0)} | "
-                    f"{drops} | {counters.get('bytes_in', '')} | {counters.get('bytes_out', '')} |")
+                    f"{drops} | {counters.get('bytes_in', '')} | {counters.get('bytes_out', '')} | {stage.get('seconds', '')} |")
     return rows
 
 

@@ -9,9 +9,10 @@ import importlib
 import json
 import os
 import shutil
+import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from trident.curate.document import CurateError
 from trident.curate.shards import RecordLog, read_documents, read_shard, write_shard
@@ -58,11 +59,27 @@ def import_modules(modules: list[str]) -> None:
             raise CurateError(f"pipeline config: modules: cannot import {module!r} ({err})") from err
 
 
+def _timed(docs: Iterator, spent: list[float], slot: int) -> Iterator:
+    """Pass `docs` through, adding the time spent producing each item to spent[slot] (this
+    includes the time of the generators upstream; stream_shard subtracts it)."""
+    iterator = iter(docs)
+    while True:
+        start = time.perf_counter()
+        try:
+            item = next(iterator)
+        except StopIteration:
+            spent[slot] += time.perf_counter() - start
+            return
+        spent[slot] += time.perf_counter() - start
+        yield item
+
+
 def stream_shard(task: dict) -> dict:
     """One shard through a chain of streaming stages (module-level: it runs in worker processes).
 
     Returns {"read": reader counters or None, "stages": [counters per stage], "errors": [...],
-    "written": n}; the same dict is saved as the shard's completion marker.
+    "written": n, "seconds": [reader, stage 1, ...] (each stage's own time)}; the same dict is
+    saved as the shard's completion marker.
     """
     marker = Path(task["output"] + MARKER_SUFFIX)
     if marker.exists() and Path(task["output"]).exists():
@@ -77,15 +94,19 @@ def stream_shard(task: dict) -> dict:
                               max_doc_bytes=task["max_doc_bytes"])
     else:
         docs = read_shard(Path(task["input"]))
-    for stage in stages:
+    spent = [0.0] * (len(stages) + 1)
+    docs = _timed(docs, spent, 0)
+    for slot, stage in enumerate(stages, start=1):
         assert isinstance(stage, StreamingStage)
-        docs = stage.process(docs)
+        docs = _timed(stage.process(docs), spent, slot)
     written = write_shard(Path(task["output"]), docs)
+    own = [spent[0]] + [spent[i] - spent[i - 1] for i in range(1, len(spent))]
     result = {
         "read": dict(log.counters) if task["read_raw"] else None,
         "stages": [dict(stage.counters) for stage in stages],
         "errors": log.errors,
         "written": written,
+        "seconds": [round(x, 6) for x in own],
     }
     write_json_atomic(marker, result)
     return result
@@ -103,8 +124,10 @@ def run_stream_phase(specs: list[dict], inputs: list[tuple[Path, str | None]], p
             "max_doc_bytes": options["max_doc_bytes"], "modules": options.get("modules", []),
         })
     results = executor.map(stream_shard, tasks, desc=desc)
-    totals = {"read": Counter(), "stages": [Counter() for _ in specs], "errors": [], "written": 0}
+    totals = {"read": Counter(), "stages": [Counter() for _ in specs], "errors": [], "written": 0,
+              "seconds": [0.0] * (len(specs) + 1)}
     for result in results:
+        totals["seconds"] = [a + b for a, b in zip(totals["seconds"], result["seconds"])]
         if result["read"] is not None:
             totals["read"].update(result["read"])
         for counter, counts in zip(totals["stages"], result["stages"]):
@@ -114,20 +137,24 @@ def run_stream_phase(specs: list[dict], inputs: list[tuple[Path, str | None]], p
     return [Path(t["output"]) for t in tasks], totals
 
 
-def run_global_phase(spec: dict, inputs: list[Path], phase_dir: Path, executor: Executor) -> tuple[list[Path], Counter]:
-    """Run one global stage (or reuse its finished result); returns (output shards, counters)."""
+def run_global_phase(spec: dict, inputs: list[Path], phase_dir: Path,
+                     executor: Executor) -> tuple[list[Path], Counter, float]:
+    """Run one global stage (or reuse its finished result); returns (output shards, counters, wall seconds)."""
     marker = phase_dir / ("_phase" + MARKER_SUFFIX)
     if marker.exists():
         done = json.loads(marker.read_text())
         outputs = [Path(p) for p in done["outputs"]]
         if all(p.exists() for p in outputs):
-            return outputs, Counter(done["counters"])
+            return outputs, Counter(done["counters"]), done["seconds"]
     if phase_dir.exists():
         shutil.rmtree(phase_dir)  # a half-finished global phase is redone from scratch
     phase_dir.mkdir(parents=True)
     stage = build_stage(spec["stage"], _params(spec))
     assert isinstance(stage, GlobalStage)
+    start = time.perf_counter()
     stage.setup()
     outputs = [Path(p) for p in stage.run(list(inputs), phase_dir, executor)]
-    write_json_atomic(marker, {"outputs": [str(p) for p in outputs], "counters": dict(stage.counters)})
-    return outputs, Counter(stage.counters)
+    seconds = round(time.perf_counter() - start, 6)
+    write_json_atomic(marker, {"outputs": [str(p) for p in outputs], "counters": dict(stage.counters),
+                               "seconds": seconds})
+    return outputs, Counter(stage.counters), seconds
