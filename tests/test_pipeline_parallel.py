@@ -96,3 +96,26 @@ def test_interleaving_needs_two_stages():
 
     with pytest.raises(ConfigError, match="parallel.virtual_stages"):
         tiny_config("parallel.schedule=interleaved", "parallel.virtual_stages=2").validate(1)
+
+
+def _timeline_rank(rank, world, out_dir):
+    from trident.train.trainer import Trainer
+
+    config = tiny_config(*RAMP, "parallel.pp=2", "logging.record_timeline=true")
+    trainer = Trainer(config, out_dir, datasets=(RandomTokens(32), None), vocab_size=VOCAB, log=lambda *a: None)
+    record = trainer.train_step()
+    return record["bubble"], record["bubble_theory"]
+
+
+@pytest.mark.timeout(60)
+def test_trainer_records_the_measured_pipeline_timeline(tmp_path):
+    from trident.parallel.pipeline_diagram import Timeline
+
+    results = run_distributed(_timeline_rank, 2, str(tmp_path))
+    measured, theory = results[0]
+    assert theory == pytest.approx(1 / 4)  # (pp - 1) / m with m = 8 / 2 micro-batches
+    assert measured > 0
+    timeline = Timeline.load(tmp_path / "timeline_step1.json")
+    for stage in range(2):  # every micro-batch forwarded and backwarded once on each stage
+        kinds = sorted((b.kind, b.microbatch) for b in timeline.boxes if b.stage == stage)
+        assert kinds == sorted([(k, m) for k in ("forward", "backward") for m in range(4)])

@@ -51,7 +51,7 @@ class Attention(nn.Module):
     def forward(self, x: torch.Tensor, cache: dict | None = None, selective: bool = False) -> torch.Tensor:
         qkv = self.qkv(x)
         if selective and cache is None and self.training:
-            out = checkpoint(self.core, qkv, None, use_reentrant=False)
+            out = checkpoint(self.core, qkv, None, use_reentrant=False, context_fn=T.checkpoint_rng_contexts)
         else:
             out = self.core(qkv, cache)
         return self.proj(out)
@@ -148,7 +148,7 @@ class GPT(nn.Module):
 
     def _run_block(self, block: Block, x: torch.Tensor, cache: dict | None) -> torch.Tensor:
         if self.activation_checkpointing == "full" and self.training and cache is None:
-            return checkpoint(block, x, use_reentrant=False)
+            return checkpoint(block, x, use_reentrant=False, context_fn=T.checkpoint_rng_contexts)
         return block(x, cache, selective=self.activation_checkpointing == "selective")
 
     def new_cache(self) -> list[dict]:

@@ -28,6 +28,7 @@ class PipelineExecutor:
         self.shape, self.dtype, self.device, self.autocast = activation_shape, dtype, device, autocast
         self._schedules: dict[tuple[int, bool], list] = {}
         self.timeline: list[Box] | None = None  # set to [] to record compute boxes of the next run
+        self.origin: float | None = None  # shared time origin of those boxes (set after a barrier)
 
     def schedule(self, num_microbatches: int, backward: bool) -> list:
         key = (num_microbatches, backward)
@@ -49,7 +50,7 @@ class PipelineExecutor:
         self.outputs: dict = {}
         self.input_grads: dict = {}
         self.total = torch.zeros((), device=self.device)
-        self.start_time = time.perf_counter()
+        self.start_time = self.origin if self.origin is not None else time.perf_counter()
         ops = self.schedule(len(batches), backward)
         index = 0
         while index < len(ops):

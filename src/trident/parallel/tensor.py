@@ -309,3 +309,37 @@ class tp_split_rng:
         if self.active:
             TP_RNG.states[self.device.type] = _get_rng_state(self.device)
             _set_rng_state(self.device, self.saved)
+
+
+class _RNGSnapshot:
+    """Forward side of activation checkpointing: remember the TP stream as the forward saw it."""
+
+    def __init__(self, holder: dict):
+        self.holder = holder
+
+    def __enter__(self):
+        self.holder["states"] = TP_RNG.get_states()
+
+    def __exit__(self, *exc):
+        return None
+
+
+class _RNGReplay:
+    """Recompute side: replay the remembered TP stream, then put the live stream back."""
+
+    def __init__(self, holder: dict):
+        self.holder = holder
+
+    def __enter__(self):
+        self.live = TP_RNG.get_states()
+        TP_RNG.set_states(self.holder["states"])
+
+    def __exit__(self, *exc):
+        TP_RNG.set_states(self.live)
+
+
+def checkpoint_rng_contexts():
+    """`context_fn` for torch.utils.checkpoint: recomputation draws the same split-region dropout
+    masks as the forward did (torch itself replays only the default generator)."""
+    holder: dict = {}
+    return _RNGSnapshot(holder), _RNGReplay(holder)

@@ -181,6 +181,7 @@ class Trainer:
         start = time.perf_counter()
         micro = batch_size // (cfg.train.micro_batch_size * mesh.dp)
         batches = list(self.micro_batches(batch_size, self.train_data, self.consumed_samples))
+        recording = self._start_timeline()
         loss = self.forward_backward(batches, loss_divisor=micro * mesh.dp)
         self.finalize_gradients()
         grads = self.optimizer.grads()
@@ -199,7 +200,36 @@ class Trainer:
         self.step += 1
         self.consumed_samples += batch_size
         self.consumed_tokens += batch_size * cfg.model.seq_length
-        return self._record(loss.item(), lr, grad_norm, batch_size, elapsed, overflow)
+        record = self._record(loss.item(), lr, grad_norm, batch_size, elapsed, overflow)
+        if recording:
+            record |= self._finish_timeline(micro)
+        return record
+
+    def _start_timeline(self) -> bool:
+        """With logging.record_timeline and a pipeline: time this step's compute on every stage."""
+        if not (self.config.logging.record_timeline and self.executor is not None):
+            return False
+        dist.barrier(group=self.mesh.group("pp"))  # the shared time origin of all stages
+        self.executor.timeline, self.executor.origin = [], time.perf_counter()
+        return True
+
+    def _finish_timeline(self, micro: int) -> dict:
+        """Gather the stages' boxes; rank 0 writes OUT/timeline_stepN.json. Returns measured and
+        theoretical bubble fractions for the metrics line."""
+        from trident.parallel.pipeline import theoretical_bubble
+        from trident.parallel.pipeline_diagram import Timeline
+
+        boxes = [None] * self.mesh.pp
+        dist.all_gather_object(boxes, self.executor.timeline, group=self.mesh.group("pp"))
+        self.executor.timeline = None
+        p = self.config.parallel
+        timeline = Timeline(self.mesh.pp, micro, p.virtual_stages, p.schedule, "measured",
+                            [box for stage in boxes for box in stage])
+        if self.mesh.rank == 0:
+            self.out.mkdir(parents=True, exist_ok=True)
+            timeline.save(self.out / f"timeline_step{self.step}.json")
+        return {"bubble": timeline.bubble_fraction, "bubble_theory": theoretical_bubble(self.mesh.pp, micro,
+                                                                                         p.virtual_stages)}
 
     def _reduce_loss(self, loss: torch.Tensor) -> torch.Tensor:
         """Global-batch mean loss, on every rank (sum of the DP partial means, from the last stage)."""
