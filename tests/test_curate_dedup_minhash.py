@@ -12,7 +12,7 @@ from trident.curate.minhash import (
     jaccard,
     shingle_hashes,
     shingles,
-    xxh64_windows,
+    xxh64_slices,
 )
 
 
@@ -57,13 +57,18 @@ def test_vectorised_xxh64_equals_the_library():
     for width in (1, 3, 4, 5, 8, 13, 31):
         for seed in (0, 12345):
             expected = [xxhash.xxh64_intdigest(data[i : i + width], seed) for i in range(len(data) - width + 1)]
-            assert xxh64_windows(data, width, seed).tolist() == expected
-    # ASCII texts (vectorised) and non-ASCII texts (one call per shingle) hash shared shingles alike.
+            assert xxh64_slices(data, None, width, seed).tolist() == expected
+            assert xxh64_slices(data, np.arange(len(expected)), width, seed).tolist() == expected
+    starts = np.array([7, 0, 90, 7])
+    assert xxh64_slices(data, starts, 9).tolist() == [xxhash.xxh64_intdigest(data[s : s + 9]) for s in starts]
+    with pytest.raises(ValueError, match="outside"):
+        xxh64_slices(data, np.array([115]), 9)
+    # Shingle hashes are xxh64 of each shingle's UTF-8 bytes, whatever the characters' widths.
+    for text in ("xxx abc", "plain ascii wörds — here 𝄞 ok", "日本語のテキストです"):
+        assert shingle_hashes(text).tolist() == sorted(
+            {xxhash.xxh64_intdigest(s.encode()) for s in shingles(text, 5)})
     ascii_text, other = shingle_hashes("plain ascii words here"), shingle_hashes("plain ascii wörds here")
-    common = len(np.intersect1d(ascii_text, other))
-    assert common == len(ascii_text) - 5  # exactly the 5 shingles covering o/ö differ
-    assert shingle_hashes("x" * 3 + " abc").tolist() == sorted(
-        {xxhash.xxh64_intdigest(s.encode()) for s in shingles("xxx abc", 5)})
+    assert len(np.intersect1d(ascii_text, other)) == len(ascii_text) - 5  # the 5 covering o/ö
 
 
 def test_estimate_tracks_true_jaccard():

@@ -9,9 +9,9 @@ Exact rules (docs/curation-dedup.md repeats them):
 - ``unit="char"``: shingles are the distinct substrings of ``ngram``
   characters; a non-empty text shorter than that is one shingle.
   ``unit="word"``: shingles are ``ngram`` consecutive space-separated words.
-- Each shingle is hashed once to 64 bits: xxh64 (seed 0) of its UTF-8 bytes. For
-  ASCII text, whose shingles are fixed-width byte windows, ``xxh64_windows``
-  computes all of them at once in numpy (tested equal to the xxhash library).
+- Each shingle is hashed once to 64 bits: xxh64 (seed 0) of its UTF-8 bytes.
+  ``xxh64_slices`` computes all character shingles of a text at once in numpy,
+  one pass per distinct byte width (tested equal to the xxhash library).
 - Hash function i is the seeded multiply-shift family (Dietzfelbinger et al.)
   ``h_i(x) = (a_i * x mod 2**64) >> 32`` with a_i odd, drawn from
   ``numpy.random.default_rng(seed)``. The signature holds, per function, the
@@ -71,23 +71,34 @@ def _rotl(x: np.ndarray, r: int) -> np.ndarray:
     return (x << np.uint64(r)) | (x >> np.uint64(64 - r))
 
 
-def xxh64_windows(data: bytes, width: int, seed: int = 0) -> np.ndarray:
-    """``xxhash.xxh64_intdigest(data[i:i+width], seed)`` for every window i, computed at once.
+def xxh64_slices(data: bytes, starts: np.ndarray | None, width: int, seed: int = 0) -> np.ndarray:
+    """``xxhash.xxh64_intdigest(data[s:s+width], seed)`` for every s in ``starts`` (None: every
+    window 0, 1, ..., len - width), computed at once.
 
     A numpy transcription of XXH64 for inputs shorter than 32 bytes (its only code path for
-    them): one vector operation per step instead of one Python call per window.
+    them): one vector operation per step instead of one Python call per slice.
     """
     if not 1 <= width < 32:
-        raise ValueError(f"window width must be in [1, 32), got {width}")
+        raise ValueError(f"slice width must be in [1, 32), got {width}")
     buf = np.frombuffer(data, dtype=np.uint8).astype(np.uint64)
-    count = len(buf) - width + 1
-    if count <= 0:
-        return np.zeros(0, dtype=np.uint64)
+    if starts is None:
+        count = max(0, len(buf) - width + 1)
 
-    def read(offset: int, nbytes: int) -> np.ndarray:  # little-endian word at window + offset
-        word = buf[offset : offset + count].copy()
+        def at(offset: int) -> np.ndarray:  # byte `offset` of every window: a contiguous slice
+            return buf[offset : offset + count]
+    else:
+        starts = np.asarray(starts, dtype=np.int64)
+        count = len(starts)
+        if count and (starts.min() < 0 or starts.max() + width > len(buf)):
+            raise ValueError(f"slices of width {width} run outside the {len(buf)}-byte buffer")
+
+        def at(offset: int) -> np.ndarray:
+            return buf[starts + offset]
+
+    def read(offset: int, nbytes: int) -> np.ndarray:  # little-endian word at start + offset
+        word = at(offset).copy()
         for k in range(1, nbytes):
-            word |= buf[offset + k : offset + k + count] << np.uint64(8 * k)
+            word |= at(offset + k) << np.uint64(8 * k)
         return word
 
     p1, p2, p3, p4, p5 = (np.uint64(p) for p in (_P1, _P2, _P3, _P4, _P5))
@@ -101,7 +112,7 @@ def xxh64_windows(data: bytes, width: int, seed: int = 0) -> np.ndarray:
         h = _rotl(h ^ (read(pos, 4) * p1), 23) * p2 + p3
         pos += 4
     while pos < width:
-        h = _rotl(h ^ (buf[pos : pos + count] * p5), 11) * p1
+        h = _rotl(h ^ (at(pos) * p5), 11) * p1
         pos += 1
     h ^= h >> np.uint64(33)
     h *= p2
@@ -112,14 +123,24 @@ def xxh64_windows(data: bytes, width: int, seed: int = 0) -> np.ndarray:
 
 
 def _char_shingle_hashes(norm: str, ngram: int) -> np.ndarray:
-    """xxh64 of every character shingle (with repeats) of a normalised, non-empty text."""
+    """xxh64 of the UTF-8 bytes of every character shingle (with repeats) of a non-empty text."""
+    data = norm.encode("utf-8", errors="surrogatepass")
     if len(norm) <= ngram:
-        return np.array([xxhash.xxh64_intdigest(norm.encode("utf-8"))], dtype=np.uint64)
-    if norm.isascii() and ngram < 32:
-        # One byte per character, so the shingles are the byte windows of the encoded text.
-        return xxh64_windows(norm.encode("ascii"), ngram)
-    found = (norm[i : i + ngram].encode("utf-8") for i in range(len(norm) - ngram + 1))
-    return np.fromiter(map(xxhash.xxh64_intdigest, found), dtype=np.uint64)
+        return np.array([xxhash.xxh64_intdigest(data)], dtype=np.uint64)
+    if len(data) == len(norm) and ngram < 32:
+        return xxh64_slices(data, None, ngram)  # ASCII: shingles are the byte windows
+    # Shingle i spans the bytes from character i's first byte to character i+ngram's first byte.
+    lead = np.flatnonzero((np.frombuffer(data, dtype=np.uint8) & 0xC0) != 0x80)
+    bounds = np.r_[lead, len(data)]
+    starts, widths = bounds[: len(norm) - ngram + 1], bounds[ngram:] - bounds[: len(norm) - ngram + 1]
+    hashes = np.empty(len(starts), dtype=np.uint64)
+    for width in np.unique(widths).tolist():  # one vectorised pass per byte width (1 for ASCII)
+        chosen = widths == width
+        if width < 32:
+            hashes[chosen] = xxh64_slices(data, starts[chosen], width)
+        else:
+            hashes[chosen] = [xxhash.xxh64_intdigest(data[i : i + width]) for i in starts[chosen].tolist()]
+    return hashes
 
 
 def shingle_hashes(text: str, ngram: int = 5, unit: str = "char") -> np.ndarray:
