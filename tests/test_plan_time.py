@@ -112,3 +112,17 @@ def test_user_profile_extends_and_overrides(tmp_path):
     layout = Layout.from_config(config, 2240)
     assert step_time(config, layout, slower, 8).compute == pytest.approx(
         2 * step_time(config, layout, load_hardware("a100-80gb"), 8).compute, rel=0.05)
+
+
+def test_cpu_profile_measures_and_splits_the_host_among_ranks(monkeypatch):
+    import trident.train.metrics as metrics
+    from trident.plan.time import per_device
+
+    monkeypatch.setattr(metrics, "measured_cpu_peak_tflops", lambda dtype: 0.2)
+    cpu = load_hardware("cpu")
+    assert cpu.peak_tflops == 0.2 and cpu.fp32_peak_tflops == 0.2 and cpu.memory_gib > 0.5
+    two = per_device(cpu, gpus=2, gpus_per_node=cpu.gpus_per_node)
+    assert two.peak_tflops == pytest.approx(0.1)
+    assert two.usable_bytes == pytest.approx((cpu.memory_gib - 2 * cpu.reserved_gib) / 2 * 2**30)
+    a100 = load_hardware("a100-80gb")
+    assert per_device(a100, gpus=16, gpus_per_node=8) is a100  # real devices are not shared

@@ -7,7 +7,7 @@ element size, dropout masks and flash attention change them the way they change 
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from functools import lru_cache
 
 from trident.config import Config
@@ -68,7 +68,6 @@ class MemoryBreakdown:
     in_flight: float  # micro-batches (x chunks, for interleaving) whose activations are held at once
     params: float  # parameters held by this GPU
     optimizer_unsharded: float = 0.0  # what the optimizer state would take without ZeRO-1
-    notes: list = field(default_factory=list)
 
     @property
     def total(self) -> float:

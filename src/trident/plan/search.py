@@ -72,18 +72,20 @@ def layout_problems(config: Config, layout: Layout, gpus: int) -> list[str]:
 
 
 def evaluate(config: Config, layout: Layout, hardware: Hardware, gpus: int, gpus_per_node: int,
-             flash_attention: bool = False) -> Plan:
-    """Check one layout and, when it is possible, predict its memory and step time."""
+             flash_attention: bool = False, time_if_too_big: bool = True) -> Plan:
+    """Check one layout and, when it is possible, predict its memory and (if it fits, or
+    `time_if_too_big`) its step time."""
     plan = Plan(layout=layout, hardware=hardware.name, reasons=layout_problems(config, layout, gpus))
     if plan.reasons:
         return plan
     device = per_device(hardware, gpus, gpus_per_node)
     plan.usable_bytes = device.usable_bytes
     plan.memory = memory_per_gpu(config, layout, flash_attention)
-    plan.time = step_time(config, layout, device, gpus_per_node)
     if plan.memory.total > device.usable_bytes:
         plan.reasons.append(f"needs {plan.memory.total / 2**30:.1f} GiB per GPU (stage {plan.memory.stage}), "
                             f"more than the {device.usable_bytes / 2**30:.1f} GiB usable on {hardware.name}")
+    if plan.ok or time_if_too_big:
+        plan.time = step_time(config, layout, device, gpus_per_node)
     return plan
 
 
@@ -161,7 +163,7 @@ def rank_layouts(config: Config, hardware: Hardware, gpus: int, gpus_per_node: i
     plans, rejected, examined = [], Counter(), 0
     for layout in candidate_layouts(config, gpus, rejected, grad_dtype):
         examined += 1
-        plan = evaluate(config, layout, hardware, gpus, gpus_per_node, flash_attention)
+        plan = evaluate(config, layout, hardware, gpus, gpus_per_node, flash_attention, time_if_too_big=False)
         if plan.ok:
             plans.append(plan)
         else:

@@ -52,7 +52,7 @@ class Hardware:
         return (self.memory_gib - self.reserved_gib) * 2**30
 
 
-def _measured(value, what: str, dtype: str):
+def _measured(value, dtype: str):
     """Resolve `measure` / `detect` entries of the cpu profile on this host."""
     if value == "measure":
         import torch  # only the cpu profile pays for torch
@@ -90,9 +90,9 @@ def load_hardware(name: str, path: str | Path | None = None) -> Hardware:
     if unknown:
         raise ValueError(f"hardware profile '{name}': unknown field(s) {', '.join(sorted(unknown))}; "
                          f"known: {', '.join(sorted(known))}")
-    raw["peak_tflops"] = _measured(raw.get("peak_tflops"), "peak", "bf16")
-    raw["fp32_peak_tflops"] = _measured(raw.get("fp32_peak_tflops"), "peak", "fp32")
-    raw["memory_gib"] = _measured(raw.get("memory_gib"), "memory", "")
+    raw["peak_tflops"] = _measured(raw.get("peak_tflops"), "bf16")
+    raw["fp32_peak_tflops"] = _measured(raw.get("fp32_peak_tflops"), "fp32")
+    raw["memory_gib"] = _measured(raw.get("memory_gib"), "")
     try:
         return Hardware(name=name, **raw)
     except TypeError as error:
