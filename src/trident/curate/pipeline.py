@@ -161,7 +161,9 @@ def check_accounting(stages: list[dict]) -> list[str]:
 
 
 def _fingerprint(config: dict, inputs: list[tuple[Path, str]]) -> dict:
-    return {"stages": config["stages"], "inputs": [[str(p), d] for p, d in inputs],
+    # size and mtime: an input edited in place must not reuse markers of its old content
+    return {"stages": config["stages"],
+            "inputs": [[str(p), d, p.stat().st_size, p.stat().st_mtime_ns] for p, d in inputs],
             "strict": config["strict"], "max_doc_bytes": config["max_doc_bytes"]}
 
 
