@@ -14,6 +14,7 @@ import socket
 import statistics
 import sys
 import traceback
+import warnings
 from datetime import timedelta
 from pathlib import Path
 
@@ -100,6 +101,7 @@ def _worker(fn, rank, world_size, port, threads, results, args):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                       WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank))
     torch.set_num_threads(threads)
+    warnings.filterwarnings("ignore", category=FutureWarning)  # torch's rename notices of *_tensor collectives
     try:
         dist.init_process_group("gloo", rank=rank, world_size=world_size, timeout=timedelta(seconds=300))
         results.put((rank, "ok", fn(rank, world_size, *args)))
