@@ -48,6 +48,14 @@ def test_ngram_hashing_ignores_case_and_punctuation():
     words, starts, ends = words_with_spans("Hello, WORLD!  it's")
     assert words == ["hello", "world", "it", "s"]
     assert starts.tolist() == [0, 7, 15, 18] and ends.tolist() == [5, 12, 17, 19]
+    # Offsets come from numpy runs of word characters; they must equal the regex's matches.
+    import re
+
+    tricky = "İstanbul’s ΟΔΟΣ—straße\tnaïve (e\u0301) 日本語 x_1 𝄞 ٣٤ end."
+    words, starts, ends = words_with_spans(tricky)
+    matches = list(re.finditer(r"\w+", tricky))
+    assert words == [m.group().lower() for m in matches]
+    assert starts.tolist() == [m.start() for m in matches] and ends.tolist() == [m.end() for m in matches]
     a = ngram_hashes(word_hashes(words_with_spans("A b, C d")[0]), 2)
     b = ngram_hashes(word_hashes(words_with_spans("a B c-d")[0]), 2)
     assert a.tolist() == b.tolist() and len(a) == 3

@@ -51,13 +51,22 @@ def words_of(text: str) -> list[str]:
     return " ".join(found).lower().split(" ") if found else []
 
 
+def word_spans(text: str) -> tuple[np.ndarray, np.ndarray]:
+    """Character (start, end) offsets of the words of ``text``, as ``words_of`` lists them."""
+    if not text:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    # `\w+` matches maximal runs of word characters, so classify each distinct code point once
+    # and find the runs with numpy (a match object per word is slow on multi-MB documents).
+    points = np.frombuffer(text.encode("utf-32-le", errors="surrogatepass"), dtype=np.uint32)
+    distinct, inverse = np.unique(points, return_inverse=True)
+    is_word = np.array([_WORD.fullmatch(chr(c)) is not None for c in distinct.tolist()])[inverse]
+    edges = np.diff(np.r_[0, is_word.astype(np.int8), 0])
+    return np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
+
+
 def words_with_spans(text: str) -> tuple[list[str], np.ndarray, np.ndarray]:
     """Lower-cased words of ``text`` with their character start and end offsets in ``text``."""
-    matches = list(_WORD.finditer(text))
-    words = words_of(text)
-    starts = np.fromiter((m.start() for m in matches), dtype=np.int64, count=len(matches))
-    ends = np.fromiter((m.end() for m in matches), dtype=np.int64, count=len(matches))
-    return words, starts, ends
+    return (words_of(text), *word_spans(text))
 
 
 def word_hashes(words: list[str]) -> np.ndarray:
@@ -230,7 +239,7 @@ class IndexLookup:
             pos = np.searchsorted(self.hashes, grams)
             hit = np.flatnonzero(self.hashes[np.minimum(pos, len(self.hashes) - 1)] == grams)
             if len(hit) and starts is None:
-                _, starts, ends = words_with_spans(text)  # offsets only for texts that match
+                starts, ends = word_spans(text)  # offsets only for texts that match
             for i in hit.tolist():
                 j = int(pos[i])
                 while j < len(self.hashes) and self.hashes[j] == grams[i]:  # one n-gram, many tasks
