@@ -49,6 +49,14 @@ def main(argv: list[str] | None = None) -> int:
     if command is None or command not in available:
         parser.print_help() if command is None else parser.parse_args(argv)
         return 0 if command is None else 2
-    args = parser.parse_args(argv)
     module = importlib.import_module(f"trident.commands.{available[command][0]}")
+    # Parse the subcommand on its own so `key=value` overrides may come before or after options.
+    sub = argparse.ArgumentParser(prog=f"trident {command}", description=available[command][1])
+    module.add_arguments(sub)
+    rest = argv[argv.index(command) + 1:]
+    try:
+        args = sub.parse_intermixed_args(rest)
+    except TypeError:  # commands with nested subcommands (curate, tokenizer) cannot intermix
+        args = sub.parse_args(rest)
+    args.command = command
     return int(module.run(args) or 0)

@@ -18,10 +18,11 @@ import torch
 import torch.distributed as dist
 
 from trident.config import Config, save_config
-from trident.model.gpt import build_model, full_shape
+from trident.model.gpt import full_shape
 from trident.parallel import tensor as T
 from trident.parallel.data import all_reduce_coalesced
 from trident.parallel.mesh import build_mesh
+from trident.parallel.parallelize import build_model_chunks
 from trident.train import checkpoint as ckpt
 from trident.train import state as train_state
 from trident.train.metrics import MetricsWriter, console_line, model_flops, peak_memory_bytes, peak_tflops
@@ -57,7 +58,7 @@ class Trainer:
         if vocab_size is not None:
             config.model.vocab_size = vocab_size
         self._seed_everything(config.train.seed)
-        self.chunks = self._build_model_chunks()
+        self.chunks = build_model_chunks(config, self.mesh, self.device, DTYPES[config.train.precision])
         self.named_params = [item for chunk in self.chunks for item in chunk.named_parameters()]
         self.executor = self._build_executor()
         self.zero = config.parallel.zero_stage == 1 and self.mesh.dp > 1
@@ -100,25 +101,6 @@ class Trainer:
         np.random.seed(pp_seed % 2**32)
         torch.manual_seed(pp_seed)
         T.TP_RNG.seed(pp_seed + 2718 + self.mesh.tp_rank, self.device)
-
-    def _build_model_chunks(self) -> list:
-        """This rank's model chunks: one per virtual stage, each a GPT over its slice of the layers."""
-        from trident.parallel.pipeline import partition_layers
-
-        cfg, mesh = self.config, self.mesh
-        if cfg.model.vocab_size <= 0:
-            raise ValueError("config key 'model.vocab_size' is unknown: set it or give data.tokenizer")
-        tp = mesh.tp_context(cfg.parallel.sequence_parallel)
-        v = cfg.parallel.virtual_stages
-        ranges = partition_layers(cfg.model.num_layers, mesh.pp, v, cfg.parallel.layer_partition)[mesh.pp_rank]
-        chunks = []
-        for c, layers in enumerate(ranges):
-            chunk = build_model(cfg.model, cfg.model.padded_vocab_size(mesh.tp), cfg.train.seed, tp=tp,
-                                layers=layers, pre_process=mesh.is_first_stage and c == 0,
-                                post_process=mesh.is_last_stage and c == v - 1,
-                                activation_checkpointing=cfg.train.activation_checkpointing)
-            chunks.append(chunk.to(self.device, DTYPES[cfg.train.precision]))
-        return chunks
 
     def _build_executor(self):
         from trident.parallel.pipeline_executor import PipelineExecutor
