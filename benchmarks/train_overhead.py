@@ -6,25 +6,25 @@ Both loops train the GPT of trident.model.gpt.build_model (same seeded weights) 
   (PyTorch's default foreach implementation); bf16 the standard AMP recipe (fp32 weights + autocast).
 Steps alternate in A B B A order so machine-load drift hits both alike; the figures are medians over
 the timed steps (after warm-up), and the ratio is median(bare time) / median(trident time),
-i.e. trident tokens/s over bare tokens/s (target >= 0.95). MFU is against the matmul peak measured
-in the same run (common.matmul_peak_tflops: a 1024^3 matmul for 1 s, or the known GPU peak).
+i.e. trident tokens/s over bare tokens/s (target >= 0.95). Every step is timed twice: wall clock and
+this process's CPU time; with 1 thread (the default) the CPU time is the work done, unaffected by
+other jobs taking the cores, so the CPU-time ratio is the one to trust on a shared machine. MFU is
+against the matmul peak measured in the same run, before and after, by the same two clocks
+(common.matmul_peak_tflops: 1024^3 matmuls for 2 s; on a GPU the card's known peak).
 
     python benchmarks/train_overhead.py [--quick] [--steps N] [--precisions fp32,bf16] [--profile]
 
---profile prints where trident's step spends its time beyond the bare loop (cProfile, top functions).
+--profile prints torch.profiler op tables of both loops: trident's extra ops are its overhead.
 """
 from __future__ import annotations
 
 import argparse
-import cProfile
-import io
-import pstats
 import tempfile
 import time
 
 import torch
 
-from common import RandomTokens, emit_json, load_average, make_config, matmul_peak_tflops, median, print_table
+from common import RandomTokens, Timer, emit_json, load_average, make_config, matmul_peak_tflops, median, print_table
 
 # Sized so matmuls dominate a step but a step stays ~1-3 s on 2 loaded cores (fp32); bf16 on a CPU
 # without native bf16 matmul (AVX2) is ~30x slower, so it runs a smaller model.
@@ -37,8 +37,8 @@ MODELS = {
 QUICK = ["model.num_layers=2", "train.global_batch_size=4", "train.micro_batch_size=2"]
 
 
-def config_for(precision: str, quick: bool, device: str):
-    overrides = MODELS[precision] + (QUICK if quick else []) + [
+def config_for(precision: str, quick: bool, device: str, threads: int):
+    overrides = MODELS[precision] + (QUICK if quick else []) + [f"train.threads={threads}",
         f"train.precision={precision}", "train.rampup_batch_size=null", "train.eval_interval=0",
         "train.steps=1000000", f"train.device={device}"]
     return make_config("demo", overrides)
@@ -82,56 +82,69 @@ class BareLoop:
         return total
 
 
-def measure(precision: str, steps: int, warmup: int, quick: bool, device: str, profile: bool) -> dict:
+def measure(precision: str, steps: int, warmup: int, quick: bool, device: str, threads: int, profile: bool) -> dict:
     from trident.train.metrics import model_flops
     from trident.train.trainer import Trainer
 
-    config = config_for(precision, quick, device)
+    config = config_for(precision, quick, device, threads)
     m = config.model
     dataset = RandomTokens(m.seq_length, m.vocab_size, n=4096)
+    dtype = torch.float32 if precision == "fp32" else torch.bfloat16
     with tempfile.TemporaryDirectory() as out:
         trainer = Trainer(config, out, datasets=(dataset, None), vocab_size=m.vocab_size, log=lambda *a: None)
         bare = BareLoop(config, trainer.device)
-        times = {"trident": [], "bare": []}
+        peaks = [matmul_peak_tflops(dtype, device)]
+        times = {"trident": {"wall": [], "cpu": []}, "bare": {"wall": [], "cpu": []}}
         losses = {"trident": [], "bare": []}
         for index in range(warmup + steps):
             for name in (("trident", "bare") if index % 2 == 0 else ("bare", "trident")):  # ABBA order
-                began = time.perf_counter()
-                loss = trainer.train_step()["loss"] if name == "trident" else bare.train_step(dataset)
+                with Timer() as timer:
+                    loss = trainer.train_step()["loss"] if name == "trident" else bare.train_step(dataset)
                 if index >= warmup:
-                    times[name].append(time.perf_counter() - began)
+                    times[name]["wall"].append(timer.wall)
+                    times[name]["cpu"].append(timer.cpu)
                 losses[name].append(loss)
-        peak = matmul_peak_tflops(torch.float32 if precision == "fp32" else torch.bfloat16, device)
-        profile_text = profile_step(trainer) if profile else None
+        peaks.append(matmul_peak_tflops(dtype, device))  # before and after: the load may have moved
+        profile_text = profile_step(trainer, bare, dataset) if profile else None
     flops = model_flops(config.train.global_batch_size, m.seq_length, m.num_layers, m.hidden_size,
                         m.padded_vocab_size())
     tokens = config.train.global_batch_size * m.seq_length
-    result = {"precision": precision, "params": sum(p.numel() for _, p in trainer.named_params),
-              "tokens_per_step": tokens, "flops_per_step": flops, "peak_tflops": peak,
+    peak = {clock: sum(p[clock] for p in peaks) / len(peaks) for clock in ("wall", "cpu")}
+    result = {"precision": precision, "threads": threads, "params": sum(p.numel() for _, p in trainer.named_params),
+              "tokens_per_step": tokens, "flops_per_step": flops, "peak_tflops": peak, "peaks": peaks,
               "first_losses": {k: [round(x, 5) for x in v[:3]] for k, v in losses.items()}}
     for name in ("trident", "bare"):
-        step = median(times[name])
-        result[name] = {"step_s": step, "tokens_per_s": tokens / step,
-                        "mfu": flops / step / 1e12 / peak if peak else 0.0, "steps": times[name]}
-    result["ratio"] = result["bare"]["step_s"] / result["trident"]["step_s"]
-    # Per-pair ratios cancel drift that spans a pair; their median is a second, robust estimate.
-    result["ratio_pairs_median"] = median([b / t for t, b in zip(times["trident"], times["bare"])])
+        entry = {}
+        for clock in ("wall", "cpu"):
+            step = median(times[name][clock])
+            entry[clock] = {"step_s": step, "tokens_per_s": tokens / step,
+                            "mfu": flops / step / 1e12 / peak[clock] if peak[clock] else 0.0,
+                            "steps": times[name][clock]}
+        result[name] = entry
+    for clock in ("wall", "cpu"):
+        # trident tokens/s over bare tokens/s; per-pair ratios cancel drift spanning a pair.
+        result[f"ratio_{clock}"] = result["bare"][clock]["step_s"] / result["trident"][clock]["step_s"]
+        result[f"ratio_{clock}_pairs_median"] = median(
+            [b / t for t, b in zip(times["trident"][clock], times["bare"][clock])])
     result["load"] = load_average()
     if profile_text:
         result["profile"] = profile_text
     return result
 
 
-def profile_step(trainer, steps: int = 3, top: int = 25) -> str:
-    """cProfile of a few trident steps, sorted by own time: where the non-matmul time goes."""
-    profiler = cProfile.Profile()
-    profiler.enable()
-    for _ in range(steps):
-        trainer.train_step()
-    profiler.disable()
-    text = io.StringIO()
-    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(top)
-    return text.getvalue()
+def profile_step(trainer, bare, dataset, steps: int = 2, top: int = 22) -> str:
+    """torch.profiler op tables (self CPU time) of a few trident steps and a few bare steps: the
+    ops that trident runs and the bare loop does not are its overhead."""
+    from torch.profiler import ProfilerActivity, profile
+
+    text = []
+    for name, step in (("trident", trainer.train_step), ("bare", lambda: bare.train_step(dataset))):
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for _ in range(steps):
+                step()
+        text.append(f"--- {name}: {steps} steps, ops by self CPU time ---\n"
+                    + prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=top))
+    return "\n".join(text)
 
 
 def main() -> int:
@@ -139,23 +152,31 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="smaller model, fewer steps")
     parser.add_argument("--steps", type=int, default=0, help="timed steps per loop (default 8, quick 4)")
     parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads (default 1: CPU time then measures work, not waiting for cores)")
     parser.add_argument("--precisions", default="fp32,bf16")
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     parser.add_argument("--profile", action="store_true", help="also cProfile trident steps")
     args = parser.parse_args()
+    torch.set_num_threads(args.threads)
     steps = args.steps or (4 if args.quick else 8)
-    results = [measure(p, steps, args.warmup, args.quick, args.device, args.profile)
+    results = [measure(p, steps, args.warmup, args.quick, args.device, args.threads, args.profile)
                for p in args.precisions.split(",")]
     rows = []
     for r in results:
         for name in ("trident", "bare"):
-            rows.append([r["precision"], name, f"{r['params']:,}", r[name]["step_s"], r[name]["tokens_per_s"],
-                         f"{r[name]['mfu']:.1%}", f"{r['ratio']:.3f}" if name == "trident" else ""])
-    print_table(f"trident vs bare PyTorch loop ({steps} timed steps each, alternating; median)",
-                ["precision", "loop", "params", "step s", "tokens/s", "MFU", "trident/bare"], rows)
+            wall, cpu = r[name]["wall"], r[name]["cpu"]
+            rows.append([r["precision"], name, f"{r['params']:,}", wall["step_s"], cpu["step_s"],
+                         wall["tokens_per_s"], cpu["tokens_per_s"], f"{cpu['mfu']:.1%}", f"{wall['mfu']:.1%}",
+                         f"{r['ratio_cpu']:.3f}" if name == "trident" else "",
+                         f"{r['ratio_wall']:.3f}" if name == "trident" else ""])
+    print_table(f"trident vs bare PyTorch loop ({steps} timed steps each, ABBA, {args.threads} thread(s); medians)",
+                ["precision", "loop", "params", "wall s", "CPU s", "tok/s wall", "tok/CPU-s", "MFU (CPU)",
+                 "MFU (wall)", "trident/bare (CPU)", "trident/bare (wall)"], rows)
     for r in results:
-        print(f"{r['precision']}: ratio (median of per-pair ratios) {r['ratio_pairs_median']:.3f}; "
-              f"peak {r['peak_tflops'] * 1e3:.1f} GFLOP/s; load {r['load']}")
+        print(f"{r['precision']}: per-pair median ratio CPU {r['ratio_cpu_pairs_median']:.3f}, wall "
+              f"{r['ratio_wall_pairs_median']:.3f}; matmul peak {r['peak_tflops']['cpu'] * 1e3:.1f} GFLOP/CPU-s, "
+              f"{r['peak_tflops']['wall'] * 1e3:.1f} GFLOP/s wall; load {r['load']}")
         if "profile" in r:
             print(r.pop("profile"))
     emit_json("train_overhead", {"steps": steps, "results": results})
