@@ -210,7 +210,9 @@ def stage_memory(config: Config, layout: Layout, stage: int, flash_attention: bo
     buffers = 0.0
     if p.pp > 1:
         buffers += 4 * e * sbh / sp  # send + receive buffers, activations forward and gradients backward
-    if p.dp > 1:  # gradient buckets in flight (a bucket is never larger than all the gradients)
+    if p.dp > 1 and p.grad_dtype == "param":
+        # Separate reduce buckets, two in flight (DeepSpeed style). An fp32 main-grad buffer (Megatron,
+        # trident) is reduced in place: its buckets are views, no extra memory.
         buffers += 2 * min(config.parallel.bucket_size_mb * 2**20, gradients)
     return MemoryBreakdown(weights=weights, gradients=gradients, optimizer=optimizer, activations=stored,
                            logits=logits, buffers=buffers, stage=stage, in_flight=flight, params=params,
