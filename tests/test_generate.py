@@ -281,7 +281,7 @@ def test_cli_generate(trained_checkpoint, loaded, capsys):
     path, tokenizer, _ = trained_checkpoint
     model, _ = loaded
     assert main(["generate", str(path), "--prompt", "Return the", "--max-new-tokens", "9", "--greedy",
-                 "--no-stop-at-eod", "--json"]) == 0
+                 "--no-stop-at-eod", "--threads", "1", "--json"]) == 0
     record = json.loads(capsys.readouterr().out)
     assert record["completion"] == generate(model, tokenizer, "Return the", 9, greedy=True, stop_at_eod=False)
     assert record["new_tokens"] == 9 and record["stop_reason"] == "max_new_tokens"

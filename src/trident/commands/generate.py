@@ -23,6 +23,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tokenizer", default=None, metavar="PATH",
                         help="tokenizer to use when the checkpoint holds none (tokenizer.json or a folder)")
     parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (default)")
+    parser.add_argument("--threads", type=int, default=0, metavar="N",
+                        help="torch CPU threads (default: torch's choice; 1 is often fastest for small models)")
     parser.add_argument("--json", action="store_true", help="print the result and its numbers as JSON")
 
 
@@ -38,6 +40,8 @@ def run(args) -> int:
     from trident.infer.generate import generate_result
     from trident.train.checkpoint import load_for_inference
 
+    if args.threads:
+        torch.set_num_threads(args.threads)
     device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     try:
         model, tokenizer, _ = load_for_inference(args.checkpoint, device=device)
