@@ -1,0 +1,313 @@
+"""Evaluating a trident checkpoint too large for one device: tensor x pipeline x data parallel.
+
+`load_parallel(CKPT, ["parallel.tp=2", "parallel.pp=2"])` builds, on every rank, the model chunk
+of its (pipeline stage, tensor rank) with trident.parallel.parallelize.build_model_chunks and
+loads that chunk's slices from the checkpoint, whatever layout saved it. The result is an LM
+(a CausalLM) that `run_evaluation` uses unchanged.
+
+Lock step, not driver/followers: every rank runs the same harness on the same, deterministic
+request list (tasks, few-shot draws and batching are all seeded), so no command protocol is needed,
+a data error stops every rank at the same point, and every rank ends with every score (rank 0
+writes results.json). A digest of the requests is compared across ranks before each scoring pass,
+so a divergence fails loudly instead of deadlocking.
+
+One batch on one pipeline: the first stage embeds the token rows and sends hidden states [s, b, h]
+(sequence split by TP with sequence_parallel) to the next stage; shapes follow from the batch,
+which every rank knows, so no shape header is sent. Successive batches overlap across stages
+(forward-only pipelining: stage i works on batch k+1 while stage i+1 works on batch k). The last
+stage scores the continuations from its vocabulary-split logits [b, s, V/tp] without gathering
+them: max, arg-max and sum-exp are all-reduced over the TP group and the target's logit comes from
+the rank that owns it (as vocab-parallel cross-entropy), so only [b, s] statistics cross ranks.
+Data-parallel replicas take batches round-robin; scores are all-gathered over the world.
+Generation (bias probes) gathers only the next-token logits [b, V] and runs on every replica.
+"""
+from __future__ import annotations
+
+import copy
+import hashlib
+import os
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from tqdm import tqdm
+
+from trident.config import Config, ConfigError, config_from_dict, parse_overrides
+from trident.evaluate.lm import DTYPES, CausalLM, Loglikelihood, _pick
+from trident.evaluate.requests import Row, TokenRequest, batches, plan_rows
+from trident.parallel.tensor import TPContext, gather_from_tp
+
+# the parallel.* keys that change how a checkpoint is evaluated; the rest are training-only
+LAYOUT_KEYS = ("tp", "pp", "dp", "sequence_parallel", "layer_partition")
+
+
+def eval_config(saved: dict, overrides: list[str], world_size: int, source: str = "checkpoint") -> Config:
+    """The checkpoint's config with the evaluation layout (`parallel.KEY=VALUE` overrides) applied
+    and validated for `world_size` ranks. Raises ConfigError naming the key and `source`."""
+    layout = parse_overrides(list(overrides))
+    extra = sorted(set(layout) - {"parallel"})
+    if extra:
+        raise ConfigError(f"{source}: evaluation overrides may only set the layout (parallel.*), got "
+                          f"{', '.join(extra)}.*; the model is the checkpoint's")
+    asked = layout.get("parallel", {})
+    unknown = sorted(set(asked) - set(LAYOUT_KEYS))
+    if unknown:
+        raise ConfigError(f"{source}: parallel.{unknown[0]} does not apply to evaluation; "
+                          f"layout keys: {', '.join('parallel.' + k for k in LAYOUT_KEYS)}")
+    tree = copy.deepcopy(saved)
+    tree["parallel"] = dict(asked)  # the training layout is irrelevant: any saved layout loads into any other
+    # the train section only has to be valid, not meaningful: one sequence a rank
+    tree["train"] = {**tree.get("train", {}), "micro_batch_size": 1, "global_batch_size": world_size,
+                     "rampup_batch_size": None}
+    try:
+        return config_from_dict(tree).validate(world_size)
+    except ConfigError as error:
+        raise ConfigError(f"{source}: cannot evaluate with this layout on {world_size} rank(s): {error}") from None
+
+
+def checkpoint_layout(checkpoint: str | Path, overrides: list[str], world_size: int):
+    """(CheckpointReader, evaluation Config) for `checkpoint`, checked against the saved embedding."""
+    from trident.train.checkpoint import CheckpointReader, resolve_checkpoint
+
+    path = resolve_checkpoint(str(checkpoint), Path(checkpoint)) or Path(checkpoint)
+    reader = CheckpointReader(path)
+    config = eval_config(reader.state["config"], overrides, world_size, source=str(path))
+    saved_rows = reader.full_shape("embedding.word.weight")[0]
+    m, tp = config.model, config.parallel.tp
+    if m.vocab_size <= 0:  # older configs left it to the tokenizer; the saved embedding knows
+        m.vocab_size = saved_rows
+    if m.padded_vocab_size(tp) != saved_rows:
+        raise ConfigError(f"{path}: parallel.tp={tp} pads the vocabulary ({m.vocab_size}) to "
+                          f"{m.padded_vocab_size(tp)} rows but the checkpoint's embedding has {saved_rows}; "
+                          f"use a tp that divides model.make_vocab_size_divisible_by={m.make_vocab_size_divisible_by}")
+    return reader, config
+
+
+def rank_device(device: str) -> torch.device:
+    """`cuda` means this rank's own GPU (LOCAL_RANK); anything else is taken as given."""
+    if device == "cuda":
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        torch.cuda.set_device(local)
+        return torch.device("cuda", local)
+    return torch.device(device)
+
+
+@torch.inference_mode()
+def vocab_parallel_scores(logits: torch.Tensor, targets: torch.Tensor, tp: TPContext,
+                          vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(log p(target), first arg-max over the real vocabulary), each [b, s], from logits [b, s, V/tp]
+    holding this TP rank's vocabulary slice. Columns >= vocab_size (padding) never count. fp32."""
+    rows = logits.shape[-1]
+    start = tp.rank * rows
+    columns = torch.arange(start, start + rows, device=logits.device)
+    x = logits.float().masked_fill(columns >= vocab_size, float("-inf"))
+    local_max, local_arg = x.max(dim=-1)
+    global_max = _reduce(local_max.clone(), tp, dist.ReduceOp.MAX)
+    # the first index holding the global maximum, as torch.argmax over the whole row would pick
+    candidate = torch.where(local_max == global_max, local_arg + start, torch.full_like(local_arg, 2**62))
+    argmax = _reduce(candidate, tp, dist.ReduceOp.MIN)
+    sum_exp = _reduce((x - global_max.unsqueeze(-1)).exp().sum(dim=-1), tp, dist.ReduceOp.SUM)
+    local = targets - start
+    outside = (local < 0) | (local >= rows)
+    target_logit = x.gather(-1, local.masked_fill(outside, 0).unsqueeze(-1)).squeeze(-1)
+    target_logit = _reduce(target_logit.masked_fill(outside, 0.0), tp, dist.ReduceOp.SUM)
+    return target_logit - global_max - sum_exp.log(), argmax
+
+
+def _reduce(x: torch.Tensor, tp: TPContext, op) -> torch.Tensor:
+    if tp.size > 1:
+        dist.all_reduce(x, op=op, group=tp.group)
+    return x
+
+
+class ParallelLM(CausalLM):
+    """A CausalLM whose model is this rank's chunk of a TP x PP x DP layout; every rank calls every
+    method with the same arguments (lock step) and gets the same answers."""
+
+    def __init__(self, chunk: torch.nn.Module, mesh, tokenizer, config: Config, *, device: torch.device,
+                 batch_size: int = 8, info: dict | None = None):
+        super().__init__(self.full_logits, tokenizer, vocab_size=tokenizer.vocab_size, eod_id=tokenizer.eod_id,
+                         max_length=config.model.seq_length, batch_size=batch_size, device=device, info=info)
+        self.chunk = chunk.eval()
+        self.mesh = mesh
+        self.config = config
+        self.sequence_parallel = config.parallel.sequence_parallel and mesh.tp > 1
+        self.tp = mesh.tp_context(self.sequence_parallel)
+        self.dtype = next(chunk.parameters()).dtype
+
+    # ---- one forward through this rank's pipeline ----------------------------------------------
+    def _pad(self, rows: list[tuple[int, ...]]) -> torch.Tensor:
+        """Right-padded ids [b, w]; with sequence parallelism w is a multiple of tp (padding is
+        after every real token, so a causal model's logits at real positions do not change)."""
+        width = max(map(len, rows))
+        if self.sequence_parallel:
+            width = -(-width // self.mesh.tp) * self.mesh.tp
+        ids = torch.full((len(rows), width), self.eod_id, dtype=torch.long)
+        for b, row in enumerate(rows):
+            ids[b, : len(row)] = torch.tensor(row, dtype=torch.long)
+        return ids
+
+    @torch.inference_mode()
+    def _pipeline_forward(self, ids: torch.Tensor) -> torch.Tensor | None:
+        """Logits [b, w, V/tp] on the last stage, None on the others (which pass hidden states on)."""
+        mesh = self.mesh
+        if mesh.is_first_stage:
+            x = ids.to(self.device)
+        else:
+            b, w = ids.shape
+            s = w // mesh.tp if self.sequence_parallel else w
+            x = torch.empty((s, b, self.config.model.hidden_size), dtype=self.dtype, device=self.device)
+            dist.recv(x, src=mesh.stage_rank(mesh.pp_rank - 1))
+        out = self.chunk(x)
+        if mesh.is_last_stage:
+            return out
+        dist.send(out.contiguous(), dst=mesh.stage_rank(mesh.pp_rank + 1))
+        return None
+
+    def _share_from_last_stage(self, tensor: torch.Tensor | None, shape: tuple[int, ...]) -> torch.Tensor:
+        """`tensor` (held by the last stage) on every stage of this rank's pipeline, on the CPU."""
+        if self.mesh.pp == 1:
+            return tensor.cpu()
+        if tensor is None:
+            tensor = torch.empty(shape, dtype=torch.float32, device=self.device)
+        dist.broadcast(tensor.contiguous(), src=self.mesh.stage_rank(self.mesh.pp - 1), group=self.mesh.group("pp"))
+        return tensor.cpu()
+
+    @torch.inference_mode()
+    def full_logits(self, ids: torch.Tensor) -> torch.Tensor:
+        """Logits [b, s, vocab] on every rank of the replica. Gathers the whole vocabulary, so it
+        costs b x s x V x 4 bytes a rank; scoring and generation never call it."""
+        local = self._pipeline_forward(ids)
+        full = None if local is None else gather_from_tp(local.float(), self.tp, dim=-1)[..., : self.vocab_size]
+        return self._share_from_last_stage(full, (*ids.shape, self.vocab_size))
+
+    @torch.inference_mode()
+    def next_token_logits(self, rows: list[tuple[int, ...]]) -> torch.Tensor:
+        """Logits [b, vocab] after the last token of each row, on every rank of the replica."""
+        ids = self._pad(rows)
+        local = self._pipeline_forward(ids)
+        last = None
+        if local is not None:
+            ends = torch.tensor([len(r) - 1 for r in rows], device=local.device)
+            picked = local[torch.arange(len(rows), device=local.device), ends].float()
+            last = gather_from_tp(picked, self.tp, dim=-1)[:, : self.vocab_size].contiguous()
+        return self._share_from_last_stage(last, (len(rows), self.vocab_size))
+
+    # ---- scoring ----------------------------------------------------------------------------------
+    def score_tokens(self, requests: list[TokenRequest], desc: str = "") -> list[Loglikelihood]:
+        """Every replica scores its share of the length-sorted batches; all ranks get every score."""
+        self._agree(("score", [(r.index, r.context, r.continuation) for r in requests]))
+        mine = batches(plan_rows(requests, self.max_length), self.batch_size)[self.mesh.dp_rank:: self.mesh.dp]
+        bar = tqdm(mine, desc=desc or "loglikelihood", unit="batch", leave=False,
+                   disable=not (self.progress and self.mesh.rank == 0))
+        scored = []
+        for batch in bar:
+            scored.extend(self._score_batch(batch))
+        reporter = self.mesh.is_last_stage and self.mesh.tp_rank == 0  # one copy per replica
+        everyone = _all_gather([(i, s.logprob, s.is_greedy, s.num_tokens) for i, s in scored] if reporter else [])
+        results: list[Loglikelihood | None] = [None] * len(requests)
+        for part in everyone:
+            for index, logprob, greedy, n in part:
+                results[index] = Loglikelihood(logprob, greedy, n)
+        missing = [i for i, r in enumerate(results) if r is None]
+        if missing:
+            raise RuntimeError(f"internal error: requests {missing[:5]} were never scored")
+        return results  # type: ignore[return-value]
+
+    @torch.inference_mode()
+    def _score_batch(self, batch: list[Row]) -> list[tuple[int, Loglikelihood]]:
+        ids = self._pad([row.tokens for row in batch])
+        logits = self._pipeline_forward(ids)
+        if logits is None:
+            return []
+        lo = min(row.first_read for row in batch)  # earlier positions are never read
+        targets = torch.zeros((len(batch), ids.shape[1] - lo), dtype=torch.long)
+        for b, row in enumerate(batch):
+            for _, start, cont in row.readers:
+                targets[b, start - lo: start - lo + len(cont)] = torch.tensor(cont, dtype=torch.long)
+        logprob, argmax = vocab_parallel_scores(logits[:, lo:], targets.to(logits.device), self.tp, self.vocab_size)
+        logprob, hit = logprob.cpu(), (argmax.cpu() == targets)
+        out = []
+        for b, row in enumerate(batch):
+            for index, start, cont in row.readers:
+                span = slice(start - lo, start - lo + len(cont))
+                out.append((index, Loglikelihood(logprob[b, span].sum().item(), bool(hit[b, span].all()), len(cont))))
+        return out
+
+    # ---- generation -----------------------------------------------------------------------------
+    @torch.inference_mode()
+    def generate(self, prompts: list[str], max_new_tokens: int, temperature: float = 0.0,
+                 top_k: int | None = None, seed: int = 1234) -> list[str]:
+        """As CausalLM.generate (same seed, same draws), with only next-token logits leaving the last
+        stage. Every data-parallel replica generates every prompt, so sampling matches one process."""
+        self._agree(("generate", prompts, max_new_tokens, temperature, top_k, seed))
+        generator = torch.Generator().manual_seed(seed)
+        outputs = []
+        for chunk_start in range(0, len(prompts), self.batch_size):
+            chunk = [list(self._encode(p) or (self.eod_id,)) for p in prompts[chunk_start: chunk_start + self.batch_size]]
+            new: list[list[int]] = [[] for _ in chunk]
+            done = [False] * len(chunk)
+            for _ in range(max_new_tokens):
+                rows = [tuple((c + n)[-self.max_length:]) for c, n in zip(chunk, new)]
+                next_ids = _pick(self.next_token_logits(rows), temperature, top_k, generator)
+                for b, token in enumerate(next_ids.tolist()):
+                    if not done[b]:
+                        done[b] = token == self.eod_id
+                        if not done[b]:
+                            new[b].append(token)
+                if all(done):
+                    break
+            outputs.extend(self.codec.decode(n) for n in new)
+        return outputs
+
+    # ---- bookkeeping ------------------------------------------------------------------------------
+    def _agree(self, payload) -> None:
+        """Fail (on every rank) unless every rank is about to do the same work."""
+        digest = hashlib.sha256(repr(payload).encode()).hexdigest()
+        digests = _all_gather(digest)
+        if len(set(digests)) > 1:
+            differ = [r for r, d in enumerate(digests) if d != digests[0]]
+            raise RuntimeError(f"ranks {differ} would evaluate different requests than rank 0; parallel evaluation "
+                               f"runs every rank in lock step and needs a deterministic request list")
+
+    def describe(self) -> dict:
+        mesh = self.mesh
+        return {**super().describe(), "world_size": mesh.world_size,
+                "parallel": {"tp": mesh.tp, "pp": mesh.pp, "dp": mesh.dp, "sequence_parallel": self.sequence_parallel}}
+
+
+def _all_gather(value) -> list:
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return [value]
+    gathered: list = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, value)
+    return gathered
+
+
+def load_parallel(checkpoint: str | Path, overrides: list[str] = (), *, batch_size: int = 8, device: str = "cpu",
+                  tokenizer_path: str | Path | None = None, dtype: str = "fp32") -> ParallelLM:
+    """Collective: every rank of the (already initialised) world loads its chunk of `checkpoint`
+    for the layout in `overrides` (parallel.tp / pp / dp / sequence_parallel / layer_partition)."""
+    from trident.data.tokenizer import Tokenizer
+    from trident.parallel.mesh import build_mesh
+    from trident.parallel.parallelize import build_model_chunks
+    from trident.train.checkpoint import load_model_weights
+
+    world = dist.get_world_size() if dist.is_initialized() else 1
+    reader, config = checkpoint_layout(checkpoint, list(overrides), world)
+    token_file = reader.path / "tokenizer.json"
+    source = tokenizer_path or (token_file if token_file.exists() else None) or config.data.tokenizer
+    if not source:
+        raise FileNotFoundError(f"{checkpoint}: no tokenizer.json in the checkpoint and no data.tokenizer in "
+                                f"its config; pass --tokenizer PATH")
+    tokenizer = Tokenizer.load(source)
+    p = config.parallel
+    mesh = build_mesh(p.tp, p.pp, p.dp)
+    target = rank_device(device)
+    (chunk,) = build_model_chunks(config, mesh, target, DTYPES[dtype])  # virtual_stages is 1 for evaluation
+    load_model_weights(reader, list(chunk.named_parameters()))
+    parameters = sum(torch.Size(reader.full_shape(name)).numel() for name in reader.names("model"))
+    resolved = reader.path.resolve()
+    info = {"kind": "trident", "name": f"{resolved.parent.parent.name}/{resolved.name}",
+            "checkpoint": str(resolved), "parameters": parameters, "dtype": dtype}
+    return ParallelLM(chunk, mesh, tokenizer, config, device=target, batch_size=batch_size, info=info)
