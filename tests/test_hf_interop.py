@@ -171,6 +171,10 @@ def test_bad_model_folders_are_refused(exported, tmp_path):
 
     with pytest.raises(FileNotFoundError, match="no config.json"):
         import_hf(tmp_path, tmp_path / "x1")
+    with pytest.raises(FileNotFoundError, match="neither a complete checkpoint"):
+        export_hf(tmp_path, tmp_path / "x0")
+    with pytest.raises(FileNotFoundError, match="no such checkpoint folder"):
+        export_hf(tmp_path / "absent", tmp_path / "x0")
     pickled = copy("pickled")
     (pickled / "model.safetensors").rename(pickled / "pytorch_model.bin")
     with pytest.raises(ValueError, match="never unpickles"):

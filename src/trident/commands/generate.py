@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -44,6 +45,8 @@ def run(args) -> int:
         torch.set_num_threads(args.threads)
     device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     try:
+        if not Path(args.checkpoint).is_dir():
+            raise FileNotFoundError(f"{args.checkpoint}: no such checkpoint folder")
         model, tokenizer, _ = load_for_inference(args.checkpoint, device=device)
         if args.tokenizer:
             tokenizer = Tokenizer.load(args.tokenizer)

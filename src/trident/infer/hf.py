@@ -142,7 +142,13 @@ def export_hf(ckpt_path: str | Path, out_dir: str | Path) -> dict:
     from trident.data.tokenizer import Tokenizer
     from trident.train.checkpoint import CheckpointReader, resolve_checkpoint
 
-    reader = CheckpointReader(resolve_checkpoint(str(ckpt_path), Path(ckpt_path)))
+    if not Path(ckpt_path).is_dir():
+        raise FileNotFoundError(f"{ckpt_path}: no such checkpoint folder")
+    try:
+        reader = CheckpointReader(resolve_checkpoint(str(ckpt_path), Path(ckpt_path)))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{ckpt_path}: neither a complete checkpoint (step_N/ with a COMPLETE marker) "
+                                f"nor a folder holding one") from None
     cfg = config_from_dict(reader.state["config"]).model
     tokenizer_file = reader.path / "tokenizer.json"
     tokenizer = Tokenizer.load(tokenizer_file) if tokenizer_file.exists() else None
