@@ -154,6 +154,33 @@ def test_export_and_import_work_without_transformers(trained_checkpoint, tmp_pat
     assert json.loads(capsys.readouterr().out)["vocab_size"] == summary["vocab_size"]
 
 
+def test_sharded_and_unprefixed_weights_import_the_same(exported, tmp_path):
+    _, out, _, _ = exported
+    weights = load_file(out / "model.safetensors")
+    folder = tmp_path / "sharded"
+    folder.mkdir()
+    for name in ("config.json", "tokenizer.json"):
+        (folder / name).write_bytes((out / name).read_bytes())
+    names = sorted(weights)
+    # two shards, the second written as a bare GPT2Model would name its tensors (no "transformer.")
+    shards = {"model-00001-of-00002.safetensors": {k: weights[k] for k in names[: len(names) // 2]},
+              "model-00002-of-00002.safetensors": {k.removeprefix("transformer."): weights[k]
+                                                   for k in names[len(names) // 2:]}}
+    weight_map = {}
+    for file, tensors in shards.items():
+        save_file(tensors, folder / file, metadata={"format": "pt"})
+        weight_map |= {key: file for key in tensors}
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    import_hf(folder, tmp_path / "a")
+    import_hf(out, tmp_path / "b")
+    a, b = load_for_inference(tmp_path / "a")[0], load_for_inference(tmp_path / "b")[0]
+    for (name, x), (_, y) in zip(a.named_parameters(), b.named_parameters()):
+        assert torch.equal(x, y), name
+    (folder / "model-00002-of-00002.safetensors").unlink()
+    with pytest.raises(FileNotFoundError, match="model-00002-of-00002.safetensors, which is missing"):
+        import_hf(folder, tmp_path / "c")
+
+
 def _edit_config(folder, **changes):
     config = json.loads((folder / "config.json").read_text())
     (folder / "config.json").write_text(json.dumps(config | changes))
