@@ -224,7 +224,7 @@ def distinct_stages(config: Config, layout: Layout) -> dict[int, int]:
 
     Ranks with the same layer count that are neither first nor last cost the same, so the model
     evaluates each kind once (a 105-stage pipeline has at most four kinds by default)."""
-    return _distinct(stage_layers(config, layout))
+    return dict(_distinct(stage_layers(config, layout)))  # a copy: the cached one must not change
 
 
 @lru_cache(maxsize=4096)
