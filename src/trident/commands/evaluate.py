@@ -60,6 +60,8 @@ def run(args) -> int:
     from trident.evaluate.results import print_table
     from trident.evaluate.tasks import TaskDataError
 
+    if args.hf and args.checkpoint and "=" in args.checkpoint:  # `--hf DIR parallel.tp=2`: no CKPT was meant
+        args.overrides, args.checkpoint = [args.checkpoint, *args.overrides], None
     if (args.checkpoint is None) == (args.hf is None):
         print("trident eval: give exactly one of CKPT or --hf MODEL_DIR", file=sys.stderr)
         return 2
