@@ -1,0 +1,159 @@
+"""Checkpoint speed: trident's writer/reader against plain safetensors, and the training stall of a
+save with `checkpoint.async_save` on vs off.
+
+1. Throughput, same tensors (the fp32 weights of a GPT built by trident.model.gpt.build_model from
+   the gpt-125m preset, on CPU; ~500 MB): MB/s of
+   - trident save: save_checkpoint (CPU snapshot, safetensors + manifest into a temporary folder,
+     fsync, rename, COMPLETE, `latest`) against plain `safetensors.torch.save_file` of the same
+     dict, without and with an fsync of the file (trident's save is durable, the plain one is not);
+   - trident load: CheckpointReader + load_model_weights into the model, against `load_file` + copy
+     into the same parameters. Loads read what was just written, so they come from the page cache.
+   Methods alternate (forward, then reversed order, each round); medians of wall time.
+2. Stall: two Trainers (gpt-125m preset, fp32, micro-batch 1, short sequences so a step is short
+   on a CPU; checkpoint = weights + Adam state, ~1.5 GB), one with checkpoint.async_save=false and
+   one with true, alternating each round: a step (baseline), `trainer.save()` (the stall the loop
+   sees), the next step (it overlaps the background write) and `writer.wait()` (what was left).
+   Effective async stall = save() + (next step - baseline step) + remaining wait.
+
+    python benchmarks/checkpoint.py [--quick] [--rounds N] [--preset gpt-125m] [--dir DIR]
+--dir chooses the disk written to (default: a temporary folder).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from common import RandomTokens, Timer, emit_json, load_average, make_config, median, print_table
+from trident.model.gpt import build_model, count_parameters
+from trident.parallel.mesh import build_mesh
+from trident.train import checkpoint as ckpt
+
+STALL_MODEL = ["model.seq_length=32", "train.global_batch_size=1", "train.micro_batch_size=1",
+               "train.rampup_batch_size=null", "train.precision=fp32", "train.eval_interval=0",
+               "train.steps=1000000", "train.device=cpu", "train.threads=1", "checkpoint.keep_last=1"]
+
+
+def alternate(methods: dict, rounds: int) -> dict[str, list[Timer]]:
+    """Run every method once a round, the order reversed every other round (drift hits all alike)."""
+    times: dict[str, list[Timer]] = {name: [] for name in methods}
+    names = list(methods)
+    for r in range(rounds):
+        for name in names if r % 2 == 0 else names[::-1]:
+            with Timer() as timer:
+                methods[name]()
+            times[name].append(timer)
+    return times
+
+
+def throughput(preset: str, quick: bool, rounds: int, work: Path) -> tuple[list[list], dict]:
+    config = make_config(preset, ["model.num_layers=4"] if quick else [])
+    model = build_model(config.model, config.model.padded_vocab_size(), config.train.seed)
+    named = list(model.named_parameters())
+    megabytes = sum(p.numel() * p.element_size() for _, p in named) / 1e6
+    mesh = build_mesh(1, 1, 1)
+    plain_file = work / "plain.safetensors"
+    step = [0]
+
+    def trident_save():
+        step[0] += 1
+        ckpt.save_checkpoint(work / "trident", step[0], named, [], {"cpu": torch.get_rng_state()},
+                             {"step": step[0]}, mesh, keep_last=1)
+
+    def plain_save(fsync: bool):
+        save_file({name: p.detach() for name, p in named}, plain_file)
+        if fsync:
+            with open(plain_file, "rb") as handle:
+                os.fsync(handle.fileno())
+
+    def trident_load():
+        reader = ckpt.CheckpointReader(ckpt.resolve_checkpoint("auto", work / "trident"))
+        ckpt.load_model_weights(reader, named)
+
+    @torch.no_grad()
+    def plain_load():
+        state = load_file(plain_file)
+        for name, param in named:
+            param.copy_(state[name])
+
+    saves = alternate({"trident save_checkpoint": trident_save,
+                       "safetensors save_file": lambda: plain_save(False),
+                       "safetensors save_file + fsync": lambda: plain_save(True)}, rounds)
+    loads = alternate({"trident CheckpointReader + load_model_weights": trident_load,
+                       "safetensors load_file + copy": plain_load}, rounds)
+    rows, result = [], {"megabytes": megabytes, "parameters": count_parameters(model)}
+    for kind, times, base in (("save", saves, "safetensors save_file"), ("load", loads, "safetensors load_file + copy")):
+        base_s = median(t.wall for t in times[base])
+        for name, timers in times.items():
+            wall = median(t.wall for t in timers)
+            rows.append([kind, name, megabytes / wall, wall, median(t.cpu for t in timers), base_s / wall])
+            result[name] = {"mb_per_s": megabytes / wall, "wall_s": [t.wall for t in timers]}
+    return rows, result
+
+
+def stall(preset: str, quick: bool, rounds: int, work: Path) -> tuple[list[list], dict]:
+    from trident.train.trainer import Trainer
+
+    trainers = {}
+    for mode in ("sync", "async"):
+        config = make_config(preset, STALL_MODEL + (["model.num_layers=4"] if quick else []) +
+                             [f"checkpoint.async_save={mode == 'async'}", f"checkpoint.dir={work / mode}"])
+        data = RandomTokens(config.model.seq_length, config.model.vocab_size)
+        trainers[mode] = Trainer(config, work / mode, datasets=(data, None), vocab_size=config.model.vocab_size,
+                                 log=lambda *a, **k: None)
+        trainers[mode].train_step()  # warm-up
+    record = {mode: {"step": [], "save": [], "next_step": [], "wait": []} for mode in trainers}
+    for r in range(rounds):
+        for mode in ("sync", "async") if r % 2 == 0 else ("async", "sync"):
+            trainer, times = trainers[mode], record[mode]
+            for key, action in (("step", trainer.train_step), ("save", trainer.save),
+                                ("next_step", trainer.train_step), ("wait", trainer.writer.wait)):
+                with Timer() as timer:
+                    action()
+                times[key].append(timer.wall)
+    checkpoint_mb = sum(f.stat().st_size for f in ckpt.complete_checkpoints(work / "sync")[-1].iterdir()) / 1e6
+    rows, result = [], {"checkpoint_mb": checkpoint_mb}
+    for mode, times in record.items():
+        med = {key: median(values) for key, values in times.items()}
+        effective = med["save"] + max(0.0, med["next_step"] - med["step"]) + med["wait"]
+        rows.append([mode, med["step"], med["save"], med["next_step"], med["wait"], effective])
+        result[mode] = times | {"effective_stall_s": effective}
+    result["stall_ratio_sync_over_async"] = result["sync"]["effective_stall_s"] / result["async"]["effective_stall_s"]
+    return rows, result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="4-layer model, 2 rounds")
+    parser.add_argument("--rounds", type=int, default=None, help="alternating rounds (default 3; quick 2)")
+    parser.add_argument("--preset", default="gpt-125m")
+    parser.add_argument("--dir", default=None, help="where checkpoints are written (default: a temporary folder)")
+    args = parser.parse_args()
+    rounds = args.rounds or (2 if args.quick else 3)
+    load_start = load_average()
+    work = Path(tempfile.mkdtemp(prefix="ckpt-bench-", dir=args.dir))
+    try:
+        rows, speed = throughput(args.preset, args.quick, rounds, work / "throughput")
+        print(f"{args.preset}{' (4 layers)' if args.quick else ''}: {speed['parameters']:,} parameters, "
+              f"{speed['megabytes']:.0f} MB fp32; writing to {work}; load {load_start}")
+        print_table(f"Throughput, median wall time of {rounds} alternating rounds",
+                    ["op", "method", "MB/s", "wall s", "cpu s", "x plain safetensors"], rows)
+        shutil.rmtree(work / "throughput", ignore_errors=True)
+        rows, stalls = stall(args.preset, args.quick, rounds, work / "stall")
+        print_table(f"Training stall of trainer.save() ({stalls['checkpoint_mb']:.0f} MB checkpoint), "
+                    f"median wall s of {rounds} rounds",
+                    ["async_save", "step", "save() call", "next step", "wait() after", "effective stall"], rows)
+        print(f"\nsync/async effective stall: {stalls['stall_ratio_sync_over_async']:.1f}x")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    emit_json("checkpoint", {"preset": args.preset, "quick": args.quick, "rounds": rounds, "throughput": speed,
+                             "stall": stalls, "machine_at_start": load_start})
+
+
+if __name__ == "__main__":
+    main()
