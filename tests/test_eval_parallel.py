@@ -52,14 +52,19 @@ def reference(checkpoint, tmp_path_factory):
     out = tmp_path_factory.mktemp("single")
     lm = load_trident(checkpoint, batch_size=3)
     run_evaluation(lm, TASKS, [0, 1], FIXTURES, out, seed=7, limit=3, log_samples=True, progress=False)
-    return samples(out), lm.generate(PROMPTS, max_new_tokens=6)
+    return samples(out), _generated(lm)
+
+
+def _generated(lm) -> list[str]:
+    """Greedy and seeded-sampled continuations (the bias probes sample with temperature 1, top-k 40)."""
+    return lm.generate(PROMPTS, max_new_tokens=6) + lm.generate(PROMPTS, 6, temperature=1.0, top_k=40, seed=3)
 
 
 def _evaluate(rank, world, checkpoint, overrides, out):
     lm = load_parallel(checkpoint, overrides, batch_size=2)
     results = run_evaluation(lm, TASKS, [0, 1], FIXTURES, out if rank == 0 else None, seed=7, limit=3,
                              log_samples=True, progress=False)
-    return results["results"], lm.generate(PROMPTS, max_new_tokens=6), lm.describe()["parallel"]
+    return results["results"], _generated(lm), lm.describe()["parallel"]
 
 
 @pytest.mark.timeout(120)

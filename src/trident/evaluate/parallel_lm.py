@@ -244,12 +244,13 @@ class ParallelLM(CausalLM):
         generator = torch.Generator().manual_seed(seed)
         outputs = []
         for chunk_start in range(0, len(prompts), self.batch_size):
-            chunk = [list(self._encode(p) or (self.eod_id,)) for p in prompts[chunk_start: chunk_start + self.batch_size]]
+            texts = prompts[chunk_start: chunk_start + self.batch_size]
+            chunk = [list(self._encode(p) or (self.eod_id,)) for p in texts]
             new: list[list[int]] = [[] for _ in chunk]
             done = [False] * len(chunk)
             for _ in range(max_new_tokens):
                 rows = [tuple((c + n)[-self.max_length:]) for c, n in zip(chunk, new)]
-                next_ids = _pick(self.next_token_logits(rows), temperature, top_k, generator)
+                next_ids = self._as_rank_zero(_pick(self.next_token_logits(rows), temperature, top_k, generator))
                 for b, token in enumerate(next_ids.tolist()):
                     if not done[b]:
                         done[b] = token == self.eod_id
@@ -259,6 +260,15 @@ class ParallelLM(CausalLM):
                     break
             outputs.extend(self.codec.decode(n) for n in new)
         return outputs
+
+    def _as_rank_zero(self, token_ids: torch.Tensor) -> torch.Tensor:
+        """Rank 0's choice on every rank: replicas compute the same logits, but on GPUs not
+        necessarily bit for bit, and a sampled token must not differ between replicas."""
+        if self.mesh.dp == 1:
+            return token_ids
+        token_ids = token_ids.to(self.device)
+        dist.broadcast(token_ids, src=0)
+        return token_ids.cpu()
 
     # ---- bookkeeping ------------------------------------------------------------------------------
     def _agree(self, payload) -> None:
