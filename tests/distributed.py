@@ -15,7 +15,7 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _worker(fn, rank, world_size, port, results, args):
+def _worker(fn, rank, world_size, port, results, args, pg_timeout):
     import torch
     import torch.distributed as dist
 
@@ -23,7 +23,7 @@ def _worker(fn, rank, world_size, port, results, args):
                       WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank))
     torch.set_num_threads(1)
     try:
-        dist.init_process_group("gloo", rank=rank, world_size=world_size, timeout=timedelta(seconds=60))
+        dist.init_process_group("gloo", rank=rank, world_size=world_size, timeout=timedelta(seconds=pg_timeout))
         results.put((rank, "ok", fn(rank, world_size, *args)))
         dist.barrier()
         dist.destroy_process_group()
@@ -31,19 +31,22 @@ def _worker(fn, rank, world_size, port, results, args):
         results.put((rank, "error", traceback.format_exc()))
 
 
-def run_distributed(fn, world_size: int, *args, timeout: float = 120.0) -> list:
+def run_distributed(fn, world_size: int, *args, timeout: float = 120.0, pg_timeout: float = 60.0,
+                    expect_dead: tuple = ()) -> list:
     """fn(rank, world_size, *args) on each rank; returns the per-rank results in rank order.
-    Raises with the failing rank's traceback, or after `timeout` seconds if any rank hangs."""
+    Raises with the failing rank's traceback, or after `timeout` seconds if any rank hangs.
+    Ranks in `expect_dead` are not waited for (fault tests); their result is None."""
     context = mp.get_context("fork")
     results = context.Queue()
     port = free_port()
-    procs = [context.Process(target=_worker, args=(fn, r, world_size, port, results, args), daemon=True)
+    procs = [context.Process(target=_worker, args=(fn, r, world_size, port, results, args, pg_timeout),
+                             daemon=True)
              for r in range(world_size)]
     for proc in procs:
         proc.start()
     collected: dict[int, object] = {}
     try:
-        while len(collected) < world_size:
+        while len(collected) < world_size - len(expect_dead):
             try:
                 rank, status, value = results.get(timeout=timeout)
             except queue_module.Empty:
@@ -53,8 +56,8 @@ def run_distributed(fn, world_size: int, *args, timeout: float = 120.0) -> list:
                 raise RuntimeError(f"rank {rank} failed:\n{value}")
             collected[rank] = value
     finally:
-        for proc in procs:
-            proc.join(timeout=10)
+        for rank, proc in enumerate(procs):
+            proc.join(timeout=0 if rank in expect_dead else 10)
             if proc.is_alive():
                 proc.kill()
-    return [collected[r] for r in range(world_size)]
+    return [collected.get(r) for r in range(world_size)]

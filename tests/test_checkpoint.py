@@ -74,6 +74,7 @@ LAYOUTS = {
     "tp2": (2, ["parallel.tp=2"]),
     "tp2_pp2_dp2": (8, ["parallel.tp=2", "parallel.pp=2", "parallel.dp=2", "parallel.zero_stage=1"]),
     "dp2_zero1": (2, ["parallel.dp=2", "parallel.zero_stage=1"]),
+    "dp2": (2, ["parallel.dp=2"]),
 }
 
 
@@ -86,7 +87,8 @@ def _run_layout(name, out_dir, stop=None, load=""):
 
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("source,target", [("tp2_pp2", "tp4"), ("pp2_dp2_zero1", "tp2"),
-                                           ("single", "tp2_pp2_dp2"), ("dp2_zero1", "single")])
+                                           ("single", "tp2_pp2_dp2"), ("dp2_zero1", "single"),
+                                           ("dp2", "tp2_pp2")])
 def test_checkpoint_reshards_to_another_layout(source, target, uninterrupted, tmp_path):
     """Save after STOP steps in one layout, continue in another: the losses of the continued run
     equal the uninterrupted run's, so the weights and the optimizer state both came across."""

@@ -64,6 +64,7 @@ class ParallelConfig:
     bucket_size_mb: float = 25.0
     layer_partition: Optional[list] = None  # layers per (virtual) stage; None: balanced
     backend: str = "auto"  # auto | gloo | nccl
+    timeout_s: int = 600  # a rank that waits this long on a dead or hung peer exits with an error
 
 
 @dataclass

@@ -10,6 +10,7 @@ the model whose optimizer state it owns. Without ZeRO every rank owns everything
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -36,9 +37,10 @@ class GradBuffers:
     """Flat parameter buffer (model dtype) and fp32 gradient buffer with DP bucket reduction."""
 
     def __init__(self, named_params: list, dp_group, dp: int, dp_rank: int, bucket_bytes: int,
-                 shard: bool = False, overlap: bool = False):
+                 shard: bool = False, overlap: bool = False, timeout_s: float = 600.0):
         self.named_params = list(reversed(named_params))
         self.group, self.dp, self.dp_rank, self.shard, self.overlap = dp_group, dp, dp_rank, shard, overlap
+        self.timeout = timedelta(seconds=timeout_s)  # an explicit bound: a hung peer must not hang us
         self.offsets: dict[int, int] = {}  # id(param) -> flat offset
         self.buckets: list[Bucket] = []
         position, bucket_params, bucket_start = 0, [], 0
@@ -108,7 +110,7 @@ class GradBuffers:
                 self._launch(bucket, async_op=True)
         for bucket in self.buckets:
             if bucket.handle is not None:
-                bucket.handle.wait()
+                bucket.handle.wait(self.timeout)
             if bucket.scattered is not None:
                 lo, hi = bucket.owned(self.dp_rank, self.dp, True)
                 self.grads[lo:hi].copy_(bucket.scattered)

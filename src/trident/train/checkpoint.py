@@ -29,6 +29,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from trident.model.gpt import full_shape
+from trident.train.integrity import CheckpointError, file_digest, read_manifest, verify_files
 
 COMPLETE = "COMPLETE"
 
@@ -150,8 +151,10 @@ class CheckpointWriter:
         if optim:
             save_file(optim, tmp / f"optim-{tag}.safetensors")
         save_file(rng, tmp / f"rng-rank{self.mesh.rank}.safetensors")
-        (tmp / f"manifest-rank{self.mesh.rank}.json").write_text(json.dumps({"rank": self.mesh.rank,
-                                                                            "tensors": entries}))
+        files = [f"model-{tag}.safetensors"] * bool(model) + [f"optim-{tag}.safetensors"] * bool(optim)
+        files.append(f"rng-rank{self.mesh.rank}.safetensors")
+        manifest = {"rank": self.mesh.rank, "tensors": entries, "files": {f: file_digest(tmp / f) for f in files}}
+        (tmp / f"manifest-rank{self.mesh.rank}.json").write_text(json.dumps(manifest))
         (tmp / f"done-rank{self.mesh.rank}").write_text("")
         if self.mesh.rank == 0:
             self._finalize(step, tmp, trainer_state, extra_files)
@@ -221,18 +224,33 @@ def resolve_checkpoint(load: str, root: Path) -> Path | None:
     raise FileNotFoundError(f"checkpoint.load={load}: no complete checkpoint there (missing {COMPLETE} marker)")
 
 
+def read_manifest_state(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise CheckpointError(f"{path}: unreadable trainer state ({type(error).__name__}: {error})") from None
+
+
 class CheckpointReader:
     """Reads any saved tensor's slice, whatever layout wrote it."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, verify: bool = True):
+        """Refuses (CheckpointError naming the file) an incomplete, truncated or corrupted
+        checkpoint, or one whose manifests do not match its files, before anything is loaded."""
         self.path = Path(path)
         if not (self.path / COMPLETE).exists():
             raise FileNotFoundError(f"{self.path} is not a complete checkpoint (no {COMPLETE} marker)")
         self.entries: dict[tuple[str, str], list[dict]] = {}
-        for manifest in sorted(self.path.glob("manifest-rank*.json")):
-            for entry in json.loads(manifest.read_text())["tensors"]:
+        manifests = sorted(self.path.glob("manifest-rank*.json"))
+        if not manifests:
+            raise CheckpointError(f"{self.path}: no manifest-rank*.json files")
+        for manifest_path in manifests:
+            manifest = read_manifest(manifest_path)
+            if verify:
+                verify_files(self.path, manifest_path, manifest)
+            for entry in manifest["tensors"]:
                 self.entries.setdefault((entry["kind"], entry["name"]), []).append(entry)
-        self.state = json.loads((self.path / "trainer_state.json").read_text())
+        self.state = read_manifest_state(self.path / "trainer_state.json")
 
     def names(self, kind: str = "model") -> list[str]:
         return sorted({name for k, name in self.entries if k == kind})
@@ -294,8 +312,11 @@ class CheckpointReader:
     def _flat_loader(self, kind: str, name: str, shape: tuple, pieces: list[dict]):
         def load(index):
             flat = torch.empty(math.prod(shape), dtype=torch.float32)
-            filled = 0
+            filled, seen = 0, set()
             for piece in pieces:
+                if tuple(piece["flat"]) in seen:  # the same range saved by two replicas
+                    continue
+                seen.add(tuple(piece["flat"]))
                 with safe_open(self.path / piece["file"], framework="pt") as handle:
                     lo, hi = piece["flat"]
                     flat[lo:hi] = handle.get_tensor(piece["key"])
@@ -326,7 +347,16 @@ class CheckpointReader:
 
 @torch.no_grad()
 def load_model_weights(reader: CheckpointReader, named_params: list) -> None:
-    """Copy each parameter's slice (as this layout shards it) from the checkpoint."""
+    """Copy each parameter's slice (as this layout shards it) from the checkpoint, after checking
+    that the checkpoint holds every parameter at this model's full shape."""
+    saved = set(reader.names("model"))
+    for name, param in named_params:
+        if name not in saved:
+            raise CheckpointError(f"{reader.path}: no tensor '{name}' for this model (was it saved from a "
+                                  f"model with another model.num_layers?)")
+        if reader.full_shape(name) != full_shape(param):
+            raise CheckpointError(f"{reader.path}: '{name}' has full shape {list(reader.full_shape(name))}, this "
+                                  f"model needs {list(full_shape(param))} (model config differs)")
     for name, param in named_params:
         param.copy_(reader.read(name, "model", shard_offsets(param), tuple(param.shape)).to(param.dtype))
 

@@ -33,7 +33,7 @@ def build_optimizer(named_params: list, config: Config, mesh) -> tuple[GradBuffe
     p, t = config.parallel, config.train
     zero = p.zero_stage == 1 and mesh.dp > 1
     buffers = GradBuffers(named_params, mesh.group("dp"), mesh.dp, mesh.dp_rank, int(p.bucket_size_mb * 2**20),
-                          shard=zero, overlap=mesh.pp == 1 and mesh.dp > 1)
+                          shard=zero, overlap=mesh.pp == 1 and mesh.dp > 1, timeout_s=p.timeout_s)
     decay = {id(param): not no_weight_decay(name, param) for name, param in named_params}
     counted = {id(param): counts_towards_norm(name, param, mesh.is_first_stage) for name, param in named_params}
     optimizer = DistributedAdam(buffers, decay, counted, t.lr, (t.adam_beta1, t.adam_beta2), t.adam_eps,

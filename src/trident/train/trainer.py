@@ -25,6 +25,7 @@ from trident.parallel.mesh import build_mesh
 from trident.parallel.parallelize import build_model_chunks
 from trident.train import checkpoint as ckpt
 from trident.train import state as train_state
+from trident.train.launch import chaos_kill_point
 from trident.train.metrics import MetricsWriter, console_line, model_flops, peak_memory_bytes, peak_tflops
 from trident.train.optim import build_optimizer, clip_coefficient, global_grad_norm, scale_
 from trident.train.precision import DTYPES, LossScaler, autocast, found_overflow
@@ -272,7 +273,8 @@ class Trainer:
                      f"layout dp={self.mesh.dp} pp={self.mesh.pp} tp={self.mesh.tp}; {cfg.train.steps} steps")
         records = []
         while self.step < cfg.train.steps:
-            record = self.train_step()
+            chaos_kill_point(self.mesh.rank, self.step)
+            record = self._guarded_step()
             if cfg.train.eval_interval and self.step % cfg.train.eval_interval == 0:
                 record["val_loss"] = self.evaluate()
             metrics.write(record)
@@ -287,6 +289,20 @@ class Trainer:
         metrics.close()
         return records
 
+    def _guarded_step(self) -> dict:
+        """A step; with several ranks, a failed or timed-out collective becomes one clear error."""
+        if self.world == 1:
+            return self.train_step()
+        try:
+            return self.train_step()
+        except (RuntimeError, dist.DistBackendError) as error:
+            raise RankFailure(
+                f"rank {self.mesh.rank} ({self.mesh.describe()}): step {self.step + 1} failed while exchanging "
+                f"data with other ranks: another rank probably died or hung (parallel.timeout_s="
+                f"{self.config.parallel.timeout_s}). Resume from the last complete checkpoint with "
+                f"checkpoint.load=auto (torchrun --max-restarts does this automatically). Cause: "
+                f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}") from error
+
     # ---- checkpoints ---------------------------------------------------------------------------
     def trainer_state(self) -> dict:
         return {"step": self.step, "consumed_samples": self.consumed_samples,
@@ -296,7 +312,9 @@ class Trainer:
 
     def save(self) -> Path:
         extra = {"tokenizer.json": self.tokenizer_file} if self.tokenizer_file else None
-        pieces = train_state.optimizer_pieces(self.named_params, self.buffers, self.optimizer)
+        # Without ZeRO every DP rank holds the same optimizer state: DP rank 0 writes it.
+        owns_state = self.zero or self.mesh.dp_rank == 0
+        pieces = train_state.optimizer_pieces(self.named_params, self.buffers, self.optimizer) if owns_state else []
         path = self.writer.save(self.step, self.named_params, pieces, train_state.rng_state(self.device),
                                 self.trainer_state(), extra)
         self.log(f"{'saving' if self.config.checkpoint.async_save else 'saved'} checkpoint {path}")
@@ -320,6 +338,10 @@ class Trainer:
         if rng is not None:
             train_state.set_rng_state(rng, self.device)
         self.log(f"resumed from {path} at step {self.step}")
+
+
+class RankFailure(RuntimeError):
+    """Another rank died or hung; this one stops instead of waiting forever."""
 
 
 def _barrier_all() -> None:

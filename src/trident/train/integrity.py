@@ -1,0 +1,64 @@
+"""Checkpoint integrity: every file's size and xxh64 digest recorded in the manifest at save time,
+checked with the manifest's claims about each tensor before anything is loaded, so a truncated or
+corrupted shard, or a manifest that does not match its files, is refused naming the file and why."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import xxhash
+from safetensors import safe_open
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be trusted or does not fit the model; the message names the file."""
+
+
+def file_digest(path: Path) -> dict:
+    digest = xxhash.xxh64()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(8 << 20), b""):
+            digest.update(block)
+    return {"bytes": path.stat().st_size, "xxh64": digest.hexdigest()}
+
+
+def read_manifest(path: Path) -> dict:
+    try:
+        manifest = json.loads(path.read_text())
+        manifest["tensors"], manifest.get("files", {})
+        return manifest
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise CheckpointError(f"{path}: unreadable manifest ({type(error).__name__}: {error})") from None
+
+
+def verify_files(directory: Path, manifest_path: Path, manifest: dict) -> None:
+    """Sizes and digests of the files this manifest vouches for, then every tensor it lists."""
+    for name, expected in manifest.get("files", {}).items():
+        path = directory / name
+        if not path.exists():
+            raise CheckpointError(f"{path}: missing (listed in {manifest_path.name})")
+        actual = file_digest(path)
+        if actual["bytes"] != expected["bytes"]:
+            raise CheckpointError(f"{path}: {actual['bytes']} bytes, manifest says {expected['bytes']} (truncated?)")
+        if actual["xxh64"] != expected["xxh64"]:
+            raise CheckpointError(f"{path}: content digest differs from {manifest_path.name} (corrupted)")
+    by_file: dict[str, list[dict]] = {}
+    for entry in manifest["tensors"]:
+        by_file.setdefault(entry["file"], []).append(entry)
+    for name, entries in by_file.items():
+        path = directory / name
+        try:
+            with safe_open(path, framework="pt") as handle:
+                keys = set(handle.keys())
+                for entry in entries:
+                    if entry["key"] not in keys:
+                        raise CheckpointError(f"{path}: has no tensor '{entry['key']}' that {manifest_path.name} lists")
+                    shape = list(handle.get_slice(entry["key"]).get_shape())
+                    expected = [entry["flat"][1] - entry["flat"][0]] if "flat" in entry else entry["shape"]
+                    if shape != expected:
+                        raise CheckpointError(f"{path}: tensor '{entry['key']}' has shape {shape}, "
+                                              f"{manifest_path.name} says {expected}")
+        except CheckpointError:
+            raise
+        except Exception as error:  # safetensors reports truncation and bad headers in several ways
+            raise CheckpointError(f"{path}: not a readable safetensors file ({type(error).__name__}: {error})") from None

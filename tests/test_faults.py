@@ -1,0 +1,112 @@
+"""Faults: a dead or hung rank makes the others exit with a clear error; torchrun restarts resume
+from the last complete checkpoint; damaged or mismatched checkpoints are refused naming the file."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from distributed import run_distributed
+from test_tensor_parallel import VOCAB, RandomTokens, tiny_config
+from trident.train import checkpoint as ckpt
+from trident.train.integrity import CheckpointError
+
+
+def _faulty_rank(rank, world, fault):
+    from trident.train.trainer import RankFailure, Trainer
+
+    trainer = Trainer(tiny_config("parallel.dp=2", "train.steps=50", "parallel.timeout_s=5"), "/tmp/unused-faults",
+                      datasets=(RandomTokens(32), None), vocab_size=VOCAB, log=lambda *a: None)
+    trainer.train_step()
+    if rank == 1:
+        os._exit(1) if fault == "dies" else time.sleep(300)
+    start = time.time()
+    try:
+        trainer.train()
+    except RankFailure as error:
+        return str(error), time.time() - start
+    return "no error", time.time() - start
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("fault", ["dies", "hangs"])
+def test_other_ranks_exit_with_a_clear_message(fault):
+    (message, seconds), _ = run_distributed(_faulty_rank, 2, fault, pg_timeout=5, timeout=60, expect_dead=(1,))
+    assert "another rank probably died or hung" in message and "checkpoint.load=auto" in message
+    assert seconds < 30  # pg timeout 5 s: a hang is detected, not waited on forever
+
+
+def _corpus(tmp_path):
+    from trident.data.build import tokenize_files
+    from trident.data.tokenizer import train_tokenizer
+
+    words = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
+    lines = [json.dumps({"text": " ".join(words[(i * 7 + j) % len(words)] for j in range(60))}) for i in range(80)]
+    (tmp_path / "c.jsonl").write_text("\n".join(lines) + "\n")
+    train_tokenizer([tmp_path / "c.jsonl"], 300, tmp_path / "tok.json")
+    tokenize_files([tmp_path / "c.jsonl"], tmp_path / "data", tmp_path / "tok.json", progress=False)
+
+
+@pytest.mark.timeout(180)
+def test_torchrun_restart_resumes_from_the_last_complete_checkpoint(tmp_path):
+    _corpus(tmp_path)
+    env = dict(os.environ, TRIDENT_CHAOS_KILL="1:3", OMP_NUM_THREADS="1")
+    command = [sys.executable, "-m", "trident", "train", "tiny", f"data.paths=[{tmp_path / 'data'}]",
+               f"data.tokenizer={tmp_path / 'tok.json'}", "train.steps=6", "checkpoint.save_interval=2",
+               "checkpoint.load=auto", "parallel.dp=2", "parallel.timeout_s=20", "--nproc", "2",
+               "--max-restarts", "1", "--out", str(tmp_path / "run")]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=170)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "resumed from" in done.stdout + done.stderr
+    steps = [json.loads(line)["step"] for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert steps[-1] == 6 and steps.count(3) == 2  # step 3 ran, the kill hit, resumed from step 2
+
+
+@pytest.fixture
+def saved(tmp_path):
+    from trident.train.trainer import Trainer
+
+    trainer = Trainer(tiny_config("train.steps=1", f"checkpoint.dir={tmp_path}"), tmp_path,
+                      datasets=(RandomTokens(32), None), vocab_size=VOCAB, log=lambda *a: None)
+    trainer.train()
+    return ckpt.complete_checkpoints(tmp_path)[-1]
+
+
+def test_truncated_shard_is_refused_naming_the_file(saved):
+    shard = saved / "model-dp0-pp0-tp0.safetensors"
+    shard.write_bytes(shard.read_bytes()[:-100])
+    with pytest.raises(CheckpointError, match="model-dp0-pp0-tp0.safetensors.*truncated"):
+        ckpt.CheckpointReader(saved)
+
+
+def test_corrupted_shard_is_refused_naming_the_file(saved):
+    shard = saved / "optim-dp0-pp0-tp0.safetensors"
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match="optim-dp0-pp0-tp0.safetensors.*corrupted"):
+        ckpt.CheckpointReader(saved)
+
+
+def test_manifest_that_does_not_match_its_files_is_refused(saved):
+    manifest = saved / "manifest-rank0.json"
+    data = json.loads(manifest.read_text())
+    data["tensors"][0]["shape"] = [7, 7]
+    manifest.write_text(json.dumps(data))
+    with pytest.raises(CheckpointError, match="manifest-rank0.json says"):
+        ckpt.CheckpointReader(saved)
+    manifest.write_text("{not json")
+    with pytest.raises(CheckpointError, match="manifest-rank0.json: unreadable manifest"):
+        ckpt.CheckpointReader(saved)
+
+
+@pytest.mark.parametrize("override,message", [("model.num_layers=3", "no tensor 'blocks.2"),
+                                               ("model.hidden_size=64", "model config differs")])
+def test_checkpoint_of_another_model_is_refused(saved, override, message, tmp_path):
+    from trident.train.trainer import Trainer
+
+    with pytest.raises(CheckpointError, match=message):
+        Trainer(tiny_config(override, f"checkpoint.load={saved}"), tmp_path / "other",
+                datasets=(RandomTokens(32), None), vocab_size=VOCAB, log=lambda *a: None)
