@@ -218,7 +218,7 @@ def resolve_checkpoint(load: str, root: Path) -> Path | None:
     path = Path(load)
     if (path / COMPLETE).exists():
         return path
-    found = complete_checkpoints(path)
+    found = complete_checkpoints(path) or complete_checkpoints(path / "checkpoints")  # a run's OUT works too
     if found:
         return found[-1]
     raise FileNotFoundError(f"checkpoint.load={load}: no complete checkpoint there (missing {COMPLETE} marker)")
