@@ -1,0 +1,149 @@
+"""Model FLOPs utilisation of trident's training step on one device, and bf16 against fp32.
+
+CPU (default): the 125M config (gpt-125m) at seq 1024, micro-batch 1, fp32, one process, against
+this CPU's matmul peak measured in the same run (target: MFU >= 65%); then bf16 tokens/s against
+fp32 tokens/s (target >= 1.5x), one after the other, on the 125M width (hidden 768, 12 heads) with
+2 layers and seq 256 unless --full-bf16 (bf16 on a CPU without native bf16 matmul is several times
+slower than fp32, and the full model would take minutes a step). With
+`--compile` each case also runs with train.compile=true, and the table says whether the trainer
+actually compiled anything. Steps are timed by wall clock and by process CPU time (1 thread by
+default), and the matmul peak by the same two clocks: on a shared machine the CPU-time MFU is the
+work-rate figure.
+
+GPU (--device cuda, not runnable on this machine): the 1.3B config (gpt-1.3b) at seq 2048, bf16,
+MFU against the card's dense bf16 peak (trident.train.metrics.KNOWN_PEAKS; target >= 50%, beside
+MT-NLG's ~40% on A100).
+
+    python benchmarks/mfu.py [--quick] [--compile] [--threads N] [--device cpu|cuda]
+"""
+from __future__ import annotations
+
+import argparse
+import tempfile
+
+import torch
+
+from common import RandomTokens, Timer, emit_json, load_average, make_config, matmul_peak_tflops, median, print_table
+
+CPU_MODEL = ["model.seq_length=1024", "train.micro_batch_size=1", "train.global_batch_size=1"]
+CPU_QUICK = ["model.seq_length=256", "train.micro_batch_size=1", "train.global_batch_size=1"]
+BF16_MODEL = ["model.num_layers=2", "model.seq_length=256", "train.micro_batch_size=1", "train.global_batch_size=1"]
+GPU_MODEL = ["model.seq_length=2048", "train.micro_batch_size=4", "train.global_batch_size=8",
+             "train.activation_checkpointing=none"]
+
+
+def build_trainer(preset: str, overrides: list[str], out: str):
+    from trident.train.trainer import Trainer
+
+    config = make_config(preset, overrides + ["train.rampup_batch_size=null", "train.eval_interval=0",
+                                              "train.steps=1000000"])
+    m = config.model
+    trainer = Trainer(config, out, datasets=(RandomTokens(m.seq_length, m.vocab_size, n=64), None),
+                      vocab_size=m.vocab_size, log=lambda *a: None)
+    return config, trainer
+
+
+def compiled(trainer) -> bool:
+    """Whether any module of the model was wrapped by torch.compile (module.compile() or torch.compile)."""
+    return any(getattr(mod, "_compiled_call_impl", None) is not None or hasattr(mod, "_orig_mod")
+               for chunk in trainer.chunks for mod in chunk.modules())
+
+
+def flops_per_step(config) -> float:
+    from trident.train.metrics import model_flops
+
+    m = config.model
+    return model_flops(config.train.global_batch_size, m.seq_length, m.num_layers, m.hidden_size,
+                       m.padded_vocab_size())
+
+
+def run_case(name: str, preset: str, overrides: list[str], steps: int, warmup: int, device: str) -> dict:
+    """Train `warmup + steps` steps; medians of the timed ones, MFU by both clocks."""
+    with tempfile.TemporaryDirectory() as out:
+        config, trainer = build_trainer(preset, overrides + [f"train.device={device}"], out)
+        dtype = torch.float32 if config.train.precision == "fp32" else torch.bfloat16
+        peaks = [matmul_peak_tflops(dtype, device)]
+        walls, cpus, losses = [], [], []
+        for index in range(warmup + steps):
+            with Timer() as timer:
+                record = trainer.train_step()
+            losses.append(record["loss"])
+            if index >= warmup:
+                walls.append(timer.wall)
+                cpus.append(timer.cpu)
+        peaks.append(matmul_peak_tflops(dtype, device))
+        applied = compiled(trainer)
+        peak_bytes = record["peak_memory_bytes"]
+    flops = flops_per_step(config)
+    tokens = config.train.global_batch_size * config.model.seq_length
+    peak = {clock: sum(p[clock] for p in peaks) / len(peaks) for clock in ("wall", "cpu")}
+    wall, cpu = median(walls), median(cpus)
+    result = {"case": name, "precision": config.train.precision, "compile_requested": config.train.compile,
+              "compile_applied": applied, "layers": config.model.num_layers, "hidden": config.model.hidden_size,
+              "seq": config.model.seq_length, "tokens_per_step": tokens, "flops_per_step": flops,
+              "wall_s": wall, "cpu_s": cpu, "tokens_per_s": tokens / wall, "tokens_per_cpu_s": tokens / cpu,
+              "tflops_wall": flops / wall / 1e12, "peak_tflops": peak, "peaks": peaks,
+              "mfu_wall": flops / wall / 1e12 / peak["wall"], "mfu_cpu": flops / cpu / 1e12 / peak["cpu"],
+              "losses": losses, "peak_memory_bytes": peak_bytes, "steps": {"wall": walls, "cpu": cpus},
+              "load": load_average()}
+    print(f"{name}: {wall:.2f}s wall / {cpu:.2f}s CPU a step, MFU {result['mfu_cpu']:.1%} (CPU) "
+          f"{result['mfu_wall']:.1%} (wall), load {result['load']}", flush=True)
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="seq 256 for the MFU case, fewer steps")
+    parser.add_argument("--compile", action="store_true", help="also run every case with train.compile=true")
+    parser.add_argument("--full-bf16", action="store_true", help="bf16 vs fp32 on the full MFU model")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads on CPU (default 1)")
+    parser.add_argument("--steps", type=int, default=0, help="timed steps per case (default 2, quick 1)")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    args = parser.parse_args()
+    steps, warmup = args.steps or (1 if args.quick else 2), 1
+    threads = [f"train.threads={args.threads}"] if args.device == "cpu" else []
+    torch.set_num_threads(args.threads)
+    compile_modes = (False, True) if args.compile else (False,)
+    results = []
+    if args.device == "cuda":
+        for comp in compile_modes:
+            results.append(run_case(f"1.3B bf16{' compile' if comp else ''}", "gpt-1.3b",
+                                    GPU_MODEL + ["train.precision=bf16", f"train.compile={str(comp).lower()}"],
+                                    steps, warmup, "cuda"))
+    else:
+        model = CPU_QUICK if args.quick else CPU_MODEL
+        for comp in compile_modes:
+            results.append(run_case(f"125M fp32{' compile' if comp else ''}", "gpt-125m",
+                                    model + threads + ["train.precision=fp32", f"train.compile={str(comp).lower()}"],
+                                    steps, warmup, "cpu"))
+        bf16_model = model if args.full_bf16 else BF16_MODEL
+        for comp in compile_modes:
+            for precision in ("fp32", "bf16"):
+                results.append(run_case(f"bf16-vs-fp32 {precision}{' compile' if comp else ''}", "gpt-125m",
+                                        bf16_model + threads + [f"train.precision={precision}",
+                                                                f"train.compile={str(comp).lower()}"],
+                                        steps, warmup, "cpu"))
+    rows = [[r["case"], f"{r['layers']}x{r['hidden']}, s={r['seq']}", r["precision"],
+             ("yes" if r["compile_applied"] else "requested, NOT applied") if r["compile_requested"] else "no",
+             r["wall_s"], r["cpu_s"], r["tokens_per_s"], r["tokens_per_cpu_s"], f"{r['mfu_cpu']:.1%}",
+             f"{r['mfu_wall']:.1%}", f"{r['peak_tflops']['cpu'] * 1e3:.1f}"] for r in results]
+    print_table(f"MFU on {args.device} ({steps} timed steps after {warmup} warm-up; medians)",
+                ["case", "model", "precision", "compiled", "wall s", "CPU s", "tok/s", "tok/CPU-s", "MFU (CPU)",
+                 "MFU (wall)", "peak GFLOP/CPU-s"], rows)
+    ratios = {}
+    for comp in compile_modes:
+        suffix = " compile" if comp else ""
+        pair = {r["precision"]: r for r in results if r["case"].startswith("bf16-vs-fp32") and
+                r["case"].endswith(r["precision"] + suffix)}
+        if len(pair) == 2:
+            ratios[f"bf16_over_fp32{suffix.replace(' ', '_')}"] = {
+                "wall": pair["fp32"]["wall_s"] / pair["bf16"]["wall_s"],
+                "cpu": pair["fp32"]["cpu_s"] / pair["bf16"]["cpu_s"]}
+    for key, value in ratios.items():
+        print(f"{key}: {value['cpu']:.3f}x by CPU time, {value['wall']:.3f}x by wall time (target >= 1.5x)")
+    emit_json("mfu", {"device": args.device, "threads": args.threads, "results": results, "ratios": ratios})
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
