@@ -3,8 +3,9 @@
 For several small layouts (1 process, DP 2, DP 2 + ZeRO-1, TP 2, PP 2, full checkpointing) this
 1. builds a small dataset once (stdlib docstrings -> BPE tokenizer -> indexed .bin/.idx),
 2. runs `trident train CONFIG key=value ... --nproc N --out DIR` with one thread a rank and reads
-   OUT/metrics.jsonl: step_time_s (median over the steps after the first), peak_memory_bytes (the
-   logging rank's peak RSS) and the trainer's own measured matmul peak (tflops / mfu),
+   OUT/metrics.jsonl: step_time_s (median over the steps after the first), peak_memory_bytes (peak
+   RSS of rank 0, which writes the file: the first pipeline stage) and the trainer's own measured
+   matmul peak (tflops / mfu),
 3. runs the same layout with a minuscule model to measure the process baseline (interpreter, torch,
    gloo, data) and subtracts it, since the planner counts tensors only. glibc is told to return
    freed blocks to the OS (MALLOC_MMAP_THRESHOLD_ / MALLOC_TRIM_THRESHOLD_) so that peak RSS
@@ -132,11 +133,12 @@ def predict(config_overrides: list[str], nproc: int, peak_tflops: float, efficie
     if efficiency is not None:
         hardware = replace(hardware, sustained_efficiency=efficiency)
     # The trainer keeps fp32 main gradients (parallel/data.py) and attends through SDPA, which on CPU
-    # runs a flash kernel (no s x s scores kept); the logging rank is the last stage.
+    # runs a flash kernel (no s x s scores kept). metrics.jsonl is written by rank 0 (train/trainer.py):
+    # its peak memory is the first pipeline stage's.
     layout = replace(Layout.from_config(config, nproc), grad_dtype="fp32")
     plan = evaluate(config, layout, hardware, nproc, hardware.gpus_per_node, flash_attention=True)
     if plan.memory is not None:
-        plan.memory = stage_memory(config, layout, layout.pp - 1, flash_attention=True)
+        plan.memory = stage_memory(config, layout, 0, flash_attention=True)
     return config, layout, hardware, plan
 
 
