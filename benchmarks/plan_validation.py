@@ -77,7 +77,8 @@ def build_data(out: Path) -> list[str]:
         corpus = out / "corpus.jsonl"
         build_stdlib_corpus(corpus, max_docs=300)
         for command in (["tokenizer", "train", "--input", str(corpus), "--vocab-size", "1024", "--out", str(tokenizer)],
-                        ["tokenize", "--input", str(corpus), "--output-prefix", str(prefix), "--tokenizer", str(tokenizer)]):
+                        ["tokenize", "--input", str(corpus), "--output-prefix", str(prefix),
+                         "--tokenizer", str(tokenizer)]):
             done = sh([sys.executable, "-m", "trident", *command], out)
             if done.returncode:
                 raise SystemExit(f"trident {command[0]} failed:\n{done.stderr[-2000:]}")
@@ -161,7 +162,8 @@ def measure_all(out: Path, names: list[str], data: list[str], steps: int, reuse:
         cpu = (result["cpu_s"] - base["cpu_s"]) / (result["steps"] * nproc)
         measured[name] = {**result, "baseline_bytes": base["peak_memory_bytes"], "cpu_s_per_step_rank": cpu}
         console.print(f"  wall {result['step_time_s']:.3f} s/step, CPU {cpu:.3f} s/step/rank, peak "
-                      f"{result['peak_memory_bytes'] / 2**20:.0f} MiB (baseline {base['peak_memory_bytes'] / 2**20:.0f})")
+                      f"{result['peak_memory_bytes'] / 2**20:.0f} MiB "
+                      f"(baseline {base['peak_memory_bytes'] / 2**20:.0f})")
     return measured, failures
 
 

@@ -8,11 +8,13 @@ import sys
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("config", help="YAML config file or preset name (e.g. mtnlg-530b)")
-    parser.add_argument("overrides", nargs="*", help="dotted key=value overrides (right after CONFIG), e.g. parallel.tp=4")
+    parser.add_argument("overrides", nargs="*",
+                        help="dotted key=value overrides (right after CONFIG), e.g. parallel.tp=4")
     parser.add_argument("--gpus", type=int, required=True, metavar="N", help="devices in the cluster")
     parser.add_argument("--gpu", default="a100-80gb", metavar="NAME",
                         help="hardware profile: a100-80gb | a100-40gb | h100-80gb | h200 | cpu, or one from --hardware")
-    parser.add_argument("--gpus-per-node", type=int, metavar="N", help="devices per node (default: the profile's, 8 on DGX)")
+    parser.add_argument("--gpus-per-node", type=int, metavar="N",
+                        help="devices per node (default: the profile's, 8 on DGX)")
     parser.add_argument("--hardware", metavar="FILE", help="YAML file of extra or replacement hardware profiles")
     parser.add_argument("--rank", action="store_true", help="rank every valid layout by predicted step time")
     parser.add_argument("--top", type=int, default=10, metavar="K", help="rows of the ranking to show (default 10)")

@@ -16,8 +16,8 @@ from pathlib import Path
 import yaml
 
 from trident.config import Config
-from trident.plan.memory import (ADAM_MOMENT_BYTES, Layout, distinct_stages, element_bytes, micro_batches, stage_layers, stage_params,
-                                 state_bytes)
+from trident.plan.memory import (ADAM_MOMENT_BYTES, Layout, distinct_stages, element_bytes, micro_batches,
+                                 stage_layers, stage_params, state_bytes)
 
 PROFILE_FILE = Path(__file__).parent / "hardware.yaml"
 
@@ -142,7 +142,8 @@ def iteration_flops(config: Config, recompute: bool = True) -> float:
     This is the convention the paper's TFLOP/s use, whatever the layout actually recomputes.
     """
     m = config.model
-    b, s, layers, h, v = config.train.global_batch_size, m.seq_length, m.num_layers, m.hidden_size, m.padded_vocab_size(1)
+    b, s, layers, h = config.train.global_batch_size, m.seq_length, m.num_layers, m.hidden_size
+    v = m.padded_vocab_size(1)
     full = 96.0 * b * s * layers * h * h * (1 + s / (6 * h) + v / (16 * layers * h))
     return full if recompute else 0.75 * full
 
@@ -261,12 +262,14 @@ def step_time(config: Config, layout: Layout, hardware: Hardware, gpus_per_node:
     bubble = (total - per_stage[slowest]) / layout.virtual_stages
     breakdown = TimeBreakdown(
         compute=micro * worst["compute"], recompute=micro * worst["recompute"], tp_comm=micro * worst["tp"],
-        pp_comm=micro * worst["pp"], bubble=bubble, dp_comm=gradient_sync_seconds(config, layout, hardware, gpus_per_node),
+        pp_comm=micro * worst["pp"], bubble=bubble,
+        dp_comm=gradient_sync_seconds(config, layout, hardware, gpus_per_node),
         optimizer=optimizer_seconds(config, layout, hardware), micro_batches=micro,
         bubble_fraction=bubble / (micro * per_stage[slowest]), slowest_stage=slowest)
     gpus = layout.gpus
     breakdown.tflops_per_gpu = iteration_flops(config) / (gpus * breakdown.total) / 1e12
-    breakdown.mfu = iteration_flops(config, recompute=False) / (gpus * breakdown.total) / hardware.peak(config.train.precision)
+    peak = hardware.peak(config.train.precision)
+    breakdown.mfu = iteration_flops(config, recompute=False) / (gpus * breakdown.total) / peak
     return breakdown
 
 
