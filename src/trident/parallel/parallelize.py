@@ -23,5 +23,9 @@ def build_model_chunks(config: Config, mesh, device: torch.device, dtype: torch.
         chunk = build_model(cfg.model, cfg.model.padded_vocab_size(mesh.tp), cfg.train.seed, tp=tp, layers=layers,
                             pre_process=mesh.is_first_stage and c == 0, post_process=mesh.is_last_stage and c == v - 1,
                             activation_checkpointing=cfg.train.activation_checkpointing)
-        chunks.append(chunk.to(device, dtype))
+        chunk = chunk.to(device, dtype)
+        if cfg.train.compile:  # per block: each compiles once and is reused by every layer of its shape
+            for block in chunk.blocks.values():
+                block.compile()
+        chunks.append(chunk)
     return chunks

@@ -51,7 +51,6 @@ class Trainer:
             torch.set_num_threads(config.train.threads)
         self.device = pick_device(config)
         self.mesh = build_mesh(config.parallel.tp, config.parallel.pp, config.parallel.dp)
-        self.is_logger = self.mesh.rank == self.world - 1 if self.mesh.pp > 1 else self.mesh.rank == 0
         self.log = log if self.mesh.rank == 0 else (lambda *a, **k: None)
         self.schedule = TrainSchedule(config.train, config.model.seq_length)
         self.tokenizer_file = None
