@@ -44,7 +44,7 @@ class ModelConfig:
         return self.init_std or math.sqrt(1.0 / (3.0 * self.hidden_size))
 
     def padded_vocab_size(self, tp: int = 1) -> int:
-        """Vocabulary padded to a multiple of lcm(make_vocab_size_divisible_by, tp) (50257 -> 51200 at 128).
+        """Vocabulary padded to a multiple of lcm(make_vocab_size_divisible_by, tp) (50257 -> 51200 at 1024).
 
         Unlike Megatron (multiple * tp) this is the same for every TP degree that divides the multiple,
         so checkpoints reshard between TP degrees without changing the embedding's shape."""

@@ -1,0 +1,69 @@
+"""Config: YAML + dotted overrides into typed dataclasses; mistakes fail at start naming the key."""
+import pytest
+
+from trident.config import ConfigError, load_config, parse_overrides, save_config
+
+
+def test_presets_load_and_validate():
+    for name in ("tiny", "demo", "gpt-125m", "gpt-1.3b"):
+        load_config(name).validate(1)
+    mtnlg = load_config("configs/mtnlg-530b.yaml")
+    mtnlg.validate(2240)  # TP 8 x PP 35 x DP 8, the paper's 280 nodes
+    assert (mtnlg.model.num_layers, mtnlg.model.hidden_size, mtnlg.model.num_heads) == (105, 20480, 128)
+    assert mtnlg.model.padded_vocab_size(8) == 51200
+    assert mtnlg.train.adam_beta2 == 0.95 and mtnlg.train.rampup_batch_size == [32, 32, 12000000000]
+    assert len(mtnlg.data.paths) == 30 and abs(sum(mtnlg.data.paths[0::2]) - 1.0) < 0.01
+
+
+def test_overrides_are_yaml_and_typed():
+    config = load_config("tiny", ["train.lr=3e-4", "data.paths=[0.3,a,0.7,b]", "parallel.sequence_parallel=true",
+                                  "train.rampup_batch_size=[2,2,100]"])
+    assert config.train.lr == 3e-4 and isinstance(config.train.lr, float)
+    assert config.data.paths == [0.3, "a", 0.7, "b"]
+    assert config.parallel.sequence_parallel is True
+    assert parse_overrides(["a.b.c=1"]) == {"a": {"b": {"c": 1}}}
+
+
+@pytest.mark.parametrize("overrides,key", [
+    (["train.lrr=1"], "unknown config key 'train.lrr'"),
+    (["model.num_layers=two"], "config key 'model.num_layers': expected int"),
+    (["model.hidden_size=50"], "config key 'model.hidden_size': 50 is not divisible by model.num_heads=4"),
+    (["train.global_batch_size=7"], "config key 'train.global_batch_size'"),
+    (["train.precision=fp8"], "config key 'train.precision': must be one of"),
+    (["parallel.tp=3"], "config key 'parallel.tp'"),
+    (["parallel.pp=4"], "config key 'parallel.pp'"),  # 2 layers cannot fill 4 stages
+    (["train.min_lr=1.0"], "config key 'train.min_lr'"),
+    (["parallel.sequence_parallel=true", "parallel.tp=2", "model.seq_length=33"], "parallel.sequence_parallel"),
+    (["parallel.layer_partition=[1,2]", "parallel.pp=2"], "parallel.layer_partition"),
+    (["train.rampup_batch_size=[3,1,10]"], "train.rampup_batch_size"),
+    (["train"], "must look like section.key=value"),
+    (["train=5"], "config key 'train' is a section"),
+])
+def test_mistakes_fail_at_start_naming_the_key(overrides, key):
+    with pytest.raises(ConfigError, match=key.replace("[", r"\[").replace("(", r"\(")):
+        load_config("tiny", overrides).validate(1)
+
+
+def test_world_size_must_match_the_layout():
+    with pytest.raises(ConfigError, match="world size 6 is not divisible by tp x pp = 4"):
+        load_config("tiny", ["parallel.tp=2", "parallel.pp=2"]).validate(6)
+    with pytest.raises(ConfigError, match="dp x pp x tp = 3 x 1 x 2 = 6 != world size 8"):
+        load_config("tiny", ["parallel.tp=2", "parallel.dp=3", "train.global_batch_size=12"]).validate(8)
+
+
+def test_bad_files_are_named(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model: {num_layers: [1, 2}\n")
+    with pytest.raises(ConfigError, match="bad.yaml.*not valid YAML"):
+        load_config(bad)
+    bad.write_text("model:\n  depth: 3\n")
+    with pytest.raises(ConfigError, match="bad.yaml: unknown config key 'model.depth'"):
+        load_config(bad)
+
+
+def test_resolved_config_round_trips(tmp_path):
+    config = load_config("demo", ["train.steps=7"])
+    save_config(config, tmp_path / "config.yaml")
+    assert load_config(tmp_path / "config.yaml") == config

@@ -1,0 +1,52 @@
+"""End to end through the command line: tokenizer -> tokenize -> train -> generate, on tiny data."""
+import json
+
+import pytest
+
+from trident.cli import main
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cli")
+    from trident.data.stdlib_corpus import build_stdlib_corpus
+
+    build_stdlib_corpus(root / "corpus.jsonl", max_docs=150)
+    assert main(["tokenizer", "train", "--input", str(root / "corpus.jsonl"), "--vocab-size", "400",
+                 "--out", str(root / "tok.json")]) == 0
+    assert main(["tokenize", "--input", str(root / "corpus.jsonl"), "--output-prefix", str(root / "data"),
+                 "--tokenizer", str(root / "tok.json")]) == 0
+    return root
+
+
+@pytest.mark.timeout(240)
+def test_train_learns_and_writes_metrics_config_and_checkpoint(corpus, capsys):
+    out = corpus / "run"
+    code = main(["train", "tiny", f"data.paths=[{corpus / 'data'}]", f"data.tokenizer={corpus / 'tok.json'}",
+                 "train.steps=40", "train.eval_interval=20", "train.eval_iters=2", "--out", str(out), "--json"])
+    assert code == 0
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    keys = {"step", "loss", "lr", "grad_norm", "batch_size", "tokens", "tokens_per_s", "tflops", "mfu",
+            "skipped", "loss_scale"}
+    assert len(records) == 40 and all(keys <= set(r) for r in records)
+    first, last = sum(r["loss"] for r in records[:5]) / 5, sum(r["loss"] for r in records[-5:]) / 5
+    assert last < first - 0.5  # it learns
+    assert records[19]["val_loss"] is not None and records[-1]["mfu"] > 0
+    assert (out / "config.yaml").exists() and (out / "checkpoints" / "step_0000040" / "COMPLETE").exists()
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["step"] == 40
+    assert main(["generate", str(out), "--prompt", "Return the", "--max-new-tokens", "8", "--greedy"]) == 0
+
+
+def test_train_refuses_bad_config_at_start(corpus, capsys):
+    assert main(["train", "tiny", "train.nope=1", "--out", str(corpus / "bad")]) == 2
+    assert "unknown config key 'train.nope'" in capsys.readouterr().err
+    assert main(["train", "tiny", "parallel.tp=2", "--out", str(corpus / "bad")]) == 2  # 1 process, tp 2
+    assert not (corpus / "bad").exists()
+
+
+def test_help_lists_every_command(capsys):
+    assert main([]) == 0
+    text = capsys.readouterr().out
+    for command in ("demo", "train", "tokenize", "tokenizer", "generate", "curate", "eval", "plan",
+                    "pipeline-diagram", "export-hf", "import-hf"):
+        assert command in text
