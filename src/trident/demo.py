@@ -52,14 +52,23 @@ def curate_web_sample(out: Path, eval_dir: Path) -> tuple[dict, Path]:
     return stats, out / "curated"
 
 
-def eval_table(results: dict) -> str:
-    lines = ["| task | metric | n | " + " | ".join(f"{k}-shot" for k in results["shots"]) + " |",
-             "|---|---|---|" + "---|" * len(results["shots"])]
-    for task, per_shot in results["results"].items():
-        first = next(iter(per_shot.values()))
+def evaluate_model(model, tokenizer, config, eval_dir: Path, out: Path) -> dict:
+    from trident.evaluate.harness import run_evaluation
+    from trident.evaluate.lm import trident_lm
+
+    lm = trident_lm(model.eval(), tokenizer, config.model.seq_length, batch_size=16)
+    return run_evaluation(lm, ["lambada", "hellaswag"], [0, 1], eval_dir, out, progress=False)
+
+
+def eval_table(trained: dict, untrained: dict) -> str:
+    """Trained beside untrained, per task, metric and shot count."""
+    lines = ["| task | metric | n | untrained 0-shot | trained 0-shot | trained 1-shot |", "|---|---|---|---|---|---|"]
+    for task, per_shot in trained["results"].items():
+        first = per_shot["0"]
         for metric in first["metrics"]:
-            cells = [f"{per_shot[k]['metrics'][metric]:.3f}" for k in results["shots"]]
-            lines.append(f"| {task} | {metric} | {first['n']} | " + " | ".join(cells) + " |")
+            before = untrained["results"][task]["0"]["metrics"][metric]
+            cells = [before, first["metrics"][metric], per_shot["1"]["metrics"][metric]]
+            lines.append(f"| {task} | {metric} | {first['n']} | " + " | ".join(f"{c:.3f}" for c in cells) + " |")
     return "\n".join(lines)
 
 
@@ -110,9 +119,7 @@ def write_report(out: Path, summary: dict) -> Path:
 def run_demo(out: Path, steps: int | None = None, max_docs: int | None = None, overrides: list[str] = ()) -> dict:
     from trident.data.build import tokenize_files
     from trident.data.tokenizer import train_tokenizer
-    from trident.evaluate.harness import run_evaluation
     from trident.evaluate.heldout import write_heldout_tasks
-    from trident.evaluate.lm import trident_lm
     from trident.infer.generate import generate
     from trident.model.gpt import count_parameters
     from trident.train.metrics import read_metrics
@@ -138,8 +145,9 @@ def run_demo(out: Path, steps: int | None = None, max_docs: int | None = None, o
     paths = f"data.paths=[0.85,{out / 'data' / 'stdlib'},0.15,{out / 'data' / 'web'}]"
     config = load_config("demo", [paths, f"data.tokenizer={out / 'tokenizer.json'}",
                                   *([f"train.steps={steps}"] if steps else []), *overrides])
-    start = time.perf_counter()
     trainer = Trainer(config, out / "train")
+    untrained = evaluate_model(trainer.chunks[0], tokenizer, config, eval_dir, out / "eval-untrained")
+    start = time.perf_counter()
     trainer.train()
     train_seconds = time.perf_counter() - start
     metrics = read_metrics(out / "train" / "metrics.jsonl")
@@ -149,10 +157,8 @@ def run_demo(out: Path, steps: int | None = None, max_docs: int | None = None, o
     sample = generate(model, tokenizer, prompt, max_new_tokens=60, temperature=0.8, top_k=40, seed=0)
     print(prompt + sample)
     _stage("7. evaluate (held-out documents, LAMBADA and HellaSwag formats)")
-    lm = trident_lm(model, tokenizer, config.model.seq_length, batch_size=16)
-    results = run_evaluation(lm, ["lambada", "hellaswag"], [0, 1], eval_dir, out / "eval", progress=False)
-    results["shots"] = ["0", "1"]
-    table = eval_table(results)
+    results = evaluate_model(model, tokenizer, config, eval_dir, out / "eval")
+    table = eval_table(results, untrained)
     print(table)
     val = [m["val_loss"] for m in metrics if m.get("val_loss") is not None]
     funnel = (f"{curation['stages'][0]['counters'].get('in', 0)} WARC records -> "

@@ -1,0 +1,21 @@
+"""`trident demo` end to end, shortened (few steps, small corpus): every stage runs and reports."""
+import json
+
+import pytest
+
+from trident.cli import main
+
+
+@pytest.mark.timeout(300)
+def test_demo_runs_every_stage_and_writes_the_report(tmp_path):
+    assert main(["demo", "--out", str(tmp_path), "--steps", "4", "--max-docs", "300",
+                 "train.eval_interval=2", "train.eval_iters=1"]) == 0
+    report = (tmp_path / "report.md").read_text()
+    for section in ("## Sample", "## Curation", "## Evaluation", "![loss](loss.png)"):
+        assert section in report
+    assert (tmp_path / "loss.png").stat().st_size > 1000
+    stats = json.loads((tmp_path / "curated" / "stats.json").read_text())
+    assert stats["accounting"]["ok"] and 0 < stats["output"]["documents"] < stats["stages"][0]["counters"]["in"]
+    results = json.loads((tmp_path / "eval" / "results.json").read_text())
+    assert set(results["results"]) == {"lambada", "hellaswag"}
+    assert (tmp_path / "train" / "checkpoints" / "step_0000004" / "COMPLETE").exists()
