@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from trident.config import Config
+from trident.config import Config, ConfigError
 from trident.model.gpt import GPT, build_model
 from trident.parallel.pipeline import partition_layers
 
@@ -14,7 +14,7 @@ def build_model_chunks(config: Config, mesh, device: torch.device, dtype: torch.
     """One chunk per virtual stage held by this rank (one, unless the schedule is interleaved)."""
     cfg = config
     if cfg.model.vocab_size <= 0:
-        raise ValueError("config key 'model.vocab_size' is unknown: set it or give data.tokenizer")
+        raise ConfigError("config key 'model.vocab_size' is unknown: set it or give data.tokenizer")
     tp = mesh.tp_context(cfg.parallel.sequence_parallel)
     v = cfg.parallel.virtual_stages
     ranges = partition_layers(cfg.model.num_layers, mesh.pp, v, cfg.parallel.layer_partition)[mesh.pp_rank]

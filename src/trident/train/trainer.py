@@ -9,6 +9,7 @@ and a resumed run see exactly the same data.
 from __future__ import annotations
 
 import math
+import os
 import random
 import time
 from pathlib import Path
@@ -17,7 +18,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from trident.config import Config, save_config
+from trident.config import Config, ConfigError, save_config
 from trident.model.gpt import full_shape
 from trident.parallel import tensor as T
 from trident.parallel.data import all_reduce_coalesced
@@ -35,7 +36,7 @@ from trident.train.schedules import TrainSchedule
 def pick_device(config: Config) -> torch.device:
     wanted = config.train.device
     if wanted == "cuda" or (wanted == "auto" and torch.cuda.is_available()):
-        local = int(__import__("os").environ.get("LOCAL_RANK", 0))
+        local = int(os.environ.get("LOCAL_RANK", 0))
         torch.cuda.set_device(local)
         return torch.device("cuda", local)
     return torch.device("cpu")
@@ -79,8 +80,8 @@ class Trainer:
 
         cfg = self.config
         if not cfg.data.paths or not cfg.data.tokenizer:
-            raise ValueError("config keys 'data.paths' and 'data.tokenizer' must be set to train "
-                             "(see `trident tokenize`), or run `trident demo`")
+            raise ConfigError("config keys 'data.paths' and 'data.tokenizer' must be set to train "
+                              "(see `trident tokenize`), or run `trident demo`")
         tokenizer = Tokenizer.load(cfg.data.tokenizer)
         self.tokenizer_file = _tokenizer_json(cfg.data.tokenizer, tokenizer, self.out)
         cfg.model.vocab_size = cfg.model.vocab_size or tokenizer.vocab_size
@@ -111,8 +112,7 @@ class Trainer:
         seq = cfg.model.seq_length // (self.mesh.tp if cfg.parallel.sequence_parallel else 1)
         shape = (seq, cfg.train.micro_batch_size, cfg.model.hidden_size)
         return PipelineExecutor(self.chunks, self.mesh, cfg.parallel.schedule, shape, DTYPES[cfg.train.precision],
-                                self.device,
-                                lambda: autocast(cfg.train.precision, self.device))
+                                self.device, lambda: autocast(cfg.train.precision, self.device))
 
     # ---- one step ------------------------------------------------------------------------------
     def micro_batches(self, batch_size: int, dataset, start: int):
