@@ -13,7 +13,7 @@ save with `checkpoint.async_save` on vs off.
    on a CPU; checkpoint = weights + Adam state, ~1.5 GB), one with checkpoint.async_save=false and
    one with true, alternating each round: a step (baseline), `trainer.save()` (the stall the loop
    sees), the next step (it overlaps the background write) and `writer.wait()` (what was left).
-   Effective async stall = save() + (next step - baseline step) + remaining wait.
+   Effective stall: sync = save() + wait(); async = save() + (next step - baseline step) + wait().
 
     python benchmarks/checkpoint.py [--quick] [--rounds N] [--preset gpt-125m] [--dir DIR]
 --dir chooses the disk written to (default: a temporary folder).
@@ -120,7 +120,9 @@ def stall(preset: str, quick: bool, rounds: int, work: Path) -> tuple[list[list]
     rows, result = [], {"checkpoint_mb": checkpoint_mb}
     for mode, times in record.items():
         med = {key: median(values) for key, values in times.items()}
-        effective = med["save"] + max(0.0, med["next_step"] - med["step"]) + med["wait"]
+        # Only the async save overlaps the next step; a sync save's next step has nothing to wait for.
+        overlap = max(0.0, med["next_step"] - med["step"]) if mode == "async" else 0.0
+        effective = med["save"] + overlap + med["wait"]
         rows.append([mode, med["step"], med["save"], med["next_step"], med["wait"], effective])
         result[mode] = times | {"effective_stall_s": effective}
     result["stall_ratio_sync_over_async"] = result["sync"]["effective_stall_s"] / result["async"]["effective_stall_s"]
