@@ -13,24 +13,7 @@ TRAIN_QUALITY = "train-quality"
 BLEND = "blend"
 
 
-class _IntermixedParser(argparse.ArgumentParser):
-    """Lets `key=value` overrides follow options (`--out DIR workers=4`): plain argparse assigns all
-    positionals in one go and would reject positionals that come after an option."""
-
-    _inside = False
-
-    def parse_known_args(self, args=None, namespace=None):
-        if self._inside:
-            return super().parse_known_args(args, namespace)
-        self._inside = True
-        try:
-            return self.parse_known_intermixed_args(args, namespace)
-        finally:
-            self._inside = False
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.__class__ = _IntermixedParser
     parser.add_argument("target", metavar="CONFIG|train-quality|blend",
                         help="pipeline YAML (or preset name, e.g. curate-cc), 'train-quality' or 'blend'")
     parser.add_argument("overrides", nargs="*", metavar="key=value",
