@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import argparse
 import tempfile
-import time
 
+import numpy as np
 import torch
 
 from common import RandomTokens, Timer, emit_json, load_average, make_config, matmul_peak_tflops, median, print_table
@@ -68,8 +68,7 @@ class BareLoop:
         self.optimizer.zero_grad(set_to_none=True)
         total = 0.0
         for offset in range(0, batch, micro):
-            rows = torch.from_numpy(
-                __import__("numpy").stack([dataset[start + offset + i] for i in range(micro)])).to(self.device)
+            rows = torch.from_numpy(np.stack([dataset[start + offset + i] for i in range(micro)])).to(self.device)
             with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.amp):
                 loss = self.model(rows[:, :-1], rows[:, 1:]).float().mean() / (batch // micro)
             loss.backward()
