@@ -13,7 +13,9 @@ save with `checkpoint.async_save` on vs off.
    on a CPU; checkpoint = weights + Adam state, ~1.5 GB), one with checkpoint.async_save=false and
    one with true, alternating each round: a step (baseline), `trainer.save()` (the stall the loop
    sees), the next step (it overlaps the background write) and `writer.wait()` (what was left).
-   Effective stall: sync = save() + wait(); async = save() + (next step - baseline step) + wait().
+   Baseline step = median of every step with no save in flight (both trainers). Effective stall:
+   sync = save() + wait(); async = save() + (next step - baseline step) + wait(). The training
+   thread's own CPU time of the steps (time.thread_time) tells computing from waiting.
 
     python benchmarks/checkpoint.py [--quick] [--rounds N] [--preset gpt-125m] [--dir DIR]
 --dir chooses the disk written to (default: a temporary folder).
@@ -21,9 +23,11 @@ save with `checkpoint.async_save` on vs off.
 from __future__ import annotations
 
 import argparse
+import collections
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -87,12 +91,20 @@ def throughput(preset: str, quick: bool, rounds: int, work: Path) -> tuple[list[
     loads = alternate({"trident CheckpointReader + load_model_weights": trident_load,
                        "safetensors load_file + copy": plain_load}, rounds)
     rows, result = [], {"megabytes": megabytes, "parameters": count_parameters(model)}
-    for kind, times, base in (("save", saves, "safetensors save_file"), ("load", loads, "safetensors load_file + copy")):
-        base_s = median(t.wall for t in times[base])
+    baselines = {"save": ("safetensors save_file", "safetensors save_file + fsync"),
+                 "load": ("safetensors load_file + copy", None)}
+    for kind, times in (("save", saves), ("load", loads)):
+        base = [median(t.wall for t in times[b]) if b else None for b in baselines[kind]]
         for name, timers in times.items():
             wall = median(t.wall for t in timers)
-            rows.append([kind, name, megabytes / wall, wall, median(t.cpu for t in timers), base_s / wall])
+            rows.append([kind, name, megabytes / wall, wall, median(t.cpu for t in timers)] +
+                        [b / wall if b else "" for b in base])
             result[name] = {"mb_per_s": megabytes / wall, "wall_s": [t.wall for t in timers]}
+    mb = {name: result[name]["mb_per_s"] for name in (*saves, *loads)}
+    result["save_vs_plain"] = mb["trident save_checkpoint"] / mb["safetensors save_file"]
+    result["save_vs_plain_fsync"] = mb["trident save_checkpoint"] / mb["safetensors save_file + fsync"]
+    result["load_vs_plain"] = (mb["trident CheckpointReader + load_model_weights"] /
+                               mb["safetensors load_file + copy"])
     return rows, result
 
 
@@ -107,24 +119,32 @@ def stall(preset: str, quick: bool, rounds: int, work: Path) -> tuple[list[list]
         trainers[mode] = Trainer(config, work / mode, datasets=(data, None), vocab_size=config.model.vocab_size,
                                  log=lambda *a, **k: None)
         trainers[mode].train_step()  # warm-up
-    record = {mode: {"step": [], "save": [], "next_step": [], "wait": []} for mode in trainers}
+    record = {mode: collections.defaultdict(list) for mode in trainers}
     for r in range(rounds):
         for mode in ("sync", "async") if r % 2 == 0 else ("async", "sync"):
             trainer, times = trainers[mode], record[mode]
             for key, action in (("step", trainer.train_step), ("save", trainer.save),
                                 ("next_step", trainer.train_step), ("wait", trainer.writer.wait)):
+                thread_cpu = time.thread_time()
                 with Timer() as timer:
                     action()
                 times[key].append(timer.wall)
+                times[f"{key}_thread_cpu"].append(time.thread_time() - thread_cpu)
     checkpoint_mb = sum(f.stat().st_size for f in ckpt.complete_checkpoints(work / "sync")[-1].iterdir()) / 1e6
     rows, result = [], {"checkpoint_mb": checkpoint_mb}
+    # Every step without a save in flight is a baseline step, whichever trainer ran it.
+    base = median(record["sync"]["step"] + record["sync"]["next_step"] + record["async"]["step"])
+    base_cpu = median(record["sync"]["step_thread_cpu"] + record["sync"]["next_step_thread_cpu"] +
+                      record["async"]["step_thread_cpu"])
     for mode, times in record.items():
         med = {key: median(values) for key, values in times.items()}
         # Only the async save overlaps the next step; a sync save's next step has nothing to wait for.
-        overlap = max(0.0, med["next_step"] - med["step"]) if mode == "async" else 0.0
+        overlap = med["next_step"] - base if mode == "async" else 0.0
         effective = med["save"] + overlap + med["wait"]
-        rows.append([mode, med["step"], med["save"], med["next_step"], med["wait"], effective])
-        result[mode] = times | {"effective_stall_s": effective}
+        rows.append([mode, base, base_cpu, med["save"], med["next_step"], med["next_step_thread_cpu"], med["wait"],
+                     effective])
+        result[mode] = dict(times) | {"effective_stall_s": effective}
+    result["baseline_step_s"] = base
     result["stall_ratio_sync_over_async"] = result["sync"]["effective_stall_s"] / result["async"]["effective_stall_s"]
     return rows, result
 
@@ -132,11 +152,11 @@ def stall(preset: str, quick: bool, rounds: int, work: Path) -> tuple[list[list]
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="4-layer model, 2 rounds")
-    parser.add_argument("--rounds", type=int, default=None, help="alternating rounds (default 3; quick 2)")
+    parser.add_argument("--rounds", type=int, default=None, help="alternating rounds (default 4; quick 2)")
     parser.add_argument("--preset", default="gpt-125m")
     parser.add_argument("--dir", default=None, help="where checkpoints are written (default: a temporary folder)")
     args = parser.parse_args()
-    rounds = args.rounds or (2 if args.quick else 3)
+    rounds = args.rounds or (2 if args.quick else 4)
     load_start = load_average()
     work = Path(tempfile.mkdtemp(prefix="ckpt-bench-", dir=args.dir))
     try:
@@ -144,12 +164,13 @@ def main() -> None:
         print(f"{args.preset}{' (4 layers)' if args.quick else ''}: {speed['parameters']:,} parameters, "
               f"{speed['megabytes']:.0f} MB fp32; writing to {work}; load {load_start}")
         print_table(f"Throughput, median wall time of {rounds} alternating rounds",
-                    ["op", "method", "MB/s", "wall s", "cpu s", "x plain safetensors"], rows)
+                    ["op", "method", "MB/s", "wall s", "cpu s", "x plain", "x plain + fsync"], rows)
         shutil.rmtree(work / "throughput", ignore_errors=True)
         rows, stalls = stall(args.preset, args.quick, rounds, work / "stall")
         print_table(f"Training stall of trainer.save() ({stalls['checkpoint_mb']:.0f} MB checkpoint), "
                     f"median wall s of {rounds} rounds",
-                    ["async_save", "step", "save() call", "next step", "wait() after", "effective stall"], rows)
+                    ["async_save", "baseline step", "its thread cpu", "save() call", "next step",
+                     "its thread cpu", "wait() after", "effective stall"], rows)
         print(f"\nsync/async effective stall: {stalls['stall_ratio_sync_over_async']:.1f}x")
     finally:
         shutil.rmtree(work, ignore_errors=True)
