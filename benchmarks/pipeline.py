@@ -21,7 +21,7 @@ in-flight micro-batches (pipeline.peak_inflight).
 
 Also writes docs/img/pipeline-measured-interleaved.png (a measured interleaved timeline, m=8).
 
-    python benchmarks/pipeline.py [--quick] [--img-dir docs/img]
+    python benchmarks/pipeline.py [--quick] [--img-dir docs/img] [--pp 4] [--no-memory]
 """
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ import torch
 
 from common import RandomTokens, emit_json, load_average, make_config, median, print_table, run_ranks
 
-PP = 4
+PP = 4  # stages; --pp changes it (e.g. 2: one core per stage on this 2-core machine)
 MODEL = ["model.num_layers=8", "model.hidden_size=256", "model.num_heads=8", "model.seq_length=128",
          "model.vocab_size=512", "train.micro_batch_size=2"]
 QUICK_MODEL = ["model.num_layers=8", "model.hidden_size=128", "model.num_heads=4", "model.seq_length=64",
@@ -121,7 +121,7 @@ def _memory_worker(rank, world, overrides):
         with torch.autograd.graph.saved_tensors_hooks(tracker.pack, tracker.unpack):
             trainer.train_step()
     micro = config.train.global_batch_size // config.train.micro_batch_size
-    inflight = peak_inflight(build_schedule(config.parallel.schedule, PP, micro))[trainer.mesh.pp_rank]
+    inflight = peak_inflight(build_schedule(config.parallel.schedule, config.parallel.pp, micro))[trainer.mesh.pp_rank]
     return {"stage": trainer.mesh.pp_rank, "peak_saved_bytes": tracker.peak, "left_after_step": tracker.bytes,
             "peak_inflight": inflight}
 
@@ -160,7 +160,7 @@ def measure_bubbles(model: list[str], micro_batches: list[int], recorded: int) -
             print(f"{schedule} m={m}: bubble {measured:.3f} (theory {theory:.3f}), load {entry['load']}", flush=True)
             if schedule == "interleaved" and m == 8:
                 diagram = steps[0]["timeline"]
-    print_table(f"Bubble fraction, pp={PP}, measured on 4 gloo processes (median of {recorded} steps)",
+    print_table(f"Bubble fraction, pp={PP}, measured on {PP} gloo processes (median of {recorded} steps)",
                 ["schedule", "m", "v", "measured", "theory (p-1)/(m v)", "fwd/bwd box ms", "box-time CV f/b",
                  "measured vs theory", "step s"], rows)
     return results, diagram
@@ -186,16 +186,21 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller model, m in {4, 8}, one recorded step")
     parser.add_argument("--img-dir", default="docs/img", help="where the measured timeline PNG goes")
+    parser.add_argument("--pp", type=int, default=4, help="pipeline stages (default 4)")
+    parser.add_argument("--no-memory", action="store_true", help="skip the GPipe vs 1F1B memory part")
     args = parser.parse_args()
+    global PP
+    PP = args.pp
     model = QUICK_MODEL if args.quick else MODEL
     micro_batches, recorded = ([4, 8], 1) if args.quick else ([4, 8, 16], 2)
     bubbles, diagram = measure_bubbles(model, micro_batches, recorded)
-    memory = measure_memory(model, 8)
+    memory = [] if args.no_memory else measure_memory(model, 8)
     if diagram is not None:
         from trident.parallel.pipeline_diagram import Timeline, draw_timeline
 
-        path = draw_timeline(Timeline.from_json(diagram), Path(args.img_dir) / "pipeline-measured-interleaved.png",
-                             "interleaved 1F1B, measured on 4 gloo processes (2 cores)")
+        name = "pipeline-measured-interleaved.png" if PP == 4 else f"pipeline-measured-interleaved-pp{PP}.png"
+        path = draw_timeline(Timeline.from_json(diagram), Path(args.img_dir) / name,
+                             f"interleaved 1F1B, measured on {PP} gloo processes (2 cores)")
         print(f"wrote {path}")
     emit_json("pipeline", {"pp": PP, "model": model, "bubbles": bubbles, "memory": memory})
     return 0
