@@ -150,7 +150,8 @@ def measure_bubbles(model: list[str], micro_batches: list[int], recorded: int) -
             entry = {"schedule": schedule, "m": m, "v": 2 if schedule == "interleaved" else 1,
                      "bubble_measured": measured, "bubble_steps": [s["bubble"] for s in steps],
                      "bubble_theory": theory, "boxes": boxes,
-                     "rel_error_vs_theory": (measured - theory) / theory, "step_s": median([s["step_s"] for s in steps]),
+                     "rel_error_vs_theory": (measured - theory) / theory,
+                     "step_s": median([s["step_s"] for s in steps]),
                      "load": load_average()}
             results.append(entry)
             rows.append([schedule, m, entry["v"], f"{measured:.3f}", f"{theory:.3f}",
@@ -175,7 +176,8 @@ def measure_memory(model: list[str], m: int) -> list:
     for g, o in zip(gpipe, ofob):
         rows.append([g["stage"], f"{g['peak_saved_bytes'] / 2**20:.1f}", g["peak_inflight"],
                      f"{o['peak_saved_bytes'] / 2**20:.1f}", o["peak_inflight"],
-                     f"{o['peak_saved_bytes'] / g['peak_saved_bytes']:.2f}", f"{o['peak_inflight'] / g['peak_inflight']:.2f}"])
+                     f"{o['peak_saved_bytes'] / g['peak_saved_bytes']:.2f}",
+                     f"{o['peak_inflight'] / g['peak_inflight']:.2f}"])
     print_table(f"Peak saved activations per stage (MiB), pp={PP}, m={m}",
                 ["stage", "GPipe MiB", "GPipe in-flight", "1F1B MiB", "1F1B in-flight", "1F1B/GPipe bytes",
                  "1F1B/GPipe in-flight"], rows)

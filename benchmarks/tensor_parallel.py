@@ -127,8 +127,8 @@ def theory(tp: int, sp: bool, s: int, b: int, h: int) -> dict:
     size = s * b * h * 4
     if not sp:
         return {"all_reduce|tp|forward/step": [2, 2 * size], "all_reduce|tp|backward": [2, 2 * size]}
-    return {"all_gather_into_tensor|tp|forward/step": [2, 2 * size], "reduce_scatter_tensor|tp|forward/step": [2, 2 * size],
-            "all_gather_into_tensor|tp|backward": [2, 2 * size], "reduce_scatter_tensor|tp|backward": [2, 2 * size]}
+    return {f"{op}|tp|{phase}": [2, 2 * size] for op in ("all_gather_into_tensor", "reduce_scatter_tensor")
+            for phase in ("forward/step", "backward")}
 
 
 def wire_bytes(table: dict, n: int) -> float:
