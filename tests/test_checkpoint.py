@@ -101,7 +101,7 @@ def test_checkpoint_reshards_to_another_layout(source, target, uninterrupted, tm
 def _train_forever(out_dir):
     os.environ["OMP_NUM_THREADS"] = "1"
     trainer = make_trainer(tiny_config("train.steps=100000", f"checkpoint.dir={out_dir}",
-                                       "checkpoint.keep_last=2"), out_dir)
+                                       "checkpoint.keep_last=2", "checkpoint.load=auto"), out_dir)
     while True:
         trainer.train_step()
         trainer.save()
@@ -110,7 +110,7 @@ def _train_forever(out_dir):
 @pytest.mark.timeout(120)
 def test_sigkill_never_leaves_a_complete_looking_partial_checkpoint(tmp_path):
     context = mp.get_context("fork")
-    for delay in (0.3, 0.7, 1.1, 1.6, 2.2):
+    for delay in (0.3, 0.5, 0.7, 0.9, 1.1, 1.3, 1.6, 1.9, 2.2, 2.6):
         proc = context.Process(target=_train_forever, args=(tmp_path,), daemon=True)
         proc.start()
         time.sleep(delay)
@@ -121,9 +121,9 @@ def test_sigkill_never_leaves_a_complete_looking_partial_checkpoint(tmp_path):
             for name in reader.names("model") + reader.names("exp_avg"):
                 reader.read(name, "model" if name in reader.names("model") else "exp_avg")
             assert json.loads((path / "trainer_state.json").read_text())["step"] == int(path.name.split("_")[1])
-        latest = tmp_path / "latest"
-        if latest.exists():
-            assert (tmp_path / latest.read_text() / ckpt.COMPLETE).exists()
+        newest = ckpt.resolve_checkpoint("auto", tmp_path)
+        if newest is not None:  # what a restart would load: complete, readable, and it resumes
+            make_trainer(tiny_config("train.steps=100000", f"checkpoint.load={newest}"), tmp_path / "resume")
 
 
 def test_keep_last_and_incomplete_checkpoints_are_ignored(tmp_path):

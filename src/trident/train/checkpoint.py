@@ -10,6 +10,7 @@ Layout of OUT/checkpoints/step_0000100/:
   COMPLETE                              written last; a folder without it is never loaded
 A checkpoint is written to a temporary folder, fsynced, renamed into place, then `latest` updated;
 with async_save the files are written by a background thread from CPU copies taken at save time.
+Loading trusts only COMPLETE markers (`latest` is a convenience pointer for people and scripts).
 Loading assembles each parameter's slice from whichever files hold it, so the saving and loading
 layouts need not match. Nothing is unpickled: tensors come from safetensors, the rest is JSON.
 """
@@ -171,15 +172,15 @@ class CheckpointWriter:
             shutil.copyfile(source, tmp / name)
         _fsync_dir(tmp)
         final = step_dir(self.root, step)
-        shutil.rmtree(final, ignore_errors=True)
+        remove_checkpoint(final)  # an older save of the same step
         os.replace(tmp, final)
         (final / COMPLETE).write_text(str(step))
         _fsync_dir(final)
         latest_tmp = self.root / ".latest.tmp"
         latest_tmp.write_text(final.name)
         os.replace(latest_tmp, self.root / "latest")
-        prune_checkpoints(self.root, self.keep_last)
-        for stale in self.root.glob(".tmp_step_*"):  # leftovers of crashed attempts
+        prune_checkpoints(self.root, self.keep_last, protect=final)
+        for stale in [*self.root.glob(".tmp_step_*"), *self.root.glob(".deleting_*")]:  # crash leftovers
             shutil.rmtree(stale, ignore_errors=True)
 
 
@@ -200,12 +201,24 @@ def complete_checkpoints(root: Path) -> list[Path]:
     return sorted(found, key=lambda p: int(p.name.split("_")[1]))
 
 
-def prune_checkpoints(root: Path, keep_last: int) -> None:
-    """Delete all but the newest `keep_last` complete checkpoints; the newest is never deleted."""
+def remove_checkpoint(path: Path) -> None:
+    """Delete a checkpoint folder so that no crash can leave it half-deleted but still marked
+    complete: it is first renamed out of the step_* namespace (atomic), then removed."""
+    if not path.exists():
+        return
+    doomed = path.with_name(f".deleting_{path.name}_{time.time_ns():x}")
+    os.replace(path, doomed)
+    shutil.rmtree(doomed, ignore_errors=True)
+
+
+def prune_checkpoints(root: Path, keep_last: int, protect: Path | None = None) -> None:
+    """Delete all but the newest `keep_last` complete checkpoints; the newest, and `protect` (the
+    one just written), are never deleted."""
     if keep_last <= 0:
         return
     for old in complete_checkpoints(root)[:-max(1, keep_last)]:
-        shutil.rmtree(old, ignore_errors=True)
+        if protect is None or old.resolve() != Path(protect).resolve():
+            remove_checkpoint(old)
 
 
 def resolve_checkpoint(load: str, root: Path) -> Path | None:
