@@ -317,7 +317,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small corpus, 2 rounds, small pipeline run")
     parser.add_argument("--docs", type=int, default=None, help="unrelated documents (default 1500; quick 300)")
-    parser.add_argument("--pairs", type=int, default=None, help="planted pairs per Jaccard level (default 50; quick 10)")
+    parser.add_argument("--pairs", type=int, default=None,
+                        help="planted pairs per Jaccard level (default 50; quick 10)")
     parser.add_argument("--speed-docs", type=int, default=None, help="documents timed (default 300; quick 120)")
     parser.add_argument("--rounds", type=int, default=None, help="timing rounds (default 3; quick 2)")
     parser.add_argument("--skip-pipeline", action="store_true", help="do not run benchmarks/curate_pipeline.py")
@@ -340,9 +341,11 @@ def main() -> None:
 
     qual = measure_quality(texts, codes, truth)
     rows = [[name, r["candidates"]] + [f"{c}/{n}" for c, n in r["bins"].values()] for name, r in qual.items()]
-    print_table("Candidate recall by exact Jaccard bin (found/pairs)", ["method", "candidates"] + list(qual[next(iter(qual))]["bins"]), rows)
+    bins = list(next(iter(qual.values()))["bins"])
+    print_table("Candidate recall by exact Jaccard bin (found/pairs)", ["method", "candidates"] + bins, rows)
     rows = [[name, t, r[f"verified@{t}"]["recall"], r[f"verified@{t}"]["precision"], r[f"estimate@{t}"]["recall"],
-             r[f"estimate@{t}"]["precision"], r[f"verified@{t}"]["positives"]] for name, r in qual.items() for t in THRESHOLDS]
+             r[f"estimate@{t}"]["precision"], r[f"verified@{t}"]["positives"]]
+            for name, r in qual.items() for t in THRESHOLDS]
     print_table("Duplicate pairs (J >= T) against exact ground truth",
                 ["method", "T", "recall", "precision (verified)", "recall (estimate)", "precision (estimate)",
                  "true pairs"], rows)
