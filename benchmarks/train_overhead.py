@@ -15,6 +15,7 @@ against the matmul peak measured in the same run, before and after, by the same 
     python benchmarks/train_overhead.py [--quick] [--steps N] [--precisions fp32,bf16] [--profile]
 
 --profile prints torch.profiler op tables of both loops: trident's extra ops are its overhead.
+--ops N times those extra per-parameter passes (and cheaper equivalents) on N-element buffers.
 """
 from __future__ import annotations
 
@@ -146,6 +147,34 @@ def profile_step(trainer, bare, dataset, steps: int = 2, top: int = 22) -> str:
     return "\n".join(text)
 
 
+def overhead_ops(n: int, repeats: int = 20) -> dict:
+    """CPU ms of the per-step, per-parameter passes trident's optimizer path makes (and cheaper
+    equivalents) on flat fp32 buffers of n elements: what the profile attributes its overhead to."""
+    g, w, m, v = torch.randn(n), torch.randn(n), torch.zeros(n), torch.zeros(n)
+    mask = torch.rand(n) > 0.01
+    cases = {
+        "grad norm as zero.py: g.masked_select(mask).float().pow(2).sum()": lambda: g.masked_select(mask).float().pow(2).sum(),
+        "  alternative: torch.dot(g * mask, g)": lambda: torch.dot(g * mask, g),
+        "  alternative: torch.linalg.vector_norm(g) (unmasked range)": lambda: torch.linalg.vector_norm(g),
+        "overflow check as precision.py: torch.isfinite(g).all()": lambda: torch.isfinite(g).all(),
+        "decay as zero.py: w.mul_(torch.where(mask, 1 - lr*wd, 1.0))": lambda: w.mul_(torch.where(mask, 0.99, 1.0)),
+        "Adam update as zero.py (lerp_, mul_/addcmul_, sqrt/div/add_, addcdiv_)": lambda: (
+            m.lerp_(g, 0.1), v.mul_(0.95).addcmul_(g, g, value=0.05),
+            w.addcdiv_(m, (v.sqrt() / 1.0).add_(1e-8), value=-1e-3)),
+        "  alternative: torch._fused_adamw_ (one flat tensor)": lambda: torch._fused_adamw_(
+            [w], [g], [m], [v], [], [torch.tensor(1.0)], lr=1e-3, beta1=0.9, beta2=0.95, weight_decay=0.1,
+            eps=1e-8, amsgrad=False, maximize=False),
+    }
+    result = {}
+    for name, fn in cases.items():
+        fn()
+        with Timer() as timer:
+            for _ in range(repeats):
+                fn()
+        result[name] = timer.cpu / repeats * 1e3
+    return result
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller model, fewer steps")
@@ -155,9 +184,17 @@ def main() -> int:
                         help="torch threads (default 1: CPU time then measures work, not waiting for cores)")
     parser.add_argument("--precisions", default="fp32,bf16")
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
-    parser.add_argument("--profile", action="store_true", help="also cProfile trident steps")
+    parser.add_argument("--profile", action="store_true", help="also profile both loops (torch.profiler)")
+    parser.add_argument("--ops", type=int, default=0, metavar="N",
+                        help="only time trident's per-parameter optimizer passes on N-element buffers")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    if args.ops:
+        ops = overhead_ops(args.ops)
+        print_table(f"Per-step passes over {args.ops:,} fp32 elements, {args.threads} thread(s)",
+                    ["operation", "CPU ms"], [[name, ms] for name, ms in ops.items()])
+        emit_json("train_overhead_ops", {"elements": args.ops, "cpu_ms": ops})
+        return 0
     steps = args.steps or (4 if args.quick else 8)
     results = [measure(p, steps, args.warmup, args.quick, args.device, args.threads, args.profile)
                for p in args.precisions.split(",")]
