@@ -153,7 +153,8 @@ def overhead_ops(n: int, repeats: int = 20) -> dict:
     g, w, m, v = torch.randn(n), torch.randn(n), torch.zeros(n), torch.zeros(n)
     mask = torch.rand(n) > 0.01
     cases = {
-        "grad norm as zero.py: g.masked_select(mask).float().pow(2).sum()": lambda: g.masked_select(mask).float().pow(2).sum(),
+        "grad norm as zero.py: g.masked_select(mask).float().pow(2).sum()":
+            lambda: g.masked_select(mask).float().pow(2).sum(),
         "  alternative: torch.dot(g * mask, g)": lambda: torch.dot(g * mask, g),
         "  alternative: torch.linalg.vector_norm(g) (unmasked range)": lambda: torch.linalg.vector_norm(g),
         "overflow check as precision.py: torch.isfinite(g).all()": lambda: torch.isfinite(g).all(),
