@@ -11,8 +11,8 @@ default), and the matmul peak by the same two clocks: on a shared machine the CP
 work-rate figure.
 
 GPU (--device cuda, not runnable on this machine): the 1.3B config (gpt-1.3b) at seq 2048, bf16,
-MFU by wall clock (the trainer synchronises the device each step) against the card's dense bf16 peak (trident.train.metrics.KNOWN_PEAKS; target >= 50%, beside
-MT-NLG's ~40% on A100).
+MFU by wall clock (the trainer synchronises the device each step) against the card's dense bf16
+peak (trident.train.metrics.KNOWN_PEAKS; target >= 50%, beside MT-NLG's ~40% on A100).
 
     python benchmarks/mfu.py [--quick] [--compile] [--threads N] [--device cpu|cuda]
 """
