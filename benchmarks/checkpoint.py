@@ -3,11 +3,11 @@ save with `checkpoint.async_save` on vs off.
 
 1. Throughput, same tensors (the fp32 weights of a GPT built by trident.model.gpt.build_model from
    the gpt-125m preset, on CPU; ~500 MB): MB/s of
-   - trident save: save_checkpoint (CPU snapshot, safetensors + manifest into a temporary folder,
-     fsync, rename, COMPLETE, `latest`) against plain `safetensors.torch.save_file` of the same
-     dict, without and with an fsync of the file (trident's save is durable, the plain one is not);
-   - trident load: CheckpointReader + load_model_weights into the model, against `load_file` + copy
-     into the same parameters. Loads read what was just written, so they come from the page cache.
+   - trident save: save_checkpoint (CPU snapshot, safetensors + manifest with file digests into a
+     temporary folder, fsync, rename, COMPLETE, `latest`) against plain `safetensors.torch.save_file`
+     of the same dict, without and with an fsync of the file (trident's save is durable);
+   - trident load: CheckpointReader (digests verified) + load_model_weights into the model, against
+     `load_file` + copy into the same parameters. Loads read what was just written (page cache).
    Methods alternate (forward, then reversed order, each round); medians of wall time.
 2. Stall: two Trainers (gpt-125m preset, fp32, micro-batch 1, short sequences so a step is short
    on a CPU; checkpoint = weights + Adam state, ~1.5 GB), one with checkpoint.async_save=false and
