@@ -33,19 +33,18 @@ import torch
 
 from common import RandomTokens, emit_json, load_average, make_config, median, print_table, run_ranks
 
-PP = 4  # stages; --pp changes it (e.g. 2: one core per stage on this 2-core machine)
 MODEL = ["model.num_layers=8", "model.hidden_size=256", "model.num_heads=8", "model.seq_length=128",
          "model.vocab_size=512", "train.micro_batch_size=2"]
 QUICK_MODEL = ["model.num_layers=8", "model.hidden_size=128", "model.num_heads=4", "model.seq_length=64",
                "model.vocab_size=512", "train.micro_batch_size=2"]
 
 
-def overrides_for(model: list[str], schedule: str, m: int, extra: list[str] = ()) -> list[str]:
+def overrides_for(model: list[str], pp: int, schedule: str, m: int) -> list[str]:
     v = 2 if schedule == "interleaved" else 1
     micro = int(next(o for o in model if o.startswith("train.micro_batch_size=")).split("=")[1])
-    return model + [f"parallel.pp={PP}", f"parallel.schedule={schedule}", f"parallel.virtual_stages={v}",
+    return model + [f"parallel.pp={pp}", f"parallel.schedule={schedule}", f"parallel.virtual_stages={v}",
                     f"train.global_batch_size={m * micro}", "train.rampup_batch_size=null",
-                    "train.eval_interval=0", "train.steps=1000000", "train.device=cpu", *extra]
+                    "train.eval_interval=0", "train.steps=1000000", "train.device=cpu"]
 
 
 class SavedActivations:
@@ -138,12 +137,12 @@ def box_stats(timeline_json: dict) -> dict:
     return stats
 
 
-def measure_bubbles(model: list[str], micro_batches: list[int], recorded: int) -> tuple[list, dict]:
+def measure_bubbles(model: list[str], pp: int, micro_batches: list[int], recorded: int) -> tuple[list, dict]:
     rows, results, diagram = [], [], None
     for schedule in ("1f1b", "interleaved"):
         for m in micro_batches:
             with tempfile.TemporaryDirectory() as out:
-                steps = run_ranks(_bubble_worker, PP, overrides_for(model, schedule, m), out, recorded)[0]
+                steps = run_ranks(_bubble_worker, pp, overrides_for(model, pp, schedule, m), out, recorded)[0]
             measured = median([s["bubble"] for s in steps])
             boxes = box_stats(steps[0]["timeline"])
             theory = steps[0]["theory"]
@@ -161,16 +160,16 @@ def measure_bubbles(model: list[str], micro_batches: list[int], recorded: int) -
             print(f"{schedule} m={m}: bubble {measured:.3f} (theory {theory:.3f}), load {entry['load']}", flush=True)
             if schedule == "interleaved" and m == 8:
                 diagram = steps[0]["timeline"]
-    print_table(f"Bubble fraction, pp={PP}, measured on {PP} gloo processes (median of {recorded} steps)",
+    print_table(f"Bubble fraction, pp={pp}, measured on {pp} gloo processes (median of {recorded} steps)",
                 ["schedule", "m", "v", "measured", "theory (p-1)/(m v)", "fwd/bwd box ms", "box-time CV f/b",
                  "measured vs theory", "step s"], rows)
     return results, diagram
 
 
-def measure_memory(model: list[str], m: int) -> list:
+def measure_memory(model: list[str], pp: int, m: int) -> list:
     rows, results = [], []
     for schedule in ("gpipe", "1f1b"):
-        stages = run_ranks(_memory_worker, PP, overrides_for(model, schedule, m))
+        stages = run_ranks(_memory_worker, pp, overrides_for(model, pp, schedule, m))
         results.append({"schedule": schedule, "m": m, "stages": stages})
     gpipe, ofob = results[0]["stages"], results[1]["stages"]
     for g, o in zip(gpipe, ofob):
@@ -178,7 +177,7 @@ def measure_memory(model: list[str], m: int) -> list:
                      f"{o['peak_saved_bytes'] / 2**20:.1f}", o["peak_inflight"],
                      f"{o['peak_saved_bytes'] / g['peak_saved_bytes']:.2f}",
                      f"{o['peak_inflight'] / g['peak_inflight']:.2f}"])
-    print_table(f"Peak saved activations per stage (MiB), pp={PP}, m={m}",
+    print_table(f"Peak saved activations per stage (MiB), pp={pp}, m={m}",
                 ["stage", "GPipe MiB", "GPipe in-flight", "1F1B MiB", "1F1B in-flight", "1F1B/GPipe bytes",
                  "1F1B/GPipe in-flight"], rows)
     return results
@@ -191,20 +190,18 @@ def main() -> int:
     parser.add_argument("--pp", type=int, default=4, help="pipeline stages (default 4)")
     parser.add_argument("--no-memory", action="store_true", help="skip the GPipe vs 1F1B memory part")
     args = parser.parse_args()
-    global PP
-    PP = args.pp
     model = QUICK_MODEL if args.quick else MODEL
     micro_batches, recorded = ([4, 8], 1) if args.quick else ([4, 8, 16], 2)
-    bubbles, diagram = measure_bubbles(model, micro_batches, recorded)
-    memory = [] if args.no_memory else measure_memory(model, 8)
+    bubbles, diagram = measure_bubbles(model, args.pp, micro_batches, recorded)
+    memory = [] if args.no_memory else measure_memory(model, args.pp, 8)
     if diagram is not None:
         from trident.parallel.pipeline_diagram import Timeline, draw_timeline
 
-        name = "pipeline-measured-interleaved.png" if PP == 4 else f"pipeline-measured-interleaved-pp{PP}.png"
+        name = "pipeline-measured-interleaved.png" if args.pp == 4 else f"pipeline-measured-interleaved-pp{args.pp}.png"
         path = draw_timeline(Timeline.from_json(diagram), Path(args.img_dir) / name,
-                             f"interleaved 1F1B, measured on {PP} gloo processes (2 cores)")
+                             f"interleaved 1F1B, measured on {args.pp} gloo processes (2 cores)")
         print(f"wrote {path}")
-    emit_json("pipeline", {"pp": PP, "model": model, "bubbles": bubbles, "memory": memory})
+    emit_json("pipeline", {"pp": args.pp, "model": model, "bubbles": bubbles, "memory": memory})
     return 0
 
 
