@@ -264,6 +264,7 @@ class CheckpointReader:
             for entry in manifest["tensors"]:
                 self.entries.setdefault((entry["kind"], entry["name"]), []).append(entry)
         self.state = read_manifest_state(self.path / "trainer_state.json")
+        self._handles: dict = {}
 
     def names(self, kind: str = "model") -> list[str]:
         return sorted({name for k, name in self.entries if k == kind})
@@ -316,10 +317,16 @@ class CheckpointReader:
                            "load": self._flat_loader(kind, name, shape, pieces)})
         return blocks
 
+    def _open(self, file: str):
+        """One open (memory-mapped) handle per shard file for the reader's lifetime."""
+        if file not in self._handles:
+            self._handles[file] = safe_open(self.path / file, framework="pt")
+        return self._handles[file]
+
     def _file_loader(self, piece: dict):
         def load(index):
-            with safe_open(self.path / piece["file"], framework="pt") as handle:
-                return handle.get_slice(piece["key"])[index] if index else handle.get_tensor(piece["key"])
+            handle = self._open(piece["file"])
+            return handle.get_slice(piece["key"])[index] if index else handle.get_tensor(piece["key"])
         return load
 
     def _flat_loader(self, kind: str, name: str, shape: tuple, pieces: list[dict]):
@@ -330,10 +337,9 @@ class CheckpointReader:
                 if tuple(piece["flat"]) in seen:  # the same range saved by two replicas
                     continue
                 seen.add(tuple(piece["flat"]))
-                with safe_open(self.path / piece["file"], framework="pt") as handle:
-                    lo, hi = piece["flat"]
-                    flat[lo:hi] = handle.get_tensor(piece["key"])
-                    filled += hi - lo
+                lo, hi = piece["flat"]
+                flat[lo:hi] = self._open(piece["file"]).get_tensor(piece["key"])
+                filled += hi - lo
             if filled != flat.numel():
                 raise ValueError(f"checkpoint {self.path}: {kind} of '{name}' has {filled} of {flat.numel()} "
                                  f"elements across its ZeRO slices")
