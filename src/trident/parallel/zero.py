@@ -2,8 +2,8 @@
 
 Each rank updates only the flat ranges it owns (all of them without ZeRO, 1/dp of each bucket with
 ZeRO-1), keeping for those ranges the fp32 master weights (a separate copy only when the model
-trains in bf16/fp16), Adam's m and v, and per-element masks for weight decay and for counting an
-element in the global gradient norm. The update is AdamW exactly as torch.optim.AdamW computes it.
+trains in bf16/fp16) and Adam's m and v; which sub-ranges are decayed and which count in the global
+gradient norm is kept as (start, end) segments. The update is AdamW as torch.optim.AdamW computes it.
 """
 from __future__ import annotations
 
@@ -20,40 +20,43 @@ class DistributedAdam:
         self.buffers, self.lr, self.betas, self.eps, self.weight_decay = buffers, lr, betas, eps, weight_decay
         self.ranges = buffers.owned_ranges()
         self.separate_master = buffers.params.dtype != torch.float32
-        self.master, self.exp_avg, self.exp_avg_sq, self.decay_mask, self.norm_mask = [], [], [], [], []
+        self.master, self.exp_avg, self.exp_avg_sq, self.decay_segments, self.norm_segments = [], [], [], [], []
         for lo, hi in self.ranges:
             params = buffers.params[lo:hi]
             self.master.append(params.float().clone() if self.separate_master else params)
             self.exp_avg.append(torch.zeros(hi - lo, device=params.device))
             self.exp_avg_sq.append(torch.zeros(hi - lo, device=params.device))
-            self.decay_mask.append(self._mask(lo, hi, decay))
-            self.norm_mask.append(self._mask(lo, hi, counted))
+            self.decay_segments.append(self._segments(lo, hi, decay))
+            self.norm_segments.append(self._segments(lo, hi, counted))
         self.steps = 0
 
-    def _mask(self, lo: int, hi: int, flags: dict[int, bool]) -> torch.Tensor:
-        """Per owned element: the flag of the parameter it belongs to (padding: False)."""
-        mask = torch.zeros(hi - lo, dtype=torch.bool, device=self.buffers.grads.device)
+    def _segments(self, lo: int, hi: int, flags: dict[int, bool]) -> list[tuple[int, int]]:
+        """Maximal runs of the owned range [lo, hi) whose parameters have the flag (range-relative)."""
+        runs: list[tuple[int, int]] = []
         for _, param in self.buffers.named_params:
             start, end = self.buffers.param_range(param)
-            a, b = max(start, lo), min(end, hi)
+            a, b = max(start, lo) - lo, min(end, hi) - lo
             if a < b and flags[id(param)]:
-                mask[a - lo:b - lo] = True
-        return mask
+                if runs and runs[-1][1] == a:
+                    runs[-1] = (runs[-1][0], b)  # adjacent parameters: one longer run
+                else:
+                    runs.append((a, b))
+        return runs
 
     def grads(self) -> list[torch.Tensor]:
         return [self.buffers.grads[lo:hi] for lo, hi in self.ranges]
 
     def state_bytes(self) -> int:
-        """Bytes this rank holds for the optimizer: fp32 master (if separate), m, v and the masks."""
-        tensors = self.exp_avg + self.exp_avg_sq + self.decay_mask + self.norm_mask
-        tensors += self.master if self.separate_master else []
+        """Bytes this rank holds for the optimizer: fp32 master (if separate), m and v."""
+        tensors = self.exp_avg + self.exp_avg_sq + (self.master if self.separate_master else [])
         return sum(t.numel() * t.element_size() for t in tensors)
 
     def grad_norm_squared(self) -> torch.Tensor:
-        total = torch.zeros((), dtype=torch.float32, device=self.buffers.grads.device)
-        for grad, mask in zip(self.grads(), self.norm_mask):
-            total += grad.masked_select(mask).float().pow(2).sum() if grad.numel() else 0.0
-        return total
+        """Sum of squares of the counted owned gradients (inf/nan if any of them is)."""
+        views = [grad[a:b] for grad, runs in zip(self.grads(), self.norm_segments) for a, b in runs]
+        if not views:
+            return torch.zeros((), dtype=torch.float32, device=self.buffers.grads.device)
+        return torch.stack(torch._foreach_norm(views)).float().pow(2).sum()
 
     @torch.no_grad()
     def step(self, lr: float) -> None:
@@ -61,11 +64,12 @@ class DistributedAdam:
         self.steps += 1
         beta1, beta2 = self.betas
         bias1, bias2 = 1 - beta1**self.steps, 1 - beta2**self.steps
-        for master, grad, m, v, decay in zip(self.master, self.grads(), self.exp_avg, self.exp_avg_sq,
-                                             self.decay_mask):
+        decayed = [master[a:b] for master, runs in zip(self.master, self.decay_segments) for a, b in runs]
+        if decayed and self.weight_decay:
+            torch._foreach_mul_(decayed, 1 - lr * self.weight_decay)
+        for master, grad, m, v in zip(self.master, self.grads(), self.exp_avg, self.exp_avg_sq):
             if master.numel() == 0:
                 continue
-            master.mul_(torch.where(decay, 1 - lr * self.weight_decay, 1.0))
             m.lerp_(grad, 1 - beta1)
             v.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
             denom = (v.sqrt() / math.sqrt(bias2)).add_(self.eps)

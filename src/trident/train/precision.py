@@ -1,13 +1,12 @@
 """Mixed precision: autocast for bf16/fp16 compute, and the dynamic loss scaler fp16 needs.
 
-An overflow (inf/nan gradient or loss) on any rank is agreed on by every rank, so the step is
-skipped everywhere and the weights never see it."""
+The trainer skips a step on every rank when the global gradient norm or the loss is inf/nan
+(every rank computes the same norm), so the weights never see an overflow."""
 from __future__ import annotations
 
 from contextlib import nullcontext
 
 import torch
-import torch.distributed as dist
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -16,16 +15,6 @@ def autocast(precision: str, device: torch.device):
     if precision == "fp32":
         return nullcontext()
     return torch.autocast(device_type=device.type, dtype=DTYPES[precision])
-
-
-def found_overflow(grads: list[torch.Tensor], loss: torch.Tensor, group=None) -> bool:
-    """inf/nan in any of these gradients or the loss on any rank of `group` (None: the world)."""
-    flag = torch.zeros(1, device=loss.device)
-    if not torch.isfinite(loss).all() or any(not torch.isfinite(g).all() for g in grads if g.numel()):
-        flag.fill_(1.0)
-    if dist.is_initialized() and dist.get_world_size() > 1:
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=group)
-    return bool(flag.item() > 0)
 
 
 class LossScaler:

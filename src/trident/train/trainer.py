@@ -29,7 +29,7 @@ from trident.train import state as train_state
 from trident.train.launch import chaos_kill_point
 from trident.train.metrics import MetricsWriter, console_line, model_flops, peak_memory_bytes, peak_tflops
 from trident.train.optim import build_optimizer, clip_coefficient, global_grad_norm, scale_
-from trident.train.precision import DTYPES, LossScaler, autocast, found_overflow
+from trident.train.precision import DTYPES, LossScaler, autocast
 from trident.train.schedules import TrainSchedule
 
 
@@ -169,12 +169,15 @@ class Trainer:
         grads = self.optimizer.grads()
         scale_(grads, 1.0 / self.scaler.scale)
         loss = self._reduce_loss(loss)
-        overflow = found_overflow(grads, loss)  # agreed by every rank: all skip, or none
-        grad_norm = float("nan")
+        # The norm is inf/nan whenever any gradient is, and every rank computes the same value:
+        # one reduction gives both the clipping norm and the overflow decision all ranks agree on.
+        grad_norm = global_grad_norm(self.optimizer, mesh, self.zero)
+        overflow = not (math.isfinite(grad_norm) and math.isfinite(loss.item()))
         if not overflow:
-            grad_norm = global_grad_norm(self.optimizer, mesh, self.zero)
             scale_(grads, clip_coefficient(grad_norm, cfg.train.clip_grad))
             self.optimizer.step(lr)
+        else:
+            grad_norm = float("nan")
         self.scaler.update(overflow)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
