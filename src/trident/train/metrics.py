@@ -84,7 +84,7 @@ class MetricsWriter:
 def console_line(record: dict) -> str:
     parts = [f"step {record['step']:>6}", f"loss {record['loss']:.4f}", f"lr {record['lr']:.3e}",
              f"gnorm {record['grad_norm']:.3f}", f"batch {record['batch_size']}",
-             f"tok/s {record['tokens_per_s']:,.0f}", f"TFLOP/s {record['tflops']:.2f}", f"MFU {record['mfu']:.1%}"]
+             f"tok/s {record['tokens_per_s']:,.0f}", f"TFLOP/s {record['tflops']:.3g}", f"MFU {record['mfu']:.1%}"]
     if record.get("val_loss") is not None:
         parts.append(f"val {record['val_loss']:.4f}")
     if record.get("skipped"):
