@@ -9,21 +9,27 @@ from trident.parallel import tensor as T
 from trident.train import checkpoint as ckpt
 
 
-def optimizer_pieces(named_params: list, buffers, optimizer) -> list[dict]:
-    """Per parameter, the part of its flattened (TP-local) tensor this rank's optimizer owns."""
-    pieces = []
-    for (lo, hi), m, v, master in zip(optimizer.ranges, optimizer.exp_avg, optimizer.exp_avg_sq, optimizer.master):
+def owned_slices(named_params: list, buffers, optimizer):
+    """(name, param, range index, param-relative flat slice, range-relative flat slice) for every
+    part of a parameter that falls in one of the optimizer's owned ranges."""
+    for index, (lo, hi) in enumerate(optimizer.ranges):
         for name, param in named_params:
             start, end = buffers.param_range(param)
             a, b = max(start, lo), min(end, hi)
-            if a >= b:
-                continue
-            piece = {"name": name, "flat": [a - start, b - start], "offsets": ckpt.shard_offsets(param),
-                     "shape": list(param.shape), "full_shape": list(full_shape(param)),
-                     "exp_avg": m[a - lo:b - lo], "exp_avg_sq": v[a - lo:b - lo]}
-            if optimizer.separate_master:
-                piece["master"] = master[a - lo:b - lo]
-            pieces.append(piece)
+            if a < b:
+                yield name, param, index, slice(a - start, b - start), slice(a - lo, b - lo)
+
+
+def optimizer_pieces(named_params: list, buffers, optimizer) -> list[dict]:
+    """Per parameter, the part of its flattened (TP-local) tensor this rank's optimizer owns."""
+    pieces = []
+    for name, param, i, in_param, in_range in owned_slices(named_params, buffers, optimizer):
+        piece = {"name": name, "flat": [in_param.start, in_param.stop], "offsets": ckpt.shard_offsets(param),
+                 "shape": list(param.shape), "full_shape": list(full_shape(param)),
+                 "exp_avg": optimizer.exp_avg[i][in_range], "exp_avg_sq": optimizer.exp_avg_sq[i][in_range]}
+        if optimizer.separate_master:
+            piece["master"] = optimizer.master[i][in_range]
+        pieces.append(piece)
     return pieces
 
 
@@ -31,22 +37,17 @@ def optimizer_pieces(named_params: list, buffers, optimizer) -> list[dict]:
 def load_optimizer(reader: ckpt.CheckpointReader, named_params: list, buffers, optimizer, steps: int) -> None:
     """Fill the owned ranges from a checkpoint of any layout (fp32 master from the saved master if
     there is one, else from the saved fp32 weights)."""
-    has_master = bool(reader.names("master"))
-    for (lo, hi), m, v, master in zip(optimizer.ranges, optimizer.exp_avg, optimizer.exp_avg_sq, optimizer.master):
-        for name, param in named_params:
-            start, end = buffers.param_range(param)
-            a, b = max(start, lo), min(end, hi)
-            if a >= b:
-                continue
-            offsets, shape = ckpt.shard_offsets(param), tuple(param.shape)
+    master_kind = "master" if reader.names("master") else "model"
+    for name, param, i, in_param, in_range in owned_slices(named_params, buffers, optimizer):
+        offsets, shape = ckpt.shard_offsets(param), tuple(param.shape)
 
-            def flat(kind: str) -> torch.Tensor:
-                return reader.read(name, kind, offsets, shape).flatten()[a - start:b - start]
+        def flat(kind: str) -> torch.Tensor:
+            return reader.read(name, kind, offsets, shape).flatten()[in_param]
 
-            m[a - lo:b - lo] = flat("exp_avg")
-            v[a - lo:b - lo] = flat("exp_avg_sq")
-            if optimizer.separate_master:
-                master[a - lo:b - lo] = flat("master" if has_master else "model")
+        optimizer.exp_avg[i][in_range] = flat("exp_avg")
+        optimizer.exp_avg_sq[i][in_range] = flat("exp_avg_sq")
+        if optimizer.separate_master:
+            optimizer.master[i][in_range] = flat(master_kind)
     optimizer.steps = steps
 
 
