@@ -5,8 +5,8 @@ Each layout runs `dp` gloo processes that build trident's Trainer, train one ste
 report the same loss), then count:
 - parameters: the flat parameter buffer (model dtype), `trainer.buffers.params`;
 - gradients: the flat fp32 gradient buffer, `trainer.buffers.grads` (trident accumulates in fp32);
-- optimizer: the tensors of `trainer.optimizer` (fp32 master when separate, Adam m and v, and the
-  two per-element bool masks), each counted once; a fp32 master that is a view of the parameter
+- optimizer: the tensors of `trainer.optimizer` (fp32 master when separate, Adam m and v), each
+  counted once; a fp32 master that is a view of the parameter
   buffer (fp32 training) is not separate memory and is not counted. Checked against
   `optimizer.state_bytes()`.
 Set beside REFERENCE.md's model of mixed-precision Adam: 16 bytes/param (bf16 weights 2, grads 2,
@@ -52,8 +52,7 @@ def _worker(rank, world, overrides):
     buffers, opt = trainer.buffers, trainer.optimizer
     masters = [t for t in opt.master if not _shares_memory(t, buffers.params)]
     optimizer = {"master": sum(map(_nbytes, masters)), "exp_avg": sum(map(_nbytes, opt.exp_avg)),
-                 "exp_avg_sq": sum(map(_nbytes, opt.exp_avg_sq)),
-                 "masks": sum(map(_nbytes, opt.decay_mask + opt.norm_mask))}
+                 "exp_avg_sq": sum(map(_nbytes, opt.exp_avg_sq))}
     return {"loss": loss, "params_count": sum(p.numel() for _, p in trainer.named_params),
             "param_bytes": _nbytes(buffers.params), "grad_bytes": _nbytes(buffers.grads),
             "optimizer": optimizer, "optimizer_total": sum(optimizer.values()),
@@ -62,7 +61,7 @@ def _worker(rank, world, overrides):
 
 
 def theory_bytes_per_param(precision: str, dp: int, zero: bool) -> dict:
-    """REFERENCE.md's model (16-bit grads) and trident's layout (fp32 grads, masks not included)."""
+    """REFERENCE.md's model (16-bit grads) and trident's layout (fp32 grads)."""
     weight = 2 if precision == "bf16" else 4
     states = (4 if precision == "bf16" else 0) + 8  # separate fp32 master only when training in 16 bits
     shard = dp if zero else 1
@@ -91,7 +90,6 @@ def main() -> int:
                 theory = theory_bytes_per_param(precision, dp, zero)
                 entry = {"precision": precision, "dp": dp, "zero1": zero, "params": n, "loss": worst["loss"],
                          "per_rank": ranks, "bytes_per_param": total / n,
-                         "bytes_per_param_without_masks": (total - worst["optimizer"]["masks"]) / n,
                          "optimizer_bytes_per_param": worst["optimizer_total"] / n, "theory": theory,
                          "state_bytes_agrees": all(r["state_bytes"] == r["optimizer_total"] for r in ranks)}
                 results.append(entry)
@@ -99,12 +97,12 @@ def main() -> int:
                 rows.append([precision, dp, "ZeRO-1" if zero else "-", f"{n:,}", f"{worst['param_bytes'] / mib:.2f}",
                              f"{worst['grad_bytes'] / mib:.2f}", f"{worst['optimizer_total'] / mib:.2f}",
                              f"{entry['optimizer_bytes_per_param']:.2f}", f"{entry['bytes_per_param']:.2f}",
-                             f"{entry['bytes_per_param_without_masks']:.2f}", f"{theory['trident']:.2f}",
+                             f"{theory['trident']:.2f}",
                              "-" if theory["reference"] is None else f"{theory['reference']:.2f}"])
                 print(f"{precision} dp={dp} zero={zero}: {entry['bytes_per_param']:.2f} B/param", flush=True)
     print_table("Per-rank memory (largest rank), MiB and bytes per parameter",
                 ["precision", "DP", "ZeRO", "params", "params MiB", "grads MiB", "optimizer MiB", "opt B/param",
-                 "total B/param", "w/o masks", "expected (fp32 grads)", "REFERENCE (16-bit grads)"], rows)
+                 "total B/param", "expected (fp32 grads)", "REFERENCE (16-bit grads)"], rows)
     emit_json("zero_memory", {"results": results, "load": load_average()})
     return 0
 
