@@ -4,10 +4,10 @@ import json
 import pytest
 
 from trident.cli import main
-from trident.parallel.pipeline import (
-    Backward, Forward, RecvActivation, RecvGrad, ScheduleError, SendActivation, SendGrad, build_schedule,
-    check_schedule, gpipe, interleaved_1f1b, one_f_one_b, simulate, theoretical_bubble,
-)
+from trident.parallel.pipeline import (Backward, Forward, RecvActivation, RecvGrad, ScheduleError,
+                                       SendActivation, SendGrad, build_schedule, gpipe, interleaved_1f1b,
+                                       one_f_one_b, theoretical_bubble)
+from trident.parallel.pipeline_sim import check_schedule, simulate
 from trident.parallel.pipeline_diagram import Box, Timeline, TimelineRecorder, draw_timeline
 
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from trident.parallel.pipeline import SCHEDULES, ScheduleError, build_schedule, peak_inflight, simulate, theoretical_bubble
+from trident.parallel.pipeline import (SCHEDULES, ScheduleError, build_schedule, peak_inflight,
+                                       theoretical_bubble)
+from trident.parallel.pipeline_sim import simulate
 from trident.parallel.pipeline_diagram import Timeline, draw_timeline
 
 

@@ -1,6 +1,6 @@
 """The timeline of one pipeline step, simulated or measured, its JSON form and its picture.
 
-A Timeline is a list of boxes (stage, kind, micro-batch, chunk, start, end). `pipeline.simulate`
+A Timeline is a list of boxes (stage, kind, micro-batch, chunk, start, end). `pipeline_sim.simulate`
 produces one from a schedule; the trainer records one from real steps (start/end of every
 instruction, on clocks aligned across ranks, e.g. seconds since a barrier). Both are drawn and
 measured the same way, so measured and simulated bubbles are comparable.

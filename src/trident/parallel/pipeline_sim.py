@@ -1,0 +1,196 @@
+"""Checking and simulating pipeline schedules (no processes): every micro-batch forwarded and
+backwarded once per chunk, sends matched to receives, no stage waiting on itself, and a
+discrete-event timeline under the executor's contract (see trident.parallel.pipeline)."""
+from __future__ import annotations
+
+from trident.parallel.pipeline import (COMMUNICATION, COMPUTE, RECVS, SENDS, Backward, Forward, Instruction,
+                                       RecvActivation, RecvGrad, ScheduleError, SendActivation, SendGrad,
+                                       _is_int, next_virtual_stage, prev_virtual_stage)
+from trident.parallel.pipeline_diagram import Box, Timeline
+
+
+# ----------------------------------------------------------------------------- checking and simulation
+
+def check_schedule(schedule: list[list[Instruction]], backward: bool = True) -> tuple[int, int]:
+    """Raise ScheduleError unless every stage forwards then backwards every (micro-batch, chunk)
+    exactly once (only forwards, and nothing backward, if backward=False), receives each input/gradient before using it (no stage waits on itself), sends
+    only what it has computed, to the right neighbour, and the i-th send from A to B matches the
+    i-th receive on B from A. Returns (num_microbatches, virtual_stages)."""
+    pp = len(schedule)
+    if pp == 0 or not all(schedule):
+        raise ScheduleError("schedule must have at least one stage and no empty stage")
+    for stage, ops in enumerate(schedule):
+        for index, op in enumerate(ops):
+            if not isinstance(op, COMPUTE + COMMUNICATION):
+                raise ScheduleError(f"stage {stage}, instruction {index}: {op!r} is not a pipeline instruction")
+            if not (_is_int(op.microbatch) and _is_int(op.chunk) and op.microbatch >= 0 and op.chunk >= 0):
+                raise ScheduleError(f"{_at(stage, index, op)}: micro-batch and chunk must be non-negative integers")
+            if not backward and isinstance(op, (Backward, SendGrad, RecvGrad)):
+                raise ScheduleError(f"{_at(stage, index, op)}: backward work in a forward-only schedule")
+    m = 1 + max(op.microbatch for ops in schedule for op in ops)
+    v = 1 + max(op.chunk for ops in schedule for op in ops)
+    for stage, ops in enumerate(schedule):
+        _check_stage(stage, ops, pp, m, v, COMPUTE if backward else (Forward,))
+    _match_transfers(schedule, v)
+    return m, v
+
+
+def _check_stage(stage: int, ops: list[Instruction], pp: int, m: int, v: int, required: tuple) -> None:
+    done: set = set()  # (type, microbatch, chunk) already executed on this stage
+    for index, op in enumerate(ops):
+        key = (type(op), op.microbatch, op.chunk)
+        if key in done:
+            raise ScheduleError(f"{_at(stage, index, op)}: repeated")
+        before = prev_virtual_stage(stage, op.chunk, pp, v)
+        after = next_virtual_stage(stage, op.chunk, pp, v)
+        needs = []
+        if isinstance(op, Forward) and before is not None:
+            needs = [(Forward, op.chunk - 1) if before[0] == stage else (RecvActivation, op.chunk)]
+        elif isinstance(op, Backward):
+            needs = [(Forward, op.chunk)]
+            if after is not None:
+                needs.append((Backward, op.chunk + 1) if after[0] == stage else (RecvGrad, op.chunk))
+        elif isinstance(op, SENDS):
+            needs = [(Forward if isinstance(op, SendActivation) else Backward, op.chunk)]
+        for kind, chunk in needs:
+            if (kind, op.microbatch, chunk) not in done:
+                raise ScheduleError(f"{_at(stage, index, op)}: needs {kind.__name__}(microbatch={op.microbatch}, chunk={chunk})"
+                                    f" earlier on the same stage, which would wait on itself")
+        if isinstance(op, COMMUNICATION):
+            peer_of = {SendActivation: after, RecvGrad: after, RecvActivation: before, SendGrad: before}[type(op)]
+            peer = op.to_stage if isinstance(op, SENDS) else op.from_stage
+            if peer_of is None or peer_of[0] != peer or peer == stage:
+                raise ScheduleError(f"{_at(stage, index, op)}: wrong peer {peer}; model order says "
+                                    f"{'none' if peer_of is None or peer_of[0] == stage else peer_of[0]}")
+        done.add(key)
+    missing = [(kind.__name__, mb, c) for kind in required for mb in range(m) for c in range(v)
+               if (kind, mb, c) not in done]
+    if missing:
+        raise ScheduleError(f"stage {stage}: never runs {missing[0][0]}(microbatch={missing[0][1]}, "
+                            f"chunk={missing[0][2]}) ({len(missing)} compute instructions missing)")
+
+
+def _at(stage: int, index: int, op: Instruction) -> str:
+    return f"stage {stage}, instruction {index} {op}"
+
+
+def _match_transfers(schedule: list[list[Instruction]], v: int) -> dict[tuple[int, int], tuple[int, int]]:
+    """(stage, index) of every transfer -> (peer, index) of its partner, matched in order per
+    ordered pair of stages; raises if the two sides disagree on what they carry."""
+    pp = len(schedule)
+    sends: dict[tuple[int, int], list] = {}
+    recvs: dict[tuple[int, int], list] = {}
+    for stage, ops in enumerate(schedule):
+        for index, op in enumerate(ops):
+            if isinstance(op, SendActivation):
+                target = next_virtual_stage(stage, op.chunk, pp, v)
+                sends.setdefault((stage, op.to_stage), []).append((index, op, ("act", op.microbatch, target[1])))
+            elif isinstance(op, SendGrad):
+                target = prev_virtual_stage(stage, op.chunk, pp, v)
+                sends.setdefault((stage, op.to_stage), []).append((index, op, ("grad", op.microbatch, target[1])))
+            elif isinstance(op, RECVS):
+                label = ("act" if isinstance(op, RecvActivation) else "grad", op.microbatch, op.chunk)
+                recvs.setdefault((op.from_stage, stage), []).append((index, op, label))
+    partner = {}
+    for channel in sorted(set(sends) | set(recvs)):
+        src, dst = channel
+        out, inn = sends.get(channel, []), recvs.get(channel, [])
+        for (i, send, label), (j, recv, got) in zip(out, inn):
+            if label != got:
+                raise ScheduleError(f"transfer mismatch {src}->{dst}: stage {src} instruction {i} {send} "
+                                    f"meets stage {dst} instruction {j} {recv}")
+            partner[(src, i)], partner[(dst, j)] = (dst, j), (src, i)
+        if len(out) != len(inn):
+            extra = (src, out[len(inn)]) if len(out) > len(inn) else (dst, inn[len(out)])
+            raise ScheduleError(f"stage {extra[0]} instruction {extra[1][0]} {extra[1][1]} has no matching "
+                                f"{'receive' if len(out) > len(inn) else 'send'} on stage "
+                                f"{dst if extra[0] == src else src}")
+    return partner
+
+
+def _steps(ops: list[Instruction]) -> list[list[int]]:
+    """Indices grouped into steps: a compute instruction alone, or a maximal run of transfers."""
+    steps: list[list[int]] = []
+    for index, op in enumerate(ops):
+        if isinstance(op, COMMUNICATION) and steps and isinstance(ops[steps[-1][-1]], COMMUNICATION):
+            steps[-1].append(index)
+        else:
+            steps.append([index])
+    return steps
+
+
+def simulate(schedule: list[list[Instruction]], forward_time: float = 1.0, backward_time: float = 2.0,
+             comm_time: float = 0.0, name: str = "", backward: bool = True) -> Timeline:
+    """Discrete-event run of `schedule` under the executor contract (module docstring), with every
+    transfer a rendezvous that completes comm_time after both sides posted it. forward_time and
+    backward_time are one micro-batch through a whole stage; each of its v chunks takes 1/v of it.
+    backward=False checks a forward-only schedule (see forward_only).
+    Returns a pipeline_diagram.Timeline; raises ScheduleError naming each blocked stage and the
+    instruction it waits on if the schedule deadlocks."""
+    for label, value in (("forward_time", forward_time), ("backward_time", backward_time), ("comm_time", comm_time)):
+        if not isinstance(value, (int, float)) or value < 0 or (label != "comm_time" and value == 0):
+            raise ScheduleError(f"{label} must be a {'non-negative' if label == 'comm_time' else 'positive'}"
+                                f" number, got {value!r}")
+    m, v = check_schedule(schedule, backward)
+    run = _Run(schedule, _match_transfers(schedule, v), forward_time / v, backward_time / v, comm_time)
+    while any([run.advance(stage) for stage in range(len(schedule))]):
+        pass  # each pass moves every stage as far as it can; stop when none can move
+    blocked = [run.blocked_reason(s) for s in range(len(schedule)) if run.pc[s] < len(run.steps[s])]
+    if blocked:
+        raise ScheduleError("pipeline deadlock: " + "; ".join(blocked))
+    return Timeline(num_stages=len(schedule), num_microbatches=m, virtual_stages=v, schedule=name,
+                    source="simulated", boxes=run.boxes)
+
+
+class _Run:
+    """State of one simulation: per stage the next step, its clock, and when each batch was posted."""
+
+    def __init__(self, schedule, partner, chunk_forward: float, chunk_backward: float, comm_time: float):
+        self.schedule, self.partner, self.comm_time = schedule, partner, comm_time
+        self.duration = {Forward: chunk_forward, Backward: chunk_backward}
+        self.steps = [_steps(ops) for ops in schedule]
+        self.step_of = {(s, i): n for s, steps in enumerate(self.steps) for n, step in enumerate(steps) for i in step}
+        self.posted: list[list[float | None]] = [[None] * len(steps) for steps in self.steps]
+        self.pc = [0] * len(schedule)
+        self.clock = [0.0] * len(schedule)
+        self.boxes: list[Box] = []
+
+    def advance(self, s: int) -> bool:
+        """Run stage s as far as it can go; True if it moved."""
+        moved = False
+        while self.pc[s] < len(self.steps[s]):
+            step = self.steps[s][self.pc[s]]
+            op = self.schedule[s][step[0]]
+            if isinstance(op, COMPUTE):
+                end = self.clock[s] + self.duration[type(op)]
+                kind = "forward" if isinstance(op, Forward) else "backward"
+                self.boxes.append(Box(s, kind, op.microbatch, op.chunk, self.clock[s], end))
+            else:
+                end = self.exchange(s, step)
+                if end is None:
+                    return moved
+                if self.comm_time > 0:
+                    self.boxes.append(Box(s, "comm", op.microbatch, op.chunk, end - self.comm_time, end))
+            self.clock[s], self.pc[s], moved = end, self.pc[s] + 1, True
+        return moved
+
+    def exchange(self, s: int, step: list[int]) -> float | None:
+        """Post stage s's batch; its end time once every partner has posted too, else None (wait)."""
+        if self.posted[s][self.pc[s]] is None:
+            self.posted[s][self.pc[s]] = self.clock[s]
+        end = self.clock[s]
+        for i in step:
+            peer, j = self.partner[(s, i)]
+            peer_posted = self.posted[peer][self.step_of[(peer, j)]]
+            if peer_posted is None:
+                return None
+            end = max(end, max(self.clock[s], peer_posted) + self.comm_time)  # rendezvous
+        return end
+
+    def blocked_reason(self, stage: int) -> str:
+        for i in self.steps[stage][self.pc[stage]]:
+            peer, j = self.partner[(stage, i)]
+            if self.posted[peer][self.step_of[(peer, j)]] is None:
+                return (f"stage {stage} waits at instruction {i} {self.schedule[stage][i]} for stage {peer} "
+                        f"to reach instruction {j} {self.schedule[peer][j]}")
+        return f"stage {stage} blocked at instruction {self.steps[stage][self.pc[stage]][0]}"
