@@ -10,7 +10,6 @@ import json
 import multiprocessing as mp
 import os
 import queue as queue_module
-import socket
 import statistics
 import sys
 import time
@@ -20,6 +19,8 @@ from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
+
+from trident.train.launch import free_port
 
 # Benchmarks run as `python benchmarks/X.py`; make the sibling module importable for forked workers too.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -117,12 +118,6 @@ def emit_json(benchmark: str, payload: dict) -> None:
 
 
 # ---- gloo worker processes (fork, 127.0.0.1, one thread each, hard timeout) -------------------------
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
 
 def _worker(fn, rank, world_size, port, threads, results, args):
     import torch

@@ -4,15 +4,10 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import queue as queue_module
-import socket
 import traceback
 from datetime import timedelta
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from trident.train.launch import free_port
 
 
 def _worker(fn, rank, world_size, port, results, args, pg_timeout):

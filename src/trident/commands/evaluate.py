@@ -57,7 +57,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args) -> int:
     from trident.evaluate.harness import run_evaluation
     from trident.evaluate.lm import load_hf, load_trident
-    from trident.evaluate.results import print_table
     from trident.evaluate.tasks import TaskDataError
 
     if args.hf and args.checkpoint and "=" in args.checkpoint:  # `--hf DIR parallel.tp=2`: no CKPT was meant
@@ -85,14 +84,7 @@ def run(args) -> int:
         message = err.args[0] if isinstance(err, KeyError) and err.args else err
         print(f"trident eval: {message}", file=sys.stderr)
         return 1
-    if args.json:
-        from trident.evaluate.results import _strict
-
-        print(json.dumps(_strict(results), indent=2))
-    else:
-        print_table(results)
-        if args.out:
-            print(f"wrote {args.out}/results.json")
+    _report(args, results)
     return 0
 
 

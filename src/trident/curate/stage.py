@@ -66,7 +66,7 @@ class StreamingStage(Stage):
 
     def apply(self, doc: Document) -> Document | str:
         """Return the (possibly changed) document to keep it, or a reason string to drop it."""
-        raise NotImplementedError
+        raise TypeError(f"stage '{type(self).__name__}' must define apply() or override process()")
 
     def process(self, docs: Iterable[Document]) -> Iterator[Document]:
         """Yield kept documents; count every document in, out, and dropped by reason."""
@@ -88,7 +88,7 @@ class GlobalStage(Stage):
     def run(self, inputs: list[Path], out_dir: Path, executor: Executor) -> list[Path]:
         """Read the shard files `inputs` (JSONL.zst), write new shards under `out_dir`, return their
         paths, and fill `self.counters` (in/out/dropped:<reason>)."""
-        raise NotImplementedError
+        raise TypeError(f"global stage '{type(self).__name__}' must define run()")
 
 
 def register_stage(name: str) -> Callable[[type[Stage]], type[Stage]]:

@@ -181,13 +181,8 @@ class CausalLM(LM):
             new: list[list[int]] = [[] for _ in chunk]
             done = [False] * len(chunk)
             for _ in range(max_new_tokens):
-                rows = [(c + n)[-self.max_length:] for c, n in zip(chunk, new)]
-                ids = torch.full((len(rows), max(map(len, rows))), self.eod_id, dtype=torch.long)
-                for b, r in enumerate(rows):
-                    ids[b, : len(r)] = torch.tensor(r)
-                logits = self.forward(ids.to(self.device)).float().cpu()
-                last = torch.stack([logits[b, len(r) - 1, : self.vocab_size] for b, r in enumerate(rows)])
-                next_ids = _pick(last, temperature, top_k, generator)
+                rows = [tuple((c + n)[-self.max_length:]) for c, n in zip(chunk, new)]
+                next_ids = self._choose(self.next_token_logits(rows), temperature, top_k, generator)
                 for b, token in enumerate(next_ids.tolist()):
                     if not done[b]:
                         done[b] = token == self.eod_id
@@ -197,6 +192,17 @@ class CausalLM(LM):
                     break
             outputs.extend(self.codec.decode(n) for n in new)
         return outputs
+
+    def next_token_logits(self, rows: list[tuple[int, ...]]) -> torch.Tensor:
+        """[len(rows), vocab_size] logits after the last token of each row (right-padded batch)."""
+        ids = torch.full((len(rows), max(map(len, rows))), self.eod_id, dtype=torch.long)
+        for b, r in enumerate(rows):
+            ids[b, : len(r)] = torch.tensor(r)
+        logits = self.forward(ids.to(self.device)).float().cpu()
+        return torch.stack([logits[b, len(r) - 1, : self.vocab_size] for b, r in enumerate(rows)])
+
+    def _choose(self, logits: torch.Tensor, temperature: float, top_k: int | None, generator) -> torch.Tensor:
+        return _pick(logits, temperature, top_k, generator)
 
     def describe(self) -> dict:
         return {**self.info, "max_length": self.max_length, "vocab_size": self.vocab_size,

@@ -241,25 +241,10 @@ class ParallelLM(CausalLM):
         """As CausalLM.generate (same seed, same draws), with only next-token logits leaving the last
         stage. Every data-parallel replica generates every prompt, so sampling matches one process."""
         self._agree(("generate", prompts, max_new_tokens, temperature, top_k, seed))
-        generator = torch.Generator().manual_seed(seed)
-        outputs = []
-        for chunk_start in range(0, len(prompts), self.batch_size):
-            texts = prompts[chunk_start: chunk_start + self.batch_size]
-            chunk = [list(self._encode(p) or (self.eod_id,)) for p in texts]
-            new: list[list[int]] = [[] for _ in chunk]
-            done = [False] * len(chunk)
-            for _ in range(max_new_tokens):
-                rows = [tuple((c + n)[-self.max_length:]) for c, n in zip(chunk, new)]
-                next_ids = self._as_rank_zero(_pick(self.next_token_logits(rows), temperature, top_k, generator))
-                for b, token in enumerate(next_ids.tolist()):
-                    if not done[b]:
-                        done[b] = token == self.eod_id
-                        if not done[b]:
-                            new[b].append(token)
-                if all(done):
-                    break
-            outputs.extend(self.codec.decode(n) for n in new)
-        return outputs
+        return super().generate(prompts, max_new_tokens, temperature, top_k, seed)
+
+    def _choose(self, logits: torch.Tensor, temperature: float, top_k: int | None, generator) -> torch.Tensor:
+        return self._as_rank_zero(_pick(logits, temperature, top_k, generator))
 
     def _as_rank_zero(self, token_ids: torch.Tensor) -> torch.Tensor:
         """Rank 0's choice on every rank: replicas compute the same logits, but on GPUs not

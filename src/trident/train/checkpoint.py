@@ -30,6 +30,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from trident.model.gpt import full_shape
+from trident.train.launch import barrier
 from trident.train.integrity import CheckpointError, file_digest, read_manifest, verify_files
 
 COMPLETE = "COMPLETE"
@@ -59,11 +60,6 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def _barrier():
-    if dist.is_initialized() and dist.get_world_size() > 1:
-        dist.barrier()
 
 
 def _agree_nonce() -> str:
@@ -126,7 +122,7 @@ class CheckpointWriter:
             self.thread.start()
         else:
             self._write(*args)
-            _barrier()
+            barrier()
         return step_dir(self.root, step)
 
     def wait(self) -> None:

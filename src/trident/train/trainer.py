@@ -26,7 +26,7 @@ from trident.parallel.mesh import build_mesh
 from trident.parallel.parallelize import build_model_chunks
 from trident.train import checkpoint as ckpt
 from trident.train import state as train_state
-from trident.train.launch import chaos_kill_point
+from trident.train.launch import barrier, chaos_kill_point
 from trident.train.metrics import MetricsWriter, console_line, model_flops, peak_memory_bytes, peak_tflops
 from trident.train.optim import build_optimizer, clip_coefficient, global_grad_norm, scale_
 from trident.train.precision import DTYPES, LossScaler, autocast
@@ -287,7 +287,7 @@ class Trainer:
             if (interval and self.step % interval == 0) or self.step == cfg.train.steps:
                 self.save()
         self.writer.wait()  # a background save must be complete before the run counts as done
-        _barrier_all()
+        barrier()
         metrics.close()
         return records
 
@@ -344,11 +344,6 @@ class Trainer:
 
 class RankFailure(RuntimeError):
     """Another rank died or hung; this one stops instead of waiting forever."""
-
-
-def _barrier_all() -> None:
-    if dist.is_initialized() and dist.get_world_size() > 1:
-        dist.barrier()
 
 
 def _tokenizer_json(source: str, tokenizer, out: Path) -> Path:
