@@ -46,7 +46,7 @@ def build_trainer(preset: str, overrides: list[str], out: str):
 def compiled(trainer) -> bool:
     """Whether any module of the model was wrapped by torch.compile (module.compile() or torch.compile)."""
     return any(getattr(mod, "_compiled_call_impl", None) is not None or hasattr(mod, "_orig_mod")
-               for chunk in trainer.chunks for mod in chunk.modules())
+               for chunk in trainer.model.chunks for mod in chunk.modules())
 
 
 def flops_per_step(config) -> float:

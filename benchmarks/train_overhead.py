@@ -110,7 +110,7 @@ def measure(precision: str, steps: int, warmup: int, quick: bool, device: str, t
                         m.padded_vocab_size())
     tokens = config.train.global_batch_size * m.seq_length
     peak = {clock: sum(p[clock] for p in peaks) / len(peaks) for clock in ("wall", "cpu")}
-    result = {"precision": precision, "threads": threads, "params": sum(p.numel() for _, p in trainer.named_params),
+    result = {"precision": precision, "threads": threads, "params": sum(p.numel() for _, p in trainer.model.named_params),
               "tokens_per_step": tokens, "flops_per_step": flops, "peak_tflops": peak, "peaks": peaks,
               "first_losses": {k: [round(x, 5) for x in v[:3]] for k, v in losses.items()}}
     for name in ("trident", "bare"):

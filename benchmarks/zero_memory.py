@@ -3,9 +3,9 @@ bf16, counted from the tensors each rank actually holds after a real training st
 
 Each layout runs `dp` gloo processes that build trident's Trainer, train one step (all ranks must
 report the same loss), then count:
-- parameters: the flat parameter buffer (model dtype), `trainer.buffers.params`;
-- gradients: the flat fp32 gradient buffer, `trainer.buffers.grads` (trident accumulates in fp32);
-- optimizer: the tensors of `trainer.optimizer` (fp32 master when separate, Adam m and v), each
+- parameters: the flat parameter buffer (model dtype), `trainer.model.buffers.params`;
+- gradients: the flat fp32 gradient buffer, `trainer.model.buffers.grads` (trident accumulates in fp32);
+- optimizer: the tensors of `trainer.model.optimizer` (fp32 master when separate, Adam m and v), each
   counted once; a fp32 master that is a view of the parameter
   buffer (fp32 training) is not separate memory and is not counted. Checked against
   `optimizer.state_bytes()`.
@@ -49,11 +49,11 @@ def _worker(rank, world, overrides):
         trainer = Trainer(config, out, datasets=(RandomTokens(m.seq_length, m.vocab_size), None),
                           vocab_size=m.vocab_size, log=lambda *a: None)
         loss = trainer.train_step()["loss"]
-    buffers, opt = trainer.buffers, trainer.optimizer
+    buffers, opt = trainer.model.buffers, trainer.model.optimizer
     masters = [t for t in opt.master if not _shares_memory(t, buffers.params)]
     optimizer = {"master": sum(map(_nbytes, masters)), "exp_avg": sum(map(_nbytes, opt.exp_avg)),
                  "exp_avg_sq": sum(map(_nbytes, opt.exp_avg_sq))}
-    return {"loss": loss, "params_count": sum(p.numel() for _, p in trainer.named_params),
+    return {"loss": loss, "params_count": sum(p.numel() for _, p in trainer.model.named_params),
             "param_bytes": _nbytes(buffers.params), "grad_bytes": _nbytes(buffers.grads),
             "optimizer": optimizer, "optimizer_total": sum(optimizer.values()),
             "state_bytes": opt.state_bytes(), "owned_elements": sum(hi - lo for lo, hi in opt.ranges),

@@ -113,7 +113,7 @@ def test_import_round_trip_has_identical_logits_and_trains_on(trained_checkpoint
     with torch.enable_grad():
         trainer = Trainer(cfg, tmp_path / "finetune", datasets=(Windows(ids, 32), None), vocab_size=vocab,
                           log=lambda *a: None)
-        assert torch.equal(dict(trainer.named_params)["blocks.1.mlp.fc2.weight"],
+        assert torch.equal(dict(trainer.model.named_params)["blocks.1.mlp.fc2.weight"],
                            original.blocks["1"].mlp.fc2.weight)
         record = trainer.train_step()
     assert np.isfinite(record["loss"]) and record["loss"] < np.log(vocab)

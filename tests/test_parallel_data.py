@@ -41,7 +41,7 @@ def _optimizer_bytes(rank, world, zero):
     config = tiny_config(f"parallel.dp={world}", f"parallel.zero_stage={zero}", "model.num_layers=4")
     trainer = Trainer(config, "/tmp/unused", datasets=(RandomTokens(32), None), vocab_size=VOCAB,
                       log=lambda *a: None)
-    return trainer.optimizer.state_bytes(), sum(p.numel() for _, p in trainer.named_params)
+    return trainer.model.optimizer.state_bytes(), sum(p.numel() for _, p in trainer.model.named_params)
 
 
 @pytest.mark.timeout(120)
@@ -72,13 +72,13 @@ def _overflow_run(rank, world, precision, spike_step):
     trainer = Trainer(tiny_config(*overrides), "/tmp/unused", datasets=(RandomTokens(8), None),
                       vocab_size=VOCAB, log=lambda *a: None)
     if rank == 1 and trainer.mesh.is_last_stage:  # rank 1 = (dp 0, pp 1): corrupt its outputs once
-        norm = trainer.chunks[-1].final_norm
+        norm = trainer.model.chunks[-1].final_norm
         norm.register_forward_hook(lambda m, i, out: out * float("inf") if trainer.step == spike_step else out)
     records, weights = [], []
     for _ in range(3):
-        before = {n: p.detach().float().clone() for n, p in trainer.named_params}
+        before = {n: p.detach().float().clone() for n, p in trainer.model.named_params}
         records.append(trainer.train_step())
-        weights.append(all(torch.equal(before[n], p.detach().float()) for n, p in trainer.named_params))
+        weights.append(all(torch.equal(before[n], p.detach().float()) for n, p in trainer.model.named_params))
     return [(r["skipped"], r["loss_scale"]) for r in records], weights
 
 

@@ -26,7 +26,7 @@ def train_full(config, out_dir):
 def all_parameters(trainer):
     """name -> full tensor, from every rank of the pipeline and tensor groups (object all-gather)."""
     mine = {}
-    for name, param in trainer.named_params:
+    for name, param in trainer.model.named_params:
         mine.setdefault(name, []).append((getattr(param, "tp_dim", None), param.tp_rank,
                                           param.detach().float().numpy().copy()))
     gathered = [None] * (dist.get_world_size() if dist.is_initialized() else 1)

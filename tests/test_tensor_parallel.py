@@ -156,7 +156,7 @@ def train_and_collect(config, out_dir, steps_of_grads=False):
 
 def gather_full_params(trainer):
     out = {}
-    for name, param in trainer.named_params:
+    for name, param in trainer.model.named_params:
         tensor = param.detach()
         if getattr(param, "tp_dim", None) is not None:
             parts = [torch.empty_like(tensor) for _ in range(param.tp_size)]
@@ -206,10 +206,10 @@ def _one_backward(config):
     trainer = Trainer(config, "/tmp/unused", datasets=(RandomTokens(config.model.seq_length), None),
                       vocab_size=VOCAB, log=lambda *a: None)
     batches = list(trainer.micro_batches(8, trainer.train_data, 0))
-    trainer.forward_backward(batches, loss_divisor=len(batches))
-    trainer.finalize_gradients()
+    trainer.model.forward_backward(batches, loss_divisor=len(batches))
+    trainer.model.finalize_gradients()
     grads = {}
-    for name, param in trainer.named_params:
+    for name, param in trainer.model.named_params:
         grad = param.main_grad
         if getattr(param, "tp_dim", None) is not None:
             parts = [torch.empty_like(grad) for _ in range(param.tp_size)]
@@ -235,10 +235,10 @@ def _dropout_streams(rank, world, sp):
                          "model.hidden_dropout=0.2", "model.attention_dropout=0.2")
     trainer = Trainer(config, "/tmp/unused", datasets=(RandomTokens(config.model.seq_length), None),
                       vocab_size=VOCAB, log=lambda *a: None)
-    trainer.chunks[0].train()
+    trainer.model.chunks[0].train()
     tokens = torch.from_numpy(trainer.train_data[0][None, :-1].astype(np.int64))
-    hidden = trainer.chunks[0].embedding(tokens)
-    for block in trainer.chunks[0].blocks.values():
+    hidden = trainer.model.chunks[0].embedding(tokens)
+    for block in trainer.model.chunks[0].blocks.values():
         hidden = block(hidden)
     return hidden.detach().numpy(), T.TP_RNG.states["cpu"].numpy()
 

@@ -14,7 +14,6 @@ continuation's. An empty context is replaced by the end-of-document token.
 """
 from __future__ import annotations
 
-import math
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Callable, NamedTuple, Protocol, Sequence
@@ -23,6 +22,8 @@ import torch
 from tqdm import tqdm
 
 from trident.evaluate.requests import Row, TokenRequest, batches, plan_rows
+from trident.infer.generate import sample_next
+from trident.parallel.precision import DTYPES
 
 
 class Loglikelihood(NamedTuple):
@@ -202,28 +203,15 @@ class CausalLM(LM):
         return torch.stack([logits[b, len(r) - 1, : self.vocab_size] for b, r in enumerate(rows)])
 
     def _choose(self, logits: torch.Tensor, temperature: float, top_k: int | None, generator) -> torch.Tensor:
-        return _pick(logits, temperature, top_k, generator)
+        return sample_next(logits, max(temperature, 0.0), top_k or 0, generator=generator)
 
     def describe(self) -> dict:
         return {**self.info, "max_length": self.max_length, "vocab_size": self.vocab_size,
                 "batch_size": self.batch_size, "device": str(self.device)}
 
 
-def _pick(logits: torch.Tensor, temperature: float, top_k: int | None, generator: torch.Generator) -> torch.Tensor:
-    if temperature <= 0:
-        return logits.argmax(-1)
-    logits = logits / temperature
-    if top_k:
-        kth = logits.topk(min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]
-        logits = logits.masked_fill(logits < kth, -math.inf)
-    return torch.multinomial(logits.softmax(-1), 1, generator=generator).squeeze(-1)
-
-
 def count_parameters(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
-
-
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def trident_lm(model: torch.nn.Module, tokenizer, max_length: int, *, batch_size: int = 8, device: str = "cpu",

@@ -33,7 +33,7 @@ import torch.distributed as dist
 from tqdm import tqdm
 
 from trident.config import Config, ConfigError, config_from_dict, parse_overrides
-from trident.evaluate.lm import DTYPES, CausalLM, Loglikelihood, _pick
+from trident.evaluate.lm import CausalLM, Loglikelihood
 from trident.evaluate.requests import Row, TokenRequest, batches, plan_rows
 from trident.parallel.tensor import TPContext, gather_from_tp
 
@@ -81,15 +81,6 @@ def checkpoint_layout(checkpoint: str | Path, overrides: list[str], world_size: 
                           f"{m.padded_vocab_size(tp)} rows but the checkpoint's embedding has {saved_rows}; "
                           f"use a tp that divides model.make_vocab_size_divisible_by={m.make_vocab_size_divisible_by}")
     return reader, config
-
-
-def rank_device(device: str) -> torch.device:
-    """`cuda` means this rank's own GPU (LOCAL_RANK); anything else is taken as given."""
-    if device == "cuda":
-        local = int(os.environ.get("LOCAL_RANK", "0"))
-        torch.cuda.set_device(local)
-        return torch.device("cuda", local)
-    return torch.device(device)
 
 
 @torch.inference_mode()
@@ -244,7 +235,7 @@ class ParallelLM(CausalLM):
         return super().generate(prompts, max_new_tokens, temperature, top_k, seed)
 
     def _choose(self, logits: torch.Tensor, temperature: float, top_k: int | None, generator) -> torch.Tensor:
-        return self._as_rank_zero(_pick(logits, temperature, top_k, generator))
+        return self._as_rank_zero(super()._choose(logits, temperature, top_k, generator))
 
     def _as_rank_zero(self, token_ids: torch.Tensor) -> torch.Tensor:
         """Rank 0's choice on every rank: replicas compute the same logits, but on GPUs not
@@ -284,8 +275,9 @@ def load_parallel(checkpoint: str | Path, overrides: list[str] = (), *, batch_si
     """Collective: every rank of the (already initialised) world loads its chunk of `checkpoint`
     for the layout in `overrides` (parallel.tp / pp / dp / sequence_parallel / layer_partition)."""
     from trident.data.tokenizer import Tokenizer
-    from trident.parallel.mesh import build_mesh
+    from trident.parallel.mesh import build_mesh, rank_device
     from trident.parallel.parallelize import build_model_chunks
+    from trident.parallel.precision import DTYPES
     from trident.train.checkpoint import load_model_weights
 
     world = dist.get_world_size() if dist.is_initialized() else 1

@@ -20,6 +20,7 @@ from trident.config import ModelConfig
 from trident.parallel import tensor as T
 
 OUTPUT_PROJECTIONS = ("attention.proj.weight", "mlp.fc2.weight")
+TIED_EMBEDDING = "embedding.word.weight"  # the input embedding, reused as the output head
 
 
 class Attention(nn.Module):

@@ -6,6 +6,7 @@ topology-aware mapping). With every degree 1 no process group is created at all.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,6 +85,16 @@ class Mesh:
     def describe(self) -> str:
         return (f"rank {self.rank}/{self.world_size}: dp {self.dp_rank}/{self.dp} pp {self.pp_rank}/{self.pp} "
                 f"tp {self.tp_rank}/{self.tp}")
+
+
+def rank_device(wanted: str = "auto") -> torch.device:
+    """This rank's device: `cuda` (or `auto` on a GPU machine) is this rank's own GPU (LOCAL_RANK,
+    set by torchrun); `auto` elsewhere is the CPU; anything else (`cpu`, `cuda:1`) is taken as given."""
+    if wanted == "cuda" or (wanted == "auto" and torch.cuda.is_available()):
+        local = int(os.environ.get("LOCAL_RANK", 0))
+        torch.cuda.set_device(local)
+        return torch.device("cuda", local)
+    return torch.device("cpu" if wanted == "auto" else wanted)
 
 
 def build_mesh(tp: int = 1, pp: int = 1, dp: int = 0) -> Mesh:

@@ -1,13 +1,43 @@
-"""The one place where a layout is applied to the model: this rank's model chunks for its
-(pipeline stage, tensor rank), each a GPT over its slice of the layers, initialised by slicing the
-seeded full-size initialisation. Used by the trainer and by parallel evaluation."""
+"""The one place where a layout is applied to the model: `parallelize(config, mesh, device, precision)`.
+
+In order, as torchtitan's parallelize does it:
+  1. seed the RNG streams: one per pipeline stage, shared by TP peers (replicated regions), plus a
+     per-TP-rank stream for regions split across TP (Megatron's model-parallel RNG tracker);
+  2. build this rank's model chunks (one per virtual stage) for its (pipeline stage, tensor rank),
+     each a GPT over its slice of the layers with its slice of the seeded initialisation;
+  3. cast to the training dtype and device (and compile blocks when asked);
+  4. the pipeline executor, when there is more than one stage;
+  5. flat gradient buffers and AdamW over the ranges this rank owns (ZeRO-1 decided here, once).
+The result, a ParallelModel, runs micro-batches (`forward_backward`, `forward_only`), finishes the
+cross-rank gradient sums (`finalize_gradients`) and steps the optimizer (`step`). The trainer, the
+parallel evaluator and rehearsal all call it; none of them builds parallel pieces itself.
+"""
 from __future__ import annotations
 
+import math
+import random
+import time
+
+import numpy as np
 import torch
+import torch.distributed as dist
 
 from trident.config import Config, ConfigError
-from trident.model.gpt import GPT, build_model
+from trident.model.gpt import GPT, TIED_EMBEDDING, build_model
+from trident.parallel import tensor as T
+from trident.parallel.data import all_reduce_coalesced
+from trident.parallel.optim import build_optimizer, clip_coefficient, global_grad_norm, scale_
 from trident.parallel.pipeline import partition_layers
+from trident.parallel.precision import Precision
+
+
+def seed_streams(seed: int, mesh, device: torch.device) -> None:
+    """Same stream on every TP rank of a stage (replicated dropout), a per-TP-rank one for split regions."""
+    stage_seed = seed + 100 * mesh.pp_rank
+    random.seed(stage_seed)
+    np.random.seed(stage_seed % 2**32)
+    torch.manual_seed(stage_seed)
+    T.TP_RNG.seed(stage_seed + 2718 + mesh.tp_rank, device)
 
 
 def build_model_chunks(config: Config, mesh, device: torch.device, dtype: torch.dtype = torch.float32) -> list[GPT]:
@@ -29,3 +59,136 @@ def build_model_chunks(config: Config, mesh, device: torch.device, dtype: torch.
                 block.compile()
         chunks.append(chunk)
     return chunks
+
+
+def counts_towards_norm(name: str, param: torch.nn.Parameter, is_first_stage: bool) -> bool:
+    """Each parameter counted once across the model-parallel group: TP shards all count (they are
+    disjoint), TP-replicated parameters only on TP rank 0, and the tied word embedding only on the
+    first pipeline stage (the last stage holds a synchronised copy)."""
+    if getattr(param, "tp_dim", None) is None and getattr(param, "tp_rank", 0) != 0:
+        return False
+    return not (name.endswith(TIED_EMBEDDING) and not is_first_stage)
+
+
+def parallelize(config: Config, mesh, device: torch.device, precision: Precision | None = None,
+                optimizer: bool = True) -> "ParallelModel":
+    """This rank's share of the model for `mesh`, ready to train (or, with optimizer=False, to
+    run forward only: no gradient buffers, no optimizer state)."""
+    precision = precision or Precision.from_config(config.train, device)
+    seed_streams(config.train.seed, mesh, device)
+    chunks = build_model_chunks(config, mesh, device, precision.dtype)
+    executor = _build_executor(config, mesh, chunks, precision) if mesh.pp > 1 else None
+    return ParallelModel(config, mesh, chunks, executor, precision, optimizer)
+
+
+def _build_executor(config: Config, mesh, chunks: list[GPT], precision: Precision):
+    from trident.parallel.pipeline_executor import PipelineExecutor
+
+    seq = config.model.seq_length // (mesh.tp if config.parallel.sequence_parallel else 1)
+    shape = (seq, config.train.micro_batch_size, config.model.hidden_size)
+    return PipelineExecutor(chunks, mesh, config.parallel.schedule, shape, precision.dtype, precision.device,
+                            precision.autocast)
+
+
+class ParallelModel:
+    """This rank's model chunks with everything that makes them train as one model: the pipeline
+    executor, the flat gradient buffers and the (ZeRO-1 sharded) optimizer."""
+
+    def __init__(self, config: Config, mesh, chunks: list[GPT], executor, precision: Precision, optimizer: bool):
+        self.config, self.mesh, self.chunks, self.executor = config, mesh, chunks, executor
+        self.precision, self.device = precision, precision.device
+        self.named_params = [item for chunk in chunks for item in chunk.named_parameters()]
+        self.zero = config.parallel.zero_stage == 1 and mesh.dp > 1
+        self.buffers = self.optimizer = None
+        if optimizer:
+            counted = {id(p): counts_towards_norm(n, p, mesh.is_first_stage) for n, p in self.named_params}
+            self.buffers, self.optimizer = build_optimizer(self.named_params, config, mesh, self.zero, counted)
+
+    @property
+    def scaler(self):
+        return self.precision.scaler
+
+    def train(self, mode: bool = True) -> "ParallelModel":
+        for chunk in self.chunks:
+            chunk.train(mode)
+        return self
+
+    def eval(self) -> "ParallelModel":
+        return self.train(False)
+
+    # ---- micro-batches ---------------------------------------------------------------------------
+    def forward_backward(self, micro_batches: list, loss_divisor: int) -> torch.Tensor:
+        """Sum over micro-batches of the mean token loss / loss_divisor; gradients accumulate in the
+        fp32 buffers. With pipeline stages the loss is non-zero on the last stage only."""
+        return self._run(micro_batches, loss_divisor, backward=True)
+
+    @torch.no_grad()
+    def forward_only(self, micro_batches: list, loss_divisor: int) -> torch.Tensor:
+        """As forward_backward, without gradients (validation)."""
+        return self._run(micro_batches, loss_divisor, backward=False)
+
+    def _run(self, micro_batches: list, loss_divisor: int, backward: bool) -> torch.Tensor:
+        if self.executor is not None:
+            return self.executor.run(micro_batches, loss_divisor, self.scaler.scale, backward)
+        total = torch.zeros((), device=self.device)
+        for index, (tokens, labels) in enumerate(micro_batches):
+            if backward:  # lets the DP reduction of each bucket start as soon as its gradients are final
+                self.buffers.final_microbatch = index == len(micro_batches) - 1
+            with self.precision.autocast():
+                loss = self.chunks[0](tokens, labels).float().mean() / loss_divisor
+            if backward:
+                (loss * self.scaler.scale).backward()
+            total += loss.detach()
+        return total
+
+    def reduce_loss(self, loss: torch.Tensor) -> torch.Tensor:
+        """Global-batch mean loss, on every rank (sum of the DP partial means, from the last stage)."""
+        for kind in ("pp", "dp"):
+            if self.mesh.group(kind) is not None:
+                dist.all_reduce(loss, group=self.mesh.group(kind))
+        return loss
+
+    # ---- gradients and the update ----------------------------------------------------------------
+    def zero_grad(self) -> None:
+        self.buffers.zero_grad()
+
+    def finalize_gradients(self) -> None:
+        """Cross-rank gradient sums (losses were already divided by m x dp, so sums give the global
+        mean): the tied embedding over its two pipeline stages, the DP buckets, then sequence-parallel
+        norms over TP (TP peers share a buffer layout, so their owned ranges line up)."""
+        mesh = self.mesh
+        if mesh.pp > 1 and (mesh.is_first_stage or mesh.is_last_stage):
+            word = [p.main_grad for n, p in self.named_params if n == TIED_EMBEDDING]
+            all_reduce_coalesced(word, mesh.group("embedding"))
+        self.buffers.reduce()
+        if mesh.tp > 1 and self.config.parallel.sequence_parallel:
+            sp = [p.main_grad for _, p in self.named_params if getattr(p, "sequence_parallel", False)]
+            all_reduce_coalesced(sp, mesh.group("tp"))
+
+    def step(self, lr: float, loss: float = 0.0) -> tuple[float, bool]:
+        """Unscale, clip to train.clip_grad and update; returns (global grad norm, skipped).
+        The norm is inf/nan whenever any gradient is, and every rank computes the same value: one
+        reduction gives both the clipping norm and the overflow decision all ranks agree on (a
+        non-finite `loss` skips the step too)."""
+        grads = self.optimizer.grads()
+        scale_(grads, 1.0 / self.scaler.scale)
+        grad_norm = global_grad_norm(self.optimizer, self.mesh, self.zero)
+        overflow = not (math.isfinite(grad_norm) and math.isfinite(loss))
+        if not overflow:
+            scale_(grads, clip_coefficient(grad_norm, self.config.train.clip_grad))
+            self.optimizer.step(lr)
+        self.scaler.update(overflow)
+        return (float("nan") if overflow else grad_norm), overflow
+
+    # ---- timeline --------------------------------------------------------------------------------
+    def start_timeline(self) -> None:
+        """Time the next run's compute on every stage from one shared origin (after a barrier)."""
+        dist.barrier(group=self.mesh.group("pp"))
+        self.executor.timeline, self.executor.origin = [], time.perf_counter()
+
+    def finish_timeline(self):
+        """Every stage's boxes of the recorded run (collective over the pipeline group)."""
+        boxes = [None] * self.mesh.pp
+        dist.all_gather_object(boxes, self.executor.timeline, group=self.mesh.group("pp"))
+        self.executor.timeline = None
+        return [box for stage in boxes for box in stage]

@@ -9,8 +9,6 @@ and a resumed run see exactly the same data.
 from __future__ import annotations
 
 import math
-import os
-import random
 import time
 from pathlib import Path
 
@@ -20,26 +18,14 @@ import torch.distributed as dist
 
 from trident.config import Config, ConfigError, save_config
 from trident.model.gpt import full_shape
-from trident.parallel import tensor as T
-from trident.parallel.data import all_reduce_coalesced
-from trident.parallel.mesh import build_mesh
-from trident.parallel.parallelize import build_model_chunks
+from trident.parallel.mesh import build_mesh, rank_device
+from trident.parallel.parallelize import ParallelModel, parallelize
+from trident.parallel.precision import Precision
 from trident.train import checkpoint as ckpt
 from trident.train import state as train_state
 from trident.train.launch import barrier, chaos_kill_point
 from trident.train.metrics import MetricsWriter, console_line, model_flops, peak_memory_bytes, peak_tflops
-from trident.train.optim import build_optimizer, clip_coefficient, global_grad_norm, scale_
-from trident.train.precision import DTYPES, LossScaler, autocast
 from trident.train.schedules import TrainSchedule
-
-
-def pick_device(config: Config) -> torch.device:
-    wanted = config.train.device
-    if wanted == "cuda" or (wanted == "auto" and torch.cuda.is_available()):
-        local = int(os.environ.get("LOCAL_RANK", 0))
-        torch.cuda.set_device(local)
-        return torch.device("cuda", local)
-    return torch.device("cpu")
 
 
 class Trainer:
@@ -50,7 +36,7 @@ class Trainer:
         config.validate(self.world)
         if config.train.threads:
             torch.set_num_threads(config.train.threads)
-        self.device = pick_device(config)
+        self.device = rank_device(config.train.device)
         self.mesh = build_mesh(config.parallel.tp, config.parallel.pp, config.parallel.dp)
         self.log = log if self.mesh.rank == 0 else (lambda *a, **k: None)
         self.schedule = TrainSchedule(config.train, config.model.seq_length)
@@ -58,15 +44,8 @@ class Trainer:
         self.train_data, self.valid_data = datasets if datasets is not None else self._build_data()
         if vocab_size is not None:
             config.model.vocab_size = vocab_size
-        self._seed_everything(config.train.seed)
-        self.chunks = build_model_chunks(config, self.mesh, self.device, DTYPES[config.train.precision])
-        self.named_params = [item for chunk in self.chunks for item in chunk.named_parameters()]
-        self.executor = self._build_executor()
-        self.zero = config.parallel.zero_stage == 1 and self.mesh.dp > 1
-        self.buffers, self.optimizer = build_optimizer(self.named_params, config, self.mesh)
-        self.scaler = LossScaler(config.train.precision == "fp16", config.train.loss_scale_initial,
-                                 config.train.loss_scale_growth_interval, config.train.loss_scale_backoff,
-                                 config.train.loss_scale_hysteresis)
+        self.precision = Precision.from_config(config.train, self.device)
+        self.model: ParallelModel = parallelize(config, self.mesh, self.device, self.precision)
         self.step, self.consumed_samples, self.consumed_tokens = 0, 0, 0
         self.checkpoint_root = Path(config.checkpoint.dir) if config.checkpoint.dir else self.out / "checkpoints"
         self.writer = ckpt.CheckpointWriter(self.checkpoint_root, self.mesh, config.checkpoint.keep_last,
@@ -95,25 +74,6 @@ class Trainer:
         dist.barrier()
         return datasets if datasets is not None else build()
 
-    def _seed_everything(self, seed: int) -> None:
-        # Same stream on every TP rank (replicated dropout), a per-TP-rank stream for split regions.
-        pp_seed = seed + 100 * self.mesh.pp_rank
-        random.seed(pp_seed)
-        np.random.seed(pp_seed % 2**32)
-        torch.manual_seed(pp_seed)
-        T.TP_RNG.seed(pp_seed + 2718 + self.mesh.tp_rank, self.device)
-
-    def _build_executor(self):
-        from trident.parallel.pipeline_executor import PipelineExecutor
-
-        if self.mesh.pp == 1:
-            return None
-        cfg = self.config
-        seq = cfg.model.seq_length // (self.mesh.tp if cfg.parallel.sequence_parallel else 1)
-        shape = (seq, cfg.train.micro_batch_size, cfg.model.hidden_size)
-        return PipelineExecutor(self.chunks, self.mesh, cfg.parallel.schedule, shape, DTYPES[cfg.train.precision],
-                                self.device, lambda: autocast(cfg.train.precision, self.device))
-
     # ---- one step ------------------------------------------------------------------------------
     def micro_batches(self, batch_size: int, dataset, start: int):
         """This DP rank's micro-batches of the global batch [start, start + batch_size)."""
@@ -125,60 +85,20 @@ class Trainer:
             sample = torch.from_numpy(rows).to(self.device)
             yield sample[:, :-1], sample[:, 1:]
 
-    def forward_backward(self, batches: list, loss_divisor: int, backward: bool = True) -> torch.Tensor:
-        """Sum over micro-batches of the mean token loss / loss_divisor; gradients accumulate.
-        With pipeline stages the executor runs the schedule and the loss lives on the last stage."""
-        if self.executor is not None:
-            return self.executor.run(batches, loss_divisor, self.scaler.scale, backward)
-        total = torch.zeros((), device=self.device)
-        for index, (tokens, labels) in enumerate(batches):
-            self.buffers.final_microbatch = backward and index == len(batches) - 1  # lets DP overlap start
-            with autocast(self.config.train.precision, self.device):
-                loss = self.chunks[0](tokens, labels).float().mean() / loss_divisor
-            if backward:
-                (loss * self.scaler.scale).backward()
-            total += loss.detach()
-        return total
-
-    def finalize_gradients(self) -> None:
-        """Cross-rank gradient sums (losses were already divided by m x dp, so sums give the global
-        mean): the tied embedding over its two pipeline stages, the DP buckets, then sequence-parallel
-        norms over TP (TP peers share a buffer layout, so their owned ranges line up)."""
-        mesh = self.mesh
-        if mesh.pp > 1 and (mesh.is_first_stage or mesh.is_last_stage):
-            word = [p.main_grad for n, p in self.named_params if n == "embedding.word.weight"]
-            all_reduce_coalesced(word, mesh.group("embedding"))
-        self.buffers.reduce()
-        if mesh.tp > 1 and self.config.parallel.sequence_parallel:
-            sp = [p.main_grad for _, p in self.named_params if getattr(p, "sequence_parallel", False)]
-            all_reduce_coalesced(sp, mesh.group("tp"))
-
     def train_step(self) -> dict:
-        cfg, mesh = self.config, self.mesh
+        cfg, mesh, model = self.config, self.mesh, self.model
         batch_size = self.schedule.batch_size(self.consumed_tokens)
         lr = self.schedule.lr(self.consumed_tokens)
-        for chunk in self.chunks:
-            chunk.train()
-        self.buffers.zero_grad()
+        model.train()
+        model.zero_grad()
         start = time.perf_counter()
         micro = batch_size // (cfg.train.micro_batch_size * mesh.dp)
         batches = list(self.micro_batches(batch_size, self.train_data, self.consumed_samples))
         recording = self._start_timeline()
-        loss = self.forward_backward(batches, loss_divisor=micro * mesh.dp)
-        self.finalize_gradients()
-        grads = self.optimizer.grads()
-        scale_(grads, 1.0 / self.scaler.scale)
-        loss = self._reduce_loss(loss)
-        # The norm is inf/nan whenever any gradient is, and every rank computes the same value:
-        # one reduction gives both the clipping norm and the overflow decision all ranks agree on.
-        grad_norm = global_grad_norm(self.optimizer, mesh, self.zero)
-        overflow = not (math.isfinite(grad_norm) and math.isfinite(loss.item()))
-        if not overflow:
-            scale_(grads, clip_coefficient(grad_norm, cfg.train.clip_grad))
-            self.optimizer.step(lr)
-        else:
-            grad_norm = float("nan")
-        self.scaler.update(overflow)
+        loss = model.forward_backward(batches, loss_divisor=micro * mesh.dp)
+        model.finalize_gradients()
+        loss = model.reduce_loss(loss)
+        grad_norm, overflow = model.step(lr, loss.item())
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         elapsed = time.perf_counter() - start
@@ -192,10 +112,9 @@ class Trainer:
 
     def _start_timeline(self) -> bool:
         """With logging.record_timeline and a pipeline: time this step's compute on every stage."""
-        if not (self.config.logging.record_timeline and self.executor is not None):
+        if not (self.config.logging.record_timeline and self.model.executor is not None):
             return False
-        dist.barrier(group=self.mesh.group("pp"))  # the shared time origin of all stages
-        self.executor.timeline, self.executor.origin = [], time.perf_counter()
+        self.model.start_timeline()
         return True
 
     def _finish_timeline(self, micro: int) -> dict:
@@ -204,25 +123,14 @@ class Trainer:
         from trident.parallel.pipeline import theoretical_bubble
         from trident.parallel.pipeline_diagram import Timeline
 
-        boxes = [None] * self.mesh.pp
-        dist.all_gather_object(boxes, self.executor.timeline, group=self.mesh.group("pp"))
-        self.executor.timeline = None
         p = self.config.parallel
-        timeline = Timeline(self.mesh.pp, micro, p.virtual_stages, p.schedule, "measured",
-                            [box for stage in boxes for box in stage])
+        boxes = self.model.finish_timeline()
+        timeline = Timeline(self.mesh.pp, micro, p.virtual_stages, p.schedule, "measured", boxes)
         if self.mesh.rank == 0:
             self.out.mkdir(parents=True, exist_ok=True)
             timeline.save(self.out / f"timeline_step{self.step}.json")
         return {"bubble": timeline.bubble_fraction, "bubble_theory": theoretical_bubble(self.mesh.pp, micro,
                                                                                          p.virtual_stages)}
-
-    def _reduce_loss(self, loss: torch.Tensor) -> torch.Tensor:
-        """Global-batch mean loss, on every rank (sum of the DP partial means, from the last stage)."""
-        if self.mesh.group("pp") is not None:
-            dist.all_reduce(loss, group=self.mesh.group("pp"))
-        if self.mesh.group("dp") is not None:
-            dist.all_reduce(loss, group=self.mesh.group("dp"))
-        return loss
 
     def _record(self, loss: float, lr: float, grad_norm: float, batch_size: int, elapsed: float,
                 skipped: bool) -> dict:
@@ -233,13 +141,12 @@ class Trainer:
         peak = self._peak()
         return {"step": self.step, "loss": loss, "lr": lr, "grad_norm": grad_norm, "batch_size": batch_size,
                 "tokens": self.consumed_tokens, "tokens_per_s": tokens / elapsed, "tflops": tflops,
-                "mfu": tflops / peak if peak else 0.0, "skipped": skipped, "loss_scale": self.scaler.scale,
+                "mfu": tflops / peak if peak else 0.0, "skipped": skipped, "loss_scale": self.model.scaler.scale,
                 "step_time_s": elapsed, "peak_memory_bytes": peak_memory_bytes(self.device)}
 
     def _peak(self) -> float:
         if not hasattr(self, "_peak_tflops"):
-            dtype = DTYPES[self.config.train.precision]
-            self._peak_tflops = peak_tflops(self.device, dtype, self.config.train.peak_tflops)
+            self._peak_tflops = peak_tflops(self.device, self.precision.dtype, self.config.train.peak_tflops)
         return self._peak_tflops
 
     @torch.no_grad()
@@ -248,8 +155,7 @@ class Trainer:
         cfg = self.config.train
         if self.valid_data is None or len(self.valid_data) == 0:
             return None
-        for chunk in self.chunks:
-            chunk.eval()
+        self.model.eval()
         batch = min(cfg.global_batch_size, len(self.valid_data) // self.mesh.dp * self.mesh.dp)
         batch -= batch % (cfg.micro_batch_size * self.mesh.dp)
         if batch == 0:
@@ -259,7 +165,7 @@ class Trainer:
         for i in range(iters):
             batches = list(self.micro_batches(batch, self.valid_data, i * batch))
             micro = batch // (cfg.micro_batch_size * self.mesh.dp)
-            total += self._reduce_loss(self.forward_backward(batches, micro * self.mesh.dp, backward=False)).item()
+            total += self.model.reduce_loss(self.model.forward_only(batches, micro * self.mesh.dp)).item()
         return total / iters
 
     # ---- the loop ------------------------------------------------------------------------------
@@ -271,7 +177,7 @@ class Trainer:
         metrics = MetricsWriter(self.out / "metrics.jsonl" if self.mesh.rank == 0 else None, append=self.step > 0)
         if self.mesh.rank == 0:
             save_config(cfg, self.out / "config.yaml")
-            self.log(f"model: {sum(math.prod(full_shape(p)) for _, p in self.named_params):,} parameters on stage 0; "
+            self.log(f"model: {sum(math.prod(full_shape(p)) for _, p in self.model.named_params):,} parameters on stage 0; "
                      f"layout dp={self.mesh.dp} pp={self.mesh.pp} tp={self.mesh.tp}; {cfg.train.steps} steps")
         records = []
         while self.step < cfg.train.steps:
@@ -308,16 +214,17 @@ class Trainer:
     # ---- checkpoints ---------------------------------------------------------------------------
     def trainer_state(self) -> dict:
         return {"step": self.step, "consumed_samples": self.consumed_samples,
-                "consumed_tokens": self.consumed_tokens, "optimizer_steps": self.optimizer.steps,
-                "scaler": self.scaler.state_dict(), "config": self.config.to_dict(),
+                "consumed_tokens": self.consumed_tokens, "optimizer_steps": self.model.optimizer.steps,
+                "scaler": self.model.scaler.state_dict(), "config": self.config.to_dict(),
                 "trident_version": __import__("trident").__version__}
 
     def save(self) -> Path:
         extra = {"tokenizer.json": self.tokenizer_file} if self.tokenizer_file else None
         # Without ZeRO every DP rank holds the same optimizer state: DP rank 0 writes it.
-        owns_state = self.zero or self.mesh.dp_rank == 0
-        pieces = train_state.optimizer_pieces(self.named_params, self.buffers, self.optimizer) if owns_state else []
-        path = self.writer.save(self.step, self.named_params, pieces, train_state.rng_state(self.device),
+        model = self.model
+        owns_state = model.zero or self.mesh.dp_rank == 0
+        pieces = train_state.optimizer_pieces(model.named_params, model.buffers, model.optimizer) if owns_state else []
+        path = self.writer.save(self.step, model.named_params, pieces, train_state.rng_state(self.device),
                                 self.trainer_state(), extra)
         self.log(f"{'saving' if self.config.checkpoint.async_save else 'saved'} checkpoint {path}")
         return path
@@ -327,12 +234,13 @@ class Trainer:
         if path is None:
             return
         reader = ckpt.CheckpointReader(path)
-        ckpt.load_model_weights(reader, self.named_params)
+        model = self.model
+        ckpt.load_model_weights(reader, model.named_params)
         state = reader.state
-        train_state.load_optimizer(reader, self.named_params, self.buffers, self.optimizer, state["optimizer_steps"])
+        train_state.load_optimizer(reader, model.named_params, model.buffers, model.optimizer, state["optimizer_steps"])
         self.step, self.consumed_samples = state["step"], state["consumed_samples"]
         self.consumed_tokens = state["consumed_tokens"]
-        self.scaler.load_state_dict(state["scaler"])
+        self.model.scaler.load_state_dict(state["scaler"])
         # RNG streams continue exactly when the layout is unchanged; otherwise they are re-seeded.
         mesh = self.mesh
         same_layout = state["layout"] == {"dp": mesh.dp, "pp": mesh.pp, "tp": mesh.tp, "world_size": mesh.world_size}

@@ -1,4 +1,5 @@
-"""Mixed precision: autocast for bf16/fp16 compute, and the dynamic loss scaler fp16 needs.
+"""Mixed precision: autocast for bf16/fp16 compute, the dynamic loss scaler fp16 needs, and the
+`Precision` object that holds both, built once per run.
 
 The trainer skips a step on every rank when the global gradient norm or the loss is inf/nan
 (every rank computes the same norm), so the weights never see an overflow."""
@@ -15,6 +16,26 @@ def autocast(precision: str, device: torch.device):
     if precision == "fp32":
         return nullcontext()
     return torch.autocast(device_type=device.type, dtype=DTYPES[precision])
+
+
+class Precision:
+    """One run's precision, decided once: weight/compute dtype, autocast context, loss scaler."""
+
+    def __init__(self, name: str, device: torch.device, scaler: "LossScaler | None" = None):
+        if name not in DTYPES:
+            raise ValueError(f"precision must be one of {', '.join(DTYPES)}, got {name!r}")
+        self.name, self.dtype, self.device = name, DTYPES[name], torch.device(device)
+        self.scaler = scaler or LossScaler(False)
+
+    @classmethod
+    def from_config(cls, train, device: torch.device) -> "Precision":
+        """From a TrainConfig: fp16 gets the dynamic loss scaler its train.loss_scale_* keys set."""
+        scaler = LossScaler(train.precision == "fp16", train.loss_scale_initial, train.loss_scale_growth_interval,
+                            train.loss_scale_backoff, train.loss_scale_hysteresis)
+        return cls(train.precision, device, scaler)
+
+    def autocast(self):
+        return autocast(self.name, self.device)
 
 
 class LossScaler:

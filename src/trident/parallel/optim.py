@@ -18,24 +18,15 @@ def no_weight_decay(name: str, param: nn.Parameter) -> bool:
     return param.ndim < 2 or name.endswith(".bias")
 
 
-def counts_towards_norm(name: str, param: nn.Parameter, is_first_stage: bool) -> bool:
-    """Each parameter counted once across the model-parallel group: TP shards all count (they are
-    disjoint), TP-replicated parameters only on TP rank 0, and the tied word embedding only on the
-    first pipeline stage (the last stage holds a synchronised copy)."""
-    if getattr(param, "tp_dim", None) is None and getattr(param, "tp_rank", 0) != 0:
-        return False
-    if name.endswith("embedding.word.weight") and not is_first_stage:
-        return False
-    return True
-
-
-def build_optimizer(named_params: list, config: Config, mesh) -> tuple[GradBuffers, DistributedAdam]:
+def build_optimizer(named_params: list, config: Config, mesh, zero: bool,
+                    counted: dict[int, bool]) -> tuple[GradBuffers, DistributedAdam]:
+    """Flat buffers over `named_params` (bucketed for DP, overlapped with backward when pp = 1) and
+    AdamW over the ranges this rank owns (1/dp of each bucket when `zero`); `counted` says, by
+    id(param), which parameters this rank counts in the global gradient norm."""
     p, t = config.parallel, config.train
-    zero = p.zero_stage == 1 and mesh.dp > 1
     buffers = GradBuffers(named_params, mesh.group("dp"), mesh.dp, mesh.dp_rank, int(p.bucket_size_mb * 2**20),
                           shard=zero, overlap=mesh.pp == 1 and mesh.dp > 1, timeout_s=p.timeout_s)
     decay = {id(param): not no_weight_decay(name, param) for name, param in named_params}
-    counted = {id(param): counts_towards_norm(name, param, mesh.is_first_stage) for name, param in named_params}
     optimizer = DistributedAdam(buffers, decay, counted, t.lr, (t.adam_beta1, t.adam_beta2), t.adam_eps,
                                 t.weight_decay)
     return buffers, optimizer
