@@ -12,7 +12,7 @@ Memory, per micro-batch, on the model of trident.model.gpt.build_model (fp32, dr
   or not, so they are the larger, complete figure.
 Per transformer layer = (model with L layers - model with L/2 layers) / (L/2), so the embedding,
 head and loss are left out. Reference: full checkpointing keeps one block input per layer,
-s*b*h elements (4 bytes each in fp32; REFERENCE.md's 2*b*s*h bytes in 16-bit).
+s*b*h elements (4 bytes each in fp32; docs/reference.md's 2*b*s*h bytes in 16-bit).
 
 Time: trident's Trainer.train_step with each mode, cycled (none, selective, full, none, ...) so load
 drift hits all alike; median CPU time (1 thread) and wall time, and the ratio to `none`.

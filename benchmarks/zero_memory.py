@@ -9,7 +9,7 @@ report the same loss), then count:
   counted once; a fp32 master that is a view of the parameter
   buffer (fp32 training) is not separate memory and is not counted. Checked against
   `optimizer.state_bytes()`.
-Set beside REFERENCE.md's model of mixed-precision Adam: 16 bytes/param (bf16 weights 2, grads 2,
+Set beside docs/reference.md's model of mixed-precision Adam: 16 bytes/param (bf16 weights 2, grads 2,
 fp32 master 4, m 4, v 4) to 20 (fp32 gradients or extra buffers), with ZeRO-1 dividing the
 master + m + v part (12 bytes) by dp.
 
@@ -61,7 +61,7 @@ def _worker(rank, world, overrides):
 
 
 def theory_bytes_per_param(precision: str, dp: int, zero: bool) -> dict:
-    """REFERENCE.md's model (16-bit grads) and trident's layout (fp32 grads)."""
+    """docs/reference.md's model (16-bit grads) and trident's layout (fp32 grads)."""
     weight = 2 if precision == "bf16" else 4
     states = (4 if precision == "bf16" else 0) + 8  # separate fp32 master only when training in 16 bits
     shard = dp if zero else 1
@@ -102,7 +102,7 @@ def main() -> int:
                 print(f"{precision} dp={dp} zero={zero}: {entry['bytes_per_param']:.2f} B/param", flush=True)
     print_table("Per-rank memory (largest rank), MiB and bytes per parameter",
                 ["precision", "DP", "ZeRO", "params", "params MiB", "grads MiB", "optimizer MiB", "opt B/param",
-                 "total B/param", "expected (fp32 grads)", "REFERENCE (16-bit grads)"], rows)
+                 "total B/param", "expected (fp32 grads)", "reference (16-bit grads)"], rows)
     emit_json("zero_memory", {"results": results, "load": load_average()})
     return 0
 

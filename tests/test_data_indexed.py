@@ -11,7 +11,7 @@ DOCS = [[5, 6, 7, 0], [8, 0], [9, 10, 11, 12, 13, 0]]
 
 
 def spec_index_bytes(sizes, doc_idx, code, itemsize):
-    """The .idx bytes written by hand from the format description (REFERENCE.md)."""
+    """The .idx bytes written by hand from the format description (docs/reference.md)."""
     out = b"MMIDIDX\x00\x00" + struct.pack("<Q", 1) + struct.pack("<B", code)
     out += struct.pack("<Q", len(sizes)) + struct.pack("<Q", len(doc_idx))
     out += struct.pack(f"<{len(sizes)}i", *sizes)

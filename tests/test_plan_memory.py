@@ -117,7 +117,7 @@ def test_bytes_per_parameter_by_precision_and_gradient_dtype():
     config = load_config("mtnlg-530b")
     layout = Layout(tp=8, pp=35, dp=8, micro_batch=1, checkpointing="full")
     per_param = lambda mem: (mem.weights + mem.gradients + mem.optimizer) / mem.params  # noqa: E731
-    assert per_param(memory_per_gpu(config, layout)) == pytest.approx(16)  # REFERENCE.md: 2 + 2 + 4 + 4 + 4
+    assert per_param(memory_per_gpu(config, layout)) == pytest.approx(16)  # docs/reference.md: 2 + 2 + 4 + 4 + 4
     assert per_param(memory_per_gpu(config, replace(layout, grad_dtype="fp32"))) == pytest.approx(18)
     fp32 = load_config("mtnlg-530b", ["train.precision=fp32"])
     assert per_param(memory_per_gpu(fp32, layout)) == pytest.approx(16)  # 4 + 4 + m, v; no separate master

@@ -1,4 +1,4 @@
-"""The planner's step-time model against MT-NLG's published throughput (REFERENCE.md), with the single
+"""The planner's step-time model against MT-NLG's published throughput (docs/reference.md), with the single
 efficiency figure of the a100-80gb profile; and the accounting identities behind it."""
 from dataclasses import replace
 

@@ -23,7 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="attention keeps no s x s scores (SDPA/flash); default: Megatron 2021 math attention")
     parser.add_argument("--fp32-grads", action="store_true",
                         help="gradients accumulate in an fp32 buffer (Megatron-LM, trident's trainer); "
-                             "default: in the training precision (REFERENCE.md's 16 bytes/param)")
+                             "default: in the training precision (docs/reference.md's 16 bytes/param)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
 
 

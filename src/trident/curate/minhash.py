@@ -1,7 +1,7 @@
 """MinHash signatures and LSH band keys for near-duplicate detection.
 
 Defaults follow the MT-NLG-era Megatron tools: character 5-gram shingles,
-100 hash functions, 10 bands of 10 rows (REFERENCE.md, curation step 5).
+100 hash functions, 10 bands of 10 rows (docs/reference.md, Curation step 5).
 
 Exact rules (docs/curation-dedup.md repeats them):
 - Text is lower-cased and every whitespace run becomes one space before

@@ -30,7 +30,7 @@ class Layout:
     zero_stage: int = 0
     sequence_parallel: bool = False
     schedule: str = "1f1b"
-    # Gradient accumulation dtype. "param": the training precision (REFERENCE.md's 16 bytes/param with
+    # Gradient accumulation dtype. "param": the training precision (docs/reference.md's 16 bytes/param with
     # bf16: 2 weights + 2 grads + 12 fp32 master, m, v); "fp32": an fp32 main-grad buffer, as
     # Megatron-LM and trident's trainer (parallel/data.py) keep: 18 bytes/param.
     grad_dtype: str = "param"

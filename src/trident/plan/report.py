@@ -10,7 +10,7 @@ from trident.config import Config
 from trident.plan.search import Plan, Ranking
 
 GIB = 2**30
-# MT-NLG 530B on DGX A100-80GB (Smith et al. 2022, REFERENCE.md): GPUs -> (s per iteration, TFLOP/s per GPU).
+# MT-NLG 530B on DGX A100-80GB (Smith et al. 2022, docs/reference.md): GPUs -> (s per iteration, TFLOP/s per GPU).
 MTNLG_POINTS = {2240: (60.1, 126.0), 2800: (50.2, 121.0), 3360: (44.4, 113.0)}
 
 

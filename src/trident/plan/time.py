@@ -137,7 +137,7 @@ def recompute_flops(config: Config, micro_batch: int, mode: str) -> float:
 
 
 def iteration_flops(config: Config, recompute: bool = True) -> float:
-    """REFERENCE.md / Narayanan et al. 2021: F = 96 B s L h^2 (1 + s/(6h) + V/(16 L h)); 3/4 without recompute.
+    """docs/reference.md / Narayanan et al. 2021: F = 96 B s L h^2 (1 + s/(6h) + V/(16 L h)); 3/4 without recompute.
 
     This is the convention the paper's TFLOP/s use, whatever the layout actually recomputes.
     """

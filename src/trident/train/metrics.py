@@ -1,4 +1,4 @@
-"""FLOPs (Narayanan et al. 2021, as REFERENCE.md), TFLOP/s, MFU, and the metrics.jsonl writer."""
+"""FLOPs (Narayanan et al. 2021, as docs/reference.md), TFLOP/s, MFU, and the metrics.jsonl writer."""
 from __future__ import annotations
 
 import json
