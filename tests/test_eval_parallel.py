@@ -14,7 +14,8 @@ from trident.cli import main
 from trident.config import Config, ConfigError, ModelConfig
 from trident.evaluate.harness import run_evaluation
 from trident.evaluate.lm import load_trident
-from trident.evaluate.parallel_lm import eval_config, load_parallel, vocab_parallel_scores
+from trident.evaluate.parallel_lm import eval_config, load_parallel
+from trident.parallel.tensor import vocab_parallel_scores
 from trident.parallel.tensor import NO_TP
 
 TASKS = ["piqa", "winogrande", "lambada"]  # multiple choice, partial scoring (shared contexts), greedy words

@@ -35,7 +35,7 @@ from tqdm import tqdm
 from trident.config import Config, ConfigError, config_from_dict, parse_overrides
 from trident.evaluate.lm import CausalLM, Loglikelihood
 from trident.evaluate.requests import Row, TokenRequest, batches, plan_rows
-from trident.parallel.tensor import TPContext, gather_from_tp
+from trident.parallel.tensor import gather_from_tp, vocab_parallel_scores
 
 # the parallel.* keys that change how a checkpoint is evaluated; the rest are training-only
 LAYOUT_KEYS = ("tp", "pp", "dp", "sequence_parallel", "layer_partition")
@@ -81,34 +81,6 @@ def checkpoint_layout(checkpoint: str | Path, overrides: list[str], world_size: 
                           f"{m.padded_vocab_size(tp)} rows but the checkpoint's embedding has {saved_rows}; "
                           f"use a tp that divides model.make_vocab_size_divisible_by={m.make_vocab_size_divisible_by}")
     return reader, config
-
-
-@torch.inference_mode()
-def vocab_parallel_scores(logits: torch.Tensor, targets: torch.Tensor, tp: TPContext,
-                          vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(log p(target), first arg-max over the real vocabulary), each [b, s], from logits [b, s, V/tp]
-    holding this TP rank's vocabulary slice. Columns >= vocab_size (padding) never count. fp32."""
-    rows = logits.shape[-1]
-    start = tp.rank * rows
-    columns = torch.arange(start, start + rows, device=logits.device)
-    x = logits.float().masked_fill(columns >= vocab_size, float("-inf"))
-    local_max, local_arg = x.max(dim=-1)
-    global_max = _reduce(local_max.clone(), tp, dist.ReduceOp.MAX)
-    # the first index holding the global maximum, as torch.argmax over the whole row would pick
-    candidate = torch.where(local_max == global_max, local_arg + start, torch.full_like(local_arg, 2**62))
-    argmax = _reduce(candidate, tp, dist.ReduceOp.MIN)
-    sum_exp = _reduce((x - global_max.unsqueeze(-1)).exp().sum(dim=-1), tp, dist.ReduceOp.SUM)
-    local = targets - start
-    outside = (local < 0) | (local >= rows)
-    target_logit = x.gather(-1, local.masked_fill(outside, 0).unsqueeze(-1)).squeeze(-1)
-    target_logit = _reduce(target_logit.masked_fill(outside, 0.0), tp, dist.ReduceOp.SUM)
-    return target_logit - global_max - sum_exp.log(), argmax
-
-
-def _reduce(x: torch.Tensor, tp: TPContext, op) -> torch.Tensor:
-    if tp.size > 1:
-        dist.all_reduce(x, op=op, group=tp.group)
-    return x
 
 
 class ParallelLM(CausalLM):

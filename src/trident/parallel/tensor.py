@@ -198,25 +198,39 @@ class VocabParallelEmbedding(nn.Module):
         return reduce_from_tp(out, self.tp)
 
 
+def _tp_reduce(x: torch.Tensor, tp: TPContext, op=dist.ReduceOp.SUM) -> torch.Tensor:
+    if tp.size > 1:
+        dist.all_reduce(x, op=op, group=tp.group)
+    return x
+
+
+def _shifted_logits(logits: torch.Tensor, tp: TPContext) -> tuple[torch.Tensor, torch.Tensor]:
+    """(fp32 logits minus the row maximum over the whole vocabulary, that maximum)."""
+    logits = logits.float()
+    max_logit = _tp_reduce(logits.max(dim=-1).values, tp, dist.ReduceOp.MAX)
+    return logits - max_logit.unsqueeze(-1), max_logit
+
+
+def _target_logit(shifted: torch.Tensor, labels: torch.Tensor, tp: TPContext):
+    """(logit of each label, from the rank whose vocabulary slice holds it; label index within this
+    rank's slice; mask of labels outside it)."""
+    rows = shifted.shape[-1]
+    local = labels - tp.rank * rows
+    outside = (local < 0) | (local >= rows)
+    local = local.masked_fill(outside, 0)
+    target = shifted.gather(-1, local.unsqueeze(-1)).squeeze(-1).masked_fill(outside, 0.0)
+    return _tp_reduce(target, tp), local, outside
+
+
 class _VocabParallelCrossEntropy(torch.autograd.Function):
     """Cross-entropy over logits split by vocabulary; only [s, b] statistics cross ranks."""
 
     @staticmethod
     def forward(ctx, logits, labels, tp):
-        logits = logits.float()
-        max_logit = logits.max(dim=-1).values
-        dist.all_reduce(max_logit, op=dist.ReduceOp.MAX, group=tp.group)
-        shifted = logits - max_logit.unsqueeze(-1)
-        rows = logits.shape[-1]
-        start = tp.rank * rows
-        local = labels - start
-        outside = (local < 0) | (local >= rows)
-        local = local.masked_fill(outside, 0)
-        target = shifted.gather(-1, local.unsqueeze(-1)).squeeze(-1).masked_fill(outside, 0.0)
-        dist.all_reduce(target, group=tp.group)
+        shifted, _ = _shifted_logits(logits, tp)
+        target, local, outside = _target_logit(shifted, labels, tp)
         exp = shifted.exp()
-        sum_exp = exp.sum(dim=-1)
-        dist.all_reduce(sum_exp, group=tp.group)
+        sum_exp = _tp_reduce(exp.sum(dim=-1), tp)
         loss = sum_exp.log() - target
         softmax = exp.div_(sum_exp.unsqueeze(-1))
         ctx.save_for_backward(softmax, local, outside)
@@ -229,6 +243,25 @@ class _VocabParallelCrossEntropy(torch.autograd.Function):
         hit = (~outside).to(grad.dtype)
         grad.scatter_add_(-1, local.unsqueeze(-1), -hit.unsqueeze(-1))
         return grad * grad_loss.unsqueeze(-1), None, None
+
+
+@torch.inference_mode()
+def vocab_parallel_scores(logits: torch.Tensor, targets: torch.Tensor, tp: TPContext,
+                          vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(log p(target), first arg-max over the real vocabulary), each [b, s], from logits [b, s, V/tp]
+    holding this TP rank's vocabulary slice; the full logits are never gathered. Columns >=
+    vocab_size (the padded rows of the embedding) never count. fp32."""
+    rows = logits.shape[-1]
+    start = tp.rank * rows
+    columns = torch.arange(start, start + rows, device=logits.device)
+    shifted, max_logit = _shifted_logits(logits.float().masked_fill(columns >= vocab_size, float("-inf")), tp)
+    local_best, local_arg = shifted.max(dim=-1)
+    # the first index holding the global maximum (shifted to 0), as torch.argmax over the whole row
+    candidate = torch.where(local_best == 0, local_arg + start, torch.full_like(local_arg, 2**62))
+    argmax = _tp_reduce(candidate, tp, dist.ReduceOp.MIN)
+    sum_exp = _tp_reduce(shifted.exp().sum(dim=-1), tp)
+    target, _, _ = _target_logit(shifted, targets, tp)
+    return target - sum_exp.log(), argmax
 
 
 def vocab_parallel_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, tp: TPContext = NO_TP):
