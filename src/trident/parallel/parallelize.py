@@ -7,7 +7,7 @@ import torch
 
 from trident.config import Config, ConfigError
 from trident.model.gpt import GPT, build_model
-from trident.parallel.pipeline import partition_layers
+from trident.parallel.pipeline.schedules import partition_layers
 
 
 def build_model_chunks(config: Config, mesh, device: torch.device, dtype: torch.dtype = torch.float32) -> list[GPT]:

@@ -104,15 +104,20 @@ class Trainer:
         T.TP_RNG.seed(pp_seed + 2718 + self.mesh.tp_rank, self.device)
 
     def _build_executor(self):
-        from trident.parallel.pipeline_executor import PipelineExecutor
+        """The pipeline executor (None with pp == 1) and self.recorder, which times its steps between
+        _start_timeline and _finish_timeline."""
+        from trident.parallel.pipeline.executor import PipelineExecutor
+        from trident.parallel.pipeline.timeline import TimelineRecorder
 
+        self.recorder = None
         if self.mesh.pp == 1:
             return None
         cfg = self.config
         seq = cfg.model.seq_length // (self.mesh.tp if cfg.parallel.sequence_parallel else 1)
         shape = (seq, cfg.train.micro_batch_size, cfg.model.hidden_size)
+        self.recorder = TimelineRecorder(self.mesh.pp_rank)
         return PipelineExecutor(self.chunks, self.mesh, cfg.parallel.schedule, shape, DTYPES[cfg.train.precision],
-                                self.device, lambda: autocast(cfg.train.precision, self.device))
+                                self.device, lambda: autocast(cfg.train.precision, self.device), self.recorder)
 
     # ---- one step ------------------------------------------------------------------------------
     def micro_batches(self, batch_size: int, dataset, start: int):
@@ -195,18 +200,17 @@ class Trainer:
         if not (self.config.logging.record_timeline and self.executor is not None):
             return False
         dist.barrier(group=self.mesh.group("pp"))  # the shared time origin of all stages
-        self.executor.timeline, self.executor.origin = [], time.perf_counter()
+        self.recorder.start()
         return True
 
     def _finish_timeline(self, micro: int) -> dict:
         """Gather the stages' boxes; rank 0 writes OUT/timeline_stepN.json. Returns measured and
         theoretical bubble fractions for the metrics line."""
-        from trident.parallel.pipeline import theoretical_bubble
-        from trident.parallel.pipeline_diagram import Timeline
+        from trident.parallel.pipeline.schedules import theoretical_bubble
+        from trident.parallel.pipeline.timeline import Timeline
 
         boxes = [None] * self.mesh.pp
-        dist.all_gather_object(boxes, self.executor.timeline, group=self.mesh.group("pp"))
-        self.executor.timeline = None
+        dist.all_gather_object(boxes, self.recorder.stop(), group=self.mesh.group("pp"))
         p = self.config.parallel
         timeline = Timeline(self.mesh.pp, micro, p.virtual_stages, p.schedule, "measured",
                             [box for stage in boxes for box in stage])
