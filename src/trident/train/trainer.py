@@ -19,6 +19,8 @@ import torch
 import torch.distributed as dist
 
 from trident.config import Config, ConfigError, save_config
+from trident.flops import model_flops
+from trident.hardware import peak_tflops
 from trident.model.gpt import full_shape
 from trident.parallel import tensor as T
 from trident.parallel.data import all_reduce_coalesced
@@ -27,7 +29,7 @@ from trident.parallel.parallelize import build_model_chunks
 from trident.train import checkpoint as ckpt
 from trident.train import state as train_state
 from trident.train.launch import barrier, chaos_kill_point
-from trident.train.metrics import MetricsWriter, console_line, model_flops, peak_memory_bytes, peak_tflops
+from trident.train.metrics import MetricsWriter, console_line, peak_memory_bytes
 from trident.train.optim import build_optimizer, clip_coefficient, global_grad_norm, scale_
 from trident.train.precision import DTYPES, LossScaler, autocast
 from trident.train.schedules import TrainSchedule
