@@ -66,7 +66,7 @@ def matmul_peak_tflops(dtype, device: str = "cpu", size: int = 1024, seconds: fl
     CPU second of this process (the latter unaffected by other jobs taking the cores)."""
     import torch
 
-    from trident.train.metrics import peak_tflops
+    from trident.hardware import peak_tflops
 
     if device == "cuda":
         value = peak_tflops(torch.device("cuda"), dtype)

@@ -12,7 +12,7 @@ work-rate figure.
 
 GPU (--device cuda, not runnable on this machine): the 1.3B config (gpt-1.3b) at seq 2048, bf16,
 MFU by wall clock (the trainer synchronises the device each step) against the card's dense bf16
-peak (trident.train.metrics.KNOWN_PEAKS; target >= 50%, beside MT-NLG's ~40% on A100).
+peak (trident.hardware.KNOWN_PEAKS; target >= 50%, beside MT-NLG's ~40% on A100).
 
     python benchmarks/mfu.py [--quick] [--compile] [--threads N] [--device cpu|cuda]
 """
@@ -50,7 +50,7 @@ def compiled(trainer) -> bool:
 
 
 def flops_per_step(config) -> float:
-    from trident.train.metrics import model_flops
+    from trident.flops import model_flops
 
     m = config.model
     return model_flops(config.train.global_batch_size, m.seq_length, m.num_layers, m.hidden_size,

@@ -17,7 +17,7 @@ says how far a run is from the equal box times the theory assumes.
 Memory: the same model, m=8, GPipe vs 1F1B; every tensor autograd saves for backward is tracked
 through torch.autograd.graph.saved_tensors_hooks (storage-level, refcounted, parameters excluded),
 and each stage reports the peak of live saved bytes during a step, beside the schedule's peak
-in-flight micro-batches (pipeline.peak_inflight).
+in-flight micro-batches (pipeline.schedules.peak_inflight).
 
 Also writes docs/img/pipeline-measured-interleaved.png (a measured interleaved timeline, m=8).
 
@@ -89,7 +89,7 @@ class _Held:
 
 
 def _bubble_worker(rank, world, overrides, out_dir, recorded):
-    from trident.parallel.pipeline_diagram import Timeline
+    from trident.parallel.pipeline.timeline import Timeline
     from trident.train.trainer import Trainer
 
     config = make_config("demo", overrides + ["logging.record_timeline=false"])
@@ -108,7 +108,7 @@ def _bubble_worker(rank, world, overrides, out_dir, recorded):
 
 
 def _memory_worker(rank, world, overrides):
-    from trident.parallel.pipeline import build_schedule, peak_inflight
+    from trident.parallel.pipeline.schedules import build_schedule, peak_inflight
     from trident.train.trainer import Trainer
 
     config = make_config("demo", overrides)
@@ -195,7 +195,8 @@ def main() -> int:
     bubbles, diagram = measure_bubbles(model, args.pp, micro_batches, recorded)
     memory = [] if args.no_memory else measure_memory(model, args.pp, 8)
     if diagram is not None:
-        from trident.parallel.pipeline_diagram import Timeline, draw_timeline
+        from trident.parallel.pipeline.draw import draw_timeline
+        from trident.parallel.pipeline.timeline import Timeline
 
         name = "pipeline-measured-interleaved.png" if args.pp == 4 else f"pipeline-measured-interleaved-pp{args.pp}.png"
         path = draw_timeline(Timeline.from_json(diagram), Path(args.img_dir) / name,

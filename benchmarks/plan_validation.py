@@ -39,10 +39,11 @@ import torch
 from rich.console import Console
 
 from trident.config import load_config
+from trident.hardware import load_hardware
 from trident.plan.memory import Layout, stage_memory
 from trident.plan.report import Check, checks_table, compare_measured
 from trident.plan.search import evaluate
-from trident.plan.time import calibrate_efficiency, load_hardware
+from trident.plan.time import calibrate_efficiency
 
 MODEL = ["model.num_layers=4", "model.hidden_size=256", "model.num_heads=8", "model.seq_length=256",
          "model.make_vocab_size_divisible_by=128", "train.global_batch_size=8", "train.micro_batch_size=2",

@@ -83,7 +83,7 @@ class BareLoop:
 
 
 def measure(precision: str, steps: int, warmup: int, quick: bool, device: str, threads: int, profile: bool) -> dict:
-    from trident.train.metrics import model_flops
+    from trident.flops import model_flops
     from trident.train.trainer import Trainer
 
     config = config_for(precision, quick, device, threads)

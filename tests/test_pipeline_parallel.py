@@ -109,7 +109,7 @@ def _timeline_rank(rank, world, out_dir):
 
 @pytest.mark.timeout(60)
 def test_trainer_records_the_measured_pipeline_timeline(tmp_path):
-    from trident.parallel.pipeline_diagram import Timeline
+    from trident.parallel.pipeline.timeline import Timeline
 
     results = run_distributed(_timeline_rank, 2, str(tmp_path))
     measured, theory = results[0]

@@ -3,10 +3,10 @@ from collections import Counter
 
 import pytest
 
-from trident.parallel.pipeline import (Backward, Forward, RecvActivation, RecvGrad, ScheduleError,
-                                       SendActivation, SendGrad, build_schedule, forward_only, gpipe,
-                                       interleaved_1f1b, one_f_one_b, peak_inflight)
-from trident.parallel.pipeline_sim import simulate
+from trident.parallel.pipeline.schedules import (Backward, Forward, RecvActivation, RecvGrad, ScheduleError,
+                                                 SendActivation, SendGrad, build_schedule, forward_only, gpipe,
+                                                 interleaved_1f1b, one_f_one_b, peak_inflight)
+from trident.parallel.pipeline.simulate import simulate
 
 
 def cases():

@@ -1,7 +1,7 @@
 """Layer partitioning across pipeline stages and interleaved model chunks."""
 import pytest
 
-from trident.parallel.pipeline import ScheduleError, partition_layers
+from trident.parallel.pipeline.schedules import ScheduleError, partition_layers
 
 
 def flatten_model_order(parts, pp, v):

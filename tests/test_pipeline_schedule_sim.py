@@ -4,11 +4,12 @@ import json
 import pytest
 
 from trident.cli import main
-from trident.parallel.pipeline import (Backward, Forward, RecvActivation, RecvGrad, ScheduleError,
-                                       SendActivation, SendGrad, build_schedule, gpipe, interleaved_1f1b,
-                                       one_f_one_b, theoretical_bubble)
-from trident.parallel.pipeline_sim import check_schedule, simulate
-from trident.parallel.pipeline_diagram import Box, Timeline, TimelineRecorder, draw_timeline
+from trident.parallel.pipeline.draw import draw_timeline
+from trident.parallel.pipeline.schedules import (Backward, Forward, RecvActivation, RecvGrad, ScheduleError,
+                                                 SendActivation, SendGrad, build_schedule, gpipe, interleaved_1f1b,
+                                                 one_f_one_b, theoretical_bubble)
+from trident.parallel.pipeline.simulate import check_schedule, simulate
+from trident.parallel.pipeline.timeline import Box, Timeline, TimelineRecorder
 
 
 def test_theoretical_bubble():
@@ -177,3 +178,22 @@ def test_recorder_measures_boxes_against_the_step_origin():
     assert recorder.boxes == [Box(1, "forward", 0, 0, 0.5, 1.5), Box(1, "backward", 0, 0, 2.0, 4.0)]
     timeline = Timeline(2, 1, source="measured", boxes=[Box(0, "forward", 0, 0, 0.0, 0.5)] + recorder.boxes)
     assert timeline.makespan == 4.0
+
+
+def test_recorder_stop_returns_the_step_and_ends_recording():
+    ticks = iter([10.0, 11.0, 12.0, 20.0, 20.5, 21.0])
+    recorder = TimelineRecorder(stage=0, clock=lambda: next(ticks))
+    assert not recorder.recording
+    recorder.start()
+    assert recorder.recording
+    with recorder.record("forward", 3, 1):
+        pass
+    assert recorder.stop() == [Box(0, "forward", 3, 1, 1.0, 2.0)]
+    assert not recorder.recording
+    with pytest.raises(RuntimeError, match="before start"):
+        with recorder.record("forward", 4, 1):
+            pass
+    recorder.start()  # a new step: new origin, no boxes of the last one
+    with recorder.record("backward", 0, 0):
+        pass
+    assert recorder.stop() == [Box(0, "backward", 0, 0, 0.5, 1.0)]

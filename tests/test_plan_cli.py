@@ -5,7 +5,7 @@ from trident.cli import main
 from trident.plan.memory import Layout
 from trident.plan.report import compare_measured
 from trident.plan.search import evaluate
-from trident.plan.time import load_hardware
+from trident.hardware import load_hardware
 from trident.config import load_config
 
 

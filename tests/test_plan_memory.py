@@ -4,7 +4,7 @@ from dataclasses import replace
 import pytest
 
 from trident.config import load_config
-from trident.parallel.pipeline import build_schedule, peak_inflight
+from trident.parallel.pipeline.schedules import build_schedule, peak_inflight
 from trident.plan.memory import (Layout, in_flight, layer_activation_bytes, layer_params, memory_per_gpu,
                                  stage_layers, stage_params)
 

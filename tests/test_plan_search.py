@@ -6,7 +6,7 @@ import pytest
 from trident.config import load_config
 from trident.plan.memory import Layout
 from trident.plan.search import candidate_layouts, evaluate, layout_problems, rank_layouts
-from trident.plan.time import load_hardware
+from trident.hardware import load_hardware
 
 
 @pytest.fixture(scope="module")

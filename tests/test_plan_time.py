@@ -6,9 +6,10 @@ import pytest
 
 from trident.config import load_config
 from trident.plan.memory import Layout
+from trident.flops import iteration_flops as formula_iteration_flops
+from trident.hardware import load_hardware
 from trident.plan.time import (calibrate_efficiency, head_forward_flops, iteration_flops, layer_forward_flops,
-                               load_hardware, recompute_flops, ring_time, step_time)
-from trident.train.metrics import iteration_flops as trainer_iteration_flops
+                               recompute_flops, ring_time, step_time)
 
 # GPUs -> (seconds per iteration, TFLOP/s per GPU), Smith et al. 2022 on DGX A100-80GB.
 PAPER = {2240: (60.1, 126.0), 2800: (50.2, 121.0), 3360: (44.4, 113.0)}
@@ -55,7 +56,7 @@ def test_per_component_flops_add_up_to_the_reference_formula(mtnlg):
     per_layer = 3 * layer_forward_flops(mtnlg, b) + recompute_flops(mtnlg, b, "full")
     total = m.num_layers * per_layer + 3 * head_forward_flops(mtnlg, b)
     assert total == pytest.approx(iteration_flops(mtnlg), rel=1e-12)
-    expected = trainer_iteration_flops(b, m.seq_length, m.num_layers, m.hidden_size, m.padded_vocab_size(1), True)
+    expected = formula_iteration_flops(b, m.seq_length, m.num_layers, m.hidden_size, m.padded_vocab_size(1), True)
     assert iteration_flops(mtnlg) == pytest.approx(expected, rel=1e-12)
 
 
@@ -115,10 +116,10 @@ def test_user_profile_extends_and_overrides(tmp_path):
 
 
 def test_cpu_profile_measures_and_splits_the_host_among_ranks(monkeypatch):
-    import trident.train.metrics as metrics
+    import trident.hardware as hardware
     from trident.plan.time import per_device
 
-    monkeypatch.setattr(metrics, "measured_cpu_peak_tflops", lambda dtype: 0.2)
+    monkeypatch.setattr(hardware, "measured_cpu_peak_tflops", lambda dtype: 0.2)
     cpu = load_hardware("cpu")
     assert cpu.peak_tflops == 0.2 and cpu.fp32_peak_tflops == 0.2 and cpu.memory_gib > 0.5
     two = per_device(cpu, gpus=2, gpus_per_node=cpu.gpus_per_node)

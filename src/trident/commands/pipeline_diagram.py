@@ -4,10 +4,11 @@ from __future__ import annotations
 import argparse
 import json
 
-from trident.parallel.pipeline import (SCHEDULES, ScheduleError, build_schedule, peak_inflight,
-                                       theoretical_bubble)
-from trident.parallel.pipeline_sim import simulate
-from trident.parallel.pipeline_diagram import Timeline, draw_timeline
+from trident.parallel.pipeline.draw import draw_timeline
+from trident.parallel.pipeline.schedules import (SCHEDULES, ScheduleError, build_schedule, peak_inflight,
+                                                 theoretical_bubble)
+from trident.parallel.pipeline.simulate import simulate
+from trident.parallel.pipeline.timeline import Timeline
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

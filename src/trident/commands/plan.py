@@ -32,7 +32,7 @@ def run(args) -> int:
     from trident.plan.memory import Layout
     from trident.plan.report import plan_json, print_plan, print_ranking, ranking_json
     from trident.plan.search import evaluate, rank_layouts
-    from trident.plan.time import load_hardware
+    from trident.hardware import load_hardware
 
     try:
         config = load_config(args.config, args.overrides)

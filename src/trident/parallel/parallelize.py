@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 import random
-import time
 
 import numpy as np
 import torch
@@ -27,7 +26,9 @@ from trident.model.gpt import GPT, TIED_EMBEDDING, build_model
 from trident.parallel import tensor as T
 from trident.parallel.data import all_reduce_coalesced
 from trident.parallel.optim import build_optimizer, clip_coefficient, global_grad_norm, scale_
-from trident.parallel.pipeline import partition_layers
+from trident.parallel.pipeline.schedules import partition_layers
+from trident.parallel.pipeline.executor import PipelineExecutor
+from trident.parallel.pipeline.timeline import TimelineRecorder
 from trident.parallel.precision import Precision
 
 
@@ -82,12 +83,10 @@ def parallelize(config: Config, mesh, device: torch.device, precision: Precision
 
 
 def _build_executor(config: Config, mesh, chunks: list[GPT], precision: Precision):
-    from trident.parallel.pipeline_executor import PipelineExecutor
-
     seq = config.model.seq_length // (mesh.tp if config.parallel.sequence_parallel else 1)
     shape = (seq, config.train.micro_batch_size, config.model.hidden_size)
     return PipelineExecutor(chunks, mesh, config.parallel.schedule, shape, precision.dtype, precision.device,
-                            precision.autocast)
+                            precision.autocast, recorder=TimelineRecorder(mesh.pp_rank))
 
 
 class ParallelModel:
@@ -182,13 +181,12 @@ class ParallelModel:
 
     # ---- timeline --------------------------------------------------------------------------------
     def start_timeline(self) -> None:
-        """Time the next run's compute on every stage from one shared origin (after a barrier)."""
+        """Time the next runs' compute on every stage from one shared origin (after a barrier)."""
         dist.barrier(group=self.mesh.group("pp"))
-        self.executor.timeline, self.executor.origin = [], time.perf_counter()
+        self.executor.recorder.start()
 
-    def finish_timeline(self):
-        """Every stage's boxes of the recorded run (collective over the pipeline group)."""
+    def finish_timeline(self) -> list:
+        """Every stage's boxes since start_timeline (collective over the pipeline group)."""
         boxes = [None] * self.mesh.pp
-        dist.all_gather_object(boxes, self.executor.timeline, group=self.mesh.group("pp"))
-        self.executor.timeline = None
+        dist.all_gather_object(boxes, self.executor.recorder.stop(), group=self.mesh.group("pp"))
         return [box for stage in boxes for box in stage]

@@ -12,8 +12,9 @@ from dataclasses import dataclass, field, replace
 from typing import Iterator
 
 from trident.config import Config
+from trident.hardware import Hardware
 from trident.plan.memory import CHECKPOINTING, Layout, MemoryBreakdown, memory_per_gpu, micro_batches
-from trident.plan.time import Hardware, TimeBreakdown, per_device, step_time
+from trident.plan.time import TimeBreakdown, per_device, step_time
 
 
 @dataclass

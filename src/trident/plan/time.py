@@ -1,5 +1,5 @@
-"""Step time of a parallel layout on a hardware profile: compute, TP collectives, pipeline p2p and bubble,
-data-parallel reduction, optimizer. Pure arithmetic apart from timing a matmul for the cpu profile.
+"""Step time of a parallel layout on a hardware profile (trident.hardware): compute, TP collectives,
+pipeline p2p and bubble, data-parallel reduction, optimizer. Pure arithmetic.
 
 Model (docs/planner.md): a pipeline rank spends per micro-batch
     t_stage = FLOPs / (peak * efficiency) + TP all-reduces + p2p sends,
@@ -9,94 +9,13 @@ optimizer step follow (DeepSpeed's and Megatron's 2021 pipeline engines did not 
 """
 from __future__ import annotations
 
-import os
 from dataclasses import asdict, dataclass, fields
-from pathlib import Path
 
-import yaml
-
+from trident import flops
 from trident.config import Config
+from trident.hardware import Hardware
 from trident.plan.memory import (ADAM_MOMENT_BYTES, Layout, distinct_stages, element_bytes, micro_batches,
                                  stage_layers, stage_params, state_bytes)
-
-PROFILE_FILE = Path(__file__).parent / "hardware.yaml"
-
-
-@dataclass
-class Hardware:
-    """One accelerator in its node, as hardware.yaml describes it (see the comments there)."""
-    name: str
-    peak_tflops: float
-    fp32_peak_tflops: float
-    sustained_efficiency: float
-    memory_gib: float
-    reserved_gib: float
-    hbm_gbs: float
-    intra_node_busbw_gbs: float
-    intra_node_latency_us: float
-    inter_node_busbw_gbs: float
-    inter_node_latency_us: float
-    tp_overlap: float = 0.0
-    pp_overlap: float = 0.0
-    dp_overlap: float = 0.0
-    gpus_per_node: int = 8
-    shared_host: bool = False
-    description: str = ""
-
-    def peak(self, precision: str) -> float:
-        """Peak FLOP/s of one device for the training precision."""
-        return (self.fp32_peak_tflops if precision == "fp32" else self.peak_tflops) * 1e12
-
-    @property
-    def usable_bytes(self) -> float:
-        return (self.memory_gib - self.reserved_gib) * 2**30
-
-
-def _measured(value, dtype: str):
-    """Resolve `measure` / `detect` entries of the cpu profile on this host."""
-    if value == "measure":
-        import torch  # only the cpu profile pays for torch
-        from trident.train.metrics import measured_cpu_peak_tflops
-        return measured_cpu_peak_tflops(torch.float32 if dtype == "fp32" else torch.bfloat16)
-    if value == "detect":
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return value
-
-
-def read_profiles(path: str | Path | None = None) -> dict[str, dict]:
-    """Raw profiles from the bundled hardware.yaml, updated by a user file (same layout)."""
-    profiles = yaml.safe_load(PROFILE_FILE.read_text())
-    if path is not None:
-        try:
-            extra = yaml.safe_load(Path(path).read_text()) or {}
-        except (OSError, yaml.YAMLError) as error:
-            raise ValueError(f"hardware file '{path}': {error}") from None
-        if not isinstance(extra, dict) or not all(isinstance(v, dict) for v in extra.values()):
-            raise ValueError(f"hardware file '{path}': expected a mapping of profile name -> fields")
-        for name, values in extra.items():
-            profiles[name] = {**profiles.get(name, {}), **values}
-    return profiles
-
-
-def load_hardware(name: str, path: str | Path | None = None) -> Hardware:
-    """The profile `name`, with cpu `measure`/`detect` entries resolved. Unknown names and fields are errors."""
-    profiles = read_profiles(path)
-    if name not in profiles:
-        raise ValueError(f"unknown hardware '{name}'; known: {', '.join(sorted(profiles))}"
-                         + ("" if path else " (add more with --hardware FILE)"))
-    raw = dict(profiles[name])
-    known = {f.name for f in fields(Hardware)} - {"name"}
-    unknown = set(raw) - known
-    if unknown:
-        raise ValueError(f"hardware profile '{name}': unknown field(s) {', '.join(sorted(unknown))}; "
-                         f"known: {', '.join(sorted(known))}")
-    raw["peak_tflops"] = _measured(raw.get("peak_tflops"), "bf16")
-    raw["fp32_peak_tflops"] = _measured(raw.get("fp32_peak_tflops"), "fp32")
-    raw["memory_gib"] = _measured(raw.get("memory_gib"), "")
-    try:
-        return Hardware(name=name, **raw)
-    except TypeError as error:
-        raise ValueError(f"hardware profile '{name}': {error}") from None
 
 
 def per_device(hardware: Hardware, gpus: int, gpus_per_node: int) -> Hardware:
@@ -137,15 +56,13 @@ def recompute_flops(config: Config, micro_batch: int, mode: str) -> float:
 
 
 def iteration_flops(config: Config, recompute: bool = True) -> float:
-    """docs/reference.md / Narayanan et al. 2021: F = 96 B s L h^2 (1 + s/(6h) + V/(16 L h)); 3/4 without recompute.
+    """trident.flops' formula for one global batch of `config` (the vocabulary padded as at tp=1).
 
     This is the convention the paper's TFLOP/s use, whatever the layout actually recomputes.
     """
     m = config.model
-    b, s, layers, h = config.train.global_batch_size, m.seq_length, m.num_layers, m.hidden_size
-    v = m.padded_vocab_size(1)
-    full = 96.0 * b * s * layers * h * h * (1 + s / (6 * h) + v / (16 * layers * h))
-    return full if recompute else 0.75 * full
+    return flops.iteration_flops(config.train.global_batch_size, m.seq_length, m.num_layers, m.hidden_size,
+                                 m.padded_vocab_size(1), recompute)
 
 
 # ------------------------------------------------------------------------------------- communication

@@ -17,6 +17,8 @@ import torch
 import torch.distributed as dist
 
 from trident.config import Config, ConfigError, save_config
+from trident.flops import model_flops
+from trident.hardware import peak_tflops
 from trident.model.gpt import full_shape
 from trident.parallel.mesh import build_mesh, rank_device
 from trident.parallel.parallelize import ParallelModel, parallelize
@@ -24,7 +26,7 @@ from trident.parallel.precision import Precision
 from trident.train import checkpoint as ckpt
 from trident.train import state as train_state
 from trident.train.launch import barrier, chaos_kill_point
-from trident.train.metrics import MetricsWriter, console_line, model_flops, peak_memory_bytes, peak_tflops
+from trident.train.metrics import MetricsWriter, console_line, peak_memory_bytes
 from trident.train.schedules import TrainSchedule
 
 
@@ -120,8 +122,8 @@ class Trainer:
     def _finish_timeline(self, micro: int) -> dict:
         """Gather the stages' boxes; rank 0 writes OUT/timeline_stepN.json. Returns measured and
         theoretical bubble fractions for the metrics line."""
-        from trident.parallel.pipeline import theoretical_bubble
-        from trident.parallel.pipeline_diagram import Timeline
+        from trident.parallel.pipeline.schedules import theoretical_bubble
+        from trident.parallel.pipeline.timeline import Timeline
 
         p = self.config.parallel
         boxes = self.model.finish_timeline()

@@ -1,9 +1,9 @@
 """Pipeline parallelism as data: layer partitioning and schedules (GPipe, 1F1B, interleaved 1F1B).
 
 Everything here is pure: no torch.distributed, no tensors. A schedule is a list, one entry per
-pipeline stage, of the instructions that stage executes in order. The p2p executor walks these
-lists; `pipeline_sim.simulate` checks and times them without processes (a discrete-event model of the
-executor) and returns the Timeline that `trident.parallel.pipeline_diagram` draws.
+pipeline stage, of the instructions that stage executes in order. The p2p executor (`executor.py`)
+walks these lists; `simulate.simulate` checks and times them without processes (a discrete-event
+model of the executor) and returns the Timeline that `draw.draw_timeline` draws.
 
 Model order of the pp * v *virtual stages*: virtual stage `c * pp + s` is chunk `c` of stage `s`
 (Megatron's interleaved assignment), so activations flow 0 -> 1 -> ... -> pp-1 -> 0 (next chunk)
@@ -46,7 +46,7 @@ def partition_layers(num_layers: int, pp: int, virtual_stages: int = 1,
     the layer count of every block explicitly, in model order (zeros allowed, sum = num_layers).
     """
     for name, value in (("num_layers", num_layers), ("pp", pp), ("virtual_stages", virtual_stages)):
-        if not _is_int(value) or value < 1:
+        if not is_int(value) or value < 1:
             raise ScheduleError(f"{name} must be a positive integer, got {value!r}")
     blocks = pp * virtual_stages
     if partition is None:
@@ -60,7 +60,7 @@ def partition_layers(num_layers: int, pp: int, virtual_stages: int = 1,
         if len(sizes) != blocks:
             raise ScheduleError(f"layer partition has {len(sizes)} entries, expected pp x virtual_stages"
                                 f" = {pp} x {virtual_stages} = {blocks} (one per virtual stage, model order)")
-        bad = [(i, n) for i, n in enumerate(sizes) if not _is_int(n) or n < 0]
+        bad = [(i, n) for i, n in enumerate(sizes) if not is_int(n) or n < 0]
         if bad:
             raise ScheduleError(f"layer partition entry {bad[0][0]} is {bad[0][1]!r}; entries must be "
                                 f"non-negative integers")
@@ -71,7 +71,8 @@ def partition_layers(num_layers: int, pp: int, virtual_stages: int = 1,
              for c in range(virtual_stages)] for s in range(pp)]
 
 
-def _is_int(value) -> bool:
+def is_int(value) -> bool:
+    """True for an int that is not a bool (schedule sizes and instruction fields)."""
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -320,7 +321,7 @@ def forward_only(schedule: list[list[Instruction]]) -> list[list[Instruction]]:
 
 def _check_args(pp: int, num_microbatches: int, virtual_stages: int) -> None:
     for name, value in (("pp", pp), ("num_microbatches", num_microbatches), ("virtual_stages", virtual_stages)):
-        if not _is_int(value) or value < 1:
+        if not is_int(value) or value < 1:
             raise ScheduleError(f"{name} must be a positive integer, got {value!r}")
 
 

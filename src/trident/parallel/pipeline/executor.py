@@ -1,34 +1,35 @@
-"""Runs a pipeline schedule (trident.parallel.pipeline) on real ranks with point-to-point messages.
+"""Runs a pipeline schedule (schedules.py) on real ranks with point-to-point messages.
 
-Needs pp >= 2 (every chunk's neighbours live on other ranks). Each maximal run of Send*/Recv* instructions is posted as one `batch_isend_irecv` and waited for,
-the contract the schedules are built and checked against. Activation shapes are fixed by the
+Needs pp >= 2 (every chunk's neighbours live on other ranks). Each maximal run of Send*/Recv*
+instructions is posted as one `batch_isend_irecv` and waited for, the contract the schedules are
+built and checked against. Activation shapes are fixed by the
 config ([s or s/tp, micro_batch, hidden]), so no shape handshake is needed. A micro-batch's
 activations are dropped as soon as its backward has run.
 """
 from __future__ import annotations
 
-import time
 from contextlib import nullcontext
 
 import torch
 import torch.distributed as dist
 
-from trident.parallel.pipeline import (COMMUNICATION, Forward, RecvActivation, SendActivation, SendGrad, build_schedule,
-                                       forward_only)
-from trident.parallel.pipeline_diagram import Box
+from trident.parallel.pipeline.schedules import (COMMUNICATION, Forward, RecvActivation, SendActivation, SendGrad,
+                                                 build_schedule, forward_only)
+from trident.parallel.pipeline.timeline import TimelineRecorder
 
 
 class PipelineExecutor:
-    """Forward/backward of one step's micro-batches through this rank's model chunks."""
+    """Forward/backward of one step's micro-batches through this rank's model chunks. With a
+    `recorder`, every compute instruction of a run is timed into it while it is recording."""
 
     def __init__(self, chunks: list, mesh, schedule: str, activation_shape: tuple[int, ...],
-                 dtype: torch.dtype, device: torch.device, autocast=nullcontext):
+                 dtype: torch.dtype, device: torch.device, autocast=nullcontext,
+                 recorder: TimelineRecorder | None = None):
         self.chunks, self.mesh, self.schedule_name = chunks, mesh, schedule
         self.v = len(chunks)
         self.shape, self.dtype, self.device, self.autocast = activation_shape, dtype, device, autocast
+        self.recorder = recorder
         self._schedules: dict[tuple[int, bool], list] = {}
-        self.timeline: list[Box] | None = None  # set to [] to record compute boxes of the next run
-        self.origin: float | None = None  # shared time origin of those boxes (set after a barrier)
 
     def schedule(self, num_microbatches: int, backward: bool) -> list:
         key = (num_microbatches, backward)
@@ -50,7 +51,6 @@ class PipelineExecutor:
         self.outputs: dict = {}
         self.input_grads: dict = {}
         self.total = torch.zeros((), device=self.device)
-        self.start_time = self.origin if self.origin is not None else time.perf_counter()
         ops = self.schedule(len(batches), backward)
         index = 0
         while index < len(ops):
@@ -61,17 +61,20 @@ class PipelineExecutor:
                 self.exchange(ops[index:end])
                 index = end
                 continue
-            op = ops[index]
-            began = time.perf_counter()
-            self.forward(op) if isinstance(op, Forward) else self.backward(op)
-            if self.timeline is not None:
-                kind = "forward" if isinstance(op, Forward) else "backward"
-                self.timeline.append(Box(self.mesh.pp_rank, kind, op.microbatch, op.chunk,
-                                         began - self.start_time, time.perf_counter() - self.start_time))
+            self.compute(ops[index])
             index += 1
         return self.total
 
     # ---- compute --------------------------------------------------------------------------------
+    def compute(self, op) -> None:
+        """Run one Forward or Backward, timed into the recorder while it records."""
+        step = self.forward if isinstance(op, Forward) else self.backward
+        if self.recorder is None or not self.recorder.recording:
+            step(op)
+            return
+        with self.recorder.record("forward" if isinstance(op, Forward) else "backward", op.microbatch, op.chunk):
+            step(op)
+
     def forward(self, op: Forward) -> None:
         mb, chunk = op.microbatch, op.chunk
         x = self.batches[mb][0] if self.is_first(chunk) else self.inputs.pop((mb, chunk))

@@ -1,12 +1,13 @@
 """Checking and simulating pipeline schedules (no processes): every micro-batch forwarded and
 backwarded once per chunk, sends matched to receives, no stage waiting on itself, and a
-discrete-event timeline under the executor's contract (see trident.parallel.pipeline)."""
+discrete-event timeline under the executor's contract (see schedules.py)."""
 from __future__ import annotations
 
-from trident.parallel.pipeline import (COMMUNICATION, COMPUTE, RECVS, SENDS, Backward, Forward, Instruction,
-                                       RecvActivation, RecvGrad, ScheduleError, SendActivation, SendGrad,
-                                       _is_int, next_virtual_stage, prev_virtual_stage)
-from trident.parallel.pipeline_diagram import Box, Timeline
+from trident.parallel.pipeline.schedules import (COMMUNICATION, COMPUTE, RECVS, SENDS, Backward, Forward,
+                                                 Instruction, RecvActivation, RecvGrad, ScheduleError,
+                                                 SendActivation, SendGrad, is_int, next_virtual_stage,
+                                                 prev_virtual_stage)
+from trident.parallel.pipeline.timeline import Box, Timeline
 
 
 # ----------------------------------------------------------------------------- checking and simulation
@@ -23,7 +24,7 @@ def check_schedule(schedule: list[list[Instruction]], backward: bool = True) -> 
         for index, op in enumerate(ops):
             if not isinstance(op, COMPUTE + COMMUNICATION):
                 raise ScheduleError(f"stage {stage}, instruction {index}: {op!r} is not a pipeline instruction")
-            if not (_is_int(op.microbatch) and _is_int(op.chunk) and op.microbatch >= 0 and op.chunk >= 0):
+            if not (is_int(op.microbatch) and is_int(op.chunk) and op.microbatch >= 0 and op.chunk >= 0):
                 raise ScheduleError(f"{_at(stage, index, op)}: micro-batch and chunk must be non-negative integers")
             if not backward and isinstance(op, (Backward, SendGrad, RecvGrad)):
                 raise ScheduleError(f"{_at(stage, index, op)}: backward work in a forward-only schedule")
@@ -121,11 +122,11 @@ def _steps(ops: list[Instruction]) -> list[list[int]]:
 
 def simulate(schedule: list[list[Instruction]], forward_time: float = 1.0, backward_time: float = 2.0,
              comm_time: float = 0.0, name: str = "", backward: bool = True) -> Timeline:
-    """Discrete-event run of `schedule` under the executor contract (module docstring), with every
+    """Discrete-event run of `schedule` under the executor contract (schedules.py's docstring), with every
     transfer a rendezvous that completes comm_time after both sides posted it. forward_time and
     backward_time are one micro-batch through a whole stage; each of its v chunks takes 1/v of it.
     backward=False checks a forward-only schedule (see forward_only).
-    Returns a pipeline_diagram.Timeline; raises ScheduleError naming each blocked stage and the
+    Returns a timeline.Timeline; raises ScheduleError naming each blocked stage and the
     instruction it waits on if the schedule deadlocks."""
     for label, value in (("forward_time", forward_time), ("backward_time", backward_time), ("comm_time", comm_time)):
         if not isinstance(value, (int, float)) or value < 0 or (label != "comm_time" and value == 0):

@@ -1,9 +1,10 @@
-"""The timeline of one pipeline step, simulated or measured, its JSON form and its picture.
+"""The timeline of one pipeline step, simulated or measured, and its JSON form.
 
-A Timeline is a list of boxes (stage, kind, micro-batch, chunk, start, end). `pipeline_sim.simulate`
-produces one from a schedule; the trainer records one from real steps (start/end of every
-instruction, on clocks aligned across ranks, e.g. seconds since a barrier). Both are drawn and
-measured the same way, so measured and simulated bubbles are comparable.
+A Timeline is a list of boxes (stage, kind, micro-batch, chunk, start, end). `simulate.simulate`
+produces one from a schedule; a TimelineRecorder handed to the executor measures one rank's boxes of
+a real step (start/end of every compute instruction, seconds since a barrier all stages pass). Both
+are measured (and drawn, by `draw.draw_timeline`) the same way, so measured and simulated bubbles
+are comparable.
 
 Bubble fraction (the measured counterpart of (pp - 1) / (m * v)): the idle time summed over
 stages, divided by the compute time summed over stages, where a stage is idle whenever it is
@@ -105,17 +106,28 @@ class Timeline:
 
 
 class TimelineRecorder:
-    """Measures one rank's boxes of a real step. Call `start()` right after a barrier that all
-    pipeline ranks pass together (it is the shared time origin), then wrap each instruction in
-    `record(kind, microbatch, chunk)`. Gather every rank's `boxes` and build a Timeline from them."""
+    """Measures one rank's boxes of a real step. `start()` right after a barrier that all pipeline
+    ranks pass together (it is the shared time origin), then wrap each instruction in
+    `record(kind, microbatch, chunk)`; `stop()` ends the step and returns its boxes. Gather every
+    rank's boxes and build a Timeline from them."""
 
     def __init__(self, stage: int, clock: Callable[[], float] = time.perf_counter):
         self.stage, self.clock = stage, clock
         self.origin: float | None = None
         self.boxes: list[Box] = []
 
+    @property
+    def recording(self) -> bool:
+        """True between start() and stop()."""
+        return self.origin is not None
+
     def start(self) -> None:
         self.origin, self.boxes = self.clock(), []
+
+    def stop(self) -> list[Box]:
+        """End this step's recording; its boxes, times in seconds since start()."""
+        self.origin = None
+        return self.boxes
 
     @contextmanager
     def record(self, kind: str, microbatch: int, chunk: int) -> Iterator[None]:
@@ -128,63 +140,3 @@ class TimelineRecorder:
             yield
         finally:
             self.boxes.append(Box(self.stage, kind, microbatch, chunk, begin, self.clock() - self.origin))
-
-
-# Colour per kind; chunk c is drawn lighter as c grows so interleaved chunks are told apart.
-_BASE_RGB = {"forward": (0.16, 0.40, 0.75), "backward": (0.90, 0.45, 0.10), "comm": (0.55, 0.55, 0.55)}
-
-
-def _shade(kind: str, chunk: int, virtual_stages: int) -> tuple[float, float, float]:
-    r, g, b = _BASE_RGB[kind]
-    mix = 0.55 * chunk / max(1, virtual_stages - 1) if virtual_stages > 1 else 0.0
-    return (r + (1 - r) * mix, g + (1 - g) * mix, b + (1 - b) * mix)
-
-
-def draw_timeline(timeline: Timeline, path: str | Path, title: str | None = None) -> Path:
-    """Draw `timeline` as a PNG at `path`: one row per stage (stage 0 on top), forward and backward
-    boxes coloured and labelled with their micro-batch, chunks shaded, comm boxes as thin bars."""
-    import matplotlib
-    matplotlib.use("Agg")  # files only; never needs a display
-    import matplotlib.pyplot as plt
-    from matplotlib.collections import PatchCollection
-    from matplotlib.patches import Patch, Rectangle
-
-    if not timeline.boxes:
-        raise ValueError("cannot draw an empty timeline")
-    origin = min(b.start for b in timeline.boxes)
-    span = timeline.makespan or 1.0
-    width = min(40.0, max(8.0, 0.35 * len(timeline.compute_boxes) / timeline.num_stages + 4))
-    fig, ax = plt.subplots(figsize=(width, 0.6 * timeline.num_stages + 1.6))
-    rectangles, colours = [], []
-    for box in timeline.boxes:
-        row = timeline.num_stages - 1 - box.stage
-        height, bottom = (0.2, row - 0.1) if box.kind == "comm" else (0.8, row - 0.4)
-        rectangles.append(Rectangle((box.start - origin, bottom), box.end - box.start, height))
-        colours.append(_shade(box.kind, box.chunk, timeline.virtual_stages))
-        # Label only boxes wide enough to hold the number legibly.
-        if box.kind != "comm" and (box.end - box.start) / span * width > 0.18:
-            ax.text(box.start - origin + (box.end - box.start) / 2, row, str(box.microbatch),
-                    ha="center", va="center", fontsize=7, color="white")
-    # One collection for all boxes: per-box artists make large timelines slow to draw.
-    ax.add_collection(PatchCollection(rectangles, facecolors=colours, edgecolors="white", linewidths=0.6))
-    ax.set_yticks(range(timeline.num_stages))
-    ax.set_yticklabels([f"stage {s}" for s in reversed(range(timeline.num_stages))])
-    ax.set_xlim(0, span)
-    ax.set_ylim(-0.6, timeline.num_stages - 0.4)
-    ax.set_xlabel("time (simulated units)" if timeline.source == "simulated" else "time (s)")
-    legend = [Patch(color=_shade("forward", 0, 1), label="forward"),
-              Patch(color=_shade("backward", 0, 1), label="backward")]
-    if timeline.virtual_stages > 1:
-        legend.append(Patch(color="white", label="lighter = later chunk"))
-    # Legend above the axes so it never hides a box.
-    ax.legend(handles=legend, loc="lower right", bbox_to_anchor=(1.0, 1.0), fontsize=7, ncol=len(legend),
-              frameon=False)
-    heading = title or f"{timeline.schedule or 'pipeline'} ({timeline.source})"
-    ax.set_title(f"{heading}: pp={timeline.num_stages}, m={timeline.num_microbatches}, "
-                 f"v={timeline.virtual_stages}, bubble {timeline.bubble_fraction:.3f}", fontsize=9, loc="left")
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
