@@ -1,12 +1,11 @@
-"""What a checkpoint holds beyond the weights, and how a trainer is put back: the optimizer's owned
-flat ranges as per-parameter pieces (so another layout can read them), RNG streams, counters."""
+"""What a checkpoint holds beyond the weights: the optimizer's owned flat ranges as per-parameter
+pieces (so another layout can read them), and every RNG stream (so a resume is exact)."""
 from __future__ import annotations
 
 import torch
 
-from trident.model.gpt import full_shape
+from trident.checkpoint.format import optimizer_piece
 from trident.parallel import tensor as T
-from trident.train import checkpoint as ckpt
 
 
 def owned_slices(named_params: list, buffers, optimizer):
@@ -24,31 +23,10 @@ def optimizer_pieces(named_params: list, buffers, optimizer) -> list[dict]:
     """Per parameter, the part of its flattened (TP-local) tensor this rank's optimizer owns."""
     pieces = []
     for name, param, i, in_param, in_range in owned_slices(named_params, buffers, optimizer):
-        piece = {"name": name, "flat": [in_param.start, in_param.stop], "offsets": ckpt.shard_offsets(param),
-                 "shape": list(param.shape), "full_shape": list(full_shape(param)),
-                 "exp_avg": optimizer.exp_avg[i][in_range], "exp_avg_sq": optimizer.exp_avg_sq[i][in_range]}
-        if optimizer.separate_master:
-            piece["master"] = optimizer.master[i][in_range]
-        pieces.append(piece)
+        master = optimizer.master[i][in_range] if optimizer.separate_master else None
+        pieces.append(optimizer_piece(name, param, (in_param.start, in_param.stop), optimizer.exp_avg[i][in_range],
+                                      optimizer.exp_avg_sq[i][in_range], master))
     return pieces
-
-
-@torch.no_grad()
-def load_optimizer(reader: ckpt.CheckpointReader, named_params: list, buffers, optimizer, steps: int) -> None:
-    """Fill the owned ranges from a checkpoint of any layout (fp32 master from the saved master if
-    there is one, else from the saved fp32 weights)."""
-    master_kind = "master" if reader.names("master") else "model"
-    for name, param, i, in_param, in_range in owned_slices(named_params, buffers, optimizer):
-        offsets, shape = ckpt.shard_offsets(param), tuple(param.shape)
-
-        def flat(kind: str) -> torch.Tensor:
-            return reader.read(name, kind, offsets, shape).flatten()[in_param]
-
-        optimizer.exp_avg[i][in_range] = flat("exp_avg")
-        optimizer.exp_avg_sq[i][in_range] = flat("exp_avg_sq")
-        if optimizer.separate_master:
-            optimizer.master[i][in_range] = flat(master_kind)
-    optimizer.steps = steps
 
 
 def rng_state(device: torch.device) -> dict[str, torch.Tensor]:
