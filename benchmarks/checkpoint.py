@@ -34,9 +34,10 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from common import RandomTokens, Timer, emit_json, load_average, make_config, median, print_table
+from trident.checkpoint.reader import CheckpointReader, complete_checkpoints, load_model_weights, resolve_checkpoint
+from trident.checkpoint.writer import save_checkpoint
 from trident.model.gpt import build_model, count_parameters
 from trident.parallel.mesh import build_mesh
-from trident.train import checkpoint as ckpt
 
 STALL_MODEL = ["model.seq_length=32", "train.global_batch_size=1", "train.micro_batch_size=1",
                "train.rampup_batch_size=null", "train.precision=fp32", "train.eval_interval=0",
@@ -66,8 +67,8 @@ def throughput(preset: str, quick: bool, rounds: int, work: Path) -> tuple[list[
 
     def trident_save():
         step[0] += 1
-        ckpt.save_checkpoint(work / "trident", step[0], named, [], {"cpu": torch.get_rng_state()},
-                             {"step": step[0]}, mesh, keep_last=1)
+        save_checkpoint(work / "trident", step[0], named, [], {"cpu": torch.get_rng_state()},
+                        {"step": step[0]}, mesh, keep_last=1)
 
     def plain_save(fsync: bool):
         save_file({name: p.detach() for name, p in named}, plain_file)
@@ -76,8 +77,8 @@ def throughput(preset: str, quick: bool, rounds: int, work: Path) -> tuple[list[
                 os.fsync(handle.fileno())
 
     def trident_load():
-        reader = ckpt.CheckpointReader(ckpt.resolve_checkpoint("auto", work / "trident"))
-        ckpt.load_model_weights(reader, named)
+        reader = CheckpointReader(resolve_checkpoint("auto", work / "trident"))
+        load_model_weights(reader, named)
 
     @torch.no_grad()
     def plain_load():
@@ -130,7 +131,7 @@ def stall(preset: str, quick: bool, rounds: int, work: Path) -> tuple[list[list]
                     action()
                 times[key].append(timer.wall)
                 times[f"{key}_thread_cpu"].append(time.thread_time() - thread_cpu)
-    checkpoint_mb = sum(f.stat().st_size for f in ckpt.complete_checkpoints(work / "sync")[-1].iterdir()) / 1e6
+    checkpoint_mb = sum(f.stat().st_size for f in complete_checkpoints(work / "sync")[-1].iterdir()) / 1e6
     rows, result = [], {"checkpoint_mb": checkpoint_mb}
     # Every step without a save in flight is a baseline step, whichever trainer ran it.
     base = median(record["sync"]["step"] + record["sync"]["next_step"] + record["async"]["step"])

@@ -10,7 +10,8 @@ import pytest
 
 from distributed import run_distributed
 from test_tensor_parallel import VOCAB, RandomTokens, tiny_config
-from trident.train import checkpoint as ckpt
+from trident.checkpoint.reader import CheckpointReader, complete_checkpoints, resolve_checkpoint
+from trident.checkpoint.writer import prune_checkpoints
 
 STEPS, STOP = 6, 3
 BASE = ["train.global_batch_size=16", "train.micro_batch_size=2", "train.rampup_batch_size=[8,8,256]",
@@ -93,7 +94,7 @@ def test_checkpoint_reshards_to_another_layout(source, target, uninterrupted, tm
     """Save after STOP steps in one layout, continue in another: the losses of the continued run
     equal the uninterrupted run's, so the weights and the optimizer state both came across."""
     first = _run_layout(source, tmp_path / "a", stop=STOP)
-    path = ckpt.complete_checkpoints(tmp_path / "a" / "ckpt")[-1]
+    path = complete_checkpoints(tmp_path / "a" / "ckpt")[-1]
     second = _run_layout(target, tmp_path / "b", load=str(path))
     np.testing.assert_allclose(first + second, uninterrupted, rtol=1e-5)
 
@@ -116,12 +117,12 @@ def test_sigkill_never_leaves_a_complete_looking_partial_checkpoint(tmp_path):
         time.sleep(delay)
         os.kill(proc.pid, signal.SIGKILL)
         proc.join()
-        for path in ckpt.complete_checkpoints(tmp_path):
-            reader = ckpt.CheckpointReader(path)
+        for path in complete_checkpoints(tmp_path):
+            reader = CheckpointReader(path)
             for name in reader.names("model") + reader.names("exp_avg"):
                 reader.read(name, "model" if name in reader.names("model") else "exp_avg")
             assert json.loads((path / "trainer_state.json").read_text())["step"] == int(path.name.split("_")[1])
-        newest = ckpt.resolve_checkpoint("auto", tmp_path)
+        newest = resolve_checkpoint("auto", tmp_path)
         if newest is not None:  # what a restart would load: complete, readable, and it resumes
             make_trainer(tiny_config("train.steps=100000", f"checkpoint.load={newest}"), tmp_path / "resume")
 
@@ -130,11 +131,11 @@ def test_keep_last_and_incomplete_checkpoints_are_ignored(tmp_path):
     trainer = make_trainer(tiny_config("train.steps=4", "checkpoint.save_interval=1", "checkpoint.keep_last=2",
                                        f"checkpoint.dir={tmp_path}"), tmp_path)
     trainer.train()
-    assert [p.name for p in ckpt.complete_checkpoints(tmp_path)] == ["step_0000003", "step_0000004"]
+    assert [p.name for p in complete_checkpoints(tmp_path)] == ["step_0000003", "step_0000004"]
     (tmp_path / "step_0000009").mkdir()  # a newer folder without COMPLETE: a crashed save
-    assert ckpt.resolve_checkpoint("auto", tmp_path).name == "step_0000004"
+    assert resolve_checkpoint("auto", tmp_path).name == "step_0000004"
     with pytest.raises(FileNotFoundError, match="COMPLETE"):
-        ckpt.CheckpointReader(tmp_path / "step_0000009")
-    ckpt.prune_checkpoints(tmp_path, keep_last=0)  # 0 keeps everything; the newest is never deleted
-    ckpt.prune_checkpoints(tmp_path, keep_last=1)
-    assert [p.name for p in ckpt.complete_checkpoints(tmp_path)] == ["step_0000004"]
+        CheckpointReader(tmp_path / "step_0000009")
+    prune_checkpoints(tmp_path, keep_last=0)  # 0 keeps everything; the newest is never deleted
+    prune_checkpoints(tmp_path, keep_last=1)
+    assert [p.name for p in complete_checkpoints(tmp_path)] == ["step_0000004"]

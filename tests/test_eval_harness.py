@@ -91,8 +91,8 @@ def test_same_seed_same_prompts_and_scores(tokenizer, evaluated):
 
 
 def _save_trident_checkpoint(tokenizer, root):
+    from trident.checkpoint.writer import save_checkpoint
     from trident.parallel.mesh import Mesh
-    from trident.train.checkpoint import save_checkpoint
 
     model, cfg = tiny_model(tokenizer, seq_length=128, seed=3)
     config = Config()

@@ -33,9 +33,9 @@ def samples(out) -> dict[str, list]:
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
+    from trident.checkpoint.writer import save_checkpoint
     from trident.model.gpt import build_model
     from trident.parallel.mesh import Mesh
-    from trident.train.checkpoint import save_checkpoint
 
     root = tmp_path_factory.mktemp("ckpt")
     tokenizer = tiny_tokenizer(root)

@@ -10,8 +10,8 @@ import pytest
 
 from distributed import run_distributed
 from test_tensor_parallel import VOCAB, RandomTokens, tiny_config
-from trident.train import checkpoint as ckpt
-from trident.train.integrity import CheckpointError
+from trident.checkpoint.integrity import CheckpointError
+from trident.checkpoint.reader import CheckpointReader, complete_checkpoints
 
 
 def _faulty_rank(rank, world, fault):
@@ -71,14 +71,14 @@ def saved(tmp_path):
     trainer = Trainer(tiny_config("train.steps=1", f"checkpoint.dir={tmp_path}"), tmp_path,
                       datasets=(RandomTokens(32), None), vocab_size=VOCAB, log=lambda *a: None)
     trainer.train()
-    return ckpt.complete_checkpoints(tmp_path)[-1]
+    return complete_checkpoints(tmp_path)[-1]
 
 
 def test_truncated_shard_is_refused_naming_the_file(saved):
     shard = saved / "model-dp0-pp0-tp0.safetensors"
     shard.write_bytes(shard.read_bytes()[:-100])
     with pytest.raises(CheckpointError, match="model-dp0-pp0-tp0.safetensors.*truncated"):
-        ckpt.CheckpointReader(saved)
+        CheckpointReader(saved)
 
 
 def test_corrupted_shard_is_refused_naming_the_file(saved):
@@ -87,7 +87,7 @@ def test_corrupted_shard_is_refused_naming_the_file(saved):
     data[len(data) // 2] ^= 0xFF
     shard.write_bytes(bytes(data))
     with pytest.raises(CheckpointError, match="optim-dp0-pp0-tp0.safetensors.*corrupted"):
-        ckpt.CheckpointReader(saved)
+        CheckpointReader(saved)
 
 
 def test_manifest_that_does_not_match_its_files_is_refused(saved):
@@ -96,10 +96,26 @@ def test_manifest_that_does_not_match_its_files_is_refused(saved):
     data["tensors"][0]["shape"] = [7, 7]
     manifest.write_text(json.dumps(data))
     with pytest.raises(CheckpointError, match="manifest-rank0.json says"):
-        ckpt.CheckpointReader(saved)
+        CheckpointReader(saved)
     manifest.write_text("{not json")
     with pytest.raises(CheckpointError, match="manifest-rank0.json: unreadable manifest"):
-        ckpt.CheckpointReader(saved)
+        CheckpointReader(saved)
+
+
+def test_checkpoint_without_format_version_loads_as_version_1(saved):
+    for path in [*saved.glob("manifest-rank*.json"), saved / "trainer_state.json"]:
+        data = json.loads(path.read_text())
+        assert data.pop("format_version") == 1
+        path.write_text(json.dumps(data))  # as checkpoints were written before the field existed
+    assert CheckpointReader(saved).state["step"] == 1
+
+
+@pytest.mark.parametrize("name", ["manifest-rank0.json", "trainer_state.json"])
+def test_unknown_format_version_is_refused_naming_the_file(saved, name):
+    path = saved / name
+    path.write_text(json.dumps(json.loads(path.read_text()) | {"format_version": 2}))
+    with pytest.raises(CheckpointError, match=f"{name}: checkpoint format version 2"):
+        CheckpointReader(saved)
 
 
 @pytest.mark.parametrize("override,message", [("model.num_layers=3", "no tensor 'blocks.2"),

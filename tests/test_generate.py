@@ -73,7 +73,7 @@ def _train_checkpoint(root):
 
 @pytest.fixture(scope="module")
 def loaded(trained_checkpoint):
-    from trident.train.checkpoint import load_for_inference
+    from trident.checkpoint.reader import load_for_inference
 
     model, tokenizer, config = load_for_inference(trained_checkpoint[0])
     return model, tokenizer

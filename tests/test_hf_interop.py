@@ -12,9 +12,9 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from test_generate import Windows, trained_checkpoint  # noqa: F401  (shared session fixture)
+from trident.checkpoint.reader import load_for_inference
 from trident.infer.hf import (TransformersMissing, export_hf, import_hf, name_map, qkv_from_gpt2, qkv_to_gpt2,
                               verify_export)
-from trident.train.checkpoint import load_for_inference
 
 
 @pytest.fixture(scope="module")

@@ -37,9 +37,9 @@ def run(args) -> int:
         return 2
     import torch
 
+    from trident.checkpoint.reader import load_for_inference
     from trident.data.tokenizer import Tokenizer
     from trident.infer.generate import generate_result
-    from trident.train.checkpoint import load_for_inference
 
     if args.threads:
         torch.set_num_threads(args.threads)

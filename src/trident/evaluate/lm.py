@@ -228,13 +228,13 @@ def trident_lm(model: torch.nn.Module, tokenizer, max_length: int, *, batch_size
 
 def load_trident(checkpoint: str | Path, *, batch_size: int = 8, device: str = "cpu",
                  tokenizer_path: str | Path | None = None, dtype: str = "fp32") -> CausalLM:
-    """Load a trident checkpoint (trident.train.checkpoint.load_for_inference) for scoring.
+    """Load a trident checkpoint (trident.checkpoint.reader.load_for_inference) for scoring.
 
     The tokenizer is the checkpoint's own tokenizer.json, else `tokenizer_path`, else the
     config's data.tokenizer; without any of them the checkpoint cannot be evaluated on text.
     """
+    from trident.checkpoint.reader import load_for_inference, resolve_checkpoint
     from trident.data.tokenizer import Tokenizer
-    from trident.train.checkpoint import load_for_inference, resolve_checkpoint
 
     model, tokenizer, config = load_for_inference(str(checkpoint), device=device)
     if tokenizer_path is not None:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import os
 from pathlib import Path
 
 import torch
@@ -67,7 +66,7 @@ def eval_config(saved: dict, overrides: list[str], world_size: int, source: str 
 
 def checkpoint_layout(checkpoint: str | Path, overrides: list[str], world_size: int):
     """(CheckpointReader, evaluation Config) for `checkpoint`, checked against the saved embedding."""
-    from trident.train.checkpoint import CheckpointReader, resolve_checkpoint
+    from trident.checkpoint.reader import CheckpointReader, resolve_checkpoint
 
     path = resolve_checkpoint(str(checkpoint), Path(checkpoint)) or Path(checkpoint)
     reader = CheckpointReader(path)
@@ -246,11 +245,11 @@ def load_parallel(checkpoint: str | Path, overrides: list[str] = (), *, batch_si
                   tokenizer_path: str | Path | None = None, dtype: str = "fp32") -> ParallelLM:
     """Collective: every rank of the (already initialised) world loads its chunk of `checkpoint`
     for the layout in `overrides` (parallel.tp / pp / dp / sequence_parallel / layer_partition)."""
+    from trident.checkpoint.reader import load_model_weights
     from trident.data.tokenizer import Tokenizer
     from trident.parallel.mesh import build_mesh, rank_device
     from trident.parallel.parallelize import build_model_chunks
     from trident.parallel.precision import DTYPES
-    from trident.train.checkpoint import load_model_weights
 
     world = dist.get_world_size() if dist.is_initialized() else 1
     reader, config = checkpoint_layout(checkpoint, list(overrides), world)

@@ -103,7 +103,7 @@ def generate_tokens(model, prompt_ids: list[int], max_new_tokens: int, vocab_siz
         raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
     if not (getattr(model, "pre_process", True) and getattr(model, "post_process", True)):
         raise ValueError("generation needs the whole model (embedding to head), not one pipeline stage; "
-                         "load it with trident.train.checkpoint.load_for_inference")
+                         "load it with trident.checkpoint.reader.load_for_inference")
     seq = model.cfg.seq_length
     device = next(model.parameters()).device
     greedy = greedy or temperature == 0

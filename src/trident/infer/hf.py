@@ -140,7 +140,7 @@ def export_hf(ckpt_path: str | Path, out_dir: str | Path) -> dict:
     Returns a summary: files written, vocabulary sizes, parameter count."""
     from trident.config import config_from_dict
     from trident.data.tokenizer import Tokenizer
-    from trident.train.checkpoint import CheckpointReader, resolve_checkpoint
+    from trident.checkpoint.reader import CheckpointReader, resolve_checkpoint
 
     if not Path(ckpt_path).is_dir():
         raise FileNotFoundError(f"{ckpt_path}: no such checkpoint folder")
@@ -258,11 +258,10 @@ def import_hf(hf_dir: str | Path, out_dir: str | Path, pad_vocab_multiple: int |
 
     The folder needs config.json and model.safetensors (or a sharded index); tokenizer files, when
     present, are carried over. Returns a summary (checkpoint path, sizes, notes)."""
-    from trident.config import Config
+    from trident.checkpoint.reader import complete_checkpoints
+    from trident.checkpoint.writer import save_checkpoint
     from trident.model.gpt import GPT
     from trident.parallel.mesh import Mesh
-    from trident.train.checkpoint import complete_checkpoints, save_checkpoint
-    from trident.train.precision import LossScaler
 
     hf_dir, out = Path(hf_dir), Path(out_dir)
     hf = _read_hf_config(hf_dir)
@@ -272,19 +271,8 @@ def import_hf(hf_dir: str | Path, out_dir: str | Path, pad_vocab_multiple: int |
     notes = []
     if hf.get("activation_function", "gelu_new") != EXACT_GELU:
         notes.append(f"activation_function {hf['activation_function']} replaced by exact GeLU: logits differ slightly")
-    hints = (hf.get("trident") or {}).get("model", {})
-    config = Config()
+    config = _trident_config(hf, pad_vocab_multiple, seed)
     m = config.model
-    m.num_layers, m.hidden_size, m.num_heads = hf["n_layer"], hf["n_embd"], hf["n_head"]
-    m.seq_length, m.vocab_size = hf["n_positions"], hf["vocab_size"]
-    m.ffn_hidden_size = hf.get("n_inner") or 0
-    m.layernorm_epsilon = float(hf.get("layer_norm_epsilon", 1e-5))
-    m.hidden_dropout = float(hf.get("resid_pdrop", 0.0))
-    m.attention_dropout = float(hf.get("attn_pdrop", 0.0))
-    m.make_vocab_size_divisible_by = pad_vocab_multiple or hints.get("make_vocab_size_divisible_by", 128)
-    m.init_std = float(hints.get("init_std", 0.0))
-    config.train.seed = seed
-    config.validate(1)
 
     tensors = read_hf_tensors(hf_dir)
     model = GPT(m, m.padded_vocab_size())
@@ -305,12 +293,7 @@ def import_hf(hf_dir: str | Path, out_dir: str | Path, pad_vocab_multiple: int |
             params[trident_name].copy_(from_gpt2(tensors[hf_name], kind, m.num_heads, m.padded_vocab_size()))
 
     tokenizer = _load_tokenizer(hf_dir, m.vocab_size, notes)
-    scaler = LossScaler(False, config.train.loss_scale_initial, config.train.loss_scale_growth_interval,
-                        config.train.loss_scale_backoff, config.train.loss_scale_hysteresis)
-    state = {"step": 0, "consumed_samples": 0, "consumed_tokens": 0, "optimizer_steps": 0,
-             "scaler": scaler.state_dict(), "config": config.to_dict(),
-             "trident_version": __import__("trident").__version__,
-             "imported_from": {"hf_dir": str(hf_dir.resolve()), "model_type": "gpt2"}}
+    state = _imported_trainer_state(config, hf_dir)
     rng = {"torch_cpu": torch.Generator().manual_seed(seed).get_state()}
     with tempfile.TemporaryDirectory() as tmp:
         extra = None
@@ -323,15 +306,44 @@ def import_hf(hf_dir: str | Path, out_dir: str | Path, pad_vocab_multiple: int |
             "tokenizer": tokenizer is not None, "notes": notes}
 
 
+def _trident_config(hf: dict, pad_vocab_multiple: int | None, seed: int):
+    """The trident Config (validated for one process) whose model is the GPT-2 config.json's."""
+    from trident.config import Config
+
+    hints = (hf.get("trident") or {}).get("model", {})
+    config = Config()
+    m = config.model
+    m.num_layers, m.hidden_size, m.num_heads = hf["n_layer"], hf["n_embd"], hf["n_head"]
+    m.seq_length, m.vocab_size = hf["n_positions"], hf["vocab_size"]
+    m.ffn_hidden_size = hf.get("n_inner") or 0
+    m.layernorm_epsilon = float(hf.get("layer_norm_epsilon", 1e-5))
+    m.hidden_dropout = float(hf.get("resid_pdrop", 0.0))
+    m.attention_dropout = float(hf.get("attn_pdrop", 0.0))
+    m.make_vocab_size_divisible_by = pad_vocab_multiple or hints.get("make_vocab_size_divisible_by", 128)
+    m.init_std = float(hints.get("init_std", 0.0))
+    config.train.seed = seed
+    return config.validate(1)
+
+
+def _imported_trainer_state(config, hf_dir: Path) -> dict:
+    """The trainer state of a run that has not taken a step, with the config's default loss scaler."""
+    from trident.checkpoint.format import build_trainer_state
+    from trident.parallel.precision import LossScaler
+
+    scaler = LossScaler(False, config.train.loss_scale_initial, config.train.loss_scale_growth_interval,
+                        config.train.loss_scale_backoff, config.train.loss_scale_hysteresis)
+    return build_trainer_state(step=0, consumed_samples=0, consumed_tokens=0, optimizer_steps=0,
+                               scaler=scaler.state_dict(), config=config,
+                               imported_from={"hf_dir": str(hf_dir.resolve()), "model_type": "gpt2"})
+
+
 def fresh_adam_pieces(model) -> list[dict]:
     """Adam state of a fresh optimizer (zero moments, 0 steps) for every parameter, in the
     checkpoint's optimizer-piece format, so training can start from the imported weights."""
-    pieces = []
-    for name, param in model.named_parameters():
-        pieces.append({"name": name, "flat": [0, param.numel()], "offsets": [0] * param.ndim,
-                       "shape": list(param.shape), "full_shape": list(param.shape),
-                       "exp_avg": torch.zeros(param.numel()), "exp_avg_sq": torch.zeros(param.numel())})
-    return pieces
+    from trident.checkpoint.format import optimizer_piece
+
+    return [optimizer_piece(name, param, (0, param.numel()), torch.zeros(param.numel()), torch.zeros(param.numel()))
+            for name, param in model.named_parameters()]
 
 
 def _check_tied_head(tensors: dict, hf: dict, hf_dir: Path) -> None:
@@ -361,7 +373,7 @@ def _load_tokenizer(hf_dir: Path, vocab: int, notes: list[str]):
 def verify_export(ckpt_path: str | Path, hf_dir: str | Path, text: str = SAMPLE_TEXT) -> dict:
     """Load the export in transformers and compare its logits with trident's on `text` (needs transformers)."""
     transformers = require_transformers()
-    from trident.train.checkpoint import load_for_inference
+    from trident.checkpoint.reader import load_for_inference
 
     model, tokenizer, config = load_for_inference(str(ckpt_path))
     hf_model = transformers.GPT2LMHeadModel.from_pretrained(str(hf_dir)).eval()

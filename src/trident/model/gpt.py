@@ -18,6 +18,7 @@ from torch.utils.checkpoint import checkpoint
 
 from trident.config import ModelConfig
 from trident.parallel import tensor as T
+from trident.parallel.sharding import full_shape, mark, shard_slice
 
 OUTPUT_PROJECTIONS = ("attention.proj.weight", "mlp.fc2.weight")
 TIED_EMBEDDING = "embedding.word.weight"  # the input embedding, reused as the output head
@@ -96,7 +97,7 @@ class Embedding(nn.Module):
         self.word = T.VocabParallelEmbedding(vocab_size, cfg.hidden_size, tp)
         self.position = nn.Embedding(cfg.seq_length, cfg.hidden_size) if positions else None
         if positions:
-            T._mark(self.position.weight, None, tp)
+            mark(self.position.weight, None, tp)
         self.dropout = cfg.hidden_dropout
         self.tp = tp
 
@@ -162,23 +163,6 @@ def _init_kind(name: str) -> str:
     if ".ln" in name or name.startswith("final_norm") or "_norm." in name:
         return "ones"
     return "normal"
-
-
-def full_shape(param: nn.Parameter) -> tuple[int, ...]:
-    """Shape of the unsharded tensor a (possibly TP-sharded) parameter is a slice of."""
-    shape = list(param.shape)
-    if getattr(param, "tp_dim", None) is not None:
-        shape[param.tp_dim] *= param.tp_size
-    return tuple(shape)
-
-
-def shard_slice(param: nn.Parameter, full: torch.Tensor) -> torch.Tensor:
-    """This rank's slice of the full tensor `full` for `param`."""
-    dim = getattr(param, "tp_dim", None)
-    if dim is None:
-        return full
-    size = param.shape[dim]
-    return full.narrow(dim, param.tp_rank * size, size)
 
 
 @torch.no_grad()

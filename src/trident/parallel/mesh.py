@@ -122,3 +122,9 @@ def build_mesh(tp: int = 1, pp: int = 1, dp: int = 0) -> Mesh:
                 if kind == "pp":
                     mesh.pipeline_ranks = ranks
     return mesh
+
+
+def barrier() -> None:
+    """All ranks meet here (no-op for one process)."""
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        dist.barrier()

@@ -2,8 +2,8 @@
 with the communication as autograd functions. With a TPContext of size 1 every layer is plain PyTorch.
 
 Activations are sequence-first [s, b, h]; sequence parallelism splits dim 0 across TP ranks.
-Every sharded parameter carries `tp_dim` (the dimension split across ranks), so initialisation and
-checkpoints can map a shard to its slice of the full tensor.
+Every sharded parameter carries `tp_dim` (the dimension split across ranks; see parallel/sharding.py),
+so initialisation and checkpoints can map a shard to its slice of the full tensor.
 """
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
+
+from trident.parallel.sharding import mark
 
 
 @dataclass(frozen=True)
@@ -124,12 +126,6 @@ def reduce_scatter_to_sequence(x, tp):  # reduce-scatter forward, all-gather bac
 
 # ---- layers ------------------------------------------------------------------------------------------
 
-def _mark(param: nn.Parameter, tp_dim: int | None, tp: TPContext) -> nn.Parameter:
-    param.tp_dim = tp_dim if tp.size > 1 else None
-    param.tp_size, param.tp_rank = tp.size, tp.rank
-    return param
-
-
 class ColumnParallelLinear(nn.Module):
     """Y = X A^T + b with A's output rows split across TP ranks; each rank returns its slice of Y.
 
@@ -141,8 +137,8 @@ class ColumnParallelLinear(nn.Module):
         self.tp = tp
         self.in_features = in_features
         self.out_features_local = _divide(out_features, tp.size, "output features")
-        self.weight = _mark(nn.Parameter(torch.empty(self.out_features_local, in_features)), 0, tp)
-        self.bias = _mark(nn.Parameter(torch.zeros(self.out_features_local)), 0, tp) if bias else None
+        self.weight = mark(nn.Parameter(torch.empty(self.out_features_local, in_features)), 0, tp)
+        self.bias = mark(nn.Parameter(torch.zeros(self.out_features_local)), 0, tp) if bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.shape[-1] != self.in_features:
@@ -159,9 +155,9 @@ class RowParallelLinear(nn.Module):
         super().__init__()
         self.tp = tp
         self.in_features_local = _divide(in_features, tp.size, "input features")
-        self.weight = _mark(nn.Parameter(torch.empty(out_features, self.in_features_local)), 1, tp)
+        self.weight = mark(nn.Parameter(torch.empty(out_features, self.in_features_local)), 1, tp)
         # The bias is added once, after the reduction, so it is replicated across TP ranks.
-        self.bias = _mark(nn.Parameter(torch.zeros(out_features)), None, tp) if bias else None
+        self.bias = mark(nn.Parameter(torch.zeros(out_features)), None, tp) if bias else None
         if self.bias is not None:
             self.bias.sequence_parallel = tp.sequence_parallel and tp.size > 1
 
@@ -186,7 +182,7 @@ class VocabParallelEmbedding(nn.Module):
         self.num_embeddings = num_embeddings
         self.rows_local = _divide(num_embeddings, tp.size, "vocabulary size")
         self.vocab_start = tp.rank * self.rows_local
-        self.weight = _mark(nn.Parameter(torch.empty(self.rows_local, embedding_dim)), 0, tp)
+        self.weight = mark(nn.Parameter(torch.empty(self.rows_local, embedding_dim)), 0, tp)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         if self.tp.size == 1:
@@ -286,7 +282,7 @@ class SequenceParallelLayerNorm(nn.LayerNorm):
     def __init__(self, hidden: int, eps: float, tp: TPContext = NO_TP):
         super().__init__(hidden, eps=eps)
         for param in self.parameters():
-            _mark(param, None, tp)
+            mark(param, None, tp)
             param.sequence_parallel = tp.sequence_parallel and tp.size > 1
 
 

@@ -53,12 +53,6 @@ def init_distributed(backend: str = "auto", timeout_s: int = 600) -> None:
                             rank=rank, world_size=world, timeout=timeout)
 
 
-def barrier() -> None:
-    """All ranks meet here (no-op for one process)."""
-    if dist.is_initialized() and dist.get_world_size() > 1:
-        dist.barrier()
-
-
 def shutdown_distributed() -> None:
     if dist.is_initialized():
         dist.barrier()

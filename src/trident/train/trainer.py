@@ -16,16 +16,18 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from trident.checkpoint.format import build_trainer_state
+from trident.checkpoint.reader import CheckpointReader, load_model_weights, load_optimizer, resolve_checkpoint
+from trident.checkpoint.state import optimizer_pieces, rng_state, set_rng_state
+from trident.checkpoint.writer import CheckpointWriter
 from trident.config import Config, ConfigError, save_config
 from trident.flops import model_flops
 from trident.hardware import peak_tflops
-from trident.model.gpt import full_shape
-from trident.parallel.mesh import build_mesh, rank_device
+from trident.parallel.mesh import barrier, build_mesh, rank_device
 from trident.parallel.parallelize import ParallelModel, parallelize
 from trident.parallel.precision import Precision
-from trident.train import checkpoint as ckpt
-from trident.train import state as train_state
-from trident.train.launch import barrier, chaos_kill_point
+from trident.parallel.sharding import full_shape
+from trident.train.launch import chaos_kill_point
 from trident.train.metrics import MetricsWriter, console_line, peak_memory_bytes
 from trident.train.schedules import TrainSchedule
 
@@ -50,8 +52,8 @@ class Trainer:
         self.model: ParallelModel = parallelize(config, self.mesh, self.device, self.precision)
         self.step, self.consumed_samples, self.consumed_tokens = 0, 0, 0
         self.checkpoint_root = Path(config.checkpoint.dir) if config.checkpoint.dir else self.out / "checkpoints"
-        self.writer = ckpt.CheckpointWriter(self.checkpoint_root, self.mesh, config.checkpoint.keep_last,
-                                            config.checkpoint.async_save)
+        self.writer = CheckpointWriter(self.checkpoint_root, self.mesh, config.checkpoint.keep_last,
+                                       config.checkpoint.async_save)
         self._maybe_resume()
 
     # ---- construction --------------------------------------------------------------------------
@@ -215,31 +217,30 @@ class Trainer:
 
     # ---- checkpoints ---------------------------------------------------------------------------
     def trainer_state(self) -> dict:
-        return {"step": self.step, "consumed_samples": self.consumed_samples,
-                "consumed_tokens": self.consumed_tokens, "optimizer_steps": self.model.optimizer.steps,
-                "scaler": self.model.scaler.state_dict(), "config": self.config.to_dict(),
-                "trident_version": __import__("trident").__version__}
+        return build_trainer_state(step=self.step, consumed_samples=self.consumed_samples,
+                                   consumed_tokens=self.consumed_tokens, optimizer_steps=self.model.optimizer.steps,
+                                   scaler=self.model.scaler.state_dict(), config=self.config)
 
     def save(self) -> Path:
         extra = {"tokenizer.json": self.tokenizer_file} if self.tokenizer_file else None
         # Without ZeRO every DP rank holds the same optimizer state: DP rank 0 writes it.
         model = self.model
         owns_state = model.zero or self.mesh.dp_rank == 0
-        pieces = train_state.optimizer_pieces(model.named_params, model.buffers, model.optimizer) if owns_state else []
-        path = self.writer.save(self.step, model.named_params, pieces, train_state.rng_state(self.device),
+        pieces = optimizer_pieces(model.named_params, model.buffers, model.optimizer) if owns_state else []
+        path = self.writer.save(self.step, model.named_params, pieces, rng_state(self.device),
                                 self.trainer_state(), extra)
         self.log(f"{'saving' if self.config.checkpoint.async_save else 'saved'} checkpoint {path}")
         return path
 
     def _maybe_resume(self) -> None:
-        path = ckpt.resolve_checkpoint(self.config.checkpoint.load, self.checkpoint_root)
+        path = resolve_checkpoint(self.config.checkpoint.load, self.checkpoint_root)
         if path is None:
             return
-        reader = ckpt.CheckpointReader(path)
+        reader = CheckpointReader(path)
         model = self.model
-        ckpt.load_model_weights(reader, model.named_params)
+        load_model_weights(reader, model.named_params)
         state = reader.state
-        train_state.load_optimizer(reader, model.named_params, model.buffers, model.optimizer, state["optimizer_steps"])
+        load_optimizer(reader, model.named_params, model.buffers, model.optimizer, state["optimizer_steps"])
         self.step, self.consumed_samples = state["step"], state["consumed_samples"]
         self.consumed_tokens = state["consumed_tokens"]
         self.model.scaler.load_state_dict(state["scaler"])
@@ -248,7 +249,7 @@ class Trainer:
         same_layout = state["layout"] == {"dp": mesh.dp, "pp": mesh.pp, "tp": mesh.tp, "world_size": mesh.world_size}
         rng = reader.rng(mesh.rank) if same_layout else None
         if rng is not None:
-            train_state.set_rng_state(rng, self.device)
+            set_rng_state(rng, self.device)
         self.log(f"resumed from {path} at step {self.step}")
 
 

@@ -1,0 +1,119 @@
+"""The checkpoint format: folder layout, file names, manifest entries, trainer state, optimizer pieces.
+
+Layout of ROOT/step_0000100/:
+  model-dp{d}-pp{p}-tp{t}.safetensors   this rank's model shards, keyed by global parameter name
+  optim-dp{d}-pp{p}-tp{t}.safetensors   Adam state (and fp32 master when training in bf16/fp16) of
+                                        the flat ranges this rank owns ("name/exp_avg/START", ...)
+  rng-rank{r}.safetensors               every rank's RNG streams (for exact resume)
+  manifest-rank{r}.json                 per tensor: file, global name, full shape, slice offsets;
+                                        per file: size and digest; the format version
+  trainer_state.json                    step, consumed samples/tokens, scaler, config, layout,
+                                        the format version (rank 0)
+  COMPLETE                              written last; a folder without it is never loaded
+ROOT/latest names the newest step folder (a convenience for people and scripts).
+Nothing is pickled: tensors are safetensors, the rest is JSON.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+import trident
+from trident.checkpoint.integrity import CheckpointError
+from trident.parallel.sharding import full_shape, shard_offsets
+
+# Version 1 is the first format; checkpoints written before the field existed are version 1.
+FORMAT_VERSION = 1
+READABLE_VERSIONS = (1,)
+
+COMPLETE = "COMPLETE"
+LATEST = "latest"
+TRAINER_STATE = "trainer_state.json"
+TOKENIZER = "tokenizer.json"
+OPTIMIZER_KINDS = ("exp_avg", "exp_avg_sq", "master")
+
+
+def step_dir(root: Path, step: int) -> Path:
+    return Path(root) / f"step_{step:07d}"
+
+
+def step_of(path: Path) -> int:
+    """The step a step_NNNNNNN folder holds."""
+    return int(Path(path).name.split("_")[1])
+
+
+def rank_tag(mesh) -> str:
+    return f"dp{mesh.dp_rank}-pp{mesh.pp_rank}-tp{mesh.tp_rank}"
+
+
+def model_file(mesh) -> str:
+    return f"model-{rank_tag(mesh)}.safetensors"
+
+
+def optim_file(mesh) -> str:
+    return f"optim-{rank_tag(mesh)}.safetensors"
+
+
+def rng_file(rank: int) -> str:
+    return f"rng-rank{rank}.safetensors"
+
+
+def manifest_file(rank: int | str) -> str:
+    return f"manifest-rank{rank}.json"
+
+
+def done_marker(rank: int | str) -> str:
+    """Dropped by a rank once its files of a save in progress are written ("*": any rank's)."""
+    return f"done-rank{rank}"
+
+
+def check_version(document: dict, source: Path) -> None:
+    """Refuse a manifest or trainer state of a format this code cannot read (missing means 1)."""
+    version = document.get("format_version", 1)
+    if version not in READABLE_VERSIONS:
+        raise CheckpointError(f"{source}: checkpoint format version {version!r}; this trident reads version(s) "
+                              f"{', '.join(map(str, READABLE_VERSIONS))} (written by a newer trident?)")
+
+
+def build_trainer_state(*, step: int, consumed_samples: int, consumed_tokens: int, optimizer_steps: int,
+                        scaler: dict, config, **extra) -> dict:
+    """What trainer_state.json holds besides the layout and version (the writer adds those).
+    `scaler` is a LossScaler.state_dict(); `config` a Config; `extra` keys are kept as given."""
+    return {"step": step, "consumed_samples": consumed_samples, "consumed_tokens": consumed_tokens,
+            "optimizer_steps": optimizer_steps, "scaler": scaler, "config": config.to_dict(),
+            "trident_version": trident.__version__} | extra
+
+
+def optimizer_piece(name: str, param: torch.nn.Parameter, flat: tuple[int, int], exp_avg: torch.Tensor,
+                    exp_avg_sq: torch.Tensor, master: torch.Tensor | None = None) -> dict:
+    """The Adam state of the flat range [flat[0], flat[1]) of `param` (its TP-local tensor, flattened),
+    with where that tensor sits in the full one, so a reader in any layout can place it."""
+    piece = {"name": name, "flat": [flat[0], flat[1]], "offsets": shard_offsets(param),
+             "shape": list(param.shape), "full_shape": list(full_shape(param)),
+             "exp_avg": exp_avg, "exp_avg_sq": exp_avg_sq}
+    if master is not None:
+        piece["master"] = master
+    return piece
+
+
+def model_entry(file: str, name: str, param: torch.nn.Parameter) -> dict:
+    """Manifest entry for a parameter shard saved whole under its global name."""
+    return {"file": file, "key": name, "name": name, "kind": "model", "full_shape": list(full_shape(param)),
+            "offsets": shard_offsets(param), "shape": list(param.shape)}
+
+
+def optimizer_key(piece: dict, kind: str) -> str:
+    return f"{piece['name']}/{kind}/{piece['flat'][0]}"
+
+
+def optimizer_entry(file: str, piece: dict, kind: str, copy: str) -> dict:
+    """Manifest entry for one kind of an optimizer piece; `copy` keeps tied copies apart."""
+    return {"file": file, "key": optimizer_key(piece, kind), "name": piece["name"], "kind": kind,
+            "full_shape": piece["full_shape"], "offsets": piece["offsets"], "shape": piece["shape"],
+            "flat": piece["flat"], "copy": copy}
+
+
+def manifest(rank: int, entries: list[dict], files: dict[str, dict]) -> dict:
+    """One rank's manifest: its tensor entries and its files' sizes and digests."""
+    return {"format_version": FORMAT_VERSION, "rank": rank, "tensors": entries, "files": files}

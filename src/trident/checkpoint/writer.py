@@ -1,0 +1,175 @@
+"""Writing checkpoints atomically (format.py describes the files), and removing old ones.
+
+A checkpoint is written to a temporary folder, fsynced, renamed into place, then COMPLETE written
+and `latest` updated; with async_save the files are written by a background thread from CPU copies
+taken at save time. A crash at any point leaves no folder that counts as a checkpoint.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from safetensors.torch import save_file
+
+from trident.checkpoint import format as fmt
+from trident.checkpoint.integrity import file_digest
+from trident.checkpoint.reader import complete_checkpoints
+from trident.parallel.mesh import barrier
+
+
+def _fsync_dir(path: Path) -> None:
+    for file in path.iterdir():
+        with open(file, "rb") as handle:
+            os.fsync(handle.fileno())
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _agree_nonce() -> str:
+    """One id for this save attempt on every rank, so a crashed attempt's files are never mixed in."""
+    nonce = [f"{time.time_ns():x}"]
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        dist.broadcast_object_list(nonce, src=0)
+    return nonce[0]
+
+
+def _cpu(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.detach().to("cpu", torch.float32, copy=True).contiguous()
+
+
+def snapshot(named_params: list, optimizer_pieces: list[dict], mesh) -> tuple[dict, dict, list[dict]]:
+    """CPU copies of this rank's model shards and optimizer pieces, plus their manifest entries.
+    Taken synchronously, so training may change the live tensors while the files are written."""
+    model, optim, entries = {}, {}, []
+    if mesh.dp_rank == 0:  # model replicas across DP are identical: one copy is enough
+        for name, param in named_params:
+            model[name] = _cpu(param)
+            entries.append(fmt.model_entry(fmt.model_file(mesh), name, param))
+    for piece in optimizer_pieces:
+        for kind in fmt.OPTIMIZER_KINDS:
+            if kind in piece:
+                optim[fmt.optimizer_key(piece, kind)] = _cpu(piece[kind])
+                entries.append(fmt.optimizer_entry(fmt.optim_file(mesh), piece, kind,
+                                                   copy=f"pp{mesh.pp_rank}-tp{mesh.tp_rank}"))
+    return model, optim, entries
+
+
+class CheckpointWriter:
+    """Writes checkpoints, synchronously or in a background thread (`async_save`).
+
+    Every rank writes its own files into a shared temporary folder and drops a `done-rank{r}`
+    marker; rank 0 waits for all markers, then fsyncs, renames the folder into place, writes
+    COMPLETE and points `latest` at it. No collective runs in the background thread."""
+
+    def __init__(self, root: Path, mesh, keep_last: int = 3, async_save: bool = False, timeout_s: float = 3600):
+        self.root, self.mesh, self.keep_last, self.async_save = Path(root), mesh, keep_last, async_save
+        self.timeout_s = timeout_s
+        self.thread: threading.Thread | None = None
+        self.error: BaseException | None = None
+
+    def save(self, step: int, named_params: list, optimizer_pieces: list[dict], rng: dict[str, torch.Tensor],
+             trainer_state: dict, extra_files: dict[str, Path] | None = None) -> Path:
+        """Collective. Returns the final folder (complete once `wait()` returns, for async saves)."""
+        self.wait()
+        tmp = self.root / f".tmp_step_{step:07d}_{_agree_nonce()}"
+        model, optim, entries = snapshot(named_params, optimizer_pieces, self.mesh)
+        rng = {k: v.detach().cpu().clone() for k, v in rng.items()}
+        args = (step, tmp, model, optim, entries, rng, trainer_state, extra_files or {})
+        if self.async_save:
+            self.thread = threading.Thread(target=self._run, args=args, name=f"checkpoint-{step}", daemon=True)
+            self.thread.start()
+        else:
+            self._write(*args)
+            barrier()
+        return fmt.step_dir(self.root, step)
+
+    def wait(self) -> None:
+        """Block until this rank's pending background save is written (and, on rank 0, final)."""
+        if self.thread is not None:
+            self.thread.join()
+            self.thread = None
+        if self.error is not None:
+            error, self.error = self.error, None
+            raise RuntimeError(f"rank {self.mesh.rank}: background checkpoint save failed") from error
+
+    def _run(self, *args) -> None:
+        try:
+            self._write(*args)
+        except BaseException as error:  # surfaced by wait() in the training thread
+            self.error = error
+
+    def _write(self, step, tmp, model, optim, entries, rng, trainer_state, extra_files) -> None:
+        tmp.mkdir(parents=True, exist_ok=True)
+        rank, files = self.mesh.rank, []
+        for name, tensors in ((fmt.model_file(self.mesh), model), (fmt.optim_file(self.mesh), optim)):
+            if tensors:  # DP ranks > 0 hold no model copy; without ZeRO they hold no optimizer state either
+                save_file(tensors, tmp / name)
+                files.append(name)
+        save_file(rng, tmp / fmt.rng_file(rank))
+        files.append(fmt.rng_file(rank))
+        manifest = fmt.manifest(rank, entries, {f: file_digest(tmp / f) for f in files})
+        (tmp / fmt.manifest_file(rank)).write_text(json.dumps(manifest))
+        (tmp / fmt.done_marker(rank)).write_text("")
+        if rank == 0:
+            self._finalize(step, tmp, trainer_state, extra_files)
+
+    def _finalize(self, step, tmp, trainer_state, extra_files) -> None:
+        deadline = time.time() + self.timeout_s
+        while len(list(tmp.glob(fmt.done_marker("*")))) < self.mesh.world_size:
+            if time.time() > deadline:
+                raise TimeoutError(f"checkpoint {tmp}: not every rank wrote its shards within {self.timeout_s}s")
+            time.sleep(0.05)
+        layout = {"dp": self.mesh.dp, "pp": self.mesh.pp, "tp": self.mesh.tp, "world_size": self.mesh.world_size}
+        state = trainer_state | {"layout": layout, "format_version": fmt.FORMAT_VERSION}
+        (tmp / fmt.TRAINER_STATE).write_text(json.dumps(state, indent=1))
+        for name, source in extra_files.items():
+            shutil.copyfile(source, tmp / name)
+        _fsync_dir(tmp)
+        final = fmt.step_dir(self.root, step)
+        remove_checkpoint(final)  # an older save of the same step
+        os.replace(tmp, final)
+        (final / fmt.COMPLETE).write_text(str(step))
+        _fsync_dir(final)
+        latest_tmp = self.root / f".{fmt.LATEST}.tmp"
+        latest_tmp.write_text(final.name)
+        os.replace(latest_tmp, self.root / fmt.LATEST)
+        prune_checkpoints(self.root, self.keep_last, protect=final)
+        for stale in [*self.root.glob(".tmp_step_*"), *self.root.glob(".deleting_*")]:  # crash leftovers
+            shutil.rmtree(stale, ignore_errors=True)
+
+
+def save_checkpoint(root: Path, step: int, named_params: list, optimizer_pieces: list[dict],
+                    rng: dict[str, torch.Tensor], trainer_state: dict, mesh, keep_last: int = 3,
+                    extra_files: dict[str, Path] | None = None) -> Path:
+    """Synchronous save (collective); see CheckpointWriter."""
+    writer = CheckpointWriter(root, mesh, keep_last)
+    return writer.save(step, named_params, optimizer_pieces, rng, trainer_state, extra_files)
+
+
+def remove_checkpoint(path: Path) -> None:
+    """Delete a checkpoint folder so that no crash can leave it half-deleted but still marked
+    complete: it is first renamed out of the step_* namespace (atomic), then removed."""
+    if not path.exists():
+        return
+    doomed = path.with_name(f".deleting_{path.name}_{time.time_ns():x}")
+    os.replace(path, doomed)
+    shutil.rmtree(doomed, ignore_errors=True)
+
+
+def prune_checkpoints(root: Path, keep_last: int, protect: Path | None = None) -> None:
+    """Delete all but the newest `keep_last` complete checkpoints; the newest, and `protect` (the
+    one just written), are never deleted."""
+    if keep_last <= 0:
+        return
+    for old in complete_checkpoints(root)[:-max(1, keep_last)]:
+        if protect is None or old.resolve() != Path(protect).resolve():
+            remove_checkpoint(old)
