@@ -1,7 +1,7 @@
 """Evaluating a trident checkpoint too large for one device: tensor x pipeline x data parallel.
 
 `load_parallel(CKPT, ["parallel.tp=2", "parallel.pp=2"])` builds, on every rank, the model chunk
-of its (pipeline stage, tensor rank) with trident.parallel.parallelize.build_model_chunks and
+of its (pipeline stage, tensor rank) with trident.parallel.parallelize.parallelize and
 loads that chunk's slices from the checkpoint, whatever layout saved it. The result is an LM
 (a CausalLM) that `run_evaluation` uses unchanged.
 
@@ -11,10 +11,10 @@ a data error stops every rank at the same point, and every rank ends with every 
 writes results.json). A digest of the requests is compared across ranks before each scoring pass,
 so a divergence fails loudly instead of deadlocking.
 
-One batch on one pipeline: the first stage embeds the token rows and sends hidden states [s, b, h]
-(sequence split by TP with sequence_parallel) to the next stage; shapes follow from the batch,
-which every rank knows, so no shape header is sent. Successive batches overlap across stages
-(forward-only pipelining: stage i works on batch k+1 while stage i+1 works on batch k). The last
+The model is built by trident.parallel.parallelize (the trainer's builder) and its batches run
+through `ParallelModel.forward_logits`: the pipeline executor's forward-only schedule, with the
+batches of a window as micro-batches, so stage i works on batch k+1 while stage i+1 works on batch
+k; shapes follow from the batch, which every rank knows, so no shape header is sent. The last
 stage scores the continuations from its vocabulary-split logits [b, s, V/tp] without gathering
 them: max, arg-max and sum-exp are all-reduced over the TP group and the target's logit comes from
 the rank that owns it (as vocab-parallel cross-entropy), so only [b, s] statistics cross ranks.
@@ -34,6 +34,8 @@ from tqdm import tqdm
 from trident.config import Config, ConfigError, config_from_dict, parse_overrides
 from trident.evaluate.lm import CausalLM, Loglikelihood
 from trident.evaluate.requests import Row, TokenRequest, batches, plan_rows
+from trident.parallel.parallelize import ParallelModel, parallelize
+from trident.parallel.precision import Precision
 from trident.parallel.tensor import gather_from_tp, vocab_parallel_scores
 
 # the parallel.* keys that change how a checkpoint is evaluated; the rest are training-only
@@ -86,16 +88,14 @@ class ParallelLM(CausalLM):
     """A CausalLM whose model is this rank's chunk of a TP x PP x DP layout; every rank calls every
     method with the same arguments (lock step) and gets the same answers."""
 
-    def __init__(self, chunk: torch.nn.Module, mesh, tokenizer, config: Config, *, device: torch.device,
-                 batch_size: int = 8, info: dict | None = None):
+    def __init__(self, model: ParallelModel, tokenizer, *, batch_size: int = 8, info: dict | None = None):
+        config = model.config
         super().__init__(self.full_logits, tokenizer, vocab_size=tokenizer.vocab_size, eod_id=tokenizer.eod_id,
-                         max_length=config.model.seq_length, batch_size=batch_size, device=device, info=info)
-        self.chunk = chunk.eval()
-        self.mesh = mesh
-        self.config = config
-        self.sequence_parallel = config.parallel.sequence_parallel and mesh.tp > 1
-        self.tp = mesh.tp_context(self.sequence_parallel)
-        self.dtype = next(chunk.parameters()).dtype
+                         max_length=config.model.seq_length, batch_size=batch_size, device=model.device, info=info)
+        self.model = model.eval()
+        self.mesh = model.mesh
+        self.sequence_parallel = config.parallel.sequence_parallel and self.mesh.tp > 1
+        self.tp = self.mesh.tp_context(self.sequence_parallel)
 
     # ---- one forward through this rank's pipeline ----------------------------------------------
     def _pad(self, rows: list[tuple[int, ...]]) -> torch.Tensor:
@@ -109,22 +109,9 @@ class ParallelLM(CausalLM):
             ids[b, : len(row)] = torch.tensor(row, dtype=torch.long)
         return ids
 
-    @torch.inference_mode()
-    def _pipeline_forward(self, ids: torch.Tensor) -> torch.Tensor | None:
-        """Logits [b, w, V/tp] on the last stage, None on the others (which pass hidden states on)."""
-        mesh = self.mesh
-        if mesh.is_first_stage:
-            x = ids.to(self.device)
-        else:
-            b, w = ids.shape
-            s = w // mesh.tp if self.sequence_parallel else w
-            x = torch.empty((s, b, self.config.model.hidden_size), dtype=self.dtype, device=self.device)
-            dist.recv(x, src=mesh.stage_rank(mesh.pp_rank - 1))
-        out = self.chunk(x)
-        if mesh.is_last_stage:
-            return out
-        dist.send(out.contiguous(), dst=mesh.stage_rank(mesh.pp_rank + 1))
-        return None
+    def _forward(self, rows: list[tuple[int, ...]], on_logits) -> None:
+        """One padded batch through the pipeline; the last stage calls on_logits(logits [b, w, V/tp])."""
+        self.model.forward_logits([self._pad(rows).to(self.device)], lambda _, logits: on_logits(logits))
 
     def _share_from_last_stage(self, tensor: torch.Tensor | None, shape: tuple[int, ...]) -> torch.Tensor:
         """`tensor` (held by the last stage) on every stage of this rank's pipeline, on the CPU."""
@@ -139,32 +126,39 @@ class ParallelLM(CausalLM):
     def full_logits(self, ids: torch.Tensor) -> torch.Tensor:
         """Logits [b, s, vocab] on every rank of the replica. Gathers the whole vocabulary, so it
         costs b x s x V x 4 bytes a rank; scoring and generation never call it."""
-        local = self._pipeline_forward(ids)
-        full = None if local is None else gather_from_tp(local.float(), self.tp, dim=-1)[..., : self.vocab_size]
-        return self._share_from_last_stage(full, (*ids.shape, self.vocab_size))
+        held = {}
+        self.model.forward_logits([ids.to(self.device)], lambda _, logits: held.setdefault(
+            "full", gather_from_tp(logits.float(), self.tp, dim=-1)[..., : self.vocab_size]))
+        return self._share_from_last_stage(held.get("full"), (*ids.shape, self.vocab_size))
 
     @torch.inference_mode()
     def next_token_logits(self, rows: list[tuple[int, ...]]) -> torch.Tensor:
         """Logits [b, vocab] after the last token of each row, on every rank of the replica."""
-        ids = self._pad(rows)
-        local = self._pipeline_forward(ids)
-        last = None
-        if local is not None:
-            ends = torch.tensor([len(r) - 1 for r in rows], device=local.device)
-            picked = local[torch.arange(len(rows), device=local.device), ends].float()
-            last = gather_from_tp(picked, self.tp, dim=-1)[:, : self.vocab_size].contiguous()
-        return self._share_from_last_stage(last, (len(rows), self.vocab_size))
+        held = {}
+
+        def last_position(logits: torch.Tensor) -> None:
+            ends = torch.tensor([len(r) - 1 for r in rows], device=logits.device)
+            picked = logits[torch.arange(len(rows), device=logits.device), ends].float()
+            held["last"] = gather_from_tp(picked, self.tp, dim=-1)[:, : self.vocab_size].contiguous()
+
+        self._forward(rows, last_position)
+        return self._share_from_last_stage(held.get("last"), (len(rows), self.vocab_size))
 
     # ---- scoring ----------------------------------------------------------------------------------
     def score_tokens(self, requests: list[TokenRequest], desc: str = "") -> list[Loglikelihood]:
         """Every replica scores its share of the length-sorted batches; all ranks get every score."""
         self._agree(("score", [(r.index, r.context, r.continuation) for r in requests]))
         mine = batches(plan_rows(requests, self.max_length), self.batch_size)[self.mesh.dp_rank:: self.mesh.dp]
-        bar = tqdm(mine, desc=desc or "loglikelihood", unit="batch", leave=False,
+        window = 2 * self.mesh.pp  # batches in flight at once: enough to keep every stage busy
+        bar = tqdm(total=len(mine), desc=desc or "loglikelihood", unit="batch", leave=False,
                    disable=not (self.progress and self.mesh.rank == 0))
         scored = []
-        for batch in bar:
-            scored.extend(self._score_batch(batch))
+        for start in range(0, len(mine), window):
+            group = mine[start: start + window]
+            ids = [self._pad([row.tokens for row in batch]).to(self.device) for batch in group]
+            self.model.forward_logits(ids, lambda i, logits: scored.extend(self._score_batch(group[i], logits)))
+            bar.update(len(group))
+        bar.close()
         reporter = self.mesh.is_last_stage and self.mesh.tp_rank == 0  # one copy per replica
         everyone = _all_gather([(i, s.logprob, s.is_greedy, s.num_tokens) for i, s in scored] if reporter else [])
         results: list[Loglikelihood | None] = [None] * len(requests)
@@ -176,14 +170,10 @@ class ParallelLM(CausalLM):
             raise RuntimeError(f"internal error: requests {missing[:5]} were never scored")
         return results  # type: ignore[return-value]
 
-    @torch.inference_mode()
-    def _score_batch(self, batch: list[Row]) -> list[tuple[int, Loglikelihood]]:
-        ids = self._pad([row.tokens for row in batch])
-        logits = self._pipeline_forward(ids)
-        if logits is None:
-            return []
+    def _score_batch(self, batch: list[Row], logits: torch.Tensor) -> list[tuple[int, Loglikelihood]]:
+        """Scores of the batch's requests from its logits [b, w, V/tp] (on the last stage)."""
         lo = min(row.first_read for row in batch)  # earlier positions are never read
-        targets = torch.zeros((len(batch), ids.shape[1] - lo), dtype=torch.long)
+        targets = torch.zeros((len(batch), logits.shape[1] - lo), dtype=torch.long)
         for b, row in enumerate(batch):
             for _, start, cont in row.readers:
                 targets[b, start - lo: start - lo + len(cont)] = torch.tensor(cont, dtype=torch.long)
@@ -248,8 +238,6 @@ def load_parallel(checkpoint: str | Path, overrides: list[str] = (), *, batch_si
     from trident.checkpoint.reader import load_model_weights
     from trident.data.tokenizer import Tokenizer
     from trident.parallel.mesh import build_mesh, rank_device
-    from trident.parallel.parallelize import build_model_chunks
-    from trident.parallel.precision import DTYPES
 
     world = dist.get_world_size() if dist.is_initialized() else 1
     reader, config = checkpoint_layout(checkpoint, list(overrides), world)
@@ -262,10 +250,10 @@ def load_parallel(checkpoint: str | Path, overrides: list[str] = (), *, batch_si
     p = config.parallel
     mesh = build_mesh(p.tp, p.pp, p.dp)
     target = rank_device(device)
-    (chunk,) = build_model_chunks(config, mesh, target, DTYPES[dtype])  # virtual_stages is 1 for evaluation
-    load_model_weights(reader, list(chunk.named_parameters()))
+    model = parallelize(config, mesh, target, Precision(dtype, target), optimizer=False)
+    load_model_weights(reader, model.named_params)
     parameters = sum(torch.Size(reader.full_shape(name)).numel() for name in reader.names("model"))
     resolved = reader.path.resolve()
     info = {"kind": "trident", "name": f"{resolved.parent.parent.name}/{resolved.name}",
             "checkpoint": str(resolved), "parameters": parameters, "dtype": dtype}
-    return ParallelLM(chunk, mesh, tokenizer, config, device=target, batch_size=batch_size, info=info)
+    return ParallelLM(model, tokenizer, batch_size=batch_size, info=info)

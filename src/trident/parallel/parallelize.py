@@ -126,6 +126,22 @@ class ParallelModel:
         """As forward_backward, without gradients (validation)."""
         return self._run(micro_batches, loss_divisor, backward=False)
 
+    @torch.inference_mode()
+    def forward_logits(self, token_batches: list[torch.Tensor], on_logits) -> None:
+        """Each batch of token ids [b, s] through this rank's pipeline (pipelined across stages when
+        there are several); the last stage calls on_logits(index, logits [b, s, V/tp]) per batch.
+        Every rank of a pipeline must pass batches of the same shapes (s a multiple of tp with SP)."""
+        if self.executor is None:
+            for index, ids in enumerate(token_batches):
+                with self.precision.autocast():
+                    on_logits(index, self.chunks[0](ids))
+            return
+        split = self.mesh.tp if self.config.parallel.sequence_parallel else 1
+        hidden = self.config.model.hidden_size
+        shapes = [(ids.shape[1] // split, ids.shape[0], hidden) for ids in token_batches]
+        self.executor.run([(ids, None) for ids in token_batches], 1, backward=False, shapes=shapes,
+                          on_output=on_logits)
+
     def _run(self, micro_batches: list, loss_divisor: int, backward: bool) -> torch.Tensor:
         if self.executor is not None:
             return self.executor.run(micro_batches, loss_divisor, self.scaler.scale, backward)

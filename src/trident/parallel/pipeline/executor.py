@@ -2,9 +2,10 @@
 
 Needs pp >= 2 (every chunk's neighbours live on other ranks). Each maximal run of Send*/Recv*
 instructions is posted as one `batch_isend_irecv` and waited for, the contract the schedules are
-built and checked against. Activation shapes are fixed by the
-config ([s or s/tp, micro_batch, hidden]), so no shape handshake is needed. A micro-batch's
-activations are dropped as soon as its backward has run.
+built and checked against. Activation shapes are known to every stage (fixed by the config,
+[s or s/tp, micro_batch, hidden], or given per micro-batch for evaluation), so no shape handshake
+is needed. A micro-batch's activations are dropped as soon as its backward has run, or, without
+backward, as soon as they are sent.
 """
 from __future__ import annotations
 
@@ -44,9 +45,14 @@ class PipelineExecutor:
     def is_last(self, chunk: int) -> bool:
         return self.mesh.is_last_stage and chunk == self.v - 1
 
-    def run(self, batches: list, loss_divisor: int, loss_scale: float = 1.0, backward: bool = True) -> torch.Tensor:
-        """Sum over micro-batches of mean token loss / loss_divisor (non-zero on the last stage only)."""
+    def run(self, batches: list, loss_divisor: int, loss_scale: float = 1.0, backward: bool = True,
+            shapes: list[tuple[int, ...]] | None = None, on_output=None) -> torch.Tensor:
+        """Sum over micro-batches of mean token loss / loss_divisor (non-zero on the last stage only).
+        Forward only, with `on_output`: the last stage hands each micro-batch's output (logits) to
+        on_output(index, output) instead of computing a loss; `shapes` gives each micro-batch's
+        activation shape when they differ from the configured one."""
         self.batches, self.divisor, self.scale = batches, loss_divisor, loss_scale
+        self.shapes, self.on_output = shapes or [self.shape] * len(batches), on_output
         self.inputs: dict = {}
         self.outputs: dict = {}
         self.input_grads: dict = {}
@@ -80,6 +86,9 @@ class PipelineExecutor:
         x = self.batches[mb][0] if self.is_first(chunk) else self.inputs.pop((mb, chunk))
         grad_enabled = torch.is_grad_enabled()
         with self.autocast():
+            if self.is_last(chunk) and self.on_output is not None:
+                self.on_output(mb, self.chunks[chunk](x))
+                return
             if self.is_last(chunk):
                 out = self.chunks[chunk](x, self.batches[mb][1]).float().mean() / self.divisor
                 self.total += out.detach()
@@ -108,12 +117,14 @@ class PipelineExecutor:
         for op in ops:
             peer = self.mesh.stage_rank(op.to_stage if isinstance(op, (SendActivation, SendGrad)) else op.from_stage)
             if isinstance(op, SendActivation):
-                p2p.append(dist.P2POp(dist.isend, self.outputs[(op.microbatch, op.chunk)].detach().contiguous(), peer))
+                key = (op.microbatch, op.chunk)  # kept for backward; without it, sent and forgotten
+                out = self.outputs[key] if torch.is_grad_enabled() else self.outputs.pop(key)
+                p2p.append(dist.P2POp(dist.isend, out.detach().contiguous(), peer))
             elif isinstance(op, SendGrad):
                 grad = self.input_grads.pop(("in", op.microbatch, op.chunk))
                 p2p.append(dist.P2POp(dist.isend, grad.contiguous(), peer))
             else:
-                buffer = torch.empty(self.shape, dtype=self.dtype, device=self.device)
+                buffer = torch.empty(self.shapes[op.microbatch], dtype=self.dtype, device=self.device)
                 p2p.append(dist.P2POp(dist.irecv, buffer, peer))
                 received.append((op, buffer))
         for request in dist.batch_isend_irecv(p2p):
