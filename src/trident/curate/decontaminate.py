@@ -135,8 +135,8 @@ def file_texts(path: Path, fields: list[str] | None = None) -> Iterator[str]:
 
 
 def harness_texts(name: str, data_dir: str | None) -> Iterator[str]:
-    """Validation and test records of an evaluation-harness task (trident.evaluate.tasks)."""
-    from trident.evaluate.tasks import TaskDataError, get_task
+    """Validation and test records of an evaluation-harness task (trident.tasks)."""
+    from trident.tasks import TaskDataError, get_task
 
     try:
         task = get_task(name)

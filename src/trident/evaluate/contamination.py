@@ -16,7 +16,7 @@ import numpy as np
 
 from trident.curate.decontaminate import ngram_hashes, word_hashes, words_of
 from trident.data.jsonl import is_jsonl, iter_jsonl, iter_texts
-from trident.evaluate.tasks import Task
+from trident.tasks import Task
 
 
 def example_text(task: Task, doc: dict) -> str:

@@ -33,9 +33,10 @@ import torch.distributed as dist
 from tqdm import tqdm
 
 from trident.config import Config, ConfigError, config_from_dict, parse_overrides
-from trident.evaluate.lm import DTYPES, CausalLM, Loglikelihood, _pick
+from trident.evaluate.lm import DTYPES, CausalLM, _pick
 from trident.evaluate.requests import Row, TokenRequest, batches, plan_rows
 from trident.parallel.tensor import TPContext, gather_from_tp
+from trident.tasks.types import Loglikelihood
 
 # the parallel.* keys that change how a checkpoint is evaluated; the rest are training-only
 LAYOUT_KEYS = ("tp", "pp", "dp", "sequence_parallel", "layer_partition")
