@@ -20,8 +20,8 @@ from typing import Iterator
 import numpy as np
 
 from trident.data.indexed import IndexedDatasetBuilder, best_dtype
-from trident.data.jsonl import REASONS, is_jsonl, iter_raw_lines, parse_line
 from trident.data.tokenizer import Tokenizer
+from trident.text.jsonl import REASONS, is_jsonl, iter_raw_lines, parse_line
 
 log = logging.getLogger("trident.data")
 CHUNK_LINES = 256

@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 
 from trident.curate.decontaminate import ngram_hashes, word_hashes, words_of
-from trident.data.jsonl import is_jsonl, iter_jsonl, iter_texts
 from trident.tasks import Task
+from trident.text.jsonl import is_jsonl, iter_jsonl, iter_texts
 
 
 def example_text(task: Task, doc: dict) -> str:
