@@ -1,8 +1,8 @@
 """Contamination-aware scores: which scored examples share an n-gram with the training corpus.
 
-Follows GPT-3 (appendix C) with the word n-grams of trident's decontamination stage
-(trident.curate.decontaminate: lower-cased `\\w+` words, xxh3 word hashes, 13-grams, texts
-shorter than 13 words use all their words, under 8 words are never flagged): an example is
+Follows GPT-3 (appendix C) with the word n-grams that trident's decontamination stage uses
+(trident.text.ngrams: lower-cased `\\w+` words, xxh3 word hashes, 13-grams, texts shorter than
+13 words use all their words, under 8 words are never flagged): an example is
 "dirty" when any n-gram of its prompt text plus choices occurs in any training document. The
 report gives, per task and shot count, the dirty fraction and every metric on the clean subset,
 so a score that rests on memorised test data shows up as a gap between the two.
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
-from trident.curate.decontaminate import ngram_hashes, word_hashes, words_of
 from trident.tasks import Task
 from trident.text.jsonl import is_jsonl, iter_jsonl, iter_texts
+from trident.text.ngrams import ngram_hashes, word_hashes, words_of
 
 
 def example_text(task: Task, doc: dict) -> str:
