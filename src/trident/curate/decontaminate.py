@@ -28,10 +28,9 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from trident.curate.dedup import output_paths
 from trident.curate.document import CurateError, Document
 from trident.curate.shards import read_shard, write_shard
-from trident.curate.stage import Executor, GlobalStage, register_stage
+from trident.curate.stage import Executor, GlobalStage, output_paths, register_stage
 from trident.tasks import TaskDataError, get_task
 from trident.text.jsonl import UnreadableFile, iter_jsonl, iter_raw_lines
 from trident.text.ngrams import ngram_hashes, word_hashes, word_spans, words_of
