@@ -2,6 +2,7 @@
 import gzip
 import json
 import pickle
+from collections import Counter
 
 import pytest
 import zstandard
@@ -50,7 +51,12 @@ def test_a_cut_off_compressed_file_raises_naming_the_first_unread_line(tmp_path,
     assert pickle.loads(pickle.dumps(err.value)).line == err.value.line
 
 
-def test_plain_text_keeps_its_line_endings(tmp_path):
+def test_texts_skip_bad_lines_counting_them_and_plain_text_keeps_its_line_endings(tmp_path):
+    path = tmp_path / "c.jsonl"
+    path.write_bytes(b'{"text": "a"}\n\n{"text": 1}\n{"text": "b"}\n{bad\n')
+    counters = Counter()
+    assert list(iter_texts(path, counters=counters)) == ["a", "b"]
+    assert counters == {"skipped_lines:blank": 1, "skipped_lines:missing_field": 1, "skipped_lines:malformed_json": 1}
     path = tmp_path / "t.txt.zst"
     path.write_bytes(zstandard.ZstdCompressor().compress(b"one\r\ntwo\n\nthree"))
     assert "".join(iter_texts(path)) == "one\r\ntwo\n\nthree"

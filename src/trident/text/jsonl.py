@@ -11,13 +11,14 @@ or a problem with a reason:
   missing_field  (with a key) the value is not an object, lacks the key, or the key's value is not a string
 A compressed file that is cut off or corrupt (including a zstd stream that ends inside its last
 frame) raises UnreadableFile naming the first line that could not be read; every line before it
-has been delivered. Line numbers are 1-based; a line's bytes exclude its "\\n" or "\\r\\n".
+has been delivered. Line numbers are 1-based; a line's bytes exclude its ending ("\\n", "\\r\\n").
 """
 from __future__ import annotations
 
 import gzip
 import io
 import json
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, NamedTuple
@@ -215,15 +216,18 @@ def iter_jsonl(path, key: str | None = "text", max_line_bytes: int | None = None
             yield parse_line(name, number, raw, key)
 
 
-def iter_texts(path, key: str = "text") -> Iterator[str]:
+def iter_texts(path, key: str = "text", counters: Counter | None = None) -> Iterator[str]:
     """The texts of a .jsonl* file's good records, or a plain-text file in blocks of lines.
 
-    Used where bad lines are simply skipped (tokenizer training); `trident tokenize` counts them.
+    Used where bad lines are skipped (tokenizer training, contamination checks): with `counters`
+    each one is counted as `skipped_lines:<reason>`.
     """
     if is_jsonl(path):
         for result in iter_jsonl(path, key):
             if result.text is not None:
                 yield result.text
+            elif counters is not None:
+                counters[f"skipped_lines:{result.reason}"] += 1
         return
     block: list[str] = []
     with open_binary(path) as stream:
