@@ -43,8 +43,6 @@ _SIGNATURE_BATCH = 256  # documents whose shingles are held at once while signin
 _VERIFY_BATCH = 50_000  # candidate pairs per verification task
 
 
-# ---- union-find ------------------------------------------------------------------------------
-
 class UnionFind:
     """Disjoint sets over arbitrary hashable items (path halving + union by size)."""
 

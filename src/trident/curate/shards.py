@@ -75,7 +75,7 @@ def read_shard(path: Path) -> Iterator[Document]:
     yield from _read_jsonl(Path(path), log, max_doc_bytes=None)
 
 
-# ---- JSONL ----------------------------------------------------------------------------------
+# ---- JSONL -----------------------------------------------------------------------------------
 
 def _read_jsonl(path: Path, log: RecordLog, max_doc_bytes: int | None) -> Iterator[Document]:
     try:
