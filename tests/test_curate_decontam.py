@@ -5,17 +5,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trident.curate.decontaminate import (
-    Decontaminate,
-    cut_regions,
-    ngram_hashes,
-    word_hashes,
-    words_with_spans,
-)
+from trident.curate.decontaminate import Decontaminate, cut_regions
 from trident.curate.document import CurateError, Document
 from trident.curate.executors import LocalExecutor
 from trident.curate.shards import read_shard, write_shard
 from trident.curate.stage import build_stage
+from trident.text.ngrams import ngram_hashes, word_hashes, words_with_spans
 
 SERIAL = LocalExecutor(1, progress=False)
 SECRET = "The quick brown fox jumps over the lazy dog near the old river bank today"  # 15 words

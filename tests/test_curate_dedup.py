@@ -6,18 +6,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trident.curate.dedup import (
-    ExactDedup,
-    UnionFind,
-    best_first,
-    exact_hash,
-    normalize_for_exact,
-    priority_array,
-    priority_fields,
-)
+from trident.curate.dedup import ExactDedup, exact_hash, normalize_for_exact
+from trident.curate.dedup_shared import best_first, priority_array, priority_fields
 from trident.curate.document import Document
 from trident.curate.executors import LocalExecutor
-from trident.curate.fuzzy_dedup import FuzzyDedup
+from trident.curate.fuzzy_dedup import FuzzyDedup, UnionFind
 from trident.curate.minhash import jaccard, shingle_hashes
 from trident.curate.shards import read_shard, write_shard
 from trident.curate.stage import build_stage

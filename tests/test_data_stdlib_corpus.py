@@ -3,8 +3,8 @@ import json
 
 import pytest
 
-from trident.data.jsonl import iter_jsonl
 from trident.data.stdlib_corpus import SKIP_MODULES, build_stdlib_corpus, stdlib_module_names
+from trident.text.jsonl import iter_jsonl
 
 
 def read(path):

@@ -10,9 +10,9 @@ import zstandard
 from trident.cli import main
 from trident.data.build import tokenize_files
 from trident.data.indexed import IndexedDataset
-from trident.data.jsonl import iter_jsonl
 from trident.data.tokenize_jsonl import TokenizeError
 from trident.data.tokenizer import Tokenizer, train_tokenizer
+from trident.text.jsonl import iter_jsonl
 
 GOOD = [f"Document {i}: the quick brown fox — naïve café {i * 'ab'} 日本" for i in range(40)]
 

@@ -9,8 +9,9 @@ import pytest
 from eval_fixtures import FIXTURES, tiny_lm, tiny_tokenizer
 from trident.evaluate import bias
 from trident.evaluate.harness import run_evaluation
-from trident.evaluate.lm import LM, Loglikelihood
-from trident.evaluate.tasks import TaskDataError
+from trident.evaluate.lm import LM
+from trident.tasks import TaskDataError
+from trident.tasks.types import Loglikelihood
 
 
 class ScriptedLM(LM):

@@ -13,7 +13,7 @@ from trident.cli import main
 from trident.config import Config
 from trident.evaluate.harness import run_evaluation
 from trident.evaluate.results import build_table
-from trident.evaluate.tasks import TASK_NAMES
+from trident.tasks import TASK_NAMES
 
 ALL_TASKS = list(TASK_NAMES)
 

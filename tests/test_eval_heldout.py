@@ -13,7 +13,7 @@ from trident.data.tokenizer import train_tokenizer
 from trident.evaluate.harness import run_evaluation
 from trident.evaluate.heldout import write_heldout_tasks
 from trident.evaluate.lm import trident_lm
-from trident.evaluate.tasks import get_task
+from trident.tasks import get_task
 
 SUBJECTS = ["the cat", "the dog", "a bird", "the farmer", "my sister", "the teacher"]
 # the object depends on the verb, so a true continuation is grammatical where a spliced one is not

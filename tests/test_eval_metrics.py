@@ -5,9 +5,9 @@ import math
 
 import pytest
 
-from trident.evaluate.lm import Loglikelihood as L
-from trident.evaluate.metrics import bootstrap_stderr, mean_stderr, perplexity
-from trident.evaluate.tasks import get_task
+from trident.tasks import get_task
+from trident.tasks.metrics import bootstrap_stderr, mean_stderr, perplexity
+from trident.tasks.types import Loglikelihood as L
 
 PIQA_DOC = {"goal": "g", "sol1": "short", "sol2": "a much much longer solution", "label": 1}
 

@@ -8,7 +8,7 @@ import pytest
 
 from eval_fixtures import FIXTURES
 from trident.evaluate import fewshot
-from trident.evaluate.tasks import TaskDataError, expand, get_task
+from trident.tasks import TaskDataError, expand, get_task
 
 
 def requests_of(name, index=0, split=None):

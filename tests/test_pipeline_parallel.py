@@ -3,7 +3,6 @@ one process: per-step losses and final weights within fp32 round-off, with the n
 micro-batches changing under the batch ramp-up; the tied embedding copies stay bit-identical."""
 import numpy as np
 import pytest
-import torch
 import torch.distributed as dist
 
 from distributed import run_distributed

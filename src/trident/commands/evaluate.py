@@ -19,7 +19,7 @@ def _int_list(text: str) -> list[int]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from trident.evaluate.tasks import ALIASES, TASK_NAMES
+    from trident.tasks import ALIASES, TASK_NAMES
 
     parser.add_argument("checkpoint", nargs="?", metavar="CKPT",
                         help="trident checkpoint directory (a run's checkpoints/ root or one step_N folder)")
@@ -57,7 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args) -> int:
     from trident.evaluate.harness import run_evaluation
     from trident.evaluate.lm import load_hf, load_trident
-    from trident.evaluate.tasks import TaskDataError
+    from trident.tasks import TaskDataError
 
     if args.hf and args.checkpoint and "=" in args.checkpoint:  # `--hf DIR parallel.tp=2`: no CKPT was meant
         args.overrides, args.checkpoint = [args.checkpoint, *args.overrides], None
@@ -113,7 +113,7 @@ def _run_parallel(args) -> int:
     from trident.config import ConfigError
     from trident.evaluate.harness import run_evaluation
     from trident.evaluate.parallel_lm import checkpoint_layout, load_parallel
-    from trident.evaluate.tasks import TaskDataError
+    from trident.tasks import TaskDataError
     from trident.train.launch import init_distributed, relaunch_with_torchrun, shutdown_distributed, under_torchrun
 
     world = _world_size() if under_torchrun() else args.nproc

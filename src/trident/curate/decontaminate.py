@@ -1,7 +1,8 @@
 """Downstream-task decontamination: cut evaluation-set n-grams out of training documents.
 
 The rule (GPT-3 appendix C, MT-NLG section 3.1), exactly as implemented here:
-- Words are the regex ``\\w+`` matches of a text, lower-cased; punctuation and spacing are ignored.
+- Words are the regex ``\\w+`` matches of a text, lower-cased; punctuation and spacing are ignored
+  (trident.text.ngrams hashes them and their n-grams).
 - Task texts: every string value (and string inside a list) of each evaluation record, joined
   with newlines, one text per record. A task text of L words contributes all its n-grams with
   ``n = min(ngram, L)`` (13 by default); a text of fewer than ``min_ngram`` (8) words is too
@@ -20,71 +21,21 @@ Counters ``touched:<task>`` count the training documents each task's n-grams mat
 """
 from __future__ import annotations
 
-import gzip
-import json
-import re
 import shutil
 from collections import Counter
 from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
-import xxhash
 
-from trident.curate.dedup import output_paths
 from trident.curate.document import CurateError, Document
 from trident.curate.shards import read_shard, write_shard
-from trident.curate.stage import Executor, GlobalStage, register_stage
+from trident.curate.stage import Executor, GlobalStage, output_paths, register_stage
+from trident.tasks import TaskDataError, get_task
+from trident.text.jsonl import UnreadableFile, iter_jsonl, iter_raw_lines
+from trident.text.ngrams import ngram_hashes, word_hashes, word_spans, words_of
 
-_WORD = re.compile(r"\w+")
 _BOUNDARY = frozenset(".!?\n")
-_MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)  # odd: the polynomial n-gram hash stays injective-ish
-_LENGTH_SALT = 0xC2B2AE3D27D4EB4F  # keeps n-grams of different n apart
-
-
-# ---- words and n-grams -----------------------------------------------------------------------
-
-def words_of(text: str) -> list[str]:
-    """Lower-cased words of ``text`` (the same list ``words_with_spans`` returns, faster)."""
-    found = _WORD.findall(text)
-    # One lower() over the joined words: same result as lowering each (no word holds a space).
-    return " ".join(found).lower().split(" ") if found else []
-
-
-def word_spans(text: str) -> tuple[np.ndarray, np.ndarray]:
-    """Character (start, end) offsets of the words of ``text``, as ``words_of`` lists them."""
-    if not text:
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    # `\w+` matches maximal runs of word characters, so classify each distinct code point once
-    # and find the runs with numpy (a match object per word is slow on multi-MB documents).
-    points = np.frombuffer(text.encode("utf-32-le", errors="surrogatepass"), dtype=np.uint32)
-    distinct, inverse = np.unique(points, return_inverse=True)
-    is_word = np.array([_WORD.fullmatch(chr(c)) is not None for c in distinct.tolist()])[inverse]
-    edges = np.diff(np.r_[0, is_word.astype(np.int8), 0])
-    return np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
-
-
-def words_with_spans(text: str) -> tuple[list[str], np.ndarray, np.ndarray]:
-    """Lower-cased words of ``text`` with their character start and end offsets in ``text``."""
-    return (words_of(text), *word_spans(text))
-
-
-def word_hashes(words: list[str]) -> np.ndarray:
-    """xxh3_64 of each word's UTF-8 bytes (uint64)."""
-    return np.fromiter((xxhash.xxh3_64_intdigest(w.encode("utf-8")) for w in words),
-                       dtype=np.uint64, count=len(words))
-
-
-def ngram_hashes(hashes: np.ndarray, n: int) -> np.ndarray:
-    """Hash of every run of ``n`` consecutive words (index i = words i..i+n-1), uint64."""
-    count = len(hashes) - n + 1
-    if n < 1 or count <= 0:
-        return np.zeros(0, dtype=np.uint64)
-    acc = hashes[:count].copy()
-    for j in range(1, n):
-        acc *= _MULTIPLIER  # uint64 wraps modulo 2**64: a polynomial hash of the word hashes
-        acc += hashes[j : j + count]
-    return acc ^ np.uint64((n * _LENGTH_SALT) & 0xFFFFFFFFFFFFFFFF)
 
 
 # ---- evaluation tasks ------------------------------------------------------------------------
@@ -104,8 +55,25 @@ def record_text(record: Any) -> str:
     return "\n".join(parts)
 
 
-def _open_text(path: Path):
-    return gzip.open(path, "rt", encoding="utf-8") if path.name.endswith(".gz") else path.open(encoding="utf-8")
+def _text_lines(path: Path) -> Iterator[str]:
+    """Each non-blank line of a .txt[.gz] file."""
+    for number, raw, _ in iter_raw_lines(path):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise CurateError(f"decontaminate: {path}:{number}: not UTF-8 ({err})") from err
+        if line.strip():
+            yield line
+
+
+def _jsonl_records(path: Path) -> Iterator[tuple[int, Any]]:
+    """(line number, JSON value) of each non-blank line of a .jsonl[.gz] file."""
+    for result in iter_jsonl(path, key=None):
+        if result.reason == "blank":
+            continue
+        if result.reason is not None:
+            raise CurateError(f"decontaminate: {result.describe()}")
+        yield result.line, result.value
 
 
 def file_texts(path: Path, fields: list[str] | None = None) -> Iterator[str]:
@@ -115,29 +83,26 @@ def file_texts(path: Path, fields: list[str] | None = None) -> Iterator[str]:
         raise CurateError(f"decontaminate: task file {path} not found")
     if not name.endswith((".jsonl", ".jsonl.gz", ".txt", ".txt.gz")):
         raise CurateError(f"decontaminate: task file {path}: expected .jsonl, .jsonl.gz, .txt or .txt.gz")
-    with _open_text(path) as handle:
-        for line_no, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            if name.endswith((".txt", ".txt.gz")):
-                yield line.rstrip("\n")
-                continue
+    try:
+        if name.endswith((".txt", ".txt.gz")):
+            yield from _text_lines(path)
+            return
+        for line_no, record in _jsonl_records(path):
             try:
-                record = json.loads(line)
                 if fields is not None:
                     missing = [f for f in fields if f not in record]
                     if missing:
                         raise ValueError(f"missing field(s) {missing}")
                     record = {f: record[f] for f in fields}
                 yield record_text(record)
-            except (json.JSONDecodeError, ValueError, TypeError) as err:
+            except (ValueError, TypeError) as err:
                 raise CurateError(f"decontaminate: {path}:{line_no}: {err}") from err
+    except UnreadableFile as err:
+        raise CurateError(f"decontaminate: {err}") from err
 
 
 def harness_texts(name: str, data_dir: str | None) -> Iterator[str]:
-    """Validation and test records of an evaluation-harness task (trident.evaluate.tasks)."""
-    from trident.evaluate.tasks import TaskDataError, get_task
-
+    """Validation and test records of an evaluation-harness task (trident.tasks)."""
     try:
         task = get_task(name)
     except KeyError as err:

@@ -7,7 +7,7 @@ Steps (each a map over files, so no step needs more than one shard or partition 
   3. per shard holding candidates: their shingle hashes and keep-priority fields are saved;
      per batch of pairs: true Jaccard of the shingle sets; pairs >= ``threshold`` are verified;
   4. here: union-find over verified pairs; in each component the best document by
-     ``trident.curate.dedup.best_first`` is kept, the others dropped (``dropped:duplicate``);
+     ``trident.curate.dedup_shared.best_first`` is kept, the others dropped (``dropped:duplicate``);
   5. per shard: the shard is copied without the dropped rows.
 Counters: candidates (unique pairs), verified_pairs, components (of >= 2 documents),
 shared_buckets, no_shingles (empty texts, never bucketed), hist:cluster_size:<size>.
@@ -17,11 +17,11 @@ from __future__ import annotations
 import shutil
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from trident.curate.dedup import (
-    UnionFind,
+from trident.curate.dedup_shared import (
     apply_drops,
     best_first,
     concat_structured,
@@ -41,6 +41,42 @@ from trident.curate.stage import Executor, GlobalStage, register_stage
 _BUCKET_DTYPE = [("band", "u2"), ("key", "u8"), ("doc", "u8")]
 _SIGNATURE_BATCH = 256  # documents whose shingles are held at once while signing
 _VERIFY_BATCH = 50_000  # candidate pairs per verification task
+
+
+class UnionFind:
+    """Disjoint sets over arbitrary hashable items (path halving + union by size)."""
+
+    def __init__(self) -> None:
+        self.parent: dict[Any, Any] = {}
+        self.size: dict[Any, int] = {}
+
+    def find(self, item: Any) -> Any:
+        """The representative of ``item``'s set (adds ``item`` as a singleton if new)."""
+        parent = self.parent
+        if item not in parent:
+            parent[item], self.size[item] = item, 1
+            return item
+        while parent[item] != item:
+            parent[item] = parent[parent[item]]
+            item = parent[item]
+        return item
+
+    def union(self, a: Any, b: Any) -> None:
+        """Merge the sets of ``a`` and ``b``."""
+        ra, rb = self.find(a), self.find(b)
+        if ra == rb:
+            return
+        if self.size[ra] < self.size[rb]:
+            ra, rb = rb, ra
+        self.parent[rb] = ra
+        self.size[ra] += self.size[rb]
+
+    def components(self) -> list[list[Any]]:
+        """Every set with its members in insertion order; sets ordered by first member."""
+        groups: dict[Any, list[Any]] = {}
+        for item in self.parent:
+            groups.setdefault(self.find(item), []).append(item)
+        return list(groups.values())
 
 
 def _signature_task(job: dict) -> Counter:

@@ -6,7 +6,6 @@ numbers for JSONL, byte offsets of the record for WARC.
 """
 from __future__ import annotations
 
-import gzip
 import json
 import os
 from collections import Counter
@@ -18,6 +17,7 @@ from warcio.archiveiterator import ArchiveIterator
 from warcio.exceptions import ArchiveLoadFailed
 
 from trident.curate.document import CurateError, Document
+from trident.text.jsonl import LineResult, UnreadableFile, iter_jsonl
 
 SHARD_SUFFIX = ".jsonl.zst"
 WARC_SUFFIXES = (".warc", ".warc.gz")
@@ -26,7 +26,6 @@ JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".json.gz", ".json.zst")
 WARC_TYPES = ("warcinfo", "response", "resource", "request", "metadata", "revisit", "conversion", "continuation")
 DEFAULT_MAX_DOC_BYTES = 5_000_000
 _MAX_LOGGED = 200  # error examples kept per log; all of them are counted
-_CHUNK = 1 << 20
 
 
 class RecordLog:
@@ -73,83 +72,37 @@ def read_documents(path: Path, log: RecordLog, dataset: str | None = None,
 def read_shard(path: Path) -> Iterator[Document]:
     """Documents of a shard this package wrote; any bad record raises CurateError (it is our own data)."""
     log = RecordLog(strict=True)
-    yield from _read_jsonl(Path(path), log, max_doc_bytes=1 << 62)
+    yield from _read_jsonl(Path(path), log, max_doc_bytes=None)
 
 
 # ---- JSONL -----------------------------------------------------------------------------------
 
-def _zstd_bytes(fh) -> Iterator[bytes]:
-    """Decompressed chunks of a (multi-frame) zstd stream; EOFError when the last frame is cut off."""
-    obj = zstandard.ZstdDecompressor().decompressobj()
-    started = False
-    while True:
-        raw = fh.read(_CHUNK)
-        if not raw:
-            break
-        while raw:
-            started = True
-            yield obj.decompress(raw)
-            raw = obj.unused_data if obj.eof else b""
-            if obj.eof:
-                obj = zstandard.ZstdDecompressor().decompressobj()
-                started = bool(raw)
-    if started and not obj.eof:
-        raise EOFError("zstd stream ended before the end of its frame (truncated file)")
-
-
-def _lines_of(chunks: Iterator[bytes]) -> Iterator[bytes]:
-    pending = b""
-    for chunk in chunks:
-        pending += chunk
-        *complete, pending = pending.split(b"\n")
-        yield from complete
-    if pending:
-        yield pending
-
-
-def _binary_lines(path: Path, fh) -> Iterator[bytes]:
-    name = path.name.lower()
-    if name.endswith(".zst"):
-        return _lines_of(_zstd_bytes(fh))
-    if name.endswith(".gz"):
-        return iter(gzip.GzipFile(fileobj=fh))
-    return iter(fh)
-
-
-def _read_jsonl(path: Path, log: RecordLog, max_doc_bytes: int) -> Iterator[Document]:
-    line_no = 0
-    with open(path, "rb") as fh:
-        try:
-            for raw in _binary_lines(path, fh):
-                line_no += 1
-                if not raw.strip():
-                    continue
-                log.counters["in"] += 1
-                doc = _parse_line(path, line_no, raw, log, max_doc_bytes)
-                if doc is not None:
-                    yield doc
-        except (EOFError, OSError, zstandard.ZstdError) as err:
-            # The rest of a truncated or corrupt compressed file is unreadable: one counted loss.
+def _read_jsonl(path: Path, log: RecordLog, max_doc_bytes: int | None) -> Iterator[Document]:
+    try:
+        for result in iter_jsonl(path, key=None, max_line_bytes=max_doc_bytes):
+            if result.reason == "blank":
+                continue
             log.counters["in"] += 1
-            log.bad(path, f"line {line_no + 1}", "unreadable_file", f"{type(err).__name__}: {err}")
+            doc = _document(path, result, log)
+            if doc is not None:
+                yield doc
+    except UnreadableFile as err:
+        # The rest of a truncated or corrupt compressed file is unreadable: one counted loss.
+        log.counters["in"] += 1
+        log.bad(path, f"line {err.line}", "unreadable_file", err.detail)
 
 
-def _parse_line(path: Path, line_no: int, raw: bytes, log: RecordLog, max_doc_bytes: int) -> Document | None:
-    where = f"line {line_no}"
-    if len(raw) > max_doc_bytes:
-        log.bad(path, where, "too_large", f"{len(raw)} bytes > max_doc_bytes={max_doc_bytes}")
+def _document(path: Path, result: LineResult, log: RecordLog) -> Document | None:
+    """The Document of one read line, or None after reporting why it is not one."""
+    where = f"line {result.line}"
+    if result.reason is not None:
+        # too_large: name the config key that sets the limit
+        detail = f"{result.detail} (max_doc_bytes)" if result.reason == "too_large" else result.detail
+        log.bad(path, where, result.reason, detail)
         return None
     try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as err:
-        log.bad(path, where, "invalid_utf8", str(err))
-        return None
-    try:
-        doc = Document.from_json(json.loads(text), default_id=f"{path.name}:{line_no}")
+        doc = Document.from_json(result.value, default_id=f"{path.name}:{result.line}")
         doc.text.encode("utf-8")  # lone surrogates (JSON "\ud800") cannot be written back out
-    except json.JSONDecodeError as err:
-        log.bad(path, where, "malformed_json", str(err))
-        return None
     except UnicodeEncodeError as err:
         log.bad(path, where, "invalid_unicode", str(err))
         return None

@@ -30,6 +30,7 @@ STAGE_MODULES = (
     "trident.curate.filters",
     "trident.curate.quality",
     "trident.curate.dedup",
+    "trident.curate.fuzzy_dedup",
     "trident.curate.minhash",
     "trident.curate.decontaminate",
 )
@@ -89,6 +90,13 @@ class GlobalStage(Stage):
         """Read the shard files `inputs` (JSONL.zst), write new shards under `out_dir`, return their
         paths, and fill `self.counters` (in/out/dropped:<reason>)."""
         raise TypeError(f"global stage '{type(self).__name__}' must define run()")
+
+
+def output_paths(inputs: list[Path], out_dir: Path) -> list[Path]:
+    """One output shard per input, same file name (prefixed by its index if names collide)."""
+    names = [Path(p).name for p in inputs]
+    clash = len(set(names)) != len(names)
+    return [out_dir / (f"{i:05d}-{n}" if clash else n) for i, n in enumerate(names)]
 
 
 def register_stage(name: str) -> Callable[[type[Stage]], type[Stage]]:

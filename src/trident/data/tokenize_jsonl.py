@@ -20,8 +20,8 @@ from typing import Iterator
 import numpy as np
 
 from trident.data.indexed import IndexedDatasetBuilder, best_dtype
-from trident.data.jsonl import REASONS, is_jsonl, iter_raw_lines, parse_line
 from trident.data.tokenizer import Tokenizer
+from trident.text.jsonl import REASONS, is_jsonl, iter_raw_lines, parse_line
 
 log = logging.getLogger("trident.data")
 CHUNK_LINES = 256
@@ -62,7 +62,7 @@ def _encode_chunk(chunk: tuple[str, list[tuple[int, bytes]]]) -> list:
 def _chunks(inputs: list[Path]) -> Iterator[tuple[str, list[tuple[int, bytes]]]]:
     for path in inputs:
         lines, size = [], 0
-        for number, raw in iter_raw_lines(path):
+        for number, raw, _ in iter_raw_lines(path):
             lines.append((number, raw))
             size += len(raw)
             if len(lines) >= CHUNK_LINES or size >= CHUNK_BYTES:

@@ -107,7 +107,7 @@ def train_tokenizer(files: list, vocab_size: int, out, json_key: str = "text",
     The result has at most `vocab_size` tokens including `<|endoftext|>` (fewer when the corpus
     runs out of pairs to merge) and is saved to `out` (a tokenizer.json path or a directory).
     """
-    from trident.data.jsonl import iter_texts
+    from trident.text.jsonl import iter_texts
 
     alphabet = pre_tokenizers.ByteLevel.alphabet()
     if vocab_size < len(alphabet) + 1:

@@ -1,9 +1,9 @@
-"""Few-shot evaluation: tasks, the scoring engine, results, bias probes, contamination.
+"""Few-shot evaluation: the scoring engine, results, bias probes, contamination (tasks: trident.tasks).
 
 Public entry points (see docs/evaluation.md):
 - harness.run_evaluation(lm, tasks, shots, data_dir, out_dir, ...) -> results dict (+ OUT/results.json)
 - lm.load_trident(ckpt) / lm.trident_lm(model, tokenizer, seq_length): a trident GPT as an LM
 - lm.load_hf(dir) / lm.hf_lm(model, tokenizer): a transformers causal LM as an LM
-- tasks.get_task(name), tasks.TASK_NAMES; heldout.write_heldout_tasks(texts, out_dir)
+- trident.tasks.get_task(name), trident.tasks.TASK_NAMES; heldout.write_heldout_tasks(texts, out_dir)
 - bias.run_bias_probes(lm); contamination.find_dirty(examples, corpus)
 """

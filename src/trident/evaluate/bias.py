@@ -22,8 +22,8 @@ from pathlib import Path
 
 from trident.evaluate import bias_lexicon as lex
 from trident.evaluate.lm import LM
-from trident.evaluate.metrics import mean
-from trident.evaluate.tasks.files import TaskDataError
+from trident.tasks.files import TaskDataError
+from trident.tasks.metrics import mean
 
 CROWS_FILE = "crows_pairs/crows_pairs_anonymized.csv"
 WORD = re.compile(r"[a-z][a-z'-]*")

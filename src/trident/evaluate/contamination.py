@@ -1,8 +1,8 @@
 """Contamination-aware scores: which scored examples share an n-gram with the training corpus.
 
-Follows GPT-3 (appendix C) with the word n-grams of trident's decontamination stage
-(trident.curate.decontaminate: lower-cased `\\w+` words, xxh3 word hashes, 13-grams, texts
-shorter than 13 words use all their words, under 8 words are never flagged): an example is
+Follows GPT-3 (appendix C) with the word n-grams that trident's decontamination stage uses
+(trident.text.ngrams: lower-cased `\\w+` words, xxh3 word hashes, 13-grams, texts shorter than
+13 words use all their words, under 8 words are never flagged): an example is
 "dirty" when any n-gram of its prompt text plus choices occurs in any training document. The
 report gives, per task and shot count, the dirty fraction and every metric on the clean subset,
 so a score that rests on memorised test data shows up as a gap between the two.
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
-from trident.curate.decontaminate import ngram_hashes, word_hashes, words_of
-from trident.data.jsonl import is_jsonl, iter_jsonl, iter_texts
-from trident.evaluate.tasks import Task
+from trident.tasks import Task
+from trident.text.jsonl import iter_texts
+from trident.text.ngrams import ngram_hashes, word_hashes, words_of
 
 
 def example_text(task: Task, doc: dict) -> str:
@@ -37,14 +37,7 @@ def training_texts(paths: list[Path], counters: Counter, key: str = "text"):
     for path in paths:
         if not Path(path).is_file():
             raise FileNotFoundError(f"contamination corpus file {path} not found")
-        if is_jsonl(path):
-            for result in iter_jsonl(path, key):
-                if result.text is None:
-                    counters[f"skipped_lines:{result.reason}"] += 1
-                else:
-                    yield result.text
-        else:
-            yield from iter_texts(path)
+        yield from iter_texts(path, key, counters)
 
 
 def find_dirty(examples: dict[str, list[str]], corpus: list[Path], ngram: int = 13, min_ngram: int = 8,

@@ -12,8 +12,8 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from trident.evaluate.tasks.base import Task
-from trident.evaluate.tasks.files import TaskDataError
+from trident.tasks.base import Task
+from trident.tasks.files import TaskDataError
 
 
 @dataclass

@@ -14,7 +14,7 @@ import trident
 from trident.evaluate import fewshot
 from trident.evaluate.lm import LM
 from trident.evaluate.results import write_results
-from trident.evaluate.tasks import Task, expand, get_task
+from trident.tasks import Task, expand, get_task
 
 PROMPT_CONVENTION = "lm-evaluation-harness v0.4 prompts; target delimiter per task, few-shot delimiter '\\n\\n'"
 

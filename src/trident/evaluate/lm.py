@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import Callable, NamedTuple, Protocol, Sequence
+from typing import Callable, Protocol, Sequence
 
 import torch
 from tqdm import tqdm
@@ -24,14 +24,7 @@ from tqdm import tqdm
 from trident.evaluate.requests import Row, TokenRequest, batches, plan_rows
 from trident.infer.generate import sample_next
 from trident.parallel.precision import DTYPES
-
-
-class Loglikelihood(NamedTuple):
-    """Score of one continuation: summed log-prob, all-tokens-greedy flag, continuation length in tokens."""
-
-    logprob: float
-    is_greedy: bool
-    num_tokens: int
+from trident.tasks.types import Loglikelihood
 
 
 class TextCodec(Protocol):

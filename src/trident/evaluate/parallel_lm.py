@@ -32,11 +32,12 @@ import torch.distributed as dist
 from tqdm import tqdm
 
 from trident.config import Config, ConfigError, config_from_dict, parse_overrides
-from trident.evaluate.lm import CausalLM, Loglikelihood
+from trident.evaluate.lm import CausalLM
 from trident.evaluate.requests import Row, TokenRequest, batches, plan_rows
 from trident.parallel.parallelize import ParallelModel, parallelize
 from trident.parallel.precision import Precision
 from trident.parallel.tensor import gather_from_tp, vocab_parallel_scores
+from trident.tasks.types import Loglikelihood
 
 # the parallel.* keys that change how a checkpoint is evaluated; the rest are training-only
 LAYOUT_KEYS = ("tp", "pp", "dp", "sequence_parallel", "layer_partition")

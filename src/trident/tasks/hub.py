@@ -5,7 +5,7 @@ readers produce (Task.from_hub), so prompts and metrics are identical whichever 
 """
 from __future__ import annotations
 
-from trident.evaluate.tasks.files import TaskDataError
+from trident.tasks.files import TaskDataError
 
 
 def load_from_hub(task, split: str) -> list[dict]:

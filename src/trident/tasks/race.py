@@ -14,8 +14,8 @@ import ast
 import re
 from pathlib import Path
 
-from trident.evaluate.tasks.base import MultipleChoiceTask, label_index
-from trident.evaluate.tasks.files import TaskDataError, read_json
+from trident.tasks.base import MultipleChoiceTask, label_index
+from trident.tasks.files import TaskDataError, read_json
 
 EXPECTED = ('race/{train,dev,test}/high/*.txt, each a JSON object {"article", "questions", '
             '"options" (4 per question), "answers" ("A"-"D")} (RACE release)')

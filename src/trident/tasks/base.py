@@ -9,9 +9,9 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from pathlib import Path
 
-from trident.evaluate.lm import Loglikelihood
-from trident.evaluate.metrics import argmax, mean, mean_stderr
-from trident.evaluate.tasks.files import TaskDataError
+from trident.tasks.files import TaskDataError
+from trident.tasks.metrics import argmax, mean, mean_stderr
+from trident.tasks.types import Loglikelihood
 
 
 class Task(ABC):
@@ -53,7 +53,7 @@ class Task(ABC):
         if self.split_files(split) is None:
             raise TaskDataError(f"{self.name}: has no {split!r} split")
         if data_dir is None:
-            from trident.evaluate.hub import load_from_hub
+            from trident.tasks.hub import load_from_hub
 
             return [self.from_hub(row) for row in load_from_hub(self, split)]
         return self.read_split(self.root(Path(data_dir)), split)

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trident.evaluate.lm import Loglikelihood
-from trident.evaluate.tasks.base import MultipleChoiceTask, label_index
-from trident.evaluate.tasks.files import read_tsv
+from trident.tasks.base import MultipleChoiceTask, label_index
+from trident.tasks.files import read_tsv
+from trident.tasks.types import Loglikelihood
 
 EXPECTED = ("hans/heuristics_{evaluation,train}_set.txt: TSV with header columns gold_label "
             "(entailment|non-entailment), sentence1, sentence2, heuristic, subcase")

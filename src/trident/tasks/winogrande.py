@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trident.evaluate.lm import Loglikelihood
-from trident.evaluate.metrics import argmax
-from trident.evaluate.tasks.base import Task, label_index
-from trident.evaluate.tasks.files import TaskDataError, read_jsonl
+from trident.tasks.base import Task, label_index
+from trident.tasks.files import TaskDataError, read_jsonl
+from trident.tasks.metrics import argmax
+from trident.tasks.types import Loglikelihood
 
 EXPECTED = ('winogrande/{train_xl,dev}.jsonl with {"sentence" containing "_", "option1", "option2", '
             '"answer": "1" or "2"} per line (winogrande_1.1)')

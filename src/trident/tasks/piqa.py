@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trident.evaluate.tasks.base import MultipleChoiceTask
-from trident.evaluate.tasks.files import TaskDataError, read_jsonl, read_labels
+from trident.tasks.base import MultipleChoiceTask
+from trident.tasks.files import TaskDataError, read_jsonl, read_labels
 
 EXPECTED = ('piqa/{train,valid}.jsonl with {"goal", "sol1", "sol2"} per line and '
             "piqa/{train,valid}-labels.lst with one label (0 or 1) per line")

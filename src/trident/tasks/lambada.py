@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trident.evaluate.lm import Loglikelihood
-from trident.evaluate.metrics import bootstrap_stderr, mean, mean_stderr, perplexity
-from trident.evaluate.tasks.base import Task
-from trident.evaluate.tasks.files import TaskDataError, field, read_jsonl
+from trident.tasks.base import Task
+from trident.tasks.files import TaskDataError, field, read_jsonl
+from trident.tasks.metrics import bootstrap_stderr, mean, mean_stderr, perplexity
+from trident.tasks.types import Loglikelihood
 
 EXPECTED = 'lambada/lambada_test.jsonl: one JSON object {"text": "..."} per line (OpenAI LAMBADA)'
 

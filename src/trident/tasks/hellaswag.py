@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from trident.evaluate.tasks.base import MultipleChoiceTask, label_index
-from trident.evaluate.tasks.files import TaskDataError, read_jsonl
+from trident.tasks.base import MultipleChoiceTask, label_index
+from trident.tasks.files import TaskDataError, read_jsonl
 
 EXPECTED = ('hellaswag/hellaswag_{train,val}.jsonl with {"activity_label", "ctx_a", "ctx_b", '
             '"endings": [4 strings], "label": 0-3} per line')

@@ -1,16 +1,20 @@
-"""Task registry: name -> task object. `get_task("piqa")`, `TASK_NAMES` for help texts."""
+"""Evaluation tasks (readers of the published benchmark files, prompts, metrics), shared by the
+evaluation harness and by curation's decontamination.
+
+Task registry: name -> task object. `get_task("piqa")`, `TASK_NAMES` for help texts.
+"""
 from __future__ import annotations
 
-from trident.evaluate.tasks.anli import ANLI
-from trident.evaluate.tasks.base import MultipleChoiceTask, Task
-from trident.evaluate.tasks.files import TaskDataError
-from trident.evaluate.tasks.hans import HANS
-from trident.evaluate.tasks.hellaswag import HellaSwag
-from trident.evaluate.tasks.lambada import Lambada, LambadaCloze
-from trident.evaluate.tasks.piqa import PIQA
-from trident.evaluate.tasks.race import RACE
-from trident.evaluate.tasks.superglue import RTE, BoolQ, WiC
-from trident.evaluate.tasks.winogrande import WinoGrande
+from trident.tasks.anli import ANLI
+from trident.tasks.base import MultipleChoiceTask, Task
+from trident.tasks.files import TaskDataError
+from trident.tasks.hans import HANS
+from trident.tasks.hellaswag import HellaSwag
+from trident.tasks.lambada import Lambada, LambadaCloze
+from trident.tasks.piqa import PIQA
+from trident.tasks.race import RACE
+from trident.tasks.superglue import RTE, BoolQ, WiC
+from trident.tasks.winogrande import WinoGrande
 
 _FACTORIES = {
     "lambada": Lambada,

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trident.evaluate.tasks.base import MultipleChoiceTask, label_index
-from trident.evaluate.tasks.files import read_jsonl
+from trident.tasks.base import MultipleChoiceTask, label_index
+from trident.tasks.files import read_jsonl
 
 LABELS = {"e": 0, "n": 1, "c": 2}
 

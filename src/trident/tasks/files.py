@@ -8,6 +8,9 @@ from __future__ import annotations
 import csv
 import json
 from pathlib import Path
+from typing import Any, Iterator
+
+from trident.text.jsonl import UnreadableFile, iter_jsonl
 
 
 class TaskDataError(ValueError):
@@ -21,24 +24,32 @@ def require(path: Path, task: str, expected: str) -> Path:
     return path
 
 
+def _records(path: Path, task: str, expected: str) -> Iterator[tuple[str, Any]]:
+    """(FILE:LINE, JSON value) of each non-blank line; any bad line raises TaskDataError naming it."""
+    problems = {"malformed_json": "not valid JSON", "invalid_utf8": "not UTF-8"}
+    try:
+        for result in iter_jsonl(path, key=None):
+            if result.reason == "blank":
+                continue
+            if result.reason is not None:
+                raise TaskDataError(f"{task}: {result.where}: {problems.get(result.reason, result.reason)} "
+                                    f"({result.detail}); expected {expected}")
+            yield result.where, result.value
+    except UnreadableFile as exc:
+        raise TaskDataError(f"{task}: {exc}; expected {expected}") from exc
+
+
 def read_jsonl(path: Path, task: str, expected: str, required: tuple[str, ...] = ()) -> list[dict]:
     """Objects of a JSON-lines file; each must be an object holding the `required` keys."""
     require(path, task, expected)
     records = []
-    with path.open(encoding="utf-8") as handle:
-        for line_no, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise TaskDataError(f"{task}: {path}:{line_no}: not valid JSON ({exc.msg}); expected {expected}") from exc
-            if not isinstance(record, dict):
-                raise TaskDataError(f"{task}: {path}:{line_no}: expected a JSON object; expected {expected}")
-            missing = [key for key in required if key not in record]
-            if missing:
-                raise TaskDataError(f"{task}: {path}:{line_no}: missing key(s) {missing}; expected {expected}")
-            records.append(record)
+    for where, record in _records(path, task, expected):
+        if not isinstance(record, dict):
+            raise TaskDataError(f"{task}: {where}: expected a JSON object; expected {expected}")
+        missing = [key for key in required if key not in record]
+        if missing:
+            raise TaskDataError(f"{task}: {where}: missing key(s) {missing}; expected {expected}")
+        records.append(record)
     if not records:
         raise TaskDataError(f"{task}: {path} holds no records; expected {expected}")
     return records
