@@ -146,14 +146,14 @@ def run_demo(out: Path, steps: int | None = None, max_docs: int | None = None, o
     config = load_config("demo", [paths, f"data.tokenizer={out / 'tokenizer.json'}",
                                   *([f"train.steps={steps}"] if steps else []), *overrides])
     trainer = Trainer(config, out / "train")
-    untrained = evaluate_model(trainer.chunks[0], tokenizer, config, eval_dir, out / "eval-untrained")
+    untrained = evaluate_model(trainer.model.chunks[0], tokenizer, config, eval_dir, out / "eval-untrained")
     start = time.perf_counter()
     trainer.train()
     train_seconds = time.perf_counter() - start
     metrics = read_metrics(out / "train" / "metrics.jsonl")
     _stage("6. generate")
     prompt = "def read_file(path):\n    \"\"\"Return the"
-    model = trainer.chunks[0].eval()
+    model = trainer.model.chunks[0].eval()
     sample = generate(model, tokenizer, prompt, max_new_tokens=60, temperature=0.8, top_k=40, seed=0)
     print(prompt + sample)
     _stage("7. evaluate (held-out documents, LAMBADA and HellaSwag formats)")

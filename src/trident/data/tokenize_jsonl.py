@@ -103,6 +103,32 @@ def _check_inputs(inputs) -> list[Path]:
     return paths
 
 
+class _BadLines:
+    """Where skipped lines go: OUTPUT_PREFIX.bad_lines.jsonl (opened at the first one, so a clean run
+    leaves no empty log behind) and the first few as warnings; strict mode raises instead."""
+
+    def __init__(self, prefix: Path, strict: bool):
+        self.path, self.strict = Path(f"{prefix}.bad_lines.jsonl"), strict
+        self.path.unlink(missing_ok=True)  # a stale log from an earlier run would mislead
+        self.handle = None
+        self.examples: list[str] = []
+
+    def add(self, result) -> None:
+        if self.strict:
+            raise TokenizeError(f"{result.describe()} (strict mode; drop --strict to skip and count bad lines)")
+        if self.handle is None:
+            self.handle = open(self.path, "w", encoding="utf-8")
+        self.handle.write(json.dumps({"file": result.path, "line": result.line, "reason": result.reason,
+                                      "detail": result.detail}) + "\n")
+        if len(self.examples) < MAX_EXAMPLES:
+            self.examples.append(result.describe())
+            log.warning("skipping %s", result.describe())
+
+    def close(self) -> None:
+        if self.handle is not None:
+            self.handle.close()
+
+
 def tokenize_files(inputs, output_prefix, tokenizer_path, json_key: str = "text", workers: int = 1,
                    strict: bool = False, progress: bool = True) -> dict:
     """Encode the `json_key` field of every JSONL line into OUTPUT_PREFIX.bin/.idx.
@@ -117,43 +143,26 @@ def tokenize_files(inputs, output_prefix, tokenizer_path, json_key: str = "text"
 
     paths = _check_inputs(inputs)
     tokenizer = Tokenizer.load(tokenizer_path)
-    tokenizer_path = tokenizer.source
     eod = np.array([tokenizer.eod_id], dtype=np.int32)
-    dtype = best_dtype(tokenizer.vocab_size)
     prefix = Path(output_prefix)
-    builder = IndexedDatasetBuilder(prefix, dtype)
+    builder = IndexedDatasetBuilder(prefix, best_dtype(tokenizer.vocab_size))
     dropped: Counter = Counter({reason: 0 for reason in (*REASONS, "empty_text")})
-    examples: list[str] = []
-    bad_log_path = Path(f"{prefix}.bad_lines.jsonl")
-    bad_log_path.unlink(missing_ok=True)  # a stale log from an earlier run would mislead
-    bad_log = None  # opened at the first bad line: a clean run leaves no empty log behind
+    bad = _BadLines(prefix, strict)
     lines = 0
     start = time.perf_counter()
     bar = tqdm(desc=f"tokenize -> {prefix.name}", unit=" docs", disable=not progress, mininterval=0.5)
     try:
-        for results in _encoded(paths, str(tokenizer_path), json_key, max(1, int(workers))):
+        for results in _encoded(paths, str(tokenizer.source), json_key, max(1, int(workers))):
             for result in results:
                 lines += 1
-                if isinstance(result, tuple):
-                    line, ids = result
-                    if ids.size == 0:
-                        dropped["empty_text"] += 1
-                        continue
-                    builder.add_document(np.concatenate([ids, eod]))
-                    continue
-                dropped[result.reason] += 1
-                if result.reason == "blank":
-                    continue
-                if strict:
-                    raise TokenizeError(f"{result.describe()} (strict mode; drop --strict to skip "
-                                        f"and count bad lines)")
-                if bad_log is None:
-                    bad_log = open(bad_log_path, "w", encoding="utf-8")
-                bad_log.write(json.dumps({"file": result.path, "line": result.line, "reason": result.reason,
-                                          "detail": result.detail}) + "\n")
-                if len(examples) < MAX_EXAMPLES:
-                    examples.append(result.describe())
-                    log.warning("skipping %s", result.describe())
+                if not isinstance(result, tuple):
+                    dropped[result.reason] += 1
+                    if result.reason != "blank":
+                        bad.add(result)
+                elif result[1].size == 0:
+                    dropped["empty_text"] += 1
+                else:
+                    builder.add_document(np.concatenate([result[1], eod]))
             bar.update(len(results))
         builder.finalize()
     except BaseException:
@@ -161,26 +170,30 @@ def tokenize_files(inputs, output_prefix, tokenizer_path, json_key: str = "text"
         raise
     finally:
         bar.close()
-        if bad_log is not None:
-            bad_log.close()
-    seconds = time.perf_counter() - start
-    stats = {
+        bad.close()
+    stats = _stats(paths, prefix, tokenizer, json_key, builder, lines, dropped, bad, workers,
+                   time.perf_counter() - start)
+    Path(f"{prefix}.stats.json").write_text(json.dumps(stats, indent=2) + "\n")
+    return stats
+
+
+def _stats(paths, prefix: Path, tokenizer, json_key: str, builder, lines: int, dropped: Counter, bad: _BadLines,
+           workers: int, seconds: float) -> dict:
+    return {
         "inputs": [str(p) for p in paths],
         "output_prefix": str(prefix),
-        "tokenizer": str(tokenizer_path),
+        "tokenizer": str(tokenizer.source),
         "json_key": json_key,
         "vocab_size": tokenizer.vocab_size,
-        "dtype": np.dtype(dtype).name,
+        "dtype": np.dtype(builder.dtype).name,
         "lines": lines,
         "documents": builder.num_documents,
         "tokens": builder.num_tokens,
         "dropped": dict(dropped),
         "bad_lines_total": sum(dropped[r] for r in ("invalid_utf8", "malformed_json", "missing_field")),
-        "bad_lines": examples,
-        "bad_lines_file": str(bad_log_path) if bad_log is not None else None,
+        "bad_lines": bad.examples,
+        "bad_lines_file": str(bad.path) if bad.handle is not None else None,
         "workers": max(1, int(workers)),
         "seconds": round(seconds, 3),
         "tokens_per_s": round(builder.num_tokens / seconds, 1) if seconds > 0 else None,
     }
-    Path(f"{prefix}.stats.json").write_text(json.dumps(stats, indent=2) + "\n")
-    return stats

@@ -95,14 +95,7 @@ def run_evaluation(lm: LM, tasks: list[str], shots: list[int], data_dir: str | P
         "prompt_convention": PROMPT_CONVENTION,
         "results": {},
     }
-    loaded = {}
-    for name in expand(tasks):  # load everything first: a data error stops the run before any scoring
-        task = get_task(name)
-        all_docs = task.load(data_path, task.eval_split)
-        needs_pool = max(shots, default=0) > 0
-        # the pool is the whole split even under --limit (scored docs are its first N, same indices)
-        pool = fewshot.load_pool(task, data_path, all_docs) if needs_pool else fewshot.FewShotPool("", [], False)
-        loaded[name] = (task, all_docs[:limit], pool)
+    loaded = _load_tasks(tasks, shots, data_path, limit)
     dirty, contamination_stats = {}, None
     if contamination_corpus:
         from trident.evaluate.contamination import example_text, find_dirty
@@ -131,6 +124,20 @@ def run_evaluation(lm: LM, tasks: list[str], shots: list[int], data_dir: str | P
     if out is not None:
         write_results(results, out)
     return results
+
+
+def _load_tasks(tasks: list[str], shots: list[int], data_path: Path | None, limit: int | None) -> dict:
+    """name -> (task, scored docs, few-shot pool), all loaded before any scoring, so a data error
+    stops the run before the model has done any work."""
+    loaded = {}
+    for name in expand(tasks):
+        task = get_task(name)
+        all_docs = task.load(data_path, task.eval_split)
+        needs_pool = max(shots, default=0) > 0
+        # the pool is the whole split even under --limit (scored docs are its first N, same indices)
+        pool = fewshot.load_pool(task, data_path, all_docs) if needs_pool else fewshot.FewShotPool("", [], False)
+        loaded[name] = (task, all_docs[:limit], pool)
+    return loaded
 
 
 def _write_samples(path: Path, samples: list[dict]) -> None:

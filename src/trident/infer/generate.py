@@ -88,15 +88,7 @@ def _forward_last(model, ids: list[int], cache: list[dict], offset: int, device)
     return model(tokens, cache=cache, position_offset=offset)[0, -1].float()
 
 
-@torch.inference_mode()
-def generate_tokens(model, prompt_ids: list[int], max_new_tokens: int, vocab_size: int, eod_id: int | None = None,
-                    *, greedy: bool = False, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
-                    seed: int | None = None, stop_at_eod: bool = True, context: str = "slide",
-                    decode=None) -> Generation:
-    """Continue `prompt_ids` by up to `max_new_tokens` tokens drawn from ids < vocab_size.
-
-    An empty prompt starts from `eod_id` (a document boundary), as GPT-2 does."""
-    check_sampling(temperature, top_k, top_p)
+def _check_request(model, max_new_tokens: int, context: str) -> None:
     if context not in CONTEXT_MODES:
         raise ValueError(f"context must be one of {CONTEXT_MODES}, got {context!r}")
     if max_new_tokens < 0:
@@ -104,13 +96,11 @@ def generate_tokens(model, prompt_ids: list[int], max_new_tokens: int, vocab_siz
     if not (getattr(model, "pre_process", True) and getattr(model, "post_process", True)):
         raise ValueError("generation needs the whole model (embedding to head), not one pipeline stage; "
                          "load it with trident.checkpoint.reader.load_for_inference")
-    seq = model.cfg.seq_length
-    device = next(model.parameters()).device
-    greedy = greedy or temperature == 0
-    if not greedy and seed is None:
-        seed = random.SystemRandom().randrange(2**63)
-    generator = None if greedy else torch.Generator().manual_seed(seed)
-    notes: list[str] = []
+
+
+def _first_window(prompt_ids: list[int], eod_id: int | None, seq: int, context: str, notes: list[str]) -> list[int]:
+    """The tokens the first forward pass sees: the prompt (or <|endoftext|> for an empty one), cut
+    to its last `seq` tokens when it is longer and context is 'slide' (saying so in `notes`)."""
     window = list(prompt_ids)
     if not window:
         if eod_id is None:
@@ -122,7 +112,27 @@ def generate_tokens(model, prompt_ids: list[int], max_new_tokens: int, vocab_siz
                              f"or use context='slide' to keep only its last {seq} tokens")
         notes.append(f"prompt of {len(window)} tokens truncated to its last {seq} (model.seq_length)")
         window = window[-seq:]
+    return window
 
+
+@torch.inference_mode()
+def generate_tokens(model, prompt_ids: list[int], max_new_tokens: int, vocab_size: int, eod_id: int | None = None,
+                    *, greedy: bool = False, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
+                    seed: int | None = None, stop_at_eod: bool = True, context: str = "slide",
+                    decode=None) -> Generation:
+    """Continue `prompt_ids` by up to `max_new_tokens` tokens drawn from ids < vocab_size.
+
+    An empty prompt starts from `eod_id` (a document boundary), as GPT-2 does."""
+    check_sampling(temperature, top_k, top_p)
+    _check_request(model, max_new_tokens, context)
+    seq = model.cfg.seq_length
+    device = next(model.parameters()).device
+    greedy = greedy or temperature == 0
+    if not greedy and seed is None:
+        seed = random.SystemRandom().randrange(2**63)
+    generator = None if greedy else torch.Generator().manual_seed(seed)
+    notes: list[str] = []
+    window = _first_window(prompt_ids, eod_id, seq, context, notes)
     was_training = model.training
     model.eval()
     start = time.perf_counter()

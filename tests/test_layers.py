@@ -1,0 +1,63 @@
+"""The architecture as a test: every import inside src/trident points down the layer order that the
+README's Architecture section lists, and no file or function outgrows a sitting's reading."""
+import ast
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "trident"
+
+# top to bottom; a package may import only packages on a lower line
+ORDER = [
+    ["__main__"], ["cli"], ["commands"], ["demo"], ["rehearse"], ["train"], ["evaluate"], ["infer", "plan"],
+    ["checkpoint", "parallelize"], ["model", "curate"], ["parallel"], ["tasks", "data"], ["text"],
+    ["config", "flops", "hardware", "__init__"],
+]
+LEVEL = {name: len(ORDER) - i for i, names in enumerate(ORDER) for name in names}
+
+
+def package_of(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[0] != "trident":
+        return None
+    if parts[1:3] == ["parallel", "parallelize"]:
+        return "parallelize"  # the builder sits above the model; the rest of parallel/ below it
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def imported_modules(path: Path, module: str):
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            yield from ((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(module.split(".")[: -node.level] + ([base] if base else []))
+            yield node.lineno, base
+            if base == "trident":
+                yield from ((node.lineno, f"trident.{alias.name}") for alias in node.names)
+
+
+def test_every_import_points_down():
+    wrong = []
+    for path in sorted(SRC.rglob("*.py")):
+        module = ".".join(path.relative_to(SRC.parent).with_suffix("").parts)
+        here = package_of(module)
+        for line, target in imported_modules(path, module):
+            there = package_of(target)
+            if there is None or there == here:
+                continue
+            assert here in LEVEL and there in LEVEL, f"{path}:{line}: package {here} or {there} has no layer"
+            if LEVEL[there] >= LEVEL[here]:
+                wrong.append(f"{path.relative_to(SRC.parent)}:{line}: {here} imports {there}")
+    assert not wrong, "imports pointing up or sideways:\n" + "\n".join(wrong)
+
+
+def test_files_and_functions_stay_small():
+    big = []
+    for path in sorted(SRC.rglob("*.py")):
+        text = path.read_text()
+        if text.count("\n") > 400:
+            big.append(f"{path}: {text.count(chr(10))} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 60:
+                big.append(f"{path}:{node.lineno}: {node.name} has {node.end_lineno - node.lineno + 1} lines")
+    assert not big, "\n".join(big)
