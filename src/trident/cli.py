@@ -17,6 +17,7 @@ COMMANDS = {
     "curate": ("curate", "curation pipeline: WARC/HTML/JSONL -> clean deduplicated shards"),
     "eval": ("evaluate", "zero/one/few-shot evaluation of a checkpoint"),
     "plan": ("plan", "predict memory and step time of parallel layouts"),
+    "rehearse": ("rehearse", "run chosen ranks of a real layout on one CPU (fake process group and tensors)"),
     "pipeline-diagram": ("pipeline_diagram", "draw a pipeline schedule as a PNG timeline"),
     "export-hf": ("export_hf", "export a checkpoint as a Hugging Face GPT-2 model"),
     "import-hf": ("import_hf", "import a Hugging Face GPT-2 model as a trident checkpoint"),

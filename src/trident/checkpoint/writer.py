@@ -63,6 +63,15 @@ def snapshot(named_params: list, optimizer_pieces: list[dict], mesh) -> tuple[di
     return model, optim, entries
 
 
+def save_plan(named_params: list, optimizer_pieces: list[dict], mesh) -> dict[str, int]:
+    """Tensor bytes per file this rank writes at a save: what `snapshot` copies (under
+    FakeTensorMode, e.g. in `trident rehearse`, the copies cost nothing)."""
+    model, optim, _ = snapshot(named_params, optimizer_pieces, mesh)
+    files = {fmt.model_file(mesh): model, fmt.optim_file(mesh): optim}
+    return {name: sum(t.numel() * t.element_size() for t in tensors.values())
+            for name, tensors in files.items() if tensors}
+
+
 class CheckpointWriter:
     """Writes checkpoints, synchronously or in a background thread (`async_save`).
 

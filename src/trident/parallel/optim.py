@@ -32,14 +32,14 @@ def build_optimizer(named_params: list, config: Config, mesh, zero: bool,
     return buffers, optimizer
 
 
-def global_grad_norm(optimizer: DistributedAdam, mesh, zero: bool) -> float:
-    """L2 norm of the whole model's gradient, identical on every rank. With ZeRO-1 each DP rank
-    holds a disjoint part, so the sum runs over the world; otherwise over one model replica."""
+def global_grad_norm_squared(optimizer: DistributedAdam, mesh, zero: bool) -> torch.Tensor:
+    """Squared L2 norm of the whole model's gradient (0-d), identical on every rank. With ZeRO-1 each
+    DP rank holds a disjoint part, so the sum runs over the world; otherwise over one model replica."""
     total = optimizer.grad_norm_squared()
     group = None if zero else mesh.group("mp")
     if (zero and mesh.world_size > 1) or group is not None:
         dist.all_reduce(total, group=group)
-    return math.sqrt(total.item())
+    return total
 
 
 def clip_coefficient(norm: float, max_norm: float) -> float:

@@ -25,7 +25,7 @@ from trident.config import Config, ConfigError
 from trident.model.gpt import GPT, TIED_EMBEDDING, build_model
 from trident.parallel import tensor as T
 from trident.parallel.data import all_reduce_coalesced
-from trident.parallel.optim import build_optimizer, clip_coefficient, global_grad_norm, scale_
+from trident.parallel.optim import build_optimizer, clip_coefficient, global_grad_norm_squared, scale_
 from trident.parallel.pipeline.schedules import partition_layers
 from trident.parallel.pipeline.executor import PipelineExecutor
 from trident.parallel.pipeline.timeline import TimelineRecorder
@@ -54,7 +54,8 @@ def build_model_chunks(config: Config, mesh, device: torch.device, dtype: torch.
         chunk = build_model(cfg.model, cfg.model.padded_vocab_size(mesh.tp), cfg.train.seed, tp=tp, layers=layers,
                             pre_process=mesh.is_first_stage and c == 0, post_process=mesh.is_last_stage and c == v - 1,
                             activation_checkpointing=cfg.train.activation_checkpointing)
-        chunk = chunk.to(device, dtype)
+        if dtype != torch.float32 or device.type != "cpu":
+            chunk = chunk.to(device, dtype)
         if cfg.train.compile:  # per block: each compiles once and is reused by every layer of its shape
             for block in chunk.blocks.values():
                 block.compile()
@@ -180,6 +181,27 @@ class ParallelModel:
             sp = [p.main_grad for _, p in self.named_params if getattr(p, "sequence_parallel", False)]
             all_reduce_coalesced(sp, mesh.group("tp"))
 
+    def train_step(self, micro_batches: list, loss_divisor: int, lr: float,
+                   on_phase=None) -> tuple[torch.Tensor, float, bool]:
+        """One optimizer step over the micro-batches: (global mean loss, grad norm, skipped).
+        `on_phase(name)` is called as each phase ends: forward_backward, finalize, step."""
+        on_phase = on_phase or (lambda name: None)
+        self.train()
+        self.zero_grad()
+        loss = self.forward_backward(micro_batches, loss_divisor)
+        on_phase("forward_backward")
+        self.finalize_gradients()
+        loss = self.reduce_loss(loss)
+        on_phase("finalize")
+        grad_norm, skipped = self.step(lr, self.to_float(loss))
+        on_phase("step")
+        return loss, grad_norm, skipped
+
+    @staticmethod
+    def to_float(scalar: torch.Tensor) -> float:
+        """A 0-d tensor's value (rehearsal replaces it: fake tensors hold no values)."""
+        return scalar.item()
+
     def step(self, lr: float, loss: float = 0.0) -> tuple[float, bool]:
         """Unscale, clip to train.clip_grad and update; returns (global grad norm, skipped).
         The norm is inf/nan whenever any gradient is, and every rank computes the same value: one
@@ -187,7 +209,7 @@ class ParallelModel:
         non-finite `loss` skips the step too)."""
         grads = self.optimizer.grads()
         scale_(grads, 1.0 / self.scaler.scale)
-        grad_norm = global_grad_norm(self.optimizer, self.mesh, self.zero)
+        grad_norm = math.sqrt(self.to_float(global_grad_norm_squared(self.optimizer, self.mesh, self.zero)))
         overflow = not (math.isfinite(grad_norm) and math.isfinite(loss))
         if not overflow:
             scale_(grads, clip_coefficient(grad_norm, self.config.train.clip_grad))

@@ -212,8 +212,12 @@ def stage_memory(config: Config, layout: Layout, stage: int, flash_attention: bo
         buffers += 4 * e * sbh / sp  # send + receive buffers, activations forward and gradients backward
     if p.dp > 1 and p.grad_dtype == "param":
         # Separate reduce buckets, two in flight (DeepSpeed style). An fp32 main-grad buffer (Megatron,
-        # trident) is reduced in place: its buckets are views, no extra memory.
+        # trident) is all-reduced in place: its buckets are views, no extra memory.
         buffers += 2 * min(config.parallel.bucket_size_mb * 2**20, gradients)
+    elif p.dp > 1 and p.zero_stage >= 1:
+        # trident's ZeRO-1 reduce-scatter writes each bucket's 1/dp to a separate output (gloo must not
+        # alias input and output), and every bucket is in flight at once: 1/dp of the gradients.
+        buffers += gradients / p.dp
     return MemoryBreakdown(weights=weights, gradients=gradients, optimizer=optimizer, activations=stored,
                            logits=logits, buffers=buffers, stage=stage, in_flight=flight, params=params,
                            optimizer_unsharded=optimizer_full)

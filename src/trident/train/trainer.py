@@ -93,16 +93,11 @@ class Trainer:
         cfg, mesh, model = self.config, self.mesh, self.model
         batch_size = self.schedule.batch_size(self.consumed_tokens)
         lr = self.schedule.lr(self.consumed_tokens)
-        model.train()
-        model.zero_grad()
         start = time.perf_counter()
         micro = batch_size // (cfg.train.micro_batch_size * mesh.dp)
         batches = list(self.micro_batches(batch_size, self.train_data, self.consumed_samples))
         recording = self._start_timeline()
-        loss = model.forward_backward(batches, loss_divisor=micro * mesh.dp)
-        model.finalize_gradients()
-        loss = model.reduce_loss(loss)
-        grad_norm, overflow = model.step(lr, loss.item())
+        loss, grad_norm, overflow = model.train_step(batches, micro * mesh.dp, lr)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         elapsed = time.perf_counter() - start

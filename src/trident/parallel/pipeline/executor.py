@@ -4,8 +4,9 @@ Needs pp >= 2 (every chunk's neighbours live on other ranks). Each maximal run o
 instructions is posted as one `batch_isend_irecv` and waited for, the contract the schedules are
 built and checked against. Activation shapes are known to every stage (fixed by the config,
 [s or s/tp, micro_batch, hidden], or given per micro-batch for evaluation), so no shape handshake
-is needed. A micro-batch's activations are dropped as soon as its backward has run, or, without
-backward, as soon as they are sent.
+is needed. An output sent to the next stage keeps only its autograd graph (its data is freed once
+sent, as Megatron's output deallocation); a micro-batch's activations are dropped as soon as its
+backward has run, or, without backward, as soon as they are sent.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from contextlib import nullcontext
 
 import torch
 import torch.distributed as dist
+from torch.autograd import Variable
 
 from trident.parallel.pipeline.schedules import (COMMUNICATION, Forward, RecvActivation, SendActivation, SendGrad,
                                                  build_schedule, forward_only)
@@ -106,10 +108,19 @@ class PipelineExecutor:
         x = self.inputs.pop(("saved", mb, chunk))
         if self.is_last(chunk):
             torch.autograd.backward(out * self.scale)
-        else:
-            torch.autograd.backward(out, grad_tensors=self.input_grads.pop(("out", mb, chunk)))
+        else:  # the engine directly: `out` was emptied after sending, only its graph is left
+            Variable._execution_engine.run_backward((out,), (self.input_grads.pop(("out", mb, chunk)),),
+                                                    False, False, (), True, True)
         if not self.is_first(chunk):
             self.input_grads[("in", mb, chunk)] = x.grad
+
+    def _release_sent(self, ops: list) -> None:
+        """Free the data of outputs just sent (Megatron's output deallocation): the next stage holds
+        them now, and backward needs only their autograd graph, not their values."""
+        for op in ops:
+            if isinstance(op, SendActivation):
+                out = self.outputs[(op.microbatch, op.chunk)]
+                out.data = torch.empty((1,), dtype=out.dtype, device=out.device)
 
     # ---- communication --------------------------------------------------------------------------
     def exchange(self, ops: list) -> None:
@@ -129,6 +140,8 @@ class PipelineExecutor:
                 received.append((op, buffer))
         for request in dist.batch_isend_irecv(p2p):
             request.wait()
+        if torch.is_grad_enabled():
+            self._release_sent(ops)
         for op, buffer in received:
             if isinstance(op, RecvActivation):
                 self.inputs[(op.microbatch, op.chunk)] = buffer.requires_grad_(torch.is_grad_enabled())

@@ -1,0 +1,59 @@
+"""Rehearse chosen ranks of a layout, each in a fresh process, beside `trident plan`'s prediction.
+
+A fresh process per rank: the fake process group is per process, and each rank's resident memory
+(the figure that says whether a laptop can rehearse it) is then its own.
+"""
+from __future__ import annotations
+
+import multiprocessing
+
+from trident.config import Config
+from trident.plan.memory import Layout, stage_memory
+from trident.rehearse.rank import CATEGORIES, default_ranks, rehearse_rank
+
+
+def planned(config: Config, world_size: int, stage: int) -> dict[str, float]:
+    """`trident plan`'s memory of one rank of `stage`, in the rehearsal's categories: trident keeps
+    fp32 gradient buffers and runs attention through SDPA (no s x s scores are kept)."""
+    layout = Layout.from_config(config, world_size, grad_dtype="fp32")
+    plan = stage_memory(config, layout, stage, flash_attention=True)
+    return {"weights": plan.weights, "gradients": plan.gradients, "optimizer": plan.optimizer,
+            "activations": plan.activations + plan.logits, "buffers": plan.buffers, "total": plan.total}
+
+
+def _child(config: Config, world_size: int, rank: int, steps: int) -> dict:
+    import torch
+
+    torch.set_num_threads(1)  # fake tensors do no arithmetic: one thread is plenty
+    return rehearse_rank(config, world_size, rank, steps)
+
+
+def rehearse(config: Config, world_size: int, ranks: list[int] | None = None, steps: int = 1,
+             on_rank=None) -> dict:
+    """{"layout": ..., "ranks": [{rank, stage, seconds, measured, plan, ...}, ...]}; `on_rank(result)`
+    is called as each rank finishes."""
+    p = config.parallel
+    ranks = ranks if ranks is not None else default_ranks(config)
+    bad = [r for r in ranks if not 0 <= r < world_size]
+    if bad:
+        raise ValueError(f"--ranks {bad}: outside the world of {world_size} ranks")
+    results = []
+    context = multiprocessing.get_context("spawn")
+    for rank in ranks:
+        with context.Pool(1) as pool:
+            result = pool.apply(_child, (config, world_size, rank, steps))
+        result["plan"] = planned(config, world_size, result["stage"])
+        results.append(result)
+        if on_rank is not None:
+            on_rank(result)
+    layout = {"world_size": world_size, "tp": p.tp, "pp": p.pp, "dp": world_size // (p.tp * p.pp),
+              "virtual_stages": p.virtual_stages, "schedule": p.schedule, "zero_stage": p.zero_stage,
+              "micro_batch_size": config.train.micro_batch_size, "global_batch_size": config.train.global_batch_size,
+              "activation_checkpointing": config.train.activation_checkpointing, "precision": config.train.precision}
+    return {"layout": layout, "ranks": results}
+
+
+def comparison_rows(result: dict) -> list[tuple[str, float, float]]:
+    """(category, measured bytes, planned bytes) for one rank; the last row is peak vs total."""
+    measured, plan = result["measured"], result["plan"]
+    return [(c, measured[c], plan[c]) for c in CATEGORIES] + [("peak", measured["peak"], plan["total"])]

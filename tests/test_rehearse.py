@@ -1,0 +1,74 @@
+"""Rehearsal: a rank of a real layout through the real training code with a fake process group and
+fake tensors measures what a real run of that rank allocates, and the command reports it beside the
+planner's prediction."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from distributed import run_distributed
+from trident.config import load_config
+from trident.parallel.mesh import build_mesh
+
+LAYOUT = ["model.vocab_size=512", "parallel.pp=2", "parallel.dp=2", "parallel.zero_stage=1",
+          "train.global_batch_size=8", "train.micro_batch_size=2", "train.rampup_batch_size=null"]
+REHEARSE_ONE = ("import json, sys; from trident.config import load_config; from trident.rehearse.rank import "
+                "rehearse_rank; c = load_config('tiny', sys.argv[3:]); c.validate(int(sys.argv[2])); "
+                "print(json.dumps(rehearse_rank(c, int(sys.argv[2]), int(sys.argv[1]))))")
+
+
+def _real_rank(rank, world, overrides):
+    from trident.rehearse.rank import measure
+
+    config = load_config("tiny", overrides)
+    config.validate(world)
+    return measure(config, build_mesh(config.parallel.tp, config.parallel.pp, config.parallel.dp))
+
+
+def _rehearsed(rank: int, world: int, overrides: list[str]) -> dict:
+    """One rank rehearsed in a fresh process (the fake process group is one per process)."""
+    done = subprocess.run([sys.executable, "-c", REHEARSE_ONE, str(rank), str(world), *overrides],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("extra", [[], ["parallel.tp=2", "parallel.pp=1", "train.activation_checkpointing=full"]])
+def test_rehearsal_measures_what_a_real_run_allocates(extra):
+    overrides = LAYOUT + extra
+    world = 4
+    real = run_distributed(_real_rank, world, overrides, timeout=150)
+    for rank in (0, world - 1):
+        fake = _rehearsed(rank, world, overrides)
+        assert fake["parameters"] == real[rank]["parameters"]
+        for category, value in real[rank]["measured"].items():
+            assert value > 0, (rank, category)
+            assert fake["measured"][category] == pytest.approx(value, rel=0.05), (rank, category)
+        assert fake["checkpoint_files"] == real[rank]["checkpoint_files"]
+
+
+@pytest.mark.timeout(120)
+def test_command_prints_measured_and_planned_memory_per_rank():
+    command = [sys.executable, "-m", "trident", "rehearse", "tiny", *LAYOUT, "--gpus", "4", "--ranks", "0,3",
+               "--json"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=110)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout)
+    assert result["layout"]["pp"] == 2 and result["layout"]["dp"] == 2
+    assert [r["rank"] for r in result["ranks"]] == [0, 3] and [r["stage"] for r in result["ranks"]] == [0, 1]
+    for rank in result["ranks"]:
+        assert set(rank["measured"]) == {"weights", "gradients", "optimizer", "activations", "buffers", "peak"}
+        assert set(rank["plan"]) == {"weights", "gradients", "optimizer", "activations", "buffers", "total"}
+        assert rank["measured"]["weights"] == rank["plan"]["weights"]  # fp32: 4 bytes a parameter, both ways
+        assert rank["seconds"] > 0 and rank["checkpoint_files"]
+
+
+@pytest.mark.parametrize("args,message", [(["--ranks", "9"], "outside the world of 4"),
+                                          (["model.vocab_size=0"], "model.vocab_size"),
+                                          (["parallel.tp=3"], "parallel")])
+def test_bad_requests_fail_at_start_with_exit_2(args, message):
+    command = [sys.executable, "-m", "trident", "rehearse", "tiny", *LAYOUT, "--gpus", "4", *args]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and message in done.stderr, done.stderr[-2000:]
