@@ -30,6 +30,7 @@ from trident.parallel.pipeline.schedules import partition_layers
 from trident.parallel.pipeline.executor import PipelineExecutor
 from trident.parallel.pipeline.timeline import TimelineRecorder
 from trident.parallel.precision import Precision
+from trident.parallel.watch import watched
 
 
 def seed_streams(seed: int, mesh, device: torch.device) -> None:
@@ -160,7 +161,8 @@ class ParallelModel:
         """Global-batch mean loss, on every rank (sum of the DP partial means, from the last stage)."""
         for kind in ("pp", "dp"):
             if self.mesh.group(kind) is not None:
-                dist.all_reduce(loss, group=self.mesh.group(kind))
+                with watched(self.mesh.group(kind)):
+                    dist.all_reduce(loss, group=self.mesh.group(kind))
         return loss
 
     # ---- gradients and the update ----------------------------------------------------------------
@@ -198,11 +200,13 @@ class ParallelModel:
     # ---- timeline --------------------------------------------------------------------------------
     def start_timeline(self) -> None:
         """Time the next runs' compute on every stage from one shared origin (after a barrier)."""
-        dist.barrier(group=self.mesh.group("pp"))
+        with watched(self.mesh.group("pp")):
+            dist.barrier(group=self.mesh.group("pp"))
         self.executor.recorder.start()
 
     def finish_timeline(self) -> list:
         """Every stage's boxes since start_timeline (collective over the pipeline group)."""
         boxes = [None] * self.mesh.pp
-        dist.all_gather_object(boxes, self.executor.recorder.stop(), group=self.mesh.group("pp"))
+        with watched(self.mesh.group("pp")):
+            dist.all_gather_object(boxes, self.executor.recorder.stop(), group=self.mesh.group("pp"))
         return [box for stage in boxes for box in stage]

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from trident.parallel.sharding import mark
+from trident.parallel.watch import watched
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,8 @@ def _divide(total: int, parts: int, what: str) -> int:
 
 def _all_reduce(x: torch.Tensor, tp: TPContext) -> torch.Tensor:
     x = x.contiguous()
-    dist.all_reduce(x, group=tp.group)
+    with watched(tp.group):
+        dist.all_reduce(x, group=tp.group)
     return x
 
 
@@ -57,7 +59,8 @@ def _gather(x: torch.Tensor, tp: TPContext, dim: int) -> torch.Tensor:
     """All-gather along `dim` (concatenated in rank order)."""
     moved = x.movedim(dim, 0).contiguous()
     out = torch.empty((moved.shape[0] * tp.size,) + moved.shape[1:], dtype=x.dtype, device=x.device)
-    dist.all_gather_into_tensor(out, moved, group=tp.group)
+    with watched(tp.group):
+        dist.all_gather_into_tensor(out, moved, group=tp.group)
     return out.movedim(0, dim)
 
 
@@ -70,7 +73,8 @@ def _reduce_scatter(x: torch.Tensor, tp: TPContext, dim: int) -> torch.Tensor:
     moved = x.movedim(dim, 0).contiguous()
     size = _divide(moved.shape[0], tp.size, f"dimension {dim} of shape {tuple(x.shape)}")
     out = torch.empty((size,) + moved.shape[1:], dtype=x.dtype, device=x.device)
-    dist.reduce_scatter_tensor(out, moved, group=tp.group)
+    with watched(tp.group):
+        dist.reduce_scatter_tensor(out, moved, group=tp.group)
     return out.movedim(0, dim)
 
 
@@ -196,7 +200,8 @@ class VocabParallelEmbedding(nn.Module):
 
 def _tp_reduce(x: torch.Tensor, tp: TPContext, op=dist.ReduceOp.SUM) -> torch.Tensor:
     if tp.size > 1:
-        dist.all_reduce(x, op=op, group=tp.group)
+        with watched(tp.group):
+            dist.all_reduce(x, op=op, group=tp.group)
     return x
 
 
