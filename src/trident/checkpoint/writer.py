@@ -81,7 +81,7 @@ class CheckpointWriter:
 
     def __init__(self, root: Path, mesh, keep_last: int = 3, async_save: bool = False, timeout_s: float = 3600):
         self.root, self.mesh, self.keep_last, self.async_save = Path(root), mesh, keep_last, async_save
-        self.timeout_s = timeout_s
+        self.timeout_s = timeout_s  # how long rank 0 waits for the other ranks' files (parallel.timeout_s)
         self.thread: threading.Thread | None = None
         self.error: BaseException | None = None
 
@@ -135,7 +135,9 @@ class CheckpointWriter:
         deadline = time.time() + self.timeout_s
         while len(list(tmp.glob(fmt.done_marker("*")))) < self.mesh.world_size:
             if time.time() > deadline:
-                raise TimeoutError(f"checkpoint {tmp}: not every rank wrote its shards within {self.timeout_s}s")
+                missing = [r for r in range(self.mesh.world_size) if not (tmp / fmt.done_marker(r)).exists()]
+                raise TimeoutError(f"checkpoint {tmp}: ranks {missing} did not write their shards within "
+                                   f"{self.timeout_s}s (parallel.timeout_s): they probably died or hung")
             time.sleep(0.05)
         layout = {"dp": self.mesh.dp, "pp": self.mesh.pp, "tp": self.mesh.tp, "world_size": self.mesh.world_size}
         state = trainer_state | {"layout": layout, "format_version": fmt.FORMAT_VERSION}

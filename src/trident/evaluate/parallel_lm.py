@@ -249,7 +249,7 @@ def load_parallel(checkpoint: str | Path, overrides: list[str] = (), *, batch_si
                                 f"its config; pass --tokenizer PATH")
     tokenizer = Tokenizer.load(source)
     p = config.parallel
-    mesh = build_mesh(p.tp, p.pp, p.dp)
+    mesh = build_mesh(p.tp, p.pp, p.dp, p.timeout_s)
     target = rank_device(device)
     model = parallelize(config, mesh, target, Precision(dtype, target), optimizer=False)
     load_model_weights(reader, model.named_params)

@@ -4,12 +4,10 @@ Written once against trident.parallel.tensor layers; it knows nothing of ranks. 
 sequence-first [s, b, h]. A pipeline stage is the same class holding a slice of the layers
 (`layers`), the embedding when `pre_process`, and the final norm + tied head when `post_process`.
 Parameter names are global (blocks keyed by their global layer index) so checkpoints and the seeded
-initialisation are the same whatever the layout.
+initialisation (model/init.py) are the same whatever the layout. Parameters are created directly with
+the given dtype and device (torch.nn's `device=`, `dtype=`), so nothing is built twice.
 """
 from __future__ import annotations
-
-import math
-import zlib
 
 import torch
 import torch.nn.functional as F
@@ -17,20 +15,20 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from trident.config import ModelConfig
+from trident.model.init import init_parameters
 from trident.parallel import tensor as T
-from trident.parallel.sharding import full_shape, mark, shard_slice
+from trident.parallel.sharding import mark
 
-OUTPUT_PROJECTIONS = ("attention.proj.weight", "mlp.fc2.weight")
 TIED_EMBEDDING = "embedding.word.weight"  # the input embedding, reused as the output head
 
 
 class Attention(nn.Module):
-    def __init__(self, cfg: ModelConfig, tp: T.TPContext):
+    def __init__(self, cfg: ModelConfig, tp: T.TPContext, device=None, dtype=None):
         super().__init__()
         self.head_dim = cfg.hidden_size // cfg.num_heads
         # QKV rows are ordered (head, q|k|v, head_dim) so a contiguous row slice holds whole heads.
-        self.qkv = T.ColumnParallelLinear(cfg.hidden_size, 3 * cfg.hidden_size, tp=tp)
-        self.proj = T.RowParallelLinear(cfg.hidden_size, cfg.hidden_size, tp=tp)
+        self.qkv = T.ColumnParallelLinear(cfg.hidden_size, 3 * cfg.hidden_size, tp=tp, device=device, dtype=dtype)
+        self.proj = T.RowParallelLinear(cfg.hidden_size, cfg.hidden_size, tp=tp, device=device, dtype=dtype)
         self.dropout = cfg.attention_dropout
         self.tp = tp
 
@@ -60,22 +58,23 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
-    def __init__(self, cfg: ModelConfig, tp: T.TPContext):
+    def __init__(self, cfg: ModelConfig, tp: T.TPContext, device=None, dtype=None):
         super().__init__()
-        self.fc1 = T.ColumnParallelLinear(cfg.hidden_size, cfg.ffn_size, tp=tp)
-        self.fc2 = T.RowParallelLinear(cfg.ffn_size, cfg.hidden_size, tp=tp)
+        self.fc1 = T.ColumnParallelLinear(cfg.hidden_size, cfg.ffn_size, tp=tp, device=device, dtype=dtype)
+        self.fc2 = T.RowParallelLinear(cfg.ffn_size, cfg.hidden_size, tp=tp, device=device, dtype=dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc2(F.gelu(self.fc1(x)))
 
 
 class Block(nn.Module):
-    def __init__(self, cfg: ModelConfig, tp: T.TPContext):
+    def __init__(self, cfg: ModelConfig, tp: T.TPContext, device=None, dtype=None):
         super().__init__()
-        self.ln1 = T.SequenceParallelLayerNorm(cfg.hidden_size, cfg.layernorm_epsilon, tp)
-        self.attention = Attention(cfg, tp)
-        self.ln2 = T.SequenceParallelLayerNorm(cfg.hidden_size, cfg.layernorm_epsilon, tp)
-        self.mlp = MLP(cfg, tp)
+        factory = {"device": device, "dtype": dtype}
+        self.ln1 = T.SequenceParallelLayerNorm(cfg.hidden_size, cfg.layernorm_epsilon, tp, **factory)
+        self.attention = Attention(cfg, tp, **factory)
+        self.ln2 = T.SequenceParallelLayerNorm(cfg.hidden_size, cfg.layernorm_epsilon, tp, **factory)
+        self.mlp = MLP(cfg, tp, **factory)
         self.dropout = cfg.hidden_dropout
         self.tp = tp
 
@@ -92,11 +91,13 @@ class Block(nn.Module):
 
 
 class Embedding(nn.Module):
-    def __init__(self, cfg: ModelConfig, vocab_size: int, tp: T.TPContext, positions: bool):
+    def __init__(self, cfg: ModelConfig, vocab_size: int, tp: T.TPContext, positions: bool, device=None, dtype=None):
         super().__init__()
-        self.word = T.VocabParallelEmbedding(vocab_size, cfg.hidden_size, tp)
-        self.position = nn.Embedding(cfg.seq_length, cfg.hidden_size) if positions else None
-        if positions:
+        self.word = T.VocabParallelEmbedding(vocab_size, cfg.hidden_size, tp, device=device, dtype=dtype)
+        self.position = None
+        if positions:  # an empty table: init_parameters gives the values (nn.Embedding would draw its own)
+            table = torch.empty(cfg.seq_length, cfg.hidden_size, device=device, dtype=dtype)
+            self.position = nn.Embedding(cfg.seq_length, cfg.hidden_size, _weight=table)
             mark(self.position.weight, None, tp)
         self.dropout = cfg.hidden_dropout
         self.tp = tp
@@ -122,17 +123,18 @@ class GPT(nn.Module):
 
     def __init__(self, cfg: ModelConfig, vocab_size: int, tp: T.TPContext = T.NO_TP,
                  layers: range | None = None, pre_process: bool = True, post_process: bool = True,
-                 activation_checkpointing: str = "none"):
+                 activation_checkpointing: str = "none", device=None, dtype=None):
         super().__init__()
+        factory = {"device": device, "dtype": dtype}
         self.cfg, self.tp, self.vocab_size = cfg, tp, vocab_size
         self.pre_process, self.post_process = pre_process, post_process
         self.layers = range(cfg.num_layers) if layers is None else layers
         self.activation_checkpointing = activation_checkpointing
         if pre_process or post_process:  # the last stage keeps its own copy of the tied embedding
-            self.embedding = Embedding(cfg, vocab_size, tp, positions=pre_process)
-        self.blocks = nn.ModuleDict({str(i): Block(cfg, tp) for i in self.layers})
+            self.embedding = Embedding(cfg, vocab_size, tp, positions=pre_process, **factory)
+        self.blocks = nn.ModuleDict({str(i): Block(cfg, tp, **factory) for i in self.layers})
         if post_process:
-            self.final_norm = T.SequenceParallelLayerNorm(cfg.hidden_size, cfg.layernorm_epsilon, tp)
+            self.final_norm = T.SequenceParallelLayerNorm(cfg.hidden_size, cfg.layernorm_epsilon, tp, **factory)
 
     def forward(self, x: torch.Tensor, labels: torch.Tensor | None = None,
                 cache: list[dict] | None = None, position_offset: int = 0) -> torch.Tensor:
@@ -157,36 +159,9 @@ class GPT(nn.Module):
         return [{} for _ in self.blocks]
 
 
-def _init_kind(name: str) -> str:
-    if name.endswith("bias"):
-        return "zeros"
-    if ".ln" in name or name.startswith("final_norm") or "_norm." in name:
-        return "ones"
-    return "normal"
-
-
-@torch.no_grad()
-def init_parameters(model: GPT, seed: int) -> None:
-    """Megatron init, generated per parameter from (seed, global name) at full size, then sliced:
-    any layout (TP, PP) starts from exactly the model a single process would build."""
-    cfg = model.cfg
-    std = cfg.std
-    for name, param in model.named_parameters():
-        kind = _init_kind(name)
-        if kind == "zeros":
-            param.zero_()
-            continue
-        if kind == "ones":
-            param.fill_(1.0)
-            continue
-        scale = 1.0 / math.sqrt(2.0 * cfg.num_layers) if name.endswith(OUTPUT_PROJECTIONS) else 1.0
-        generator = torch.Generator().manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()))
-        full = torch.empty(full_shape(param)).normal_(0.0, std * scale, generator=generator)
-        param.copy_(shard_slice(param, full))
-
-
 def build_model(cfg: ModelConfig, vocab_size: int, seed: int, **kwargs) -> GPT:
-    """A GPT (or one pipeline stage of it) with the seeded full-size initialisation applied."""
+    """A GPT (or one pipeline stage of it) with the seeded initialisation applied; `device` and
+    `dtype` in kwargs place the parameters (values: the fp32 initialisation cast to `dtype`)."""
     model = GPT(cfg, vocab_size, **kwargs)
     init_parameters(model, seed)
     return model

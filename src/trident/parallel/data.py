@@ -16,6 +16,8 @@ import torch
 import torch.distributed as dist
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
+from trident.parallel.watch import watched
+
 
 @dataclass
 class Bucket:
@@ -110,7 +112,8 @@ class GradBuffers:
                 self._launch(bucket, async_op=True)
         for bucket in self.buckets:
             if bucket.handle is not None:
-                bucket.handle.wait(self.timeout)
+                with watched(self.group):
+                    bucket.handle.wait(self.timeout)
             if bucket.scattered is not None:
                 lo, hi = bucket.owned(self.dp_rank, self.dp, True)
                 self.grads[lo:hi].copy_(bucket.scattered)
@@ -123,8 +126,9 @@ class GradBuffers:
             return
         for bucket in self.buckets:
             lo, hi = bucket.owned(self.dp_rank, self.dp, True)
-            dist.all_gather_into_tensor(self.params[bucket.start:bucket.end], self.params[lo:hi].clone(),
-                                        group=self.group)
+            with watched(self.group):
+                dist.all_gather_into_tensor(self.params[bucket.start:bucket.end], self.params[lo:hi].clone(),
+                                            group=self.group)
 
     def param_range(self, param) -> tuple[int, int]:
         start = self.offsets[id(param)]
@@ -136,6 +140,7 @@ def all_reduce_coalesced(tensors: list[torch.Tensor], group, op=dist.ReduceOp.SU
     if group is None or not tensors:
         return
     flat = _flatten_dense_tensors(tensors)
-    dist.all_reduce(flat, op=op, group=group)
+    with watched(group):
+        dist.all_reduce(flat, op=op, group=group)
     for tensor, reduced in zip(tensors, _unflatten_dense_tensors(flat, tensors)):
         tensor.copy_(reduced)

@@ -7,6 +7,7 @@ topology-aware mapping). With every degree 1 no process group is created at all.
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -97,9 +98,12 @@ def rank_device(wanted: str = "auto") -> torch.device:
     return torch.device("cpu" if wanted == "auto" else wanted)
 
 
-def build_mesh(tp: int = 1, pp: int = 1, dp: int = 0) -> Mesh:
+def build_mesh(tp: int = 1, pp: int = 1, dp: int = 0, timeout_s: float | None = None) -> Mesh:
     """Create the process groups of every dimension. dp=0 infers it from the world size.
 
+    A collective or point-to-point exchange in any of them fails after `timeout_s` seconds without
+    its peers (None: torch's default, 30 minutes for gloo); each group's `group_desc` names its kind
+    and ranks (e.g. "tp group (ranks [0, 1])", see parallel/watch.py).
     Needs torch.distributed initialised when the world has more than one process."""
     world = dist.get_world_size() if dist.is_initialized() else 1
     rank = dist.get_rank() if dist.is_initialized() else 0
@@ -113,10 +117,12 @@ def build_mesh(tp: int = 1, pp: int = 1, dp: int = 0) -> Mesh:
     mesh = Mesh(dp=dp, pp=pp, tp=tp, rank=rank)
     if world == 1:
         return mesh
+    timeout = None if timeout_s is None else timedelta(seconds=timeout_s)
     for kind, all_ranks in group_ranks(dp, pp, tp).items():
         for ranks in all_ranks:
             # new_group is collective over the world: every rank creates every group, in the same order.
-            group = dist.new_group(ranks) if len(ranks) > 1 else None
+            group = (dist.new_group(ranks, timeout=timeout, group_desc=f"{kind} group (ranks {ranks})")
+                     if len(ranks) > 1 else None)
             if rank in ranks:
                 mesh.groups[kind] = group
                 if kind == "pp":

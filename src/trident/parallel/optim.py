@@ -10,6 +10,7 @@ from torch import nn
 
 from trident.config import Config
 from trident.parallel.data import GradBuffers
+from trident.parallel.watch import watched
 from trident.parallel.zero import DistributedAdam
 
 
@@ -38,7 +39,8 @@ def global_grad_norm_squared(optimizer: DistributedAdam, mesh, zero: bool) -> to
     total = optimizer.grad_norm_squared()
     group = None if zero else mesh.group("mp")
     if (zero and mesh.world_size > 1) or group is not None:
-        dist.all_reduce(total, group=group)
+        with watched(group):
+            dist.all_reduce(total, group=group)
     return total
 
 

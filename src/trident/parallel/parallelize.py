@@ -4,8 +4,9 @@ In order, as torchtitan's parallelize does it:
   1. seed the RNG streams: one per pipeline stage, shared by TP peers (replicated regions), plus a
      per-TP-rank stream for regions split across TP (Megatron's model-parallel RNG tracker);
   2. build this rank's model chunks (one per virtual stage) for its (pipeline stage, tensor rank),
-     each a GPT over its slice of the layers with its slice of the seeded initialisation;
-  3. cast to the training dtype and device (and compile blocks when asked);
+     each a GPT over its slice of the layers with its slice of the seeded initialisation, created
+     directly in the training dtype on the device (no full-size tensor, no second copy);
+  3. compile blocks when asked;
   4. the pipeline executor, when there is more than one stage;
   5. flat gradient buffers and AdamW over the ranges this rank owns (ZeRO-1 decided here, once).
 The result, a ParallelModel, runs micro-batches (`forward_backward`, `forward_only`), finishes the
@@ -30,6 +31,7 @@ from trident.parallel.pipeline.schedules import partition_layers
 from trident.parallel.pipeline.executor import PipelineExecutor
 from trident.parallel.pipeline.timeline import TimelineRecorder
 from trident.parallel.precision import Precision
+from trident.parallel.watch import watched
 
 
 def seed_streams(seed: int, mesh, device: torch.device) -> None:
@@ -51,11 +53,10 @@ def build_model_chunks(config: Config, mesh, device: torch.device, dtype: torch.
     ranges = partition_layers(cfg.model.num_layers, mesh.pp, v, cfg.parallel.layer_partition)[mesh.pp_rank]
     chunks = []
     for c, layers in enumerate(ranges):
+        # built in place, in the final dtype and device: no second copy (and FakeTensorMode-safe)
         chunk = build_model(cfg.model, cfg.model.padded_vocab_size(mesh.tp), cfg.train.seed, tp=tp, layers=layers,
                             pre_process=mesh.is_first_stage and c == 0, post_process=mesh.is_last_stage and c == v - 1,
-                            activation_checkpointing=cfg.train.activation_checkpointing)
-        if dtype != torch.float32 or device.type != "cpu":
-            chunk = chunk.to(device, dtype)
+                            activation_checkpointing=cfg.train.activation_checkpointing, device=device, dtype=dtype)
         if cfg.train.compile:  # per block: each compiles once and is reused by every layer of its shape
             for block in chunk.blocks.values():
                 block.compile()
@@ -161,7 +162,8 @@ class ParallelModel:
         """Global-batch mean loss, on every rank (sum of the DP partial means, from the last stage)."""
         for kind in ("pp", "dp"):
             if self.mesh.group(kind) is not None:
-                dist.all_reduce(loss, group=self.mesh.group(kind))
+                with watched(self.mesh.group(kind)):
+                    dist.all_reduce(loss, group=self.mesh.group(kind))
         return loss
 
     # ---- gradients and the update ----------------------------------------------------------------
@@ -220,11 +222,13 @@ class ParallelModel:
     # ---- timeline --------------------------------------------------------------------------------
     def start_timeline(self) -> None:
         """Time the next runs' compute on every stage from one shared origin (after a barrier)."""
-        dist.barrier(group=self.mesh.group("pp"))
+        with watched(self.mesh.group("pp")):
+            dist.barrier(group=self.mesh.group("pp"))
         self.executor.recorder.start()
 
     def finish_timeline(self) -> list:
         """Every stage's boxes since start_timeline (collective over the pipeline group)."""
         boxes = [None] * self.mesh.pp
-        dist.all_gather_object(boxes, self.executor.recorder.stop(), group=self.mesh.group("pp"))
+        with watched(self.mesh.group("pp")):
+            dist.all_gather_object(boxes, self.executor.recorder.stop(), group=self.mesh.group("pp"))
         return [box for stage in boxes for box in stage]

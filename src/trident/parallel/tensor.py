@@ -1,5 +1,7 @@
 """Megatron tensor slicing: column/row-parallel linear, vocab-parallel embedding and cross-entropy,
 with the communication as autograd functions. With a TPContext of size 1 every layer is plain PyTorch.
+Layers take torch.nn's `device=` and `dtype=` and create their parameters there; weights are left
+empty for the model's seeded initialisation.
 
 Activations are sequence-first [s, b, h]; sequence parallelism splits dim 0 across TP ranks.
 Every sharded parameter carries `tp_dim` (the dimension split across ranks; see parallel/sharding.py),
@@ -16,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from trident.parallel.sharding import mark
+from trident.parallel.watch import watched
 
 
 @dataclass(frozen=True)
@@ -49,7 +52,8 @@ def _divide(total: int, parts: int, what: str) -> int:
 
 def _all_reduce(x: torch.Tensor, tp: TPContext) -> torch.Tensor:
     x = x.contiguous()
-    dist.all_reduce(x, group=tp.group)
+    with watched(tp.group):
+        dist.all_reduce(x, group=tp.group)
     return x
 
 
@@ -57,7 +61,8 @@ def _gather(x: torch.Tensor, tp: TPContext, dim: int) -> torch.Tensor:
     """All-gather along `dim` (concatenated in rank order)."""
     moved = x.movedim(dim, 0).contiguous()
     out = torch.empty((moved.shape[0] * tp.size,) + moved.shape[1:], dtype=x.dtype, device=x.device)
-    dist.all_gather_into_tensor(out, moved, group=tp.group)
+    with watched(tp.group):
+        dist.all_gather_into_tensor(out, moved, group=tp.group)
     return out.movedim(0, dim)
 
 
@@ -70,7 +75,8 @@ def _reduce_scatter(x: torch.Tensor, tp: TPContext, dim: int) -> torch.Tensor:
     moved = x.movedim(dim, 0).contiguous()
     size = _divide(moved.shape[0], tp.size, f"dimension {dim} of shape {tuple(x.shape)}")
     out = torch.empty((size,) + moved.shape[1:], dtype=x.dtype, device=x.device)
-    dist.reduce_scatter_tensor(out, moved, group=tp.group)
+    with watched(tp.group):
+        dist.reduce_scatter_tensor(out, moved, group=tp.group)
     return out.movedim(0, dim)
 
 
@@ -132,13 +138,15 @@ class ColumnParallelLinear(nn.Module):
     With sequence parallelism the input arrives split along the sequence and is all-gathered here.
     """
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, tp: TPContext = NO_TP):
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, tp: TPContext = NO_TP,
+                 device=None, dtype=None):
         super().__init__()
+        factory = {"device": device, "dtype": dtype}
         self.tp = tp
         self.in_features = in_features
         self.out_features_local = _divide(out_features, tp.size, "output features")
-        self.weight = mark(nn.Parameter(torch.empty(self.out_features_local, in_features)), 0, tp)
-        self.bias = mark(nn.Parameter(torch.zeros(self.out_features_local)), 0, tp) if bias else None
+        self.weight = mark(nn.Parameter(torch.empty(self.out_features_local, in_features, **factory)), 0, tp)
+        self.bias = mark(nn.Parameter(torch.zeros(self.out_features_local, **factory)), 0, tp) if bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.shape[-1] != self.in_features:
@@ -151,13 +159,15 @@ class RowParallelLinear(nn.Module):
     """Y = X A^T + b with A's input columns split: the input is already split (from a column-parallel
     layer), partial products are summed across TP (or reduce-scattered along the sequence with SP)."""
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, tp: TPContext = NO_TP):
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, tp: TPContext = NO_TP,
+                 device=None, dtype=None):
         super().__init__()
+        factory = {"device": device, "dtype": dtype}
         self.tp = tp
         self.in_features_local = _divide(in_features, tp.size, "input features")
-        self.weight = mark(nn.Parameter(torch.empty(out_features, self.in_features_local)), 1, tp)
+        self.weight = mark(nn.Parameter(torch.empty(out_features, self.in_features_local, **factory)), 1, tp)
         # The bias is added once, after the reduction, so it is replicated across TP ranks.
-        self.bias = mark(nn.Parameter(torch.zeros(out_features)), None, tp) if bias else None
+        self.bias = mark(nn.Parameter(torch.zeros(out_features, **factory)), None, tp) if bias else None
         if self.bias is not None:
             self.bias.sequence_parallel = tp.sequence_parallel and tp.size > 1
 
@@ -176,13 +186,14 @@ class RowParallelLinear(nn.Module):
 class VocabParallelEmbedding(nn.Module):
     """Embedding table split by vocabulary rows; tokens outside a rank's range contribute zeros."""
 
-    def __init__(self, num_embeddings: int, embedding_dim: int, tp: TPContext = NO_TP):
+    def __init__(self, num_embeddings: int, embedding_dim: int, tp: TPContext = NO_TP, device=None, dtype=None):
         super().__init__()
         self.tp = tp
         self.num_embeddings = num_embeddings
         self.rows_local = _divide(num_embeddings, tp.size, "vocabulary size")
         self.vocab_start = tp.rank * self.rows_local
-        self.weight = mark(nn.Parameter(torch.empty(self.rows_local, embedding_dim)), 0, tp)
+        weight = torch.empty(self.rows_local, embedding_dim, device=device, dtype=dtype)
+        self.weight = mark(nn.Parameter(weight), 0, tp)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         if self.tp.size == 1:
@@ -196,7 +207,8 @@ class VocabParallelEmbedding(nn.Module):
 
 def _tp_reduce(x: torch.Tensor, tp: TPContext, op=dist.ReduceOp.SUM) -> torch.Tensor:
     if tp.size > 1:
-        dist.all_reduce(x, op=op, group=tp.group)
+        with watched(tp.group):
+            dist.all_reduce(x, op=op, group=tp.group)
     return x
 
 
@@ -279,8 +291,8 @@ class SequenceParallelLayerNorm(nn.LayerNorm):
     """LayerNorm whose parameters are replicated across TP; with SP their gradients must be summed
     across TP ranks (each saw only part of the sequence), which the gradient finaliser does."""
 
-    def __init__(self, hidden: int, eps: float, tp: TPContext = NO_TP):
-        super().__init__(hidden, eps=eps)
+    def __init__(self, hidden: int, eps: float, tp: TPContext = NO_TP, device=None, dtype=None):
+        super().__init__(hidden, eps=eps, device=device, dtype=dtype)
         for param in self.parameters():
             mark(param, None, tp)
             param.sequence_parallel = tp.sequence_parallel and tp.size > 1

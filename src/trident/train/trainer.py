@@ -27,6 +27,7 @@ from trident.parallel.mesh import barrier, build_mesh, rank_device
 from trident.parallel.parallelize import ParallelModel, parallelize
 from trident.parallel.precision import Precision
 from trident.parallel.sharding import full_shape
+from trident.parallel.watch import failed_group
 from trident.train.launch import chaos_kill_point
 from trident.train.metrics import MetricsWriter, console_line, peak_memory_bytes
 from trident.train.schedules import TrainSchedule
@@ -41,7 +42,7 @@ class Trainer:
         if config.train.threads:
             torch.set_num_threads(config.train.threads)
         self.device = rank_device(config.train.device)
-        self.mesh = build_mesh(config.parallel.tp, config.parallel.pp, config.parallel.dp)
+        self.mesh = build_mesh(config.parallel.tp, config.parallel.pp, config.parallel.dp, config.parallel.timeout_s)
         self.log = log if self.mesh.rank == 0 else (lambda *a, **k: None)
         self.schedule = TrainSchedule(config.train, config.model.seq_length)
         self.tokenizer_file = None
@@ -53,7 +54,7 @@ class Trainer:
         self.step, self.consumed_samples, self.consumed_tokens = 0, 0, 0
         self.checkpoint_root = Path(config.checkpoint.dir) if config.checkpoint.dir else self.out / "checkpoints"
         self.writer = CheckpointWriter(self.checkpoint_root, self.mesh, config.checkpoint.keep_last,
-                                       config.checkpoint.async_save)
+                                       config.checkpoint.async_save, config.parallel.timeout_s)
         self._maybe_resume()
 
     # ---- construction --------------------------------------------------------------------------
@@ -203,10 +204,11 @@ class Trainer:
         try:
             return self.train_step()
         except (RuntimeError, dist.DistBackendError) as error:
+            group = failed_group(error)  # which group's exchange failed, when one did
             raise RankFailure(
                 f"rank {self.mesh.rank} ({self.mesh.describe()}): step {self.step + 1} failed while exchanging "
-                f"data with other ranks: another rank probably died or hung (parallel.timeout_s="
-                f"{self.config.parallel.timeout_s}). Resume from the last complete checkpoint with "
+                f"data with other ranks{f' in the {group}' if group else ''}: another rank probably died or hung "
+                f"(parallel.timeout_s={self.config.parallel.timeout_s}). Resume from the last complete checkpoint with "
                 f"checkpoint.load=auto (torchrun --max-restarts does this automatically). Cause: "
                 f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}") from error
 

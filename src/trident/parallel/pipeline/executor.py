@@ -19,6 +19,7 @@ from torch.autograd import Variable
 from trident.parallel.pipeline.schedules import (COMMUNICATION, Forward, RecvActivation, SendActivation, SendGrad,
                                                  build_schedule, forward_only)
 from trident.parallel.pipeline.timeline import TimelineRecorder
+from trident.parallel.watch import watched
 
 
 class PipelineExecutor:
@@ -124,22 +125,23 @@ class PipelineExecutor:
 
     # ---- communication --------------------------------------------------------------------------
     def exchange(self, ops: list) -> None:
-        p2p, received = [], []
+        p2p, received, group = [], [], self.mesh.group("pp")  # the pp group's timeout bounds the wait
         for op in ops:
             peer = self.mesh.stage_rank(op.to_stage if isinstance(op, (SendActivation, SendGrad)) else op.from_stage)
             if isinstance(op, SendActivation):
                 key = (op.microbatch, op.chunk)  # kept for backward; without it, sent and forgotten
                 out = self.outputs[key] if torch.is_grad_enabled() else self.outputs.pop(key)
-                p2p.append(dist.P2POp(dist.isend, out.detach().contiguous(), peer))
+                p2p.append(dist.P2POp(dist.isend, out.detach().contiguous(), peer, group))
             elif isinstance(op, SendGrad):
                 grad = self.input_grads.pop(("in", op.microbatch, op.chunk))
-                p2p.append(dist.P2POp(dist.isend, grad.contiguous(), peer))
+                p2p.append(dist.P2POp(dist.isend, grad.contiguous(), peer, group))
             else:
                 buffer = torch.empty(self.shapes[op.microbatch], dtype=self.dtype, device=self.device)
-                p2p.append(dist.P2POp(dist.irecv, buffer, peer))
+                p2p.append(dist.P2POp(dist.irecv, buffer, peer, group))
                 received.append((op, buffer))
-        for request in dist.batch_isend_irecv(p2p):
-            request.wait()
+        with watched(group):
+            for request in dist.batch_isend_irecv(p2p):
+                request.wait()
         if torch.is_grad_enabled():
             self._release_sent(ops)
         for op, buffer in received:

@@ -1,0 +1,58 @@
+"""Naming the process group in which a collective or point-to-point exchange failed.
+
+Gloo's errors ("Timed out waiting 5000ms for recv operation to complete", "Connection closed by
+peer") do not say which group they came from. The few places that communicate wrap the call in
+`watched(group)`: when it raises, the group's description (its `group_desc`, which `build_mesh`
+sets to e.g. "tp group (ranks [0, 1])") is attached to the exception itself, so it survives
+autograd re-raising a backward's error on the caller's thread. Nothing happens while calls succeed.
+"""
+from __future__ import annotations
+
+import torch.distributed as dist
+
+_ATTRIBUTE = "trident_process_group"
+
+
+class watched:
+    """Context manager: an exception leaving the block is tagged with `group`'s description
+    (`None` is the default group, as in torch.distributed calls). The innermost tag wins."""
+
+    __slots__ = ("group",)
+
+    def __init__(self, group):
+        self.group = group
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind, error, traceback) -> bool:
+        if error is not None and not hasattr(error, _ATTRIBUTE):
+            try:
+                setattr(error, _ATTRIBUTE, describe_group(self.group))
+            except AttributeError:  # an exception type without a __dict__: left untagged
+                pass
+        return False
+
+
+def describe_group(group) -> str:
+    """The group's `group_desc` when it was given one (build_mesh does); otherwise its ranks."""
+    world = group is None or group is dist.group.WORLD
+    desc = "" if world else getattr(group, "group_desc", "")
+    if desc and desc != "undefined":
+        return desc
+    try:
+        ranks = dist.get_process_group_ranks(dist.group.WORLD if world else group)
+    except (RuntimeError, ValueError):  # the group is already gone
+        return "group (ranks unknown)"
+    return f"{'default ' if world else ''}group (ranks {ranks})"
+
+
+def failed_group(error: BaseException) -> str | None:
+    """The description of the group whose communication raised `error` (or one of its causes)."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if hasattr(error, _ATTRIBUTE):
+            return getattr(error, _ATTRIBUTE)
+        error = error.__cause__ or error.__context__
+    return None

@@ -1,0 +1,61 @@
+"""Every process group honours parallel.timeout_s: a hung TP or PP peer makes the surviving rank
+stop within the timeout (the default group's is far longer) with a message naming the group, its
+ranks and this rank; the checkpoint writer's wait for the other ranks uses the same timeout."""
+import os
+import time
+
+import pytest
+import torch
+
+from distributed import run_distributed
+from test_tensor_parallel import VOCAB, RandomTokens, tiny_config
+from trident.checkpoint.writer import CheckpointWriter
+from trident.parallel.mesh import Mesh
+
+TIMEOUT_S = 5
+
+
+def _hung_peer(rank, world, layout):
+    from trident.train.trainer import RankFailure, Trainer
+
+    config = tiny_config(layout, "train.steps=50", f"parallel.timeout_s={TIMEOUT_S}")
+    trainer = Trainer(config, "/tmp/unused-group-timeout", datasets=(RandomTokens(32), None), vocab_size=VOCAB,
+                      log=lambda *a: None)
+    trainer.train_step()
+    if rank == 1:
+        time.sleep(300)  # hangs mid-training, connections open
+        os._exit(1)
+    start = time.time()
+    try:
+        trainer.train()
+    except RankFailure as error:
+        return str(error), time.time() - start
+    return "no error", time.time() - start
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("layout,group", [("parallel.tp=2", "tp group (ranks [0, 1])"),
+                                          ("parallel.pp=2", "pp group (ranks [0, 1])")])
+def test_hung_peer_is_reported_naming_its_group_within_the_timeout(layout, group):
+    # The default group waits 120 s: only the groups' own timeout can stop rank 0 this early.
+    (message, seconds), _ = run_distributed(_hung_peer, 2, layout, pg_timeout=120, timeout=50, expect_dead=(1,))
+    assert message.startswith("rank 0 (rank 0/2:"), message
+    assert f"exchanging data with other ranks in the {group}: another rank probably died or hung" in message
+    assert seconds < TIMEOUT_S + 30, seconds
+
+
+def test_checkpoint_writer_gives_up_on_a_silent_rank_after_its_timeout(tmp_path):
+    writer = CheckpointWriter(tmp_path, Mesh(dp=3, rank=0), timeout_s=1.0)  # ranks 1 and 2 never write
+    start = time.time()
+    with pytest.raises(TimeoutError, match=r"ranks \[1, 2\] did not write their shards within 1.0s"):
+        writer.save(1, [("w", torch.zeros(2))], [], {"cpu": torch.get_rng_state()}, {"step": 1})
+    assert 1.0 <= time.time() - start < 10
+    assert not (tmp_path / "step_0000001").exists()
+
+
+def test_trainer_gives_its_checkpoint_writer_the_configured_timeout(tmp_path):
+    from trident.train.trainer import Trainer
+
+    trainer = Trainer(tiny_config("parallel.timeout_s=7"), tmp_path, datasets=(RandomTokens(32), None),
+                      vocab_size=VOCAB, log=lambda *a: None)
+    assert trainer.writer.timeout_s == 7
