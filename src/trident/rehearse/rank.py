@@ -75,8 +75,8 @@ def measure(config: Config, mesh, steps: int = 1, fake: bool = False) -> dict:
         batches, divisor = _batches(config, mesh)
         phases = [_step(model, live, batches, divisor, config.train.lr) for _ in range(steps)]
         peak = live.highest
-        pieces = optimizer_pieces(model.named_params, model.buffers, model.optimizer)
-        files = save_plan(model.named_params, pieces, mesh)
+    pieces = optimizer_pieces(model.named_params, model.buffers, model.optimizer)
+    files = save_plan(model.named_params, pieces, mesh)  # after measuring: its copies are not the step's
     measured = _static_bytes(model) | {
         "activations": max(p["forward_backward"] for p in phases),
         "buffers": max(max(p["finalize"], p["step"]) for p in phases), "peak": peak}
