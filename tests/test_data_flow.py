@@ -36,3 +36,18 @@ def test_corpus_to_samples(tmp_path):
             # the first piece is the tail of a document; a cut multi-byte character decodes to U+FFFD
             head = tok.decode(pieces[0]).strip("\ufffd")
             assert any(head in t for t in texts)
+
+
+def test_signatures_never_show_process_state(monkeypatch):
+    import os
+
+    from trident.data.stdlib_corpus import _signature
+
+    monkeypatch.setenv("TRIDENT_CORPUS_PROBE", "a value that must not reach training data")
+
+    def parse(fp=None, environ=os.environ, separator="&"):  # as cgi.parse in the standard library
+        """Parse a query."""
+
+    shown = _signature(parse)
+    assert shown == "(fp=None, environ=..., separator='&')"
+    assert "TRIDENT_CORPUS_PROBE" in repr(os.environ)  # the process state was there to leak

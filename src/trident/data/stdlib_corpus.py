@@ -72,9 +72,25 @@ def _signature(obj) -> str:
         # C functions carry their signature as text, e.g. "($self, key, /)"; parsing it is slow
         return _BOUND.sub("", text)
     try:
-        return _ADDRESS.sub("", str(inspect.signature(obj)))
+        signature = inspect.signature(obj)
     except Exception:  # some signatures fail to evaluate in many ways
         return "(...)"
+    shown = [p.replace(default=_Default(p.default)) if p.default is not p.empty else p
+             for p in signature.parameters.values()]
+    return _ADDRESS.sub("", str(signature.replace(parameters=shown)))
+
+
+class _Default:
+    """A default value as a signature shows it: literals as they are; anything else (os.environ,
+    objects built at import) as `...`, so the corpus never depends on this process's state."""
+
+    LITERALS = (type(None), bool, int, float, str, bytes)
+
+    def __init__(self, value):
+        self.text = repr(value) if type(value) in self.LITERALS else "..."
+
+    def __repr__(self) -> str:
+        return self.text
 
 
 def _block(header: str, doc: str | None) -> str:
