@@ -63,11 +63,13 @@ class MemoryBreakdown:
     optimizer: float
     activations: float
     logits: float
-    buffers: float
+    buffers: float  # p2p_buffers + reduce_buffers
     stage: int
     in_flight: float  # micro-batches (x chunks, for interleaving) whose activations are held at once
     params: float  # parameters held by this GPU
     optimizer_unsharded: float = 0.0  # what the optimizer state would take without ZeRO-1
+    p2p_buffers: float = 0.0  # pipeline send/receive buffers: live while micro-batches run
+    reduce_buffers: float = 0.0  # gradient reduction buffers: live after backward, while gradients reduce
 
     @property
     def total(self) -> float:
@@ -207,20 +209,20 @@ def stage_memory(config: Config, layout: Layout, stage: int, flash_attention: bo
         stored += e * sbh / sp  # final LayerNorm input
         # Vocab-parallel logits in the training precision plus the fp32 copy the cross-entropy keeps.
         logits = m.seq_length * p.micro_batch * m.padded_vocab_size(p.tp) / p.tp * (e + 4)
-    buffers = 0.0
-    if p.pp > 1:
-        buffers += 4 * e * sbh / sp  # send + receive buffers, activations forward and gradients backward
+    # send + receive buffers, activations forward and gradients backward
+    p2p = 4 * e * sbh / sp if p.pp > 1 else 0.0
+    reduce = 0.0
     if p.dp > 1 and p.grad_dtype == "param":
         # Separate reduce buckets, two in flight (DeepSpeed style). An fp32 main-grad buffer (Megatron,
         # trident) is all-reduced in place: its buckets are views, no extra memory.
-        buffers += 2 * min(config.parallel.bucket_size_mb * 2**20, gradients)
+        reduce = 2 * min(config.parallel.bucket_size_mb * 2**20, gradients)
     elif p.dp > 1 and p.zero_stage >= 1:
         # trident's ZeRO-1 reduce-scatter writes each bucket's 1/dp to a separate output (gloo must not
         # alias input and output), and every bucket is in flight at once: 1/dp of the gradients.
-        buffers += gradients / p.dp
+        reduce = gradients / p.dp
     return MemoryBreakdown(weights=weights, gradients=gradients, optimizer=optimizer, activations=stored,
-                           logits=logits, buffers=buffers, stage=stage, in_flight=flight, params=params,
-                           optimizer_unsharded=optimizer_full)
+                           logits=logits, buffers=p2p + reduce, stage=stage, in_flight=flight, params=params,
+                           optimizer_unsharded=optimizer_full, p2p_buffers=p2p, reduce_buffers=reduce)
 
 
 def distinct_stages(config: Config, layout: Layout) -> dict[int, int]:

@@ -14,11 +14,13 @@ from trident.rehearse.rank import CATEGORIES, default_ranks, rehearse_rank
 
 def planned(config: Config, world_size: int, stage: int) -> dict[str, float]:
     """`trident plan`'s memory of one rank of `stage`, in the rehearsal's categories: trident keeps
-    fp32 gradient buffers and runs attention through SDPA (no s x s scores are kept)."""
+    fp32 gradient buffers and runs attention through SDPA (no s x s scores are kept). Pipeline
+    receive buffers are live during forward/backward, so they count with the activations there."""
     layout = Layout.from_config(config, world_size, grad_dtype="fp32")
     plan = stage_memory(config, layout, stage, flash_attention=True)
     return {"weights": plan.weights, "gradients": plan.gradients, "optimizer": plan.optimizer,
-            "activations": plan.activations + plan.logits, "buffers": plan.buffers, "total": plan.total}
+            "activations": plan.activations + plan.logits + plan.p2p_buffers, "buffers": plan.reduce_buffers,
+            "total": plan.total}
 
 
 def _child(config: Config, world_size: int, rank: int, steps: int) -> dict:
