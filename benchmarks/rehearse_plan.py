@@ -2,7 +2,8 @@
 when the real training code runs that rank (fake process group, fake tensors), for three layouts:
 
 - mtnlg-530b at TP8 x PP35 x DP8 on 2,240 GPUs (ZeRO-1, full recompute, 1F1B: the paper's layout);
-- mtnlg-530b at TP8 x PP15 x DP8 on 960 GPUs, interleaved 1F1B with 7 virtual stages;
+- mtnlg-530b at TP8 x PP15 x DP8 on 960 GPUs, interleaved 1F1B with 7 virtual stages (no batch ramp-up:
+  its 32-sequence steps are not a multiple of 15 micro-batches; the rehearsal steps a full batch anyway);
 - gpt-1.3b at TP2 x PP2 x DP2 on 8 GPUs without recompute.
 
 Each layout rehearses the first rank of its first, a middle and its last pipeline stage, every rank
@@ -24,7 +25,7 @@ from trident.rehearse.run import comparison_rows, rehearse
 LAYOUTS = {
     "530b-pp35": ("mtnlg-530b", [], 2240),
     "530b-pp15-interleaved": ("mtnlg-530b", ["parallel.pp=15", "parallel.schedule=interleaved",
-                                             "parallel.virtual_stages=7"], 960),
+                                             "parallel.virtual_stages=7", "train.rampup_batch_size=null"], 960),
     "1.3b-tp2-pp2-dp2": ("gpt-1.3b", ["parallel.tp=2", "parallel.pp=2", "parallel.zero_stage=1",
                                       "train.activation_checkpointing=none"], 8),
 }
