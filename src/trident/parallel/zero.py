@@ -3,7 +3,14 @@
 Each rank updates only the flat ranges it owns (all of them without ZeRO, 1/dp of each bucket with
 ZeRO-1), keeping for those ranges the fp32 master weights (a separate copy only when the model
 trains in bf16/fp16) and Adam's m and v; which sub-ranges are decayed and which count in the global
-gradient norm is kept as (start, end) segments. The update is AdamW as torch.optim.AdamW computes it.
+gradient norm is kept as (start, end) segments. The update is AdamW as torch.optim.AdamW computes it,
+by one of two kernels, named in `optimizer.kernel`:
+- "fused" on CUDA and CPU: torch's fused AdamW (`torch._fused_adamw_`, the kernel of
+  AdamW(fused=True)), two calls per step over views of the flat master/grad/m/v: the decayed
+  segments with weight decay, the others without. On the CPU too: with it every layout stays
+  within round-off of one process and a resume is bit-exact (the test suite checks both), and a
+  step is ~4x faster than "foreach" on one core;
+- "foreach" on any other device: the same arithmetic in a few foreach/elementwise ops per range.
 """
 from __future__ import annotations
 
@@ -13,10 +20,12 @@ import torch
 
 from trident.parallel.data import GradBuffers
 
+FUSED_DEVICES = ("cuda", "cpu")  # device types whose fused AdamW kernel is used (and tested)
+
 
 class DistributedAdam:
     def __init__(self, buffers: GradBuffers, decay: dict[int, bool], counted: dict[int, bool], lr: float,
-                 betas: tuple[float, float], eps: float, weight_decay: float):
+                 betas: tuple[float, float], eps: float, weight_decay: float, fused: bool | None = None):
         self.buffers, self.lr, self.betas, self.eps, self.weight_decay = buffers, lr, betas, eps, weight_decay
         self.ranges = buffers.owned_ranges()
         self.separate_master = buffers.params.dtype != torch.float32
@@ -28,6 +37,13 @@ class DistributedAdam:
             self.exp_avg_sq.append(torch.zeros(hi - lo, device=params.device))
             self.decay_segments.append(self._segments(lo, hi, decay))
             self.norm_segments.append(self._segments(lo, hi, counted))
+        plain = {key: not flag for key, flag in decay.items()}
+        self.plain_segments = [self._segments(lo, hi, plain) for lo, hi in self.ranges]  # not decayed
+        if fused is None:
+            fused = buffers.params.device.type in FUSED_DEVICES
+        self.kernel = "fused" if fused else "foreach"
+        # The fused kernel reads the step count from a tensor (on the parameters' device).
+        self.step_tensor = torch.zeros((), dtype=torch.float32, device=buffers.params.device)
         self.steps = 0
 
     def _segments(self, lo: int, hi: int, flags: dict[int, bool]) -> list[tuple[int, int]]:
@@ -62,6 +78,30 @@ class DistributedAdam:
     def step(self, lr: float) -> None:
         """One AdamW update of the owned ranges (gradients already reduced, unscaled and clipped)."""
         self.steps += 1
+        if self.kernel == "fused":
+            self._fused_step(lr)
+        else:
+            self._foreach_step(lr)
+        if self.separate_master:
+            for (lo, hi), master in zip(self.ranges, self.master):
+                self.buffers.params[lo:hi].copy_(master)
+        self.buffers.gather_params()
+
+    def _fused_step(self, lr: float) -> None:
+        """torch._fused_adamw_ over the decayed segments (with weight decay) and the others (without)."""
+        self.step_tensor.fill_(self.steps)
+        beta1, beta2 = self.betas
+        grads = self.grads()
+        for segments, weight_decay in ((self.decay_segments, self.weight_decay), (self.plain_segments, 0.0)):
+            views = [[tensor[a:b] for tensor, runs in zip(tensors, segments) for a, b in runs]
+                     for tensors in (self.master, grads, self.exp_avg, self.exp_avg_sq)]
+            if views[0]:
+                torch._fused_adamw_(*views, [], [self.step_tensor] * len(views[0]), lr=lr, beta1=beta1,
+                                    beta2=beta2, weight_decay=weight_decay, eps=self.eps, amsgrad=False,
+                                    maximize=False)
+
+    def _foreach_step(self, lr: float) -> None:
+        """The same update as torch.optim.AdamW's, in foreach/elementwise ops per owned range."""
         beta1, beta2 = self.betas
         bias1, bias2 = 1 - beta1**self.steps, 1 - beta2**self.steps
         decayed = [master[a:b] for master, runs in zip(self.master, self.decay_segments) for a, b in runs]
@@ -74,8 +114,3 @@ class DistributedAdam:
             v.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
             denom = (v.sqrt() / math.sqrt(bias2)).add_(self.eps)
             master.addcdiv_(m, denom, value=-lr / bias1)
-        if self.separate_master:
-            for (lo, hi), master in zip(self.ranges, self.master):
-                self.buffers.params[lo:hi].copy_(master)
-        self.buffers.gather_params()
-

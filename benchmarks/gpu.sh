@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# GPU readiness in one run, under 8 minutes on one H100/H200-class GPU (after `pip install -e ".[dev]"`;
+# it installs nothing):
+#   1. tests: tests/test_devices.py on CPU and CUDA, and the single-process tests that train,
+#      checkpoint and generate on the GPU (train.device=auto picks it);
+#   2. MFU: gpt-1.3b, bf16, seq 2048, 30 timed steps on one GPU (benchmarks/mfu.py --device cuda;
+#      target >= 55%);
+#   3. memory: that run's peak (torch.cuda.max_memory_allocated) beside `trident rehearse`'s
+#      measured and planned peaks for the same config (mfu.py's GPU_CASE overrides);
+#   4. kernels: the attention kernel (flash/memory-efficient, not the math fallback) and the AdamW
+#      kernel (fused) of one training step (benchmarks/gpu_kernels.py).
+# Each step runs under a timeout; a failed step is reported and the later ones still run. Everything
+# printed goes to stdout and to ${OUT:-/tmp}/gpu-report.txt. Exit status 0 only if every step passed;
+# 1 at once on a machine without CUDA.
+#
+#     bash benchmarks/gpu.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REPORT="${OUT:-/tmp}/gpu-report.txt"
+
+if ! python -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+    echo "benchmarks/gpu.sh: torch sees no CUDA GPU on this machine; run it where one is (nothing was run)" \
+        | tee "$REPORT"
+    exit 1
+fi
+
+WORK="$(mktemp -d)"
+FAILED=()
+
+step() {  # step NAME SECONDS COMMAND...: run COMMAND under a timeout, its output also in $WORK/NAME.log
+    local name=$1 seconds=$2 rc=0 start=$SECONDS
+    shift 2
+    echo
+    echo "=== $name (timeout ${seconds}s): $*"
+    set +e
+    timeout "$seconds" "$@" 2>&1 | tee "$WORK/$name.log"
+    rc=${PIPESTATUS[0]}
+    set -e
+    if [ "$rc" -eq 0 ]; then
+        echo "=== $name: ok in $((SECONDS - start)) s"
+    else
+        echo "=== $name: FAILED (exit $rc$([ "$rc" -eq 124 ] && echo ', timed out')) after $((SECONDS - start)) s"
+        FAILED+=("$name")
+    fi
+}
+
+summary() {  # MFU, peak memory measured vs rehearsed, from the JSON the steps printed
+    python - "$WORK" <<'EOF'
+import json, sys
+from pathlib import Path
+
+work = Path(sys.argv[1])
+def first_json(name, start):
+    """The JSON object printed in step NAME's output at the first occurrence of START."""
+    path = work / f"{name}.log"
+    text = path.read_text() if path.exists() else ""
+    at = text.find(start)
+    return json.JSONDecoder().raw_decode(text[text.index("{", at):])[0] if at >= 0 else None
+
+gib = lambda n: f"{n / 2**30:.2f} GiB"
+mfu = first_json("mfu", 'JSON {"benchmark": "mfu"')
+gpu_peak = None
+if mfu:
+    run = mfu["results"][0]
+    gpu_peak = run["peak_memory_bytes"]
+    print(f"MFU, gpt-1.3b bf16 seq {run['seq']}, {len(run['steps']['wall'])} timed steps: {run['mfu']:.1%} of "
+          f"{run['peak_tflops']['wall']:.0f} TFLOP/s ({run['tflops_wall']:.0f} TFLOP/s, {run['tokens_per_s']:,.0f} "
+          f"tokens/s); target >= 55%: {'met' if run['mfu'] >= 0.55 else 'MISSED'}")
+    print(f"peak memory of that run (torch.cuda.max_memory_allocated): {gib(gpu_peak)}")
+else:
+    print("MFU: no result (see the mfu step)")
+rehearsal = first_json("rehearse", "{\n")
+if rehearsal and gpu_peak:
+    rank = rehearsal["ranks"][0]
+    rehearsed, planned = rank["measured"]["peak"], rank["plan"]["total"]
+    print(f"rehearsal of the same config, rank 0: measured peak {gib(rehearsed)}, plan {gib(planned)}; "
+          f"GPU / rehearsal = {gpu_peak / rehearsed:.3f}, GPU / plan = {gpu_peak / planned:.3f}")
+else:
+    print("peak memory vs rehearsal: no comparison (see the mfu and rehearse steps)")
+EOF
+}
+
+main() {
+    echo "benchmarks/gpu.sh on $(hostname), $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+    python -c 'import torch; print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, {torch.cuda.get_device_name()}")'
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || true
+
+    step tests 150 python -m pytest -q -p no:cacheprovider tests/test_devices.py tests/test_generate.py \
+        "tests/test_checkpoint.py::test_resume_is_exact_with_dropout"
+    step mfu 180 python benchmarks/mfu.py --device cuda --steps 30
+    # The same config as the MFU run: mfu.py's GPU_CASE overrides, on one GPU, rank 0.
+    local overrides
+    overrides=$(cd benchmarks && python -c 'from mfu import GPU_CASE; print(" ".join(GPU_CASE))')
+    # shellcheck disable=SC2086  # one word per override
+    step rehearse 90 python -m trident rehearse gpt-1.3b $overrides --gpus 1 --ranks 0 --json
+    step kernels 60 python benchmarks/gpu_kernels.py --device cuda
+
+    echo
+    echo "=== summary"
+    summary || echo "summary: could not read the steps' results"
+    if [ ${#FAILED[@]} -eq 0 ]; then
+        echo "every step passed"
+    else
+        echo "FAILED steps: ${FAILED[*]}"
+        return 1
+    fi
+}
+
+main 2>&1 | tee "$REPORT"
