@@ -81,7 +81,13 @@ def parallelize(config: Config, mesh, device: torch.device, precision: Precision
     seed_streams(config.train.seed, mesh, device)
     chunks = build_model_chunks(config, mesh, device, precision.dtype)
     executor = _build_executor(config, mesh, chunks, precision) if mesh.pp > 1 else None
-    return ParallelModel(config, mesh, chunks, executor, precision, optimizer)
+    named_params = [item for chunk in chunks for item in chunk.named_parameters()]
+    zero = config.parallel.zero_stage == 1 and mesh.dp > 1  # decided here, once
+    buffers = adam = None
+    if optimizer:
+        counted = {id(p): counts_towards_norm(n, p, mesh.is_first_stage) for n, p in named_params}
+        buffers, adam = build_optimizer(named_params, config, mesh, zero, counted)
+    return ParallelModel(config, mesh, chunks, named_params, executor, precision, zero, buffers, adam)
 
 
 def _build_executor(config: Config, mesh, chunks: list[GPT], precision: Precision):
@@ -95,15 +101,11 @@ class ParallelModel:
     """This rank's model chunks with everything that makes them train as one model: the pipeline
     executor, the flat gradient buffers and the (ZeRO-1 sharded) optimizer."""
 
-    def __init__(self, config: Config, mesh, chunks: list[GPT], executor, precision: Precision, optimizer: bool):
-        self.config, self.mesh, self.chunks, self.executor = config, mesh, chunks, executor
-        self.precision, self.device = precision, precision.device
-        self.named_params = [item for chunk in chunks for item in chunk.named_parameters()]
-        self.zero = config.parallel.zero_stage == 1 and mesh.dp > 1
-        self.buffers = self.optimizer = None
-        if optimizer:
-            counted = {id(p): counts_towards_norm(n, p, mesh.is_first_stage) for n, p in self.named_params}
-            self.buffers, self.optimizer = build_optimizer(self.named_params, config, mesh, self.zero, counted)
+    def __init__(self, config: Config, mesh, chunks: list[GPT], named_params: list, executor, precision: Precision,
+                 zero: bool, buffers, optimizer):
+        self.config, self.mesh, self.chunks, self.named_params = config, mesh, chunks, named_params
+        self.executor, self.precision, self.device = executor, precision, precision.device
+        self.zero, self.buffers, self.optimizer = zero, buffers, optimizer
 
     @property
     def scaler(self):
