@@ -118,7 +118,9 @@ class CheckpointConfig:
 @dataclass
 class LoggingConfig:
     log_interval: int = 10
-    tensorboard: bool = False
+    tensorboard: bool = False  # event files under OUT/tensorboard (needs the tensorboard extra)
+    wandb_project: str = ""  # a Weights & Biases project to log to (needs the wandb extra)
+    wandb_mode: str = "online"  # online | offline (no network; `wandb sync OUT/wandb/...` later) | disabled
     record_timeline: bool = False
 
 
@@ -146,6 +148,7 @@ CHOICES = {
     "train.precision": ("fp32", "bf16", "fp16"),
     "train.device": ("auto", "cpu", "cuda"),
     "train.activation_checkpointing": ("none", "full", "selective"),
+    "logging.wandb_mode": ("online", "offline", "disabled"),
 }
 
 

@@ -122,6 +122,17 @@ def measured_cpu_peak_tflops(dtype, trials: int = 7) -> float:
     return best / 1e12
 
 
+def describe_peak(device, dtype, configured: float = 0.0) -> str:
+    """Which peak MFU divides by, and where it comes from (for the run's first console line)."""
+    value = peak_tflops(device, dtype, configured)
+    if configured > 0:
+        return f"{value:.3g} TFLOP/s from train.peak_tflops"
+    if device.type == "cuda":
+        return f"{value:.3g} TFLOP/s, the known peak of this GPU" if value else "no known peak for this GPU (MFU 0)"
+    return (f"{value:.3g} TFLOP/s, this CPU's matmul peak measured once at start (best of 7 trials; "
+            f"set train.peak_tflops to fix it)")
+
+
 def peak_tflops(device, dtype, configured: float = 0.0) -> float:
     """Per-device peak of a torch.device in a torch.dtype: the configured value, else a known GPU's
     bf16 peak (1/16 of it in fp32), else measured on CPU; 0.0 for an unknown GPU."""

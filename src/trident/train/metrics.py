@@ -16,19 +16,25 @@ def peak_memory_bytes(device: torch.device) -> int:
 
 
 class MetricsWriter:
-    """Appends one JSON object per step to OUT/metrics.jsonl (rank 0 only)."""
+    """Appends one JSON object per step to OUT/metrics.jsonl (rank 0 only), and hands the same
+    record to each of `loggers` (TensorBoard, W&B: train/loggers.py)."""
 
-    def __init__(self, path: Path | None, append: bool = False):
+    def __init__(self, path: Path | None, append: bool = False, loggers: list | None = None):
         self.path = path
         self.file = open(path, "a" if append else "w", buffering=1) if path is not None else None
+        self.loggers = loggers or []
 
     def write(self, record: dict) -> None:
         if self.file is not None:
             self.file.write(json.dumps(record) + "\n")
+        for logger in self.loggers:
+            logger.log(record)
 
     def close(self) -> None:
         if self.file is not None:
             self.file.close()
+        for logger in self.loggers:
+            logger.close()
 
 
 def console_line(record: dict) -> str:

@@ -22,13 +22,14 @@ from trident.checkpoint.state import optimizer_pieces, rng_state, set_rng_state
 from trident.checkpoint.writer import CheckpointWriter
 from trident.config import Config, ConfigError, save_config
 from trident.flops import model_flops
-from trident.hardware import peak_tflops
+from trident.hardware import describe_peak, peak_tflops
 from trident.parallel.mesh import barrier, build_mesh, rank_device
 from trident.parallel.parallelize import ParallelModel, parallelize
 from trident.parallel.precision import Precision
 from trident.parallel.sharding import full_shape
 from trident.parallel.watch import failed_group
 from trident.train.launch import chaos_kill_point
+from trident.train.loggers import build_loggers
 from trident.train.metrics import MetricsWriter, console_line, peak_memory_bytes
 from trident.train.schedules import TrainSchedule
 
@@ -174,9 +175,12 @@ class Trainer:
         if self.mesh.rank == 0:
             self.out.mkdir(parents=True, exist_ok=True)
         # A resumed run appends to its metrics; a fresh one starts the file anew.
-        metrics = MetricsWriter(self.out / "metrics.jsonl" if self.mesh.rank == 0 else None, append=self.step > 0)
-        if self.mesh.rank == 0:
+        rank0 = self.mesh.rank == 0
+        metrics = MetricsWriter(self.out / "metrics.jsonl" if rank0 else None, append=self.step > 0,
+                                loggers=build_loggers(cfg, self.out) if rank0 else None)
+        if rank0:
             save_config(cfg, self.out / "config.yaml")
+            self.log(f"MFU is measured against {describe_peak(self.device, self.precision.dtype, cfg.train.peak_tflops)}")
             self.log(f"model: {sum(math.prod(full_shape(p)) for _, p in self.model.named_params):,} parameters on stage 0; "
                      f"layout dp={self.mesh.dp} pp={self.mesh.pp} tp={self.mesh.tp}; {cfg.train.steps} steps")
         records = []
