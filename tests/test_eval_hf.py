@@ -72,7 +72,7 @@ def test_cli_needs_exactly_one_model(capsys):
 def test_trident_checkpoint_and_its_hugging_face_export_score_alike(tmp_path):
     """Parity: the same weights evaluated directly and through `trident export-hf` (GPT-2 layout)."""
     from test_eval_harness import _save_trident_checkpoint
-    from trident.infer.hf import export_hf
+    from trident.infer.hf_export import export_hf
     from trident.evaluate.lm import load_trident
 
     tokenizer = tiny_tokenizer(tmp_path)

@@ -13,7 +13,8 @@ from safetensors.torch import load_file, save_file
 
 from test_generate import Windows, trained_checkpoint  # noqa: F401  (shared session fixture)
 from trident.checkpoint.reader import load_for_inference
-from trident.infer.hf import (TransformersMissing, export_hf, import_hf, name_map, qkv_from_gpt2, qkv_to_gpt2,
+from trident.infer.hf_export import export_hf
+from trident.infer.hf import (TransformersMissing, import_hf, name_map, qkv_from_gpt2, qkv_to_gpt2,
                               verify_export)
 
 
@@ -120,9 +121,11 @@ def test_import_round_trip_has_identical_logits_and_trains_on(trained_checkpoint
 
 
 @torch.no_grad()
-def test_model_made_by_transformers_imports_exactly(tmp_path):
+@pytest.mark.parametrize("activation,trident_activation", [("gelu", "gelu"), ("gelu_new", "gelu_tanh")])
+def test_model_made_by_transformers_imports_exactly(tmp_path, activation, trident_activation):
+    # gelu_new is original GPT-2's tanh approximation: imported as model.activation=gelu_tanh, exact
     hf_config = transformers.GPT2Config(vocab_size=77, n_positions=24, n_embd=48, n_layer=2, n_head=3, n_inner=96,
-                                        activation_function="gelu", layer_norm_epsilon=1e-6,
+                                        activation_function=activation, layer_norm_epsilon=1e-6,
                                         resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
     torch.manual_seed(0)
     hf_model = transformers.GPT2LMHeadModel(hf_config).eval()
@@ -133,8 +136,13 @@ def test_model_made_by_transformers_imports_exactly(tmp_path):
     assert summary["tokenizer"] is False and "no tokenizer" in summary["notes"][0]
     model, tokenizer, config = load_for_inference(tmp_path / "ckpt")
     assert tokenizer is None and config.model.ffn_hidden_size == 96 and config.model.padded_vocab_size() == 128
+    assert config.model.activation == trident_activation
     tokens = torch.randint(0, 77, (2, 24), generator=torch.Generator().manual_seed(1))
     torch.testing.assert_close(model(tokens)[..., :77], hf_model(input_ids=tokens).logits, rtol=0, atol=1e-5)
+    export_hf(tmp_path / "ckpt", tmp_path / "back")  # and out again, with the activation it came in with
+    back = transformers.GPT2LMHeadModel.from_pretrained(str(tmp_path / "back")).eval()
+    assert back.config.activation_function == {"gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh"}[trident_activation]
+    torch.testing.assert_close(back(input_ids=tokens).logits, hf_model(input_ids=tokens).logits, rtol=0, atol=1e-5)
 
 
 def test_export_and_import_work_without_transformers(trained_checkpoint, tmp_path, monkeypatch, capsys):  # noqa: F811
@@ -206,11 +214,10 @@ def test_bad_model_folders_are_refused(exported, tmp_path):
     (pickled / "model.safetensors").rename(pickled / "pytorch_model.bin")
     with pytest.raises(ValueError, match="never unpickles"):
         import_hf(pickled, tmp_path / "x2")
-    tanh = copy("tanh")
-    _edit_config(tanh, activation_function="gelu_new")
-    with pytest.raises(ValueError, match="activation_function.*allow-tanh-gelu"):
-        import_hf(tanh, tmp_path / "x3")
-    assert "differ slightly" in import_hf(tanh, tmp_path / "x4", allow_tanh_gelu=True)["notes"][0]
+    relu = copy("relu")
+    _edit_config(relu, activation_function="relu")
+    with pytest.raises(ValueError, match="activation_function.*GeLU"):
+        import_hf(relu, tmp_path / "x3")
     other = copy("llama")
     _edit_config(other, model_type="llama")
     with pytest.raises(ValueError, match="model_type"):

@@ -34,6 +34,7 @@ class ModelConfig:
     attention_dropout: float = 0.0
     layernorm_epsilon: float = 1e-5
     init_std: float = 0.0  # 0: sqrt(1 / (3 * hidden_size)), as MT-NLG
+    activation: str = "gelu"  # gelu (exact, erf) | gelu_tanh (the tanh approximation original GPT-2 used)
 
     @property
     def ffn_size(self) -> int:
@@ -142,6 +143,7 @@ class Config:
 
 
 CHOICES = {
+    "model.activation": ("gelu", "gelu_tanh"),
     "parallel.schedule": ("gpipe", "1f1b", "interleaved"),
     "parallel.zero_stage": (0, 1),
     "parallel.backend": ("auto", "gloo", "nccl"),

@@ -9,16 +9,20 @@ import sys
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("checkpoint", help="a checkpoint folder (step_N/, any parallel layout) or a folder of them")
     parser.add_argument("out", help="folder to write config.json, model.safetensors and tokenizer files into")
+    parser.add_argument("--max-shard-gb", type=float, default=5.0, metavar="GB",
+                        help="largest safetensors shard; bigger models get model-0000i-of-0000n files and an index "
+                             "(default 5, as transformers)")
     parser.add_argument("--verify", action="store_true",
                         help="load the export in transformers (must be installed) and compare logits with trident")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
 
 
 def run(args) -> int:
-    from trident.infer.hf import TransformersMissing, export_hf, verify_export
+    from trident.infer.hf import TransformersMissing, verify_export
+    from trident.infer.hf_export import export_hf
 
     try:
-        summary = export_hf(args.checkpoint, args.out)
+        summary = export_hf(args.checkpoint, args.out, max_shard_bytes=int(args.max_shard_gb * 10**9))
         if args.verify:
             summary["verify"] = verify_export(summary["checkpoint"], args.out)
     except TransformersMissing as err:

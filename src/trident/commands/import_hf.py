@@ -11,8 +11,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("out", help="empty folder; the checkpoint is written to OUT/step_0000000/")
     parser.add_argument("--pad-vocab-multiple", type=int, default=None, metavar="N",
                         help="pad the vocabulary to a multiple of N (default: as exported by trident, else 128)")
-    parser.add_argument("--allow-tanh-gelu", action="store_true",
-                        help="import models trained with tanh-approximated GeLU (gelu_new); logits will differ slightly")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
 
 
@@ -20,8 +18,7 @@ def run(args) -> int:
     from trident.infer.hf import import_hf
 
     try:
-        summary = import_hf(args.hf_dir, args.out, pad_vocab_multiple=args.pad_vocab_multiple,
-                            allow_tanh_gelu=args.allow_tanh_gelu)
+        summary = import_hf(args.hf_dir, args.out, pad_vocab_multiple=args.pad_vocab_multiple)
     except (OSError, KeyError, ValueError) as err:
         print(f"trident import-hf: error: {err}", file=sys.stderr)
         return 1

@@ -1,7 +1,7 @@
 """Hugging Face interop: a trident checkpoint <-> a `transformers` GPT-2 model folder.
 
-trident's GPT is GPT-2's architecture with exact (erf) GeLU, so the conversion is only renaming,
-transposing and reordering:
+trident's GPT is GPT-2's architecture (with exact GeLU, or the tanh approximation original GPT-2
+used: model.activation), so the conversion is only renaming, transposing and reordering:
   * GPT-2's Conv1D stores weights [in, out]; trident's linears (like nn.Linear) store [out, in].
   * trident's fused QKV rows are ordered (head, q|k|v, head_dim) so a tensor-parallel row slice holds
     whole heads; GPT-2's c_attn columns are [q of all heads | k of all heads | v of all heads].
@@ -18,7 +18,6 @@ from pathlib import Path
 
 import torch
 from safetensors import safe_open
-from safetensors.torch import save_file
 
 EXACT_GELU = "gelu"
 TANH_GELUS = ("gelu_new", "gelu_pytorch_tanh", "gelu_fast")
@@ -103,81 +102,6 @@ def from_gpt2(tensor: torch.Tensor, kind: str, num_heads: int, padded_vocab: int
     return tensor
 
 
-# ---- export ---------------------------------------------------------------------------------------
-def gpt2_config(model_cfg, vocab_size: int, eod_id: int | None) -> dict:
-    """config.json for transformers.GPT2Config describing trident's model exactly."""
-    return {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": vocab_size,
-            "n_positions": model_cfg.seq_length, "n_ctx": model_cfg.seq_length, "n_embd": model_cfg.hidden_size,
-            "n_layer": model_cfg.num_layers, "n_head": model_cfg.num_heads,
-            "n_inner": model_cfg.ffn_hidden_size or None, "activation_function": EXACT_GELU,
-            "resid_pdrop": model_cfg.hidden_dropout, "embd_pdrop": model_cfg.hidden_dropout,
-            "attn_pdrop": model_cfg.attention_dropout, "layer_norm_epsilon": model_cfg.layernorm_epsilon,
-            "initializer_range": model_cfg.std, "scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False,
-            "reorder_and_upcast_attn": False, "tie_word_embeddings": True, "use_cache": True,
-            "bos_token_id": eod_id, "eos_token_id": eod_id, "torch_dtype": "float32", "dtype": "float32",
-            # lets import-hf rebuild the same trident config (vocab padding, init) on the way back
-            "trident": {"model": {"make_vocab_size_divisible_by": model_cfg.make_vocab_size_divisible_by,
-                                  "init_std": model_cfg.init_std}}}
-
-
-def _write_tokenizer(tokenizer, out: Path, seq_length: int) -> list[str]:
-    """tokenizer.json, vocab.json + merges.txt and the small JSON files AutoTokenizer reads."""
-    tokenizer.save(out / "tokenizer.json")
-    tokenizer.save_gpt2_files(out)
-    special = "<|endoftext|>"
-    (out / "tokenizer_config.json").write_text(json.dumps(
-        {"tokenizer_class": "GPT2Tokenizer", "model_max_length": seq_length, "add_prefix_space": False,
-         "bos_token": special, "eos_token": special, "unk_token": special}, indent=1))
-    (out / "special_tokens_map.json").write_text(json.dumps(
-        {"bos_token": special, "eos_token": special, "unk_token": special}, indent=1))
-    return ["tokenizer.json", "vocab.json", "merges.txt", "tokenizer_config.json", "special_tokens_map.json"]
-
-
-def export_hf(ckpt_path: str | Path, out_dir: str | Path) -> dict:
-    """Write OUT/config.json + OUT/model.safetensors (+ tokenizer files) for transformers' GPT2LMHeadModel.
-
-    `ckpt_path` is a checkpoint folder of any parallel layout, or a folder of them (newest used).
-    Returns a summary: files written, vocabulary sizes, parameter count."""
-    from trident.config import config_from_dict
-    from trident.data.tokenizer import Tokenizer
-    from trident.checkpoint.reader import CheckpointReader, resolve_checkpoint
-
-    if not Path(ckpt_path).is_dir():
-        raise FileNotFoundError(f"{ckpt_path}: no such checkpoint folder")
-    try:
-        reader = CheckpointReader(resolve_checkpoint(str(ckpt_path), Path(ckpt_path)))
-    except FileNotFoundError:
-        raise FileNotFoundError(f"{ckpt_path}: neither a complete checkpoint (step_N/ with a COMPLETE marker) "
-                                f"nor a folder holding one") from None
-    cfg = config_from_dict(reader.state["config"]).model
-    tokenizer_file = reader.path / "tokenizer.json"
-    tokenizer = Tokenizer.load(tokenizer_file) if tokenizer_file.exists() else None
-    vocab = tokenizer.vocab_size if tokenizer is not None else cfg.vocab_size
-    padded = reader.full_shape("embedding.word.weight")[0]
-    if not 0 < vocab <= padded:
-        raise ValueError(f"{reader.path}: vocabulary of {vocab} tokens does not fit the embedding's {padded} rows")
-    names = name_map(cfg.num_layers)
-    unexpected = sorted(set(reader.names()) - {t for t, _, _ in names})
-    if unexpected:
-        raise ValueError(f"{reader.path}: tensors a GPT-2 model has no place for: {', '.join(unexpected[:5])}")
-    tensors = {}
-    for trident_name, hf_name, kind in names:  # reader.read raises naming any missing tensor
-        tensor = to_gpt2(reader.read(trident_name), kind, cfg.num_heads, vocab)
-        tensors[hf_name] = tensor.contiguous()
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    save_file(tensors, out / WEIGHTS_FILE, metadata={"format": "pt"})
-    eod = tokenizer.eod_id if tokenizer is not None else None
-    (out / "config.json").write_text(json.dumps(gpt2_config(cfg, vocab, eod), indent=1))
-    files = ["config.json", WEIGHTS_FILE]
-    if tokenizer is not None:
-        files += _write_tokenizer(tokenizer, out, cfg.seq_length)
-    return {"checkpoint": str(reader.path), "out": str(out), "files": files, "vocab_size": vocab,
-            "padded_vocab_size": padded, "dropped_padding_rows": padded - vocab,
-            "parameters": sum(t.numel() for t in tensors.values()),
-            "tokenizer": tokenizer is not None}
-
-
 # ---- import ---------------------------------------------------------------------------------------
 def _read_hf_config(hf_dir: Path) -> dict:
     path = hf_dir / "config.json"
@@ -190,7 +114,7 @@ def _read_hf_config(hf_dir: Path) -> dict:
     return config
 
 
-def check_gpt2_config(config: dict, source: Path, allow_tanh_gelu: bool = False) -> None:
+def check_gpt2_config(config: dict, source: Path) -> None:
     """Refuse configs whose model trident's GPT would not compute exactly, naming the key."""
     def refuse(key, why):
         raise ValueError(f"{source}: config key '{key}' = {config.get(key)!r}: {why}")
@@ -201,11 +125,8 @@ def check_gpt2_config(config: dict, source: Path, allow_tanh_gelu: bool = False)
         if not isinstance(config.get(key), int) or config[key] <= 0:
             refuse(key, "must be a positive integer")
     act = config.get("activation_function", "gelu_new")
-    if act in TANH_GELUS and not allow_tanh_gelu:
-        refuse("activation_function", "trident uses exact (erf) GeLU; the model was trained with the tanh "
-               "approximation (logits would differ slightly); pass --allow-tanh-gelu to import anyway")
     if act != EXACT_GELU and act not in TANH_GELUS:
-        refuse("activation_function", "trident's MLP is GeLU only")
+        refuse("activation_function", f"trident's MLP is GeLU: {EXACT_GELU} (exact) or one of {', '.join(TANH_GELUS)}")
     if not config.get("scale_attn_weights", True):
         refuse("scale_attn_weights", "trident always scales attention by 1/sqrt(head_dim)")
     if config.get("scale_attn_by_inverse_layer_idx", False):
@@ -253,7 +174,7 @@ def _expected_shape(kind: str, trident_shape: tuple, vocab: int) -> tuple:
 
 
 def import_hf(hf_dir: str | Path, out_dir: str | Path, pad_vocab_multiple: int | None = None,
-              allow_tanh_gelu: bool = False, seed: int = 1234) -> dict:
+              seed: int = 1234) -> dict:
     """Write a single-process trident checkpoint (OUT/step_0000000/) from a GPT-2 model folder.
 
     The folder needs config.json and model.safetensors (or a sharded index); tokenizer files, when
@@ -265,12 +186,10 @@ def import_hf(hf_dir: str | Path, out_dir: str | Path, pad_vocab_multiple: int |
 
     hf_dir, out = Path(hf_dir), Path(out_dir)
     hf = _read_hf_config(hf_dir)
-    check_gpt2_config(hf, hf_dir / "config.json", allow_tanh_gelu)
+    check_gpt2_config(hf, hf_dir / "config.json")
     if complete_checkpoints(out):
         raise FileExistsError(f"{out} already holds checkpoints; import into an empty folder")
     notes = []
-    if hf.get("activation_function", "gelu_new") != EXACT_GELU:
-        notes.append(f"activation_function {hf['activation_function']} replaced by exact GeLU: logits differ slightly")
     config = _trident_config(hf, pad_vocab_multiple, seed)
     m = config.model
 
@@ -321,6 +240,8 @@ def _trident_config(hf: dict, pad_vocab_multiple: int | None, seed: int):
     m.attention_dropout = float(hf.get("attn_pdrop", 0.0))
     m.make_vocab_size_divisible_by = pad_vocab_multiple or hints.get("make_vocab_size_divisible_by", 128)
     m.init_std = float(hints.get("init_std", 0.0))
+    # original GPT-2 (gelu_new) used the tanh approximation: trident computes the same function
+    m.activation = "gelu" if hf.get("activation_function", "gelu_new") == EXACT_GELU else "gelu_tanh"
     config.train.seed = seed
     return config.validate(1)
 

@@ -62,9 +62,10 @@ class MLP(nn.Module):
         super().__init__()
         self.fc1 = T.ColumnParallelLinear(cfg.hidden_size, cfg.ffn_size, tp=tp, device=device, dtype=dtype)
         self.fc2 = T.RowParallelLinear(cfg.ffn_size, cfg.hidden_size, tp=tp, device=device, dtype=dtype)
+        self.approximate = "tanh" if cfg.activation == "gelu_tanh" else "none"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc2(F.gelu(self.fc1(x)))
+        return self.fc2(F.gelu(self.fc1(x), approximate=self.approximate))
 
 
 class Block(nn.Module):

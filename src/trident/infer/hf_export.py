@@ -1,0 +1,131 @@
+"""Export a trident checkpoint as a Hugging Face GPT-2 model folder (transformers loads it as is).
+
+Tensors are renamed, transposed and reordered as trident.infer.hf describes, and written in
+safetensors shards of at most `max_shard_bytes` (default 5 GB, as transformers' save_pretrained):
+one `model.safetensors` when everything fits, else `model-0000i-of-0000n.safetensors` and
+`model.safetensors.index.json` (weight_map + total_size). Shards are read, converted and written
+one at a time, so a 530B export holds one shard in memory, not the model.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from safetensors.torch import save_file
+
+from trident.infer.hf import EXACT_GELU, WEIGHTS_FILE, WEIGHTS_INDEX, name_map, to_gpt2
+
+MAX_SHARD_BYTES = 5 * 10**9
+ACTIVATIONS = {"gelu": EXACT_GELU, "gelu_tanh": "gelu_pytorch_tanh"}  # torch's tanh GeLU, bit for bit
+
+
+def gpt2_config(model_cfg, vocab_size: int, eod_id: int | None) -> dict:
+    """config.json for transformers.GPT2Config describing trident's model exactly."""
+    return {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": vocab_size,
+            "n_positions": model_cfg.seq_length, "n_ctx": model_cfg.seq_length, "n_embd": model_cfg.hidden_size,
+            "n_layer": model_cfg.num_layers, "n_head": model_cfg.num_heads,
+            "n_inner": model_cfg.ffn_hidden_size or None, "activation_function": ACTIVATIONS[model_cfg.activation],
+            "resid_pdrop": model_cfg.hidden_dropout, "embd_pdrop": model_cfg.hidden_dropout,
+            "attn_pdrop": model_cfg.attention_dropout, "layer_norm_epsilon": model_cfg.layernorm_epsilon,
+            "initializer_range": model_cfg.std, "scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False,
+            "reorder_and_upcast_attn": False, "tie_word_embeddings": True, "use_cache": True,
+            "bos_token_id": eod_id, "eos_token_id": eod_id, "torch_dtype": "float32", "dtype": "float32",
+            # lets import-hf rebuild the same trident config (vocab padding, init) on the way back
+            "trident": {"model": {"make_vocab_size_divisible_by": model_cfg.make_vocab_size_divisible_by,
+                                  "init_std": model_cfg.init_std}}}
+
+
+def _write_tokenizer(tokenizer, out: Path, seq_length: int) -> list[str]:
+    """tokenizer.json, vocab.json + merges.txt and the small JSON files AutoTokenizer reads."""
+    tokenizer.save(out / "tokenizer.json")
+    tokenizer.save_gpt2_files(out)
+    special = "<|endoftext|>"
+    (out / "tokenizer_config.json").write_text(json.dumps(
+        {"tokenizer_class": "GPT2Tokenizer", "model_max_length": seq_length, "add_prefix_space": False,
+         "bos_token": special, "eos_token": special, "unk_token": special}, indent=1))
+    (out / "special_tokens_map.json").write_text(json.dumps(
+        {"bos_token": special, "eos_token": special, "unk_token": special}, indent=1))
+    return ["tokenizer.json", "vocab.json", "merges.txt", "tokenizer_config.json", "special_tokens_map.json"]
+
+
+def plan_shards(sizes: dict[str, int], max_shard_bytes: int) -> list[list[str]]:
+    """Tensor names in order, cut into shards of at most max_shard_bytes (a larger tensor alone)."""
+    shards: list[list[str]] = [[]]
+    used = 0
+    for name, size in sizes.items():
+        if shards[-1] and used + size > max_shard_bytes:
+            shards.append([])
+            used = 0
+        shards[-1].append(name)
+        used += size
+    return shards
+
+
+def _open_checkpoint(ckpt_path: str | Path):
+    from trident.checkpoint.reader import CheckpointReader, resolve_checkpoint
+
+    if not Path(ckpt_path).is_dir():
+        raise FileNotFoundError(f"{ckpt_path}: no such checkpoint folder")
+    try:
+        return CheckpointReader(resolve_checkpoint(str(ckpt_path), Path(ckpt_path)))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{ckpt_path}: neither a complete checkpoint (step_N/ with a COMPLETE marker) "
+                                f"nor a folder holding one") from None
+
+
+def _write_shards(reader, cfg, vocab: int, out: Path, max_shard_bytes: int) -> tuple[list[str], int]:
+    """Every GPT-2 tensor into its shard; (file names, parameter count)."""
+    names = {hf: (trident, kind) for trident, hf, kind in name_map(cfg.num_layers)}
+    sizes = {}
+    for hf, (trident, kind) in names.items():
+        shape = list(reader.full_shape(trident))
+        if kind == "vocab":
+            shape[0] = vocab  # padding rows are dropped
+        sizes[hf] = 4 * math.prod(shape)  # fp32
+    shards = plan_shards(sizes, max_shard_bytes)
+    files = [WEIGHTS_FILE] if len(shards) == 1 else [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
+                                                   for i in range(len(shards))]
+    for file, shard in zip(files, shards):
+        # reader.read raises naming any missing tensor
+        tensors = {hf: to_gpt2(reader.read(names[hf][0]), names[hf][1], cfg.num_heads, vocab).contiguous()
+                   for hf in shard}
+        save_file(tensors, out / file, metadata={"format": "pt"})
+    if len(shards) > 1:
+        weight_map = {hf: file for file, shard in zip(files, shards) for hf in shard}
+        index = {"metadata": {"total_size": sum(sizes.values())}, "weight_map": weight_map}
+        (out / WEIGHTS_INDEX).write_text(json.dumps(index, indent=1))
+        files.append(WEIGHTS_INDEX)
+    return files, sum(sizes.values()) // 4
+
+
+def export_hf(ckpt_path: str | Path, out_dir: str | Path, max_shard_bytes: int = MAX_SHARD_BYTES) -> dict:
+    """Write OUT/config.json + the weights (+ tokenizer files) for transformers' GPT2LMHeadModel.
+
+    `ckpt_path` is a checkpoint folder of any parallel layout, or a folder of them (newest used).
+    Returns a summary: files written, vocabulary sizes, parameter count."""
+    from trident.config import config_from_dict
+    from trident.data.tokenizer import Tokenizer
+
+    reader = _open_checkpoint(ckpt_path)
+    cfg = config_from_dict(reader.state["config"]).model
+    tokenizer_file = reader.path / "tokenizer.json"
+    tokenizer = Tokenizer.load(tokenizer_file) if tokenizer_file.exists() else None
+    vocab = tokenizer.vocab_size if tokenizer is not None else cfg.vocab_size
+    padded = reader.full_shape("embedding.word.weight")[0]
+    if not 0 < vocab <= padded:
+        raise ValueError(f"{reader.path}: vocabulary of {vocab} tokens does not fit the embedding's {padded} rows")
+    unexpected = sorted(set(reader.names()) - {t for t, _, _ in name_map(cfg.num_layers)})
+    if unexpected:
+        raise ValueError(f"{reader.path}: tensors a GPT-2 model has no place for: {', '.join(unexpected[:5])}")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    files, parameters = _write_shards(reader, cfg, vocab, out, max_shard_bytes)
+    eod = tokenizer.eod_id if tokenizer is not None else None
+    (out / "config.json").write_text(json.dumps(gpt2_config(cfg, vocab, eod), indent=1))
+    files = ["config.json", *files]
+    if tokenizer is not None:
+        files += _write_tokenizer(tokenizer, out, cfg.seq_length)
+    return {"checkpoint": str(reader.path), "out": str(out), "files": files, "vocab_size": vocab,
+            "padded_vocab_size": padded, "dropped_padding_rows": padded - vocab, "parameters": parameters,
+            "tokenizer": tokenizer is not None}
