@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import shutil
 import time
 from collections import Counter
@@ -60,6 +61,7 @@ DEFAULTS: dict[str, Any] = {
     "modules": [],
 }
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+log = logging.getLogger(__name__)
 
 
 def _read_config_file(path: str | Path) -> Any:
@@ -195,8 +197,6 @@ def run_pipeline(config: str | Path | dict | list, inputs: list[Path] | tuple = 
     `executor`/`workers` override the config's. Raises CurateError on bad config, on a bad record in
     strict mode, and (after writing stats) when the accounting check fails.
     """
-    from trident.curate.report import write_report
-
     cfg = load_pipeline_config(config, overrides)
     cfg["executor"] = executor or cfg["executor"]
     cfg["workers"] = cfg["workers"] if workers is None else workers
@@ -229,10 +229,22 @@ def run_pipeline(config: str | Path | dict | list, inputs: list[Path] | tuple = 
         "config": {k: v for k, v in cfg.items() if k != "inputs"},
     }
     write_json_atomic(out_dir / "stats.json", stats)
-    write_report(stats, out_dir)
+    _write_report_safely(stats, out_dir)
     if problems:
         raise CurateError("accounting check failed (documents vanished uncounted): " + "; ".join(problems))
     return stats
+
+
+def _write_report_safely(stats: dict, out_dir: Path) -> None:
+    """Write report.md; a report failure is logged as one line and never fails the finished run."""
+    from trident.curate import report
+
+    try:
+        report.write_report(stats, out_dir)
+    except Exception as err:  # noqa: BLE001 - the outputs and stats.json are already complete
+        detail = " ".join(str(err).split())
+        log.warning("curate: report.md not written (%s: %s); shards and stats.json are complete",
+                    type(err).__name__, detail)
 
 
 def _run_phases(specs: list[dict], files: list[tuple[Path, str]], work: Path, pool, options: dict):
