@@ -135,3 +135,12 @@ def test_train_cli_exits_2_on_range_errors(tmp_path, capsys, override):
     assert main(["train", "tiny", override, "--out", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err
     assert override.split("=")[0] in err and "Traceback" not in err
+
+
+def test_unparsable_override_and_unreadable_file_are_config_errors(tmp_path):
+    with pytest.raises(ConfigError, match=r"override 'train.lr=\[1,': value is not valid YAML"):
+        load_config("tiny", ["train.lr=[1,"])
+    binary = tmp_path / "binary.yaml"
+    binary.write_bytes(b"model:\n  num_layers: \xff\xfe\n")
+    with pytest.raises(ConfigError, match="binary.yaml.*cannot be read"):
+        load_config(binary)

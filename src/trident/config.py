@@ -219,7 +219,10 @@ def parse_overrides(overrides: list[str]) -> dict:
         if "=" not in item:
             raise ConfigError(f"override '{item}' must look like section.key=value")
         key, raw = item.split("=", 1)
-        value = yaml.safe_load(raw) if raw != "" else ""
+        try:
+            value = yaml.safe_load(raw) if raw != "" else ""
+        except yaml.YAMLError as error:
+            raise ConfigError(f"override '{item}': value is not valid YAML ({' '.join(str(error).split())})") from None
         # YAML reads 3e-4 as a string (it wants 3.0e-4); numbers written either way should work.
         if isinstance(value, str):
             try:
@@ -248,6 +251,8 @@ def _read_yaml(path: Path) -> dict:
         tree = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as error:
         raise ConfigError(f"config file '{path}' is not valid YAML: {error}") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(f"config file '{path}' cannot be read ({error})") from None
     if not isinstance(tree, dict):
         raise ConfigError(f"config file '{path}' must hold a mapping of sections")
     return tree
