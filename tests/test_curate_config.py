@@ -77,3 +77,12 @@ def test_cli_exits_2_naming_the_key(tmp_path, capsys, args, key):
     err = capsys.readouterr().err
     assert f"'{key}'" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "out" / "stats.json").exists()
+
+
+@pytest.mark.parametrize("stage,param,value", [
+    ("min_length", "min_tokens", "abc"), ("langid", "threshold", "x"), ("gopher_quality", "min_words", "a"),
+    ("clean", "normalization", 5), ("fuzzy_dedup", "threshold", "high"),
+])
+def test_stage_parameters_of_the_wrong_type_name_stage_and_parameter(stage, param, value):
+    with pytest.raises(ConfigError, match=f"stage '{stage}'.*'{param}'"):
+        load_pipeline_config([{"stage": stage, param: value}])
