@@ -67,3 +67,80 @@ def test_resolved_config_round_trips(tmp_path):
     config = load_config("demo", ["train.steps=7"])
     save_config(config, tmp_path / "config.yaml")
     assert load_config(tmp_path / "config.yaml") == config
+
+
+@pytest.mark.parametrize("override,key", [
+    ("train.lr=-1e-3", "train.lr"),
+    ("train.lr=0", "train.lr"),
+    ("train.min_lr=-1e-5", "train.min_lr"),
+    ("train.global_batch_size=0", "train.global_batch_size"),
+    ("train.global_batch_size=-8", "train.global_batch_size"),
+    ("train.micro_batch_size=-2", "train.micro_batch_size"),
+    ("train.micro_batch_size=0", "train.micro_batch_size"),
+    ("train.steps=0", "train.steps"),
+    ("train.adam_beta1=1.0", "train.adam_beta1"),
+    ("train.adam_beta2=1.5", "train.adam_beta2"),
+    ("train.adam_beta2=-0.1", "train.adam_beta2"),
+    ("train.adam_eps=0", "train.adam_eps"),
+    ("train.weight_decay=-0.1", "train.weight_decay"),
+    ("train.clip_grad=-1", "train.clip_grad"),
+    ("train.warmup_tokens=-5", "train.warmup_tokens"),
+    ("train.decay_tokens=-5", "train.decay_tokens"),
+    ("train.seed=-1", "train.seed"),
+    ("train.eval_interval=-1", "train.eval_interval"),
+    ("train.eval_iters=0", "train.eval_iters"),
+    ("train.peak_tflops=-1", "train.peak_tflops"),
+    ("train.threads=-1", "train.threads"),
+    ("train.loss_scale_initial=0", "train.loss_scale_initial"),
+    ("train.loss_scale_growth_interval=0", "train.loss_scale_growth_interval"),
+    ("train.loss_scale_backoff=1.0", "train.loss_scale_backoff"),
+    ("train.loss_scale_backoff=0", "train.loss_scale_backoff"),
+    ("train.loss_scale_hysteresis=0", "train.loss_scale_hysteresis"),
+    ("train.lr=.nan", "train.lr"),
+    ("train.lr=.inf", "train.lr"),
+    ("data.valid_fraction=1.5", "data.valid_fraction"),
+    ("data.valid_fraction=-0.1", "data.valid_fraction"),
+    ("data.split_seed=-1", "data.split_seed"),
+    ("model.num_heads=0", "model.num_heads"),
+    ("model.vocab_size=-1", "model.vocab_size"),
+    ("model.ffn_hidden_size=-4", "model.ffn_hidden_size"),
+    ("model.attention_dropout=1.0", "model.attention_dropout"),
+    ("model.hidden_dropout=-0.1", "model.hidden_dropout"),
+    ("model.layernorm_epsilon=0", "model.layernorm_epsilon"),
+    ("model.init_std=-0.02", "model.init_std"),
+    ("parallel.dp=-1", "parallel.dp"),
+    ("parallel.tp=0", "parallel.tp"),
+    ("parallel.bucket_size_mb=0", "parallel.bucket_size_mb"),
+    ("parallel.timeout_s=0", "parallel.timeout_s"),
+    ("checkpoint.save_interval=-1", "checkpoint.save_interval"),
+    ("checkpoint.keep_last=-1", "checkpoint.keep_last"),
+    ("logging.log_interval=0", "logging.log_interval"),
+])
+def test_numeric_ranges_name_the_key(override, key):
+    """Every numeric key is range-checked at start, and the message names that key (not a neighbour)."""
+    with pytest.raises(ConfigError, match=rf"config key '{key}': must be"):
+        load_config("tiny", [override]).validate(1)
+
+
+def test_layer_partition_entries_must_be_non_negative_ints():
+    with pytest.raises(ConfigError, match="parallel.layer_partition"):
+        load_config("tiny", ["parallel.pp=2", "parallel.layer_partition=[3,-1]"]).validate(2)
+
+
+@pytest.mark.parametrize("override", ["train.lr=-1e-3", "train.global_batch_size=0", "data.valid_fraction=1.5",
+                                      "train.adam_beta2=1.5", "train.micro_batch_size=-2"])
+def test_train_cli_exits_2_on_range_errors(tmp_path, capsys, override):
+    from trident.cli import main
+
+    assert main(["train", "tiny", override, "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert override.split("=")[0] in err and "Traceback" not in err
+
+
+def test_unparsable_override_and_unreadable_file_are_config_errors(tmp_path):
+    with pytest.raises(ConfigError, match=r"override 'train.lr=\[1,': value is not valid YAML"):
+        load_config("tiny", ["train.lr=[1,"])
+    binary = tmp_path / "binary.yaml"
+    binary.write_bytes(b"model:\n  num_layers: \xff\xfe\n")
+    with pytest.raises(ConfigError, match="binary.yaml.*cannot be read"):
+        load_config(binary)

@@ -165,7 +165,7 @@ def test_malformed_records_are_reported_with_their_position(tmp_path):
 def test_unknown_labels_and_bad_columns_are_rejected(tmp_path):
     (tmp_path / "RTE").mkdir()
     (tmp_path / "RTE" / "val.jsonl").write_text(json.dumps({"premise": "a", "hypothesis": "b", "label": "maybe"}) + "\n")
-    with pytest.raises(TaskDataError, match=r"rte: .*record 1: unknown label 'maybe'"):
+    with pytest.raises(TaskDataError, match=r"rte: .*val.jsonl:1: unknown label 'maybe'"):
         get_task("rte").load(tmp_path, "validation")
     (tmp_path / "hans").mkdir()
     (tmp_path / "hans" / "heuristics_evaluation_set.txt").write_text("gold_label\tsentence1\nentailment\ta\n")

@@ -10,7 +10,7 @@ import zstandard
 from trident.curate.decontaminate import file_texts
 from trident.curate.document import CurateError
 from trident.tasks import TaskDataError
-from trident.tasks.files import read_jsonl
+from trident.tasks.files import TEXT, read_jsonl
 from trident.text.jsonl import UnreadableFile, iter_jsonl, iter_raw_lines, iter_texts, parse_line
 
 
@@ -66,7 +66,7 @@ def test_task_and_decontamination_readers_name_the_bad_line(tmp_path):
     path = tmp_path / "valid.jsonl"
     path.write_bytes(b'{"goal": "g"}\n\n{"goal": "caf\xe9"}\n')
     with pytest.raises(TaskDataError, match=r"piqa: .*valid.jsonl:3: not UTF-8"):
-        read_jsonl(path, "piqa", "PIQA files", ("goal",))
+        read_jsonl(path, "piqa", "PIQA files", {"goal": TEXT})
     packed = tmp_path / "task.jsonl.gz"
     packed.write_bytes(gzip.compress(b'{"q": "a b c"}\n{"q": \n'))
     with pytest.raises(CurateError, match=r"task.jsonl.gz:2: malformed_json"):

@@ -153,6 +153,25 @@ CHOICES = {
     "logging.wandb_mode": ("online", "offline", "disabled"),
 }
 
+# The range every numeric key must lie in, by meaning; checked before anything divides by them.
+RANGES = {
+    "positive": ("model.num_layers", "model.hidden_size", "model.num_heads", "model.seq_length",
+                 "model.make_vocab_size_divisible_by", "model.layernorm_epsilon", "parallel.tp", "parallel.pp",
+                 "parallel.virtual_stages", "parallel.bucket_size_mb", "parallel.timeout_s", "train.steps",
+                 "train.global_batch_size", "train.micro_batch_size", "train.lr", "train.adam_eps",
+                 "train.eval_iters", "train.loss_scale_initial", "train.loss_scale_growth_interval",
+                 "train.loss_scale_hysteresis", "logging.log_interval"),
+    "non-negative": ("model.vocab_size", "model.ffn_hidden_size", "model.init_std", "parallel.dp",
+                     "data.split_seed", "train.min_lr", "train.warmup_tokens", "train.decay_tokens",
+                     "train.weight_decay", "train.clip_grad", "train.seed", "train.eval_interval",
+                     "train.peak_tflops", "train.threads", "checkpoint.save_interval", "checkpoint.keep_last"),
+    "in [0, 1)": ("model.hidden_dropout", "model.attention_dropout", "data.valid_fraction", "train.adam_beta1",
+                  "train.adam_beta2"),
+    "in (0, 1)": ("train.loss_scale_backoff",),
+}
+_IN_RANGE = {"positive": lambda v: v > 0, "non-negative": lambda v: v >= 0,
+             "in [0, 1)": lambda v: 0 <= v < 1, "in (0, 1)": lambda v: 0 < v < 1}
+
 
 def _coerce(value: Any, kind: Any, key: str) -> Any:
     """Check `value` against the annotated type; ints are accepted for floats. Raises naming `key`."""
@@ -205,7 +224,10 @@ def parse_overrides(overrides: list[str]) -> dict:
         if "=" not in item:
             raise ConfigError(f"override '{item}' must look like section.key=value")
         key, raw = item.split("=", 1)
-        value = yaml.safe_load(raw) if raw != "" else ""
+        try:
+            value = yaml.safe_load(raw) if raw != "" else ""
+        except yaml.YAMLError as error:
+            raise ConfigError(f"override '{item}': value is not valid YAML ({' '.join(str(error).split())})") from None
         # YAML reads 3e-4 as a string (it wants 3.0e-4); numbers written either way should work.
         if isinstance(value, str):
             try:
@@ -234,6 +256,8 @@ def _read_yaml(path: Path) -> dict:
         tree = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as error:
         raise ConfigError(f"config file '{path}' is not valid YAML: {error}") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(f"config file '{path}' cannot be read ({error})") from None
     if not isinstance(tree, dict):
         raise ConfigError(f"config file '{path}' must hold a mapping of sections")
     return tree
@@ -280,21 +304,30 @@ def _check_rampup(train: TrainConfig, granule: int) -> None:
              f"global_batch_size - start ({train.global_batch_size} - {start}) must be a multiple of increment {increment}")
 
 
+def _check_ranges(config: Config) -> None:
+    """Every numeric key finite and within RANGES, the message naming that key."""
+    for kind, keys in RANGES.items():
+        for key in keys:
+            section, name = key.split(".")
+            value = getattr(getattr(config, section), name)
+            _require(math.isfinite(value), key, f"must be a finite number, got {value}")
+            _require(_IN_RANGE[kind](value), key, f"must be {kind}, got {value}")
+    partition = config.parallel.layer_partition
+    if partition is not None:
+        _require(all(type(n) is int and n >= 0 for n in partition), "parallel.layer_partition",
+                 f"must be a list of non-negative ints (layers per stage), got {partition}")
+
+
 def validate(config: Config, world_size: int | None = None) -> None:
-    """Reject impossible combinations up front, naming the key."""
+    """Reject out-of-range values and impossible combinations up front, naming the key."""
     m, p, t = config.model, config.parallel, config.train
     for key, choices in CHOICES.items():
         section, name = key.split(".")
         value = getattr(getattr(config, section), name)
         _require(value in choices, key, f"must be one of {choices}, got {value!r}")
-    for key in ("num_layers", "hidden_size", "num_heads", "seq_length", "make_vocab_size_divisible_by"):
-        _require(getattr(m, key) > 0, f"model.{key}", "must be positive")
+    _check_ranges(config)
     _require(m.hidden_size % m.num_heads == 0, "model.hidden_size",
              f"{m.hidden_size} is not divisible by model.num_heads={m.num_heads}")
-    _require(0.0 <= m.hidden_dropout < 1 and 0.0 <= m.attention_dropout < 1, "model.hidden_dropout",
-             "dropout probabilities must be in [0, 1)")
-    for key in ("tp", "pp", "virtual_stages"):
-        _require(getattr(p, key) >= 1, f"parallel.{key}", "must be >= 1")
     _require(m.num_heads % p.tp == 0, "parallel.tp", f"model.num_heads={m.num_heads} must be divisible by tp={p.tp}")
     _require(m.ffn_size % p.tp == 0, "parallel.tp", f"ffn size {m.ffn_size} must be divisible by tp={p.tp}")
     chunks = p.pp * p.virtual_stages
@@ -320,7 +353,6 @@ def validate(config: Config, world_size: int | None = None) -> None:
                  f"dp x pp x tp = {dp} x {p.pp} x {p.tp} = {dp * model_parallel} != world size {world_size}")
     dp = dp or 1
     granule = t.micro_batch_size * dp
-    _require(t.micro_batch_size >= 1, "train.micro_batch_size", "must be >= 1")
     _require(t.global_batch_size % granule == 0, "train.global_batch_size",
              f"{t.global_batch_size} is not divisible by micro_batch_size x dp = {t.micro_batch_size} x {dp}")
     if p.schedule == "interleaved" and p.pp > 1:
@@ -329,9 +361,7 @@ def validate(config: Config, world_size: int | None = None) -> None:
                  f"interleaved needs every batch size (global and ramp-up start/increment: {sizes}) / "
                  f"(micro_batch_size x dp = {granule}) to be a multiple of pp={p.pp}")
     _check_rampup(t, granule)
-    _require(t.steps >= 1, "train.steps", "must be >= 1")
-    _require(t.lr > 0 and 0 <= t.min_lr <= t.lr, "train.min_lr", f"need 0 <= min_lr <= lr, got {t.min_lr} > {t.lr}")
-    _require(config.logging.log_interval >= 1, "logging.log_interval", "must be >= 1")
+    _require(t.min_lr <= t.lr, "train.min_lr", f"must be <= train.lr, got {t.min_lr} > {t.lr}")
     _check_data_paths(config.data.paths)
 
 

@@ -40,6 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """0 on success; 2 on a config mistake (as `trident train`); 1 on any other curation error."""
+    from trident.config import ConfigError
     from trident.curate.document import CurateError
 
     try:
@@ -48,6 +50,9 @@ def run(args: argparse.Namespace) -> int:
         if args.target == BLEND:
             return _blend(args)
         return _curate(args)
+    except ConfigError as err:
+        print(f"trident curate: error: {err}", file=sys.stderr)
+        return 2
     except CurateError as err:
         print(f"trident curate: error: {err}", file=sys.stderr)
         return 1

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import shutil
 import time
 from collections import Counter
@@ -36,6 +37,7 @@ import yaml
 from trident.curate.document import CurateError, Document
 from trident.curate.executors import make_executor
 from trident.curate.runner import import_modules, run_global_phase, run_stream_phase, split_phases, write_json_atomic
+from trident.curate.settings import CurateConfigError, check_settings
 from trident.curate.shards import DEFAULT_MAX_DOC_BYTES, input_format
 from trident.curate.stage import (
     Executor,
@@ -60,6 +62,7 @@ DEFAULTS: dict[str, Any] = {
     "modules": [],
 }
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+log = logging.getLogger(__name__)
 
 
 def _read_config_file(path: str | Path) -> Any:
@@ -67,27 +70,32 @@ def _read_config_file(path: str | Path) -> Any:
     if not candidate.exists():
         preset = CONFIG_DIR / (candidate.name if candidate.suffix == ".yaml" else f"{candidate.name}.yaml")
         if not preset.exists():
-            raise CurateError(f"pipeline config '{path}' not found (presets: curate-cc)")
+            raise CurateConfigError(f"pipeline config '{path}' not found (presets: curate-cc)")
         candidate = preset
     try:
         return yaml.safe_load(candidate.read_text())
     except yaml.YAMLError as err:
-        raise CurateError(f"pipeline config '{candidate}': invalid YAML: {err}") from err
+        raise CurateConfigError(f"pipeline config '{candidate}': invalid YAML: {err}") from err
+    except (OSError, UnicodeDecodeError) as err:
+        raise CurateConfigError(f"pipeline config '{candidate}': cannot be read ({err})") from err
 
 
 def _apply_override(config: dict, item: str) -> None:
     if "=" not in item:
-        raise CurateError(f"override '{item}' must look like key=value or stages.<name>.<param>=value")
+        raise CurateConfigError(f"override '{item}' must look like key=value or stages.<name>.<param>=value")
     key, raw = item.split("=", 1)
-    value = yaml.safe_load(raw) if raw else ""
+    try:
+        value = yaml.safe_load(raw) if raw else ""
+    except yaml.YAMLError as err:
+        raise CurateConfigError(f"override '{item}': value is not valid YAML ({' '.join(str(err).split())})") from None
     parts = key.strip().split(".")
-    if parts[0] != "stages":
+    if parts[0] != "stages" or len(parts) == 1:  # "stages=[...]" replaces the whole list
         if len(parts) != 1 or parts[0] not in DEFAULTS:
-            raise CurateError(f"override '{item}': unknown key '{key}'; top-level keys: {sorted(DEFAULTS)}")
+            raise CurateConfigError(f"override '{item}': unknown key '{key}'; top-level keys: {sorted(DEFAULTS)}")
         config[parts[0]] = value
         return
     if len(parts) != 3:
-        raise CurateError(f"override '{item}': stage overrides look like stages.<name or index>.<param>=value")
+        raise CurateConfigError(f"override '{item}': stage overrides look like stages.<name or index>.<param>=value")
     selector, param = parts[1], parts[2]
     stages = config["stages"]
     if selector.isdigit():
@@ -96,30 +104,40 @@ def _apply_override(config: dict, item: str) -> None:
         matches = [spec for spec in stages if spec["stage"] == selector]
     if len(matches) != 1:
         names = [spec["stage"] for spec in stages]
-        raise CurateError(f"override '{item}': '{selector}' must name exactly one stage of {names} (or use its index)")
+        raise CurateConfigError(f"override '{item}': '{selector}' must name exactly one stage of {names} (or use its index)")
     matches[0][param] = value
 
 
 def load_pipeline_config(config: str | Path | dict | list, overrides: list[str] | tuple = ()) -> dict:
     """A validated pipeline config (every key filled) from a YAML path, a preset name, a dict or a
-    list of stages, with `key=value` overrides applied. Unknown keys/stages/params raise CurateError."""
+    list of stages, with `key=value` overrides applied. Unknown keys/stages/params and wrong types
+    raise CurateConfigError (a CurateError and a trident.config.ConfigError) naming the key."""
+    try:
+        return _load_pipeline_config(config, overrides)
+    except CurateConfigError:
+        raise
+    except CurateError as err:  # stage and module errors found while building the config's stages
+        raise CurateConfigError(str(err)) from err
+
+
+def _load_pipeline_config(config: str | Path | dict | list, overrides: list[str] | tuple) -> dict:
     tree = _read_config_file(config) if isinstance(config, (str, Path)) else copy.deepcopy(config)
     if isinstance(tree, list):
         tree = {"stages": tree}
     if not isinstance(tree, dict):
-        raise CurateError("pipeline config must be a list of stages or a mapping with a 'stages' list")
+        raise CurateConfigError("pipeline config must be a list of stages or a mapping with a 'stages' list")
     unknown = sorted(set(tree) - set(DEFAULTS))
     if unknown:
-        raise CurateError(f"pipeline config: unknown key(s) {unknown}; allowed: {sorted(DEFAULTS)}")
+        raise CurateConfigError(f"pipeline config: unknown key(s) {unknown}; allowed: {sorted(DEFAULTS)}")
     merged = {**copy.deepcopy(DEFAULTS), **tree}
+    check_settings(merged)
     for index, spec in enumerate(merged["stages"]):
         if not isinstance(spec, dict) or not isinstance(spec.get("stage"), str):
-            raise CurateError(f"pipeline config: stages[{index}] must be a mapping with 'stage: <name>'")
+            raise CurateConfigError(f"pipeline config: stages[{index}] must be a mapping with 'stage: <name>'")
     for item in overrides:
         _apply_override(merged, item)
+    check_settings(merged)
     import_modules(merged["modules"])
-    if merged["executor"] not in ("local", "ray"):
-        raise CurateError(f"pipeline config: executor must be 'local' or 'ray', got {merged['executor']!r}")
     for spec in merged["stages"]:
         if spec.get("enabled", True):
             build_stage(spec["stage"], {k: v for k, v in spec.items() if k not in ("stage", "enabled")})
@@ -195,11 +213,10 @@ def run_pipeline(config: str | Path | dict | list, inputs: list[Path] | tuple = 
     `executor`/`workers` override the config's. Raises CurateError on bad config, on a bad record in
     strict mode, and (after writing stats) when the accounting check fails.
     """
-    from trident.curate.report import write_report
-
     cfg = load_pipeline_config(config, overrides)
     cfg["executor"] = executor or cfg["executor"]
     cfg["workers"] = cfg["workers"] if workers is None else workers
+    check_settings(cfg)
     files = _resolve_inputs(cfg, inputs)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -229,10 +246,22 @@ def run_pipeline(config: str | Path | dict | list, inputs: list[Path] | tuple = 
         "config": {k: v for k, v in cfg.items() if k != "inputs"},
     }
     write_json_atomic(out_dir / "stats.json", stats)
-    write_report(stats, out_dir)
+    _write_report_safely(stats, out_dir)
     if problems:
         raise CurateError("accounting check failed (documents vanished uncounted): " + "; ".join(problems))
     return stats
+
+
+def _write_report_safely(stats: dict, out_dir: Path) -> None:
+    """Write report.md; a report failure is logged as one line and never fails the finished run."""
+    from trident.curate import report
+
+    try:
+        report.write_report(stats, out_dir)
+    except Exception as err:  # noqa: BLE001 - the outputs and stats.json are already complete
+        detail = " ".join(str(err).split())
+        log.warning("curate: report.md not written (%s: %s); shards and stats.json are complete",
+                    type(err).__name__, detail)
 
 
 def _run_phases(specs: list[dict], files: list[tuple[Path, str]], work: Path, pool, options: dict):

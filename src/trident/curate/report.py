@@ -14,15 +14,15 @@ def histogram(stats: dict, name: str) -> dict[str, int]:
             if key.startswith(prefix):
                 label = key[len(prefix):]
                 bins[label] = bins.get(label, 0) + value
-    return dict(sorted(bins.items(), key=lambda kv: (float(kv[0]) if _is_number(kv[0]) else kv[0])))
+    return dict(sorted(bins.items(), key=lambda kv: _bin_order(kv[0])))
 
 
-def _is_number(text: str) -> bool:
+def _bin_order(label: str) -> tuple:
+    """Sort key: numeric bins by value, an open-ended "N+" right after N's peers, other labels last."""
     try:
-        float(text)
-        return True
+        return (0, float(label.removesuffix("+")), label.endswith("+"), "")
     except ValueError:
-        return False
+        return (1, 0.0, False, label)
 
 
 def _plot(path: Path, draw) -> None:

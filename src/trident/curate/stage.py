@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import types
+import typing
 from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Protocol
@@ -150,7 +152,35 @@ def build_stage(name: str, params: dict[str, Any]) -> Stage:
     unknown = sorted(set(params) - allowed)
     if unknown and not takes_any:
         raise CurateError(f"stage {name!r}: unknown parameter(s) {unknown}; allowed: {sorted(allowed)}")
+    _check_param_types(name, cls, params)
     try:
         return cls(**params)
     except (TypeError, ValueError) as err:
         raise CurateError(f"stage {name!r}: {err}") from err
+
+
+_SCALARS = (bool, int, float, str, type(None))
+
+
+def _check_param_types(name: str, cls: type, params: dict[str, Any]) -> None:
+    """Parameters annotated with plain scalar types (int, float, bool, str, optional) get a value of
+    that type (an int is a float too) or null, else CurateError naming the stage and the parameter."""
+    try:
+        hints = typing.get_type_hints(cls.__init__)
+    except Exception:  # noqa: BLE001 - annotations that do not resolve are simply not checked
+        return
+    for key, value in params.items():
+        hint = hints.get(key)
+        kinds = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+        # containers, custom types, unannotated parameters and null (the stage's own "missing") are not checked
+        if value is None or not all(kind in _SCALARS for kind in kinds):
+            continue
+        if not any(_is_kind(value, kind) for kind in kinds):
+            wanted = " or ".join("null" if kind is type(None) else kind.__name__ for kind in kinds)
+            raise CurateError(f"stage {name!r}: parameter '{key}' must be {wanted}, got {value!r}")
+
+
+def _is_kind(value: Any, kind: type) -> bool:
+    if kind is float:
+        return type(value) in (int, float)
+    return type(value) is kind

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from trident.tasks.base import MultipleChoiceTask, label_index
-from trident.tasks.files import read_jsonl
+from trident.tasks.files import LABEL, TEXT, read_jsonl
 
 LABELS = {"e": 0, "n": 1, "c": 2}
 
@@ -35,9 +35,10 @@ class ANLI(MultipleChoiceTask):
 
     def read_split(self, root: Path, split: str) -> list[dict]:
         path = root / self.split_files(split)[0]
+        fields = {"context": TEXT, "hypothesis": TEXT, "label": LABEL}
         return [{"premise": r["context"], "hypothesis": r["hypothesis"],
-                 "label": label_index(r["label"], LABELS, self.name, f"{path} record {i}")}
-                for i, r in enumerate(read_jsonl(path, self.name, self.expected, ("context", "hypothesis", "label")), 1)]
+                 "label": label_index(r["label"], LABELS, self.name, where)}
+                for where, r in read_jsonl(path, self.name, self.expected, fields)]
 
     def from_hub(self, row):
         return {"premise": row["premise"], "hypothesis": row["hypothesis"], "label": int(row["label"])}

@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 from trident.tasks.base import MultipleChoiceTask, label_index
-from trident.tasks.files import TaskDataError, read_jsonl
+from trident.tasks.files import LABEL, TEXT, read_jsonl, strings
 
 EXPECTED = ('hellaswag/hellaswag_{train,val}.jsonl with {"activity_label", "ctx_a", "ctx_b", '
             '"endings": [4 strings], "label": 0-3} per line')
@@ -43,12 +43,10 @@ class HellaSwag(MultipleChoiceTask):
     def read_split(self, root: Path, split: str) -> list[dict]:
         path = root / FILES[split]
         docs = []
-        keys = ("activity_label", "ctx_a", "ctx_b", "endings", "label")
-        for i, r in enumerate(read_jsonl(path, self.name, EXPECTED, keys), 1):
-            if not (isinstance(r["endings"], list) and len(r["endings"]) == 4):
-                raise TaskDataError(f"{self.name}: {path} record {i}: 'endings' must be a list of 4 strings")
-            label = label_index(str(r["label"]), {"0": 0, "1": 1, "2": 2, "3": 3}, self.name, f"{path} record {i}")
-            docs.append({k: r[k] for k in keys[:4]} | {"label": label})
+        fields = {"activity_label": TEXT, "ctx_a": TEXT, "ctx_b": TEXT, "endings": strings(4), "label": LABEL}
+        for where, r in read_jsonl(path, self.name, EXPECTED, fields):
+            label = label_index(str(r["label"]), {"0": 0, "1": 1, "2": 2, "3": 3}, self.name, where)
+            docs.append({k: r[k] for k in ("activity_label", "ctx_a", "ctx_b", "endings")} | {"label": label})
         return docs
 
     def from_hub(self, row):

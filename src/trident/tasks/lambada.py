@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from trident.tasks.base import Task
-from trident.tasks.files import TaskDataError, field, read_jsonl
+from trident.tasks.files import TEXT, TaskDataError, read_jsonl
 from trident.tasks.metrics import bootstrap_stderr, mean, mean_stderr, perplexity
 from trident.tasks.types import Loglikelihood
 
@@ -35,10 +35,10 @@ class Lambada(Task):
     def read_split(self, root: Path, split: str) -> list[dict]:
         path = root / "lambada_test.jsonl"
         docs = []
-        for i, record in enumerate(read_jsonl(path, self.name, EXPECTED, ("text",)), 1):
-            text = field(record, "text", str, self.name, f"{path} record {i}", EXPECTED)
+        for where, record in read_jsonl(path, self.name, EXPECTED, {"text": TEXT}):
+            text = record["text"]
             if " " not in text.strip():
-                raise TaskDataError(f"{self.name}: {path} record {i}: text has no last word to predict")
+                raise TaskDataError(f"{self.name}: {where}: field 'text' has no last word to predict")
             docs.append({"text": text})
         return docs
 

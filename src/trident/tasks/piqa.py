@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from trident.tasks.base import MultipleChoiceTask
-from trident.tasks.files import TaskDataError, read_jsonl, read_labels
+from trident.tasks.files import TEXT, TaskDataError, read_jsonl, read_labels
 
 EXPECTED = ('piqa/{train,valid}.jsonl with {"goal", "sol1", "sol2"} per line and '
             "piqa/{train,valid}-labels.lst with one label (0 or 1) per line")
@@ -30,7 +30,8 @@ class PIQA(MultipleChoiceTask):
 
     def read_split(self, root: Path, split: str) -> list[dict]:
         data_name, labels_name = FILES[split]
-        records = read_jsonl(root / data_name, self.name, EXPECTED, ("goal", "sol1", "sol2"))
+        records = [r for _, r in read_jsonl(root / data_name, self.name, EXPECTED,
+                                            {"goal": TEXT, "sol1": TEXT, "sol2": TEXT})]
         labels = read_labels(root / labels_name, self.name, EXPECTED, len(records))
         for i, label in enumerate(labels, 1):
             if label not in (0, 1):

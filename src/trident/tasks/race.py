@@ -15,11 +15,14 @@ import re
 from pathlib import Path
 
 from trident.tasks.base import MultipleChoiceTask, label_index
-from trident.tasks.files import TaskDataError, read_json
+from trident.tasks.files import TEXT, Kind, TaskDataError, read_json, strings
 
 EXPECTED = ('race/{train,dev,test}/high/*.txt, each a JSON object {"article", "questions", '
             '"options" (4 per question), "answers" ("A"-"D")} (RACE release)')
 LETTERS = {"A": 0, "B": 1, "C": 2, "D": 3}
+OPTIONS: Kind = (lambda v: isinstance(v, list) and all(strings(4)[0](o) for o in v),
+                 "a list holding a list of 4 strings per question")
+FIELDS = {"article": TEXT, "questions": strings(), "options": OPTIONS, "answers": strings()}
 
 
 def _natural(path: Path):
@@ -46,13 +49,11 @@ class RACE(MultipleChoiceTask):
             raise TaskDataError(f"{self.name}: no *.txt article files in {folder}; expected {EXPECTED}")
         docs = []
         for path in files:
-            r = read_json(path, self.name, EXPECTED, ("article", "questions", "options", "answers"))
+            r = read_json(path, self.name, EXPECTED, FIELDS)
             if not (len(r["questions"]) == len(r["options"]) == len(r["answers"]) > 0):
                 raise TaskDataError(f"{self.name}: {path}: questions, options and answers differ in length or are empty")
             problems = []
             for q, options, answer in zip(r["questions"], r["options"], r["answers"]):
-                if len(options) != 4:
-                    raise TaskDataError(f"{self.name}: {path}: question {q!r} has {len(options)} options, not 4")
                 problems.append({"question": q, "options": options,
                                  "answer": label_index(answer, LETTERS, self.name, str(path))})
             docs.append({"article": r["article"], "problems": problems, "id": path.name})

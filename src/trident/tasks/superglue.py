@@ -11,13 +11,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from trident.tasks.base import MultipleChoiceTask, label_index
-from trident.tasks.files import read_jsonl
+from trident.tasks.files import INT, LABEL, TEXT, Kind, read_jsonl
 
 
 class _SuperGLUETask(MultipleChoiceTask):
     eval_split = "validation"
     fewshot_splits = ("train",)
-    keys: tuple[str, ...] = ()
+    keys: dict[str, Kind] = {}  # the fields a document keeps, with their types
     labels: dict = {}
 
     def split_files(self, split):
@@ -26,9 +26,8 @@ class _SuperGLUETask(MultipleChoiceTask):
     def read_split(self, root: Path, split: str) -> list[dict]:
         path = root / self.split_files(split)[0]
         docs = []
-        for i, r in enumerate(read_jsonl(path, self.name, self.expected, self.keys + ("label",)), 1):
-            docs.append({k: r[k] for k in self.keys} | {"label": label_index(r["label"], self.labels, self.name,
-                                                                              f"{path} record {i}")})
+        for where, r in read_jsonl(path, self.name, self.expected, self.keys | {"label": LABEL}):
+            docs.append({k: r[k] for k in self.keys} | {"label": label_index(r["label"], self.labels, self.name, where)})
         return docs
 
     def from_hub(self, row):
@@ -47,7 +46,7 @@ class BoolQ(_SuperGLUETask):
     expected = 'BoolQ/{train,val}.jsonl with {"question", "passage", "label": true|false} per line (SuperGLUE)'
     hub = ("super_glue", "boolq")
     hub_splits = {"train": "train", "validation": "validation"}
-    keys = ("question", "passage")
+    keys = {"question": TEXT, "passage": TEXT}
     labels = {False: 0, True: 1}
 
     def doc_to_text(self, doc):
@@ -64,7 +63,7 @@ class RTE(_SuperGLUETask):
                 '"label": "entailment"|"not_entailment"} per line (SuperGLUE)')
     hub = ("super_glue", "rte")
     hub_splits = {"train": "train", "validation": "validation"}
-    keys = ("premise", "hypothesis")
+    keys = {"premise": TEXT, "hypothesis": TEXT}
     labels = {"entailment": 0, "not_entailment": 1}
 
     def doc_to_text(self, doc):
@@ -81,7 +80,7 @@ class WiC(_SuperGLUETask):
                 '"label": true|false} per line (SuperGLUE)')
     hub = ("super_glue", "wic")
     hub_splits = {"train": "train", "validation": "validation"}
-    keys = ("sentence1", "sentence2", "start1", "end1")
+    keys = {"sentence1": TEXT, "sentence2": TEXT, "start1": INT, "end1": INT}
     labels = {False: 0, True: 1}
 
     def doc_to_text(self, doc):

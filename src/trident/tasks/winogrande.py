@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from trident.tasks.base import Task, label_index
-from trident.tasks.files import TaskDataError, read_jsonl
+from trident.tasks.files import LABEL, TEXT, TaskDataError, read_jsonl
 from trident.tasks.metrics import argmax
 from trident.tasks.types import Loglikelihood
 
@@ -35,10 +35,11 @@ class WinoGrande(Task):
     def read_split(self, root: Path, split: str) -> list[dict]:
         path = root / self.split_files(split)[0]
         docs = []
-        for i, r in enumerate(read_jsonl(path, self.name, EXPECTED, ("sentence", "option1", "option2", "answer")), 1):
+        fields = {"sentence": TEXT, "option1": TEXT, "option2": TEXT, "answer": LABEL}
+        for where, r in read_jsonl(path, self.name, EXPECTED, fields):
             if r["sentence"].count("_") != 1:
-                raise TaskDataError(f"{self.name}: {path} record {i}: sentence must contain exactly one '_'")
-            label = label_index(str(r["answer"]), {"1": 0, "2": 1}, self.name, f"{path} record {i}")
+                raise TaskDataError(f"{self.name}: {where}: field 'sentence' must contain exactly one '_'")
+            label = label_index(str(r["answer"]), {"1": 0, "2": 1}, self.name, where)
             docs.append({"sentence": r["sentence"], "option1": r["option1"], "option2": r["option2"], "label": label})
         return docs
 
