@@ -1,5 +1,6 @@
 """TensorBoard and Weights & Biases see exactly what metrics.jsonl records, step by step."""
 import json
+import time
 
 import pytest
 
@@ -57,6 +58,9 @@ def test_wandb_offline_run_logs_the_same_metrics(tmp_path, monkeypatch):
         assert data == expected
     runs = list((tmp_path / "wandb").glob("offline-run-*/run-*.wandb"))
     assert len(runs) == 1  # written without network, for `wandb sync` later
+    deadline = time.time() + 60  # wandb's service process may still be flushing the run file
+    while b"val_loss" not in runs[0].read_bytes() and time.time() < deadline:
+        time.sleep(0.5)
     stored = runs[0].read_bytes()
     assert b"val_loss" in stored and b"trident-test" in stored
 
