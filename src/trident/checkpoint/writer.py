@@ -103,7 +103,9 @@ class CheckpointWriter:
         else:
             try:
                 self._write(*args)
-            except (OSError, TimeoutError) as error:
+            except TimeoutError:  # silent ranks: already one line naming them
+                raise
+            except OSError as error:
                 raise SaveError(self._failure(step, error)) from error
             barrier()
         return fmt.step_dir(self.root, step)

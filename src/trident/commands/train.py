@@ -43,7 +43,7 @@ def run(args) -> int:
     except RankFailure as error:
         print(f"error: {error}", file=sys.stderr)
         return 3
-    except (TrainError, CheckpointError, SaveError, FileNotFoundError) as error:
+    except (TrainError, CheckpointError, SaveError, FileNotFoundError, TimeoutError) as error:
         # bad data, an unusable checkpoint, a failed save or validation: one line, no traceback
         print(f"error: {error}", file=sys.stderr)
         return 1
