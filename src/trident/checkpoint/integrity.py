@@ -23,20 +23,39 @@ def file_digest(path: Path) -> dict:
 
 
 def read_manifest(path: Path) -> dict:
+    """The manifest, refused unless it lists tensors and every tensor's file, with its size and
+    digest, under a plain file name inside the checkpoint folder."""
     try:
         manifest = json.loads(path.read_text())
-        manifest["tensors"], manifest.get("files", {})
-        return manifest
+        tensors, files = manifest["tensors"], manifest.get("files")
+        listed = [entry["file"] for entry in tensors]
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise CheckpointError(f"{path}: unreadable manifest ({type(error).__name__}: {error})") from None
+    if not isinstance(files, dict):
+        raise CheckpointError(f"{path}: no 'files' table of sizes and digests; its shards cannot be verified")
+    for name in [*files, *listed]:
+        _plain_name(name, path)
+    for name in listed:
+        if name not in files:
+            raise CheckpointError(f"{path.parent / name}: holds tensors of {path.name} but has no size and "
+                                  f"digest there")
+    return manifest
+
+
+def _plain_name(name, manifest_path: Path) -> None:
+    """Only a file directly inside the checkpoint folder may be read (no '../', no absolute paths)."""
+    if not isinstance(name, str) or name in ("", ".", "..") or "/" in name or "\\" in name or ":" in name:
+        raise CheckpointError(f"{manifest_path}: file {name!r} is not a plain file name inside the checkpoint folder")
 
 
 def verify_files(directory: Path, manifest_path: Path, manifest: dict) -> None:
     """Sizes and digests of the files this manifest vouches for, then every tensor it lists."""
-    for name, expected in manifest.get("files", {}).items():
+    for name, expected in manifest["files"].items():
         path = directory / name
         if not path.exists():
             raise CheckpointError(f"{path}: missing (listed in {manifest_path.name})")
+        if not isinstance(expected, dict) or not {"bytes", "xxh64"} <= expected.keys():
+            raise CheckpointError(f"{path}: {manifest_path.name} gives no size and digest for it")
         actual = file_digest(path)
         if actual["bytes"] != expected["bytes"]:
             raise CheckpointError(f"{path}: {actual['bytes']} bytes, manifest says {expected['bytes']} (truncated?)")

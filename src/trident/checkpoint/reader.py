@@ -45,6 +45,25 @@ def resolve_checkpoint(load: str, root: Path) -> Path | None:
     raise FileNotFoundError(f"checkpoint.load={load}: no complete checkpoint there (missing {fmt.COMPLETE} marker)")
 
 
+def open_checkpoint(load: str, root: Path, log=print) -> "CheckpointReader | None":
+    """The checkpoint `load` names, opened and verified. With `auto`, a damaged newest checkpoint
+    is skipped (one line to `log` saying which and why) for the newest one that verifies; a path
+    given explicitly is opened as is, and fails (CheckpointError) if it does not verify."""
+    if load != "auto":
+        path = resolve_checkpoint(load, root)
+        return CheckpointReader(path) if path is not None else None
+    found = complete_checkpoints(root)
+    for path in reversed(found):
+        try:
+            return CheckpointReader(path)
+        except CheckpointError as error:
+            log(f"checkpoint {path.name} skipped, an older one is tried: {error}")
+    if found:
+        raise CheckpointError(f"checkpoint.load=auto: no checkpoint under {root} verifies "
+                              f"({len(found)} complete, all damaged; see the lines above)")
+    return None
+
+
 def read_trainer_state(path: Path) -> dict:
     """trainer_state.json, refused (CheckpointError) when unreadable or of an unknown format version."""
     try:
@@ -176,10 +195,19 @@ class CheckpointReader:
             return {key: handle.get_tensor(key) for key in handle.keys()}
 
 
+def whole_model_names(model_config) -> set[str]:
+    """Every parameter name of the whole model `model_config` describes (all stages together)."""
+    from trident.model.gpt import GPT
+
+    return {name for name, _ in GPT(model_config, 1, device="meta").named_parameters()}
+
+
 @torch.no_grad()
-def load_model_weights(reader: CheckpointReader, named_params: list) -> None:
+def load_model_weights(reader: CheckpointReader, named_params: list, model_config=None, strict: bool = True) -> None:
     """Copy each parameter's slice (as this layout shards it) from the checkpoint, after checking
-    that the checkpoint holds every parameter at this model's full shape."""
+    that the checkpoint holds every parameter at this model's full shape. With `strict`, a saved
+    tensor the whole model lacks is refused too; `named_params` is taken as the whole model unless
+    `model_config` (of the model these parameters are a stage or shard of) is given."""
     saved = set(reader.names("model"))
     for name, param in named_params:
         if name not in saved:
@@ -188,6 +216,13 @@ def load_model_weights(reader: CheckpointReader, named_params: list) -> None:
         if reader.full_shape(name) != full_shape(param):
             raise CheckpointError(f"{reader.path}: '{name}' has full shape {list(reader.full_shape(name))}, this "
                                   f"model needs {list(full_shape(param))} (model config differs)")
+    if strict:
+        expected = whole_model_names(model_config) if model_config is not None else {n for n, _ in named_params}
+        leftover = sorted({name for kind, name in reader.entries} - expected)
+        if leftover:
+            raise CheckpointError(f"{reader.path}: holds tensor '{leftover[0]}' ({len(leftover)} in all) but this "
+                                  f"model has no such parameter (saved from a larger model? pass strict=False "
+                                  f"to load a part)")
     for name, param in named_params:
         param.copy_(reader.read(name, "model", shard_offsets(param), tuple(param.shape)).to(param.dtype))
 

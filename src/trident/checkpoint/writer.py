@@ -23,6 +23,10 @@ from trident.checkpoint.reader import complete_checkpoints
 from trident.parallel.mesh import barrier
 
 
+class SaveError(RuntimeError):
+    """A checkpoint could not be written (disk full, no permission, a path that is not a folder...)."""
+
+
 def _fsync_dir(path: Path) -> None:
     for file in path.iterdir():
         with open(file, "rb") as handle:
@@ -83,7 +87,7 @@ class CheckpointWriter:
         self.root, self.mesh, self.keep_last, self.async_save = Path(root), mesh, keep_last, async_save
         self.timeout_s = timeout_s  # how long rank 0 waits for the other ranks' files (parallel.timeout_s)
         self.thread: threading.Thread | None = None
-        self.error: BaseException | None = None
+        self.error: tuple[int, BaseException] | None = None  # (step, what failed) of a background save
 
     def save(self, step: int, named_params: list, optimizer_pieces: list[dict], rng: dict[str, torch.Tensor],
              trainer_state: dict, extra_files: dict[str, Path] | None = None) -> Path:
@@ -97,9 +101,18 @@ class CheckpointWriter:
             self.thread = threading.Thread(target=self._run, args=args, name=f"checkpoint-{step}", daemon=True)
             self.thread.start()
         else:
-            self._write(*args)
+            try:
+                self._write(*args)
+            except TimeoutError:  # silent ranks: already one line naming them
+                raise
+            except OSError as error:
+                raise SaveError(self._failure(step, error)) from error
             barrier()
         return fmt.step_dir(self.root, step)
+
+    def _failure(self, step: int, error: BaseException) -> str:
+        return (f"rank {self.mesh.rank}: saving checkpoint {fmt.step_dir(self.root, step)} failed "
+                f"({type(error).__name__}: {error})")
 
     def wait(self) -> None:
         """Block until this rank's pending background save is written (and, on rank 0, final)."""
@@ -107,14 +120,14 @@ class CheckpointWriter:
             self.thread.join()
             self.thread = None
         if self.error is not None:
-            error, self.error = self.error, None
-            raise RuntimeError(f"rank {self.mesh.rank}: background checkpoint save failed") from error
+            (step, error), self.error = self.error, None
+            raise SaveError(f"background save: {self._failure(step, error)}") from error
 
     def _run(self, *args) -> None:
         try:
             self._write(*args)
         except BaseException as error:  # surfaced by wait() in the training thread
-            self.error = error
+            self.error = (args[0], error)
 
     def _write(self, step, tmp, model, optim, entries, rng, trainer_state, extra_files) -> None:
         tmp.mkdir(parents=True, exist_ok=True)

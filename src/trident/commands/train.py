@@ -29,7 +29,9 @@ def run(args) -> int:
     if args.nproc > 1 and not under_torchrun():
         forwarded = ["train", args.config, *args.overrides, "--out", args.out] + (["--json"] if args.json else [])
         return relaunch_with_torchrun(args.nproc, forwarded, args.max_restarts)
-    from trident.train.trainer import RankFailure, Trainer
+    from trident.checkpoint.integrity import CheckpointError
+    from trident.checkpoint.writer import SaveError
+    from trident.train.trainer import RankFailure, Trainer, TrainError
 
     init_distributed(config.parallel.backend, config.parallel.timeout_s)
     try:
@@ -41,6 +43,10 @@ def run(args) -> int:
     except RankFailure as error:
         print(f"error: {error}", file=sys.stderr)
         return 3
+    except (TrainError, CheckpointError, SaveError, FileNotFoundError, TimeoutError) as error:
+        # bad data, an unusable checkpoint, a failed save or validation: one line, no traceback
+        print(f"error: {error}", file=sys.stderr)
+        return 1
     else:
         shutdown_distributed()
     if args.json and trainer.mesh.rank == 0 and records:

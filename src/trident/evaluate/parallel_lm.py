@@ -252,7 +252,7 @@ def load_parallel(checkpoint: str | Path, overrides: list[str] = (), *, batch_si
     mesh = build_mesh(p.tp, p.pp, p.dp, p.timeout_s)
     target = rank_device(device)
     model = parallelize(config, mesh, target, Precision(dtype, target), optimizer=False)
-    load_model_weights(reader, model.named_params)
+    load_model_weights(reader, model.named_params, config.model)
     parameters = sum(torch.Size(reader.full_shape(name)).numel() for name in reader.names("model"))
     resolved = reader.path.resolve()
     info = {"kind": "trident", "name": f"{resolved.parent.parent.name}/{resolved.name}",

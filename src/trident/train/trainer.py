@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 
 from trident.checkpoint.format import build_trainer_state
-from trident.checkpoint.reader import CheckpointReader, load_model_weights, load_optimizer, resolve_checkpoint
+from trident.checkpoint.reader import load_model_weights, load_optimizer, open_checkpoint
 from trident.checkpoint.state import optimizer_pieces, rng_state, set_rng_state
 from trident.checkpoint.writer import CheckpointWriter
 from trident.config import Config, ConfigError, save_config
@@ -67,12 +67,13 @@ class Trainer:
         if not cfg.data.paths or not cfg.data.tokenizer:
             raise ConfigError("config keys 'data.paths' and 'data.tokenizer' must be set to train "
                               "(see `trident tokenize`), or run `trident demo`")
-        tokenizer = Tokenizer.load(cfg.data.tokenizer)
+        tokenizer = _user_input(lambda: Tokenizer.load(cfg.data.tokenizer), "data.tokenizer")
         self.tokenizer_file = _tokenizer_json(cfg.data.tokenizer, tokenizer, self.out)
         cfg.model.vocab_size = cfg.model.vocab_size or tokenizer.vocab_size
         train_samples = sum(self.schedule.batch_sizes())
         valid_samples = cfg.train.eval_iters * cfg.train.global_batch_size if cfg.train.eval_interval else 0
-        build = lambda: build_datasets(cfg.data, cfg.model.seq_length, train_samples, valid_samples, cfg.train.seed)
+        build = lambda: _user_input(lambda: build_datasets(cfg.data, cfg.model.seq_length, train_samples,
+                                                           valid_samples, cfg.train.seed), "data.paths")
         if self.world == 1:
             return build()
         # Rank 0 builds the index caches; the others then read them instead of repeating the work.
@@ -188,7 +189,7 @@ class Trainer:
             chaos_kill_point(self.mesh.rank, self.step)
             record = self._guarded_step()
             if cfg.train.eval_interval and self.step % cfg.train.eval_interval == 0:
-                record["val_loss"] = self.evaluate()
+                record["val_loss"] = _user_input(self.evaluate, f"validation at step {self.step}")
             metrics.write(record)
             records.append(record)
             if self.step % cfg.logging.log_interval == 0 or self.step == cfg.train.steps:
@@ -234,12 +235,11 @@ class Trainer:
         return path
 
     def _maybe_resume(self) -> None:
-        path = resolve_checkpoint(self.config.checkpoint.load, self.checkpoint_root)
-        if path is None:
+        reader = open_checkpoint(self.config.checkpoint.load, self.checkpoint_root, self.log)
+        if reader is None:
             return
-        reader = CheckpointReader(path)
-        model = self.model
-        load_model_weights(reader, model.named_params)
+        path, model = reader.path, self.model
+        load_model_weights(reader, model.named_params, self.config.model)
         state = reader.state
         load_optimizer(reader, model.named_params, model.buffers, model.optimizer, state["optimizer_steps"])
         self.step, self.consumed_samples = state["step"], state["consumed_samples"]
@@ -256,6 +256,22 @@ class Trainer:
 
 class RankFailure(RuntimeError):
     """Another rank died or hung; this one stops instead of waiting forever."""
+
+
+class TrainError(RuntimeError):
+    """The run cannot go on because of its inputs (data, tokenizer, validation data); the message
+    is one line naming what and where."""
+
+
+def _user_input(work, what: str):
+    """work(), with a file that is missing, unreadable or malformed reported as one TrainError line
+    (ConfigError, already one clear line, passes through)."""
+    try:
+        return work()
+    except ConfigError:
+        raise
+    except (OSError, ValueError, IndexError) as error:
+        raise TrainError(f"{what}: {error}") from error
 
 
 def _tokenizer_json(source: str, tokenizer, out: Path) -> Path:
