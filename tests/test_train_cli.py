@@ -50,3 +50,17 @@ def test_help_lists_every_command(capsys):
     for command in ("demo", "train", "tokenize", "tokenizer", "generate", "curate", "eval", "plan",
                     "pipeline-diagram", "export-hf", "import-hf"):
         assert command in text
+
+
+def test_train_refuses_data_that_does_not_fit_the_model_or_tokenizer(corpus, capsys):
+    # ids up to the tokenizer's 400 do not fit a 128-token model: with TP > 1 they trained silently
+    data, tok = f"data.paths=[{corpus / 'data'}]", f"data.tokenizer={corpus / 'tok.json'}"
+    assert main(["train", "tiny", data, tok, "model.vocab_size=128", "--out", str(corpus / "small")]) == 2
+    err = capsys.readouterr().err
+    assert str(corpus / "data") in err and "model.vocab_size=128" in err
+    from trident.data.tokenizer import train_tokenizer
+
+    train_tokenizer([corpus / "corpus.jsonl"], 300, corpus / "other.json")
+    assert main(["train", "tiny", data, f"data.tokenizer={corpus / 'other.json'}",
+                 "--out", str(corpus / "other")]) == 2
+    assert "was tokenized with a different tokenizer" in capsys.readouterr().err

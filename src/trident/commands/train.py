@@ -29,13 +29,14 @@ def run(args) -> int:
     if args.nproc > 1 and not under_torchrun():
         forwarded = ["train", args.config, *args.overrides, "--out", args.out] + (["--json"] if args.json else [])
         return relaunch_with_torchrun(args.nproc, forwarded, args.max_restarts)
+    from trident.parallel.tensor import TokenOutOfRange
     from trident.train.trainer import RankFailure, Trainer
 
     init_distributed(config.parallel.backend, config.parallel.timeout_s)
     try:
         trainer = Trainer(config, args.out)
         records = trainer.train()
-    except ConfigError as error:
+    except (ConfigError, TokenOutOfRange) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     except RankFailure as error:

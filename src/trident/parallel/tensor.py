@@ -183,6 +183,10 @@ class RowParallelLinear(nn.Module):
         return out + self.bias if self.bias is not None else out
 
 
+class TokenOutOfRange(ValueError):
+    """A token id the embedding table has no row for (data tokenized for a bigger vocabulary)."""
+
+
 class VocabParallelEmbedding(nn.Module):
     """Embedding table split by vocabulary rows; tokens outside a rank's range contribute zeros."""
 
@@ -196,6 +200,7 @@ class VocabParallelEmbedding(nn.Module):
         self.weight = mark(nn.Parameter(weight), 0, tp)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        self._check_ids(tokens)
         if self.tp.size == 1:
             return F.embedding(tokens, self.weight)
         local = tokens - self.vocab_start
@@ -203,6 +208,13 @@ class VocabParallelEmbedding(nn.Module):
         out = F.embedding(local.masked_fill(outside, 0), self.weight)
         out = out.masked_fill(outside.unsqueeze(-1), 0.0)
         return reduce_from_tp(out, self.tp)
+
+    def _check_ids(self, tokens: torch.Tensor) -> None:
+        # with TP > 1 an id past every rank's slice would embed as zeros instead of failing
+        low, high = (int(v) for v in torch.aminmax(tokens)) if tokens.numel() else (0, 0)
+        if low < 0 or high >= self.num_embeddings:
+            raise TokenOutOfRange(f"token id {low if low < 0 else high} outside the vocabulary [0, {self.num_embeddings}): the data "
+                                  f"was tokenized for a bigger vocabulary than model.vocab_size")
 
 
 def _tp_reduce(x: torch.Tensor, tp: TPContext, op=dist.ReduceOp.SUM) -> torch.Tensor:
