@@ -201,3 +201,29 @@ def test_custom_stage_module_from_config(tmp_path, monkeypatch):
     assert [d.text for d in output_docs(stats)] == ["QUIET WORDS"]
     with pytest.raises(CurateError, match="cannot import 'missing_stages'"):
         load_pipeline_config({"modules": ["missing_stages"], "stages": []})
+
+
+def test_output_folder_is_never_clobbered(tmp_path, capsys):
+    data = tmp_path / "in.jsonl"
+    data.write_text("".join(json.dumps({"text": f"document number {i}"}) + "\n" for i in range(6)))
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "shard-00007.jsonl.zst").write_bytes(b"another run's shard")
+    (out / "work").mkdir()
+    (out / "work" / "mine.txt").write_text("keep")
+    (tmp_path / "p.yaml").write_text("stages: [{stage: clean}]\n")
+    args = ["curate", str(tmp_path / "p.yaml"), "--input", str(data), "--out", str(out)]
+    assert main(args) == 2  # used to delete work/ and every shard-*.jsonl.zst in the folder
+    assert "not empty" in capsys.readouterr().err
+    assert main(args + ["--overwrite"]) == 2  # a work/ trident did not stamp is never deleted
+    assert "was not written by trident curate" in capsys.readouterr().err
+    assert (out / "work" / "mine.txt").read_text() == "keep"
+    (out / "work" / "mine.txt").unlink()
+    (out / "work").rmdir()
+    assert main(args + ["--overwrite"]) == 0
+    assert (out / "shard-00007.jsonl.zst").read_bytes() == b"another run's shard"
+    assert main(args) == 2  # a finished run is not resumed: its results stay
+    first = (out / "shard-00000.jsonl.zst").read_bytes()
+    assert main(args + ["--overwrite"]) == 0  # replaces its own earlier outputs, keeps the rest
+    assert (out / "shard-00000.jsonl.zst").read_bytes() == first
+    assert (out / "shard-00007.jsonl.zst").read_bytes() == b"another run's shard"

@@ -149,3 +149,27 @@ def test_cli_tokenizer_train_then_tokenize(tmp_path, capsys):
     assert f"{src}:41" in capsys.readouterr().err
     assert main(["tokenizer", "train", "--input", str(tmp_path / "none.txt"), "--vocab-size", "300",
                  "--out", str(tmp_path / "t2")]) == 1
+
+
+def test_stats_record_the_tokenizer_and_the_largest_id(tmp_path, tokenizer_path):
+    src = tmp_path / "in.jsonl"
+    src.write_bytes(b"".join(lines_of(GOOD)))
+    stats = tokenize_files([src], tmp_path / "out", tokenizer_path, progress=False)
+    tok = Tokenizer.load(tokenizer_path)
+    assert stats["tokenizer_sha256"] == tok.sha256() and len(stats["tokenizer_sha256"]) == 64
+    assert stats["vocab_size"] == tok.vocab_size
+    ds = IndexedDataset(tmp_path / "out")
+    assert stats["max_token_id"] == max(int(ds[i].max()) for i in range(len(ds)))
+
+
+def test_cli_refuses_to_replace_a_dataset_without_overwrite(tmp_path, tokenizer_path, capsys):
+    src = tmp_path / "in.jsonl"
+    src.write_bytes(b"".join(lines_of(GOOD)))
+    args = ["tokenize", "--input", str(src), "--output-prefix", str(tmp_path / "ds"), "--tokenizer",
+            str(tokenizer_path), "--workers", "1"]
+    assert main(args) == 0
+    size = (tmp_path / "ds.bin").stat().st_size
+    src.write_bytes(b"".join(lines_of(GOOD[:3])))
+    assert main(args) == 2 and "ds.bin already exists" in capsys.readouterr().err
+    assert (tmp_path / "ds.bin").stat().st_size == size
+    assert main(args + ["--overwrite"]) == 0 and (tmp_path / "ds.bin").stat().st_size < size

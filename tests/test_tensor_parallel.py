@@ -259,3 +259,24 @@ def test_init_is_layout_independent():
     assert torch.equal(a.blocks["1"].mlp.fc1.weight, b.blocks["1"].mlp.fc1.weight)
     c = build_model(config.model, 96, seed=8)
     assert not torch.equal(a.blocks["1"].mlp.fc1.weight, c.blocks["1"].mlp.fc1.weight)
+
+
+
+def _out_of_range_messages(rank, world):
+    layer = T.VocabParallelEmbedding(8, 4, tp=_tp(world) if world > 1 else T.NO_TP)
+    messages = []
+    for bad in (8, -1):
+        try:
+            layer(torch.tensor([[0, bad, 3]]))
+            messages.append("no error")
+        except T.TokenOutOfRange as error:
+            messages.append(str(error))
+    return messages
+
+
+@pytest.mark.timeout(60)
+def test_token_ids_outside_the_vocabulary_raise_in_every_layout():
+    # TP > 1 used to embed such ids as zeros; the check comes before any communication
+    for messages in [_out_of_range_messages(0, 1), *run_distributed(_out_of_range_messages, 2)]:
+        assert messages[0].startswith("token id 8 outside the vocabulary [0, 8)")
+        assert messages[1].startswith("token id -1 outside the vocabulary")

@@ -23,6 +23,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default=None, help="output folder (curate, default curated/) or model file (train-quality)")
     parser.add_argument("--executor", choices=["local", "ray"], default=None, help="override the config's executor")
     parser.add_argument("--workers", type=int, default=None, help="processes / Ray CPUs (0: one per core)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="curate into a non-empty --out that is not this pipeline's interrupted run (an earlier "
+                             "curate run's outputs there are removed; other files are kept)")
     parser.add_argument("--json", action="store_true", help="print the stats (or training metrics) as JSON")
     quality = parser.add_argument_group("train-quality")
     quality.add_argument("--positive", action="extend", nargs="+", default=[], metavar="PATH",
@@ -43,6 +46,7 @@ def run(args: argparse.Namespace) -> int:
     """0 on success; 2 on a config mistake (as `trident train`); 1 on any other curation error."""
     from trident.config import ConfigError
     from trident.curate.document import CurateError
+    from trident.data.output_folder import OutputFolderError
 
     try:
         if args.target == TRAIN_QUALITY:
@@ -56,13 +60,17 @@ def run(args: argparse.Namespace) -> int:
     except CurateError as err:
         print(f"trident curate: error: {err}", file=sys.stderr)
         return 1
+    except OutputFolderError as err:
+        print(f"trident curate: error: {err}", file=sys.stderr)
+        return 2
 
 
 def _curate(args: argparse.Namespace) -> int:
     from trident.curate.pipeline import run_pipeline
 
     stats = run_pipeline(args.target, [Path(p) for p in args.input], Path(args.out or "curated"),
-                         executor=args.executor, workers=args.workers, overrides=args.overrides)
+                         executor=args.executor, workers=args.workers, overrides=args.overrides,
+                         overwrite=args.overwrite)
     if args.json:
         print(json.dumps(stats, indent=1))
         return 0

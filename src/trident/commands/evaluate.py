@@ -9,6 +9,7 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 
 
 def _int_list(text: str) -> list[int]:
@@ -51,6 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
     parser.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32",
                         help="weights' precision for the forward pass (log-softmax is fp32 either way)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an earlier DIR/results.json and DIR/samples/")
     parser.add_argument("--json", action="store_true", help="print results.json to stdout instead of the table")
 
 
@@ -63,6 +65,11 @@ def run(args) -> int:
         args.overrides, args.checkpoint = [args.checkpoint, *args.overrides], None
     if (args.checkpoint is None) == (args.hf is None):
         print("trident eval: give exactly one of CKPT or --hf MODEL_DIR", file=sys.stderr)
+        return 2
+    earlier = [name for name in ("results.json", "samples") if args.out and (Path(args.out) / name).exists()]
+    if earlier and not args.overwrite:  # an earlier evaluation's results are never silently replaced
+        print(f"trident eval: {args.out} already holds {' and '.join(earlier)} of an earlier evaluation; "
+              f"choose another --out, or pass --overwrite", file=sys.stderr)
         return 2
     if args.checkpoint is not None and (args.nproc > 1 or args.overrides or _world_size() > 1):
         return _run_parallel(args)
@@ -102,7 +109,7 @@ def forwarded_argv(args) -> list[str]:
         if value is not None:
             argv += [flag, str(value)]
     argv += [flag for flag, on in (("--log-samples", args.log_samples), ("--bias", args.bias),
-                                   ("--json", args.json)) if on]
+                                   ("--overwrite", args.overwrite), ("--json", args.json)) if on]
     if args.contamination_corpus:  # nargs="+": last, so it swallows nothing else
         argv += ["--contamination-corpus", *args.contamination_corpus]
     return argv

@@ -14,15 +14,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default 5, as transformers)")
     parser.add_argument("--verify", action="store_true",
                         help="load the export in transformers (must be installed) and compare logits with trident")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="export into a non-empty OUT (an earlier export's files there are removed first)")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
 
 
 def run(args) -> int:
+    from trident.data.output_folder import OutputFolderError, record_outputs, start_outputs
     from trident.infer.hf import TransformersMissing, verify_export
     from trident.infer.hf_export import export_hf
 
     try:
+        before = start_outputs(args.out, "export-hf", args.overwrite)
+    except OutputFolderError as err:
+        print(f"trident export-hf: error: {err}", file=sys.stderr)
+        return 2
+    try:
         summary = export_hf(args.checkpoint, args.out, max_shard_bytes=int(args.max_shard_gb * 10**9))
+        record_outputs(args.out, "export-hf", before)
         if args.verify:
             summary["verify"] = verify_export(summary["checkpoint"], args.out)
     except TransformersMissing as err:

@@ -19,6 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="encoding processes (default: min(8, CPUs))")
     parser.add_argument("--strict", action="store_true",
                         help="stop at the first malformed line instead of skipping and counting it")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing dataset at PREFIX")
     parser.add_argument("--json", action="store_true", help="print the statistics as JSON")
 
 
@@ -26,6 +27,11 @@ def run(args) -> int:
     from trident.data.build import tokenize_files
     from trident.data.tokenize_jsonl import TokenizeError
 
+    existing = [p for p in (f"{args.output_prefix}.{ext}" for ext in ("bin", "idx", "stats.json")) if os.path.exists(p)]
+    if existing and not args.overwrite:  # an earlier dataset is never silently replaced
+        print(f"trident tokenize: error: {existing[0]} already exists; choose another --output-prefix, "
+              f"or pass --overwrite", file=sys.stderr)
+        return 2
     try:
         stats = tokenize_files(args.input, args.output_prefix, args.tokenizer, json_key=args.json_key,
                                workers=args.workers, strict=args.strict,

@@ -49,6 +49,7 @@ from trident.curate.stage import (
     registered_stages,
     stage_class,
 )
+from trident.data.output_folder import OutputFolderError, claim_output_folder, remove_own_outputs, write_marker
 
 __all__ = [
     "CurateError", "Document", "Executor", "GlobalStage", "Stage", "StreamingStage",
@@ -61,6 +62,7 @@ DEFAULTS: dict[str, Any] = {
     "workers": 1, "ray_address": None, "keep_work": False, "progress": True, "inputs": [], "stages": [],
     "modules": [],
 }
+REPORT_CHARTS = ("funnel.png", "quality_scores.png", "cluster_sizes.png")  # what write_report may draw
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 log = logging.getLogger(__name__)
 
@@ -186,32 +188,52 @@ def _fingerprint(config: dict, inputs: list[tuple[Path, str]]) -> dict:
 
 
 def _prepare_work_dir(work: Path, fingerprint: dict) -> None:
-    """Reuse OUT/work for a resumed run of the same pipeline; start afresh for any other."""
+    """Reuse OUT/work for a resumed run of the same pipeline; start afresh for any other, deleting
+    the old one only when its stamp shows trident curate wrote it."""
     stamp = work / "pipeline.json"
-    if work.exists() and (not stamp.exists() or json.loads(stamp.read_text()) != fingerprint):
+    if work.exists() and not stamp.exists():
+        raise OutputFolderError(f"{work}: exists but was not written by trident curate (no pipeline.json); "
+                                f"move it away, it is never deleted")
+    if work.exists() and json.loads(stamp.read_text()) != fingerprint:
         shutil.rmtree(work)
     work.mkdir(parents=True, exist_ok=True)
     write_json_atomic(stamp, fingerprint)
 
 
+def _claim(out_dir: Path, work: Path, fingerprint: dict, overwrite: bool) -> None:
+    """Check that this run may write into OUT (empty; its own interrupted run: OUT/work holds the same
+    pipeline; or overwrite) and remove the outputs an earlier curate run listed in OUT's marker."""
+    stamp = work / "pipeline.json"
+    resumable = lambda marker: stamp.is_file() and json.loads(stamp.read_text()) == fingerprint
+    marker = claim_output_folder(out_dir, "curate", overwrite, same_run=resumable,
+                                 resume_hint=" and holds no interrupted run of the same pipeline and inputs")
+    own = list((marker or {}).get("outputs", [])) if (marker or {}).get("command") == "curate" else []
+    remove_own_outputs(out_dir, marker, "curate", own)
+    write_marker(out_dir, {"command": "curate", "outputs": []})
+
+
 def _publish(shards: list[Path], out_dir: Path, keep_work: bool) -> list[Path]:
-    for old in out_dir.glob("shard-*.jsonl.zst"):
-        old.unlink()
     final = []
     for index, shard in enumerate(shards):
         target = out_dir / f"shard-{index:05d}.jsonl.zst"
+        if target.exists():  # every earlier output of trident's was removed by _claim
+            raise OutputFolderError(f"{target}: exists and was not written by this trident curate run; "
+                                    f"move it away, it is never replaced")
         (shutil.copy2 if keep_work else shutil.move)(str(shard), str(target))
         final.append(target)
     return final
 
 
 def run_pipeline(config: str | Path | dict | list, inputs: list[Path] | tuple = (), out_dir: Path | str = "curated",
-                 executor: str | None = None, workers: int | None = None, overrides: list[str] | tuple = ()) -> dict:
+                 executor: str | None = None, workers: int | None = None, overrides: list[str] | tuple = (),
+                 overwrite: bool = False) -> dict:
     """Run a curation pipeline over `inputs` (plus the config's own inputs) into `out_dir`:
     OUT/shard-*.jsonl.zst, OUT/stats.json, OUT/report.md (+ PNG charts). Returns the stats dict.
 
     `executor`/`workers` override the config's. Raises CurateError on bad config, on a bad record in
-    strict mode, and (after writing stats) when the accounting check fails.
+    strict mode, and (after writing stats) when the accounting check fails; OutputFolderError when
+    OUT is not empty and is neither this pipeline's interrupted run nor `overwrite`n. Only what
+    trident curate wrote (listed in OUT's marker, or stamped work/) is ever deleted.
     """
     cfg = load_pipeline_config(config, overrides)
     cfg["executor"] = executor or cfg["executor"]
@@ -219,9 +241,9 @@ def run_pipeline(config: str | Path | dict | list, inputs: list[Path] | tuple = 
     check_settings(cfg)
     files = _resolve_inputs(cfg, inputs)
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    work = out_dir / "work"
-    _prepare_work_dir(work, _fingerprint(cfg, files))
+    work, fingerprint = out_dir / "work", _fingerprint(cfg, files)
+    _claim(out_dir, work, fingerprint, overwrite)
+    _prepare_work_dir(work, fingerprint)
     specs = [spec for spec in cfg["stages"] if spec.get("enabled", True)]
     options = {"strict": cfg["strict"], "max_doc_bytes": cfg["max_doc_bytes"], "modules": cfg["modules"]}
     start = time.time()
@@ -247,6 +269,10 @@ def run_pipeline(config: str | Path | dict | list, inputs: list[Path] | tuple = 
     }
     write_json_atomic(out_dir / "stats.json", stats)
     _write_report_safely(stats, out_dir)
+    charts = [name for name in REPORT_CHARTS if (out_dir / name).exists()]
+    report = ["report.md"] if (out_dir / "report.md").exists() else []
+    outputs = [p.name for p in final] + ["stats.json"] + report + charts
+    write_marker(out_dir, {"command": "curate", "outputs": outputs})
     if problems:
         raise CurateError("accounting check failed (documents vanished uncounted): " + "; ".join(problems))
     return stats

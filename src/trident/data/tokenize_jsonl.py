@@ -136,6 +136,7 @@ def tokenize_files(inputs, output_prefix, tokenizer_path, json_key: str = "text"
     Returns the run's statistics, also written to OUTPUT_PREFIX.stats.json: documents, tokens,
     `dropped` (count by reason: blank, empty_text, invalid_utf8, malformed_json, missing_field),
     `bad_lines` (the first few as FILE:LINE: reason; all of them in OUTPUT_PREFIX.bad_lines.jsonl),
+    `tokenizer_sha256`, `vocab_size` and `max_token_id` (checked against the model at train start),
     timings. strict=True raises TokenizeError on
     the first invalid_utf8 / malformed_json / missing_field line.
     """
@@ -148,7 +149,7 @@ def tokenize_files(inputs, output_prefix, tokenizer_path, json_key: str = "text"
     builder = IndexedDatasetBuilder(prefix, best_dtype(tokenizer.vocab_size))
     dropped: Counter = Counter({reason: 0 for reason in (*REASONS, "empty_text")})
     bad = _BadLines(prefix, strict)
-    lines = 0
+    lines, max_id = 0, -1
     start = time.perf_counter()
     bar = tqdm(desc=f"tokenize -> {prefix.name}", unit=" docs", disable=not progress, mininterval=0.5)
     try:
@@ -162,6 +163,7 @@ def tokenize_files(inputs, output_prefix, tokenizer_path, json_key: str = "text"
                 elif result[1].size == 0:
                     dropped["empty_text"] += 1
                 else:
+                    max_id = max(max_id, int(result[1].max()))
                     builder.add_document(np.concatenate([result[1], eod]))
             bar.update(len(results))
         builder.finalize()
@@ -173,6 +175,9 @@ def tokenize_files(inputs, output_prefix, tokenizer_path, json_key: str = "text"
         bad.close()
     stats = _stats(paths, prefix, tokenizer, json_key, builder, lines, dropped, bad, workers,
                    time.perf_counter() - start)
+    # what training checks the model against: which tokenizer, and the largest id actually present
+    stats |= {"tokenizer_sha256": tokenizer.sha256(),
+              "max_token_id": max(max_id, tokenizer.eod_id) if builder.num_documents else None}
     Path(f"{prefix}.stats.json").write_text(json.dumps(stats, indent=2) + "\n")
     return stats
 

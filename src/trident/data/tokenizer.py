@@ -6,6 +6,7 @@ token that separates documents (Megatron's EOD).
 """
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -68,6 +69,10 @@ class Tokenizer:
         # GPT-2's vocab.json already holds <|endoftext|> (id 50256); then this only marks it special
         hf.add_special_tokens([EOD_TOKEN])
         return cls(hf, source=str(vocab_json))
+
+    def sha256(self) -> str:
+        """Digest of the tokenizer's full definition: equal digests encode text identically."""
+        return hashlib.sha256(self.hf.to_str().encode()).hexdigest()
 
     @property
     def vocab_size(self) -> int:

@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
+from torch._subclasses.fake_tensor import is_fake
 
 from trident.parallel.sharding import mark
 from trident.parallel.watch import watched
@@ -183,6 +184,10 @@ class RowParallelLinear(nn.Module):
         return out + self.bias if self.bias is not None else out
 
 
+class TokenOutOfRange(ValueError):
+    """A token id with no embedding row; checked in every layout (TP > 1 would embed it as zeros)."""
+
+
 class VocabParallelEmbedding(nn.Module):
     """Embedding table split by vocabulary rows; tokens outside a rank's range contribute zeros."""
 
@@ -196,6 +201,7 @@ class VocabParallelEmbedding(nn.Module):
         self.weight = mark(nn.Parameter(weight), 0, tp)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        self._check_ids(tokens)
         if self.tp.size == 1:
             return F.embedding(tokens, self.weight)
         local = tokens - self.vocab_start
@@ -203,6 +209,14 @@ class VocabParallelEmbedding(nn.Module):
         out = F.embedding(local.masked_fill(outside, 0), self.weight)
         out = out.masked_fill(outside.unsqueeze(-1), 0.0)
         return reduce_from_tp(out, self.tp)
+
+    def _check_ids(self, tokens: torch.Tensor) -> None:
+        if is_fake(tokens) or tokens.is_meta or tokens.numel() == 0:  # rehearsal: shapes, no values
+            return
+        low, high = (int(v) for v in torch.aminmax(tokens))
+        if low < 0 or high >= self.num_embeddings:
+            raise TokenOutOfRange(f"token id {low if low < 0 else high} outside the vocabulary [0, "
+                                  f"{self.num_embeddings}): the data was tokenized for a bigger vocabulary")
 
 
 def _tp_reduce(x: torch.Tensor, tp: TPContext, op=dist.ReduceOp.SUM) -> torch.Tensor:

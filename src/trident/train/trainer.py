@@ -62,6 +62,7 @@ class Trainer:
     def _build_data(self):
         from trident.data.build import build_datasets
         from trident.data.tokenizer import Tokenizer
+        from trident.data.vocab_check import check_vocabulary
 
         cfg = self.config
         if not cfg.data.paths or not cfg.data.tokenizer:
@@ -70,6 +71,10 @@ class Trainer:
         tokenizer = _user_input(lambda: Tokenizer.load(cfg.data.tokenizer), "data.tokenizer")
         self.tokenizer_file = _tokenizer_json(cfg.data.tokenizer, tokenizer, self.out)
         cfg.model.vocab_size = cfg.model.vocab_size or tokenizer.vocab_size
+        try:
+            check_vocabulary(cfg.data.paths, tokenizer, cfg.model.vocab_size)
+        except ValueError as error:
+            raise ConfigError(str(error)) from error
         train_samples = sum(self.schedule.batch_sizes())
         valid_samples = cfg.train.eval_iters * cfg.train.global_batch_size if cfg.train.eval_interval else 0
         build = lambda: _user_input(lambda: build_datasets(cfg.data, cfg.model.seq_length, train_samples,

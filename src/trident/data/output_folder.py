@@ -1,0 +1,85 @@
+"""Output folders that never lose earlier results: a command writes into an empty folder, into its
+own earlier run's folder when that run is being resumed, or into any folder with `--overwrite`.
+Every folder trident writes carries a marker (OUT/.trident-run.json) naming the command and run, and
+trident only ever deletes what a marker says trident wrote."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Callable
+
+MARKER = ".trident-run.json"
+
+
+class OutputFolderError(ValueError):
+    """The output folder holds results this run must not replace."""
+
+
+def read_marker(folder: str | Path) -> dict | None:
+    """The folder's marker, or None when trident left none (or it is unreadable)."""
+    try:
+        marker = json.loads((Path(folder) / MARKER).read_text())
+    except (OSError, ValueError):
+        return None
+    return marker if isinstance(marker, dict) else None
+
+
+def write_marker(folder: str | Path, record: dict) -> None:
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / f"{MARKER}.tmp{os.getpid()}"
+    tmp.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    os.replace(tmp, folder / MARKER)
+
+
+def claim_output_folder(folder: str | Path, command: str, overwrite: bool,
+                        same_run: Callable[[dict], bool] = lambda marker: False, resume_hint: str = "") -> dict | None:
+    """Check that `command` may write into `folder`; returns the folder's earlier marker (or None).
+
+    Allowed: a missing or empty folder; a folder whose marker was written by `command` and that
+    `same_run(marker)` accepts (a resume, a restart); anything with overwrite. Otherwise raises
+    OutputFolderError naming the folder and a few of its entries."""
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise OutputFolderError(f"{folder}: exists and is not a folder")
+    # a folder holding nothing but a marker (a run that stopped before writing) counts as empty
+    entries = sorted(p.name for p in folder.iterdir() if p.name != MARKER) if folder.is_dir() else []
+    marker = read_marker(folder)
+    if not entries or overwrite:
+        return marker
+    if marker is not None and marker.get("command") == command and same_run(marker):
+        return marker
+    shown = ", ".join(entries[:4]) + (", ..." if len(entries) > 4 else "")
+    owner = f"a trident {marker.get('command')} run" if marker else "files trident did not write"
+    raise OutputFolderError(f"{folder}: output folder is not empty (it holds {owner}: {shown}){resume_hint}; "
+                            f"choose another --out, or pass --overwrite to write into it anyway")
+
+
+def remove_own_outputs(folder: str | Path, marker: dict | None, command: str, patterns: list[str]) -> list[Path]:
+    """With the folder's earlier marker from `command`: delete its entries matching `patterns`
+    (what that command writes). Without such a marker nothing is deleted. Returns what was removed."""
+    if marker is None or marker.get("command") != command:
+        return []
+    removed = []
+    for pattern in patterns:
+        for path in sorted(Path(folder).glob(pattern)):
+            shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+            removed.append(path)
+    return removed
+
+
+def start_outputs(folder: str | Path, command: str, overwrite: bool) -> set[str]:
+    """For commands without a resume: claim `folder`, remove what an earlier run of `command` there
+    recorded (with overwrite), stamp it. Returns the names already there (see record_outputs)."""
+    marker = claim_output_folder(folder, command, overwrite)
+    remove_own_outputs(folder, marker, command, list((marker or {}).get("outputs", [])))
+    write_marker(folder, {"command": command, "outputs": []})
+    return {p.name for p in Path(folder).iterdir()}
+
+
+def record_outputs(folder: str | Path, command: str, before: set[str]) -> None:
+    """Stamp `folder` with what this run of `command` added to it (all that --overwrite may remove)."""
+    added = sorted(p.name for p in Path(folder).iterdir() if p.name not in before and p.name != MARKER)
+    write_marker(folder, {"command": command, "outputs": added})
