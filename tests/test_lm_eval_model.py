@@ -1,0 +1,121 @@
+"""lm-evaluation-harness scores a trident checkpoint through `--model trident` exactly as it scores
+the same checkpoint exported to Hugging Face (`--model hf`): a multiple-choice task, LAMBADA (acc
+and perplexity) and a rolling-loglikelihood task, all read from local files (no hub, no network)."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from test_generate import trained_checkpoint  # noqa: F401  (shared session fixture)
+
+TASKS = {
+    "tiny_mc": """task: tiny_mc
+dataset_path: json
+dataset_kwargs: {{data_files: {{test: {data}/mc.jsonl}}}}
+test_split: test
+output_type: multiple_choice
+doc_to_text: "{{{{question}}}}"
+doc_to_choice: "{{{{choices}}}}"
+doc_to_target: "{{{{label}}}}"
+metric_list:
+  - metric: acc
+  - metric: acc_norm
+""",
+    "tiny_lambada": """task: tiny_lambada
+dataset_path: json
+dataset_kwargs: {{data_files: {{test: {data}/lambada.jsonl}}}}
+test_split: test
+output_type: loglikelihood
+doc_to_text: "{{{{text.split(' ')[:-1]|join(' ')}}}}"
+doc_to_target: "{{{{' '+text.split(' ')[-1]}}}}"
+metric_list:
+  - metric: perplexity
+    aggregation: perplexity
+    higher_is_better: false
+  - metric: acc
+    aggregation: mean
+    higher_is_better: true
+""",
+    "tiny_rolling": """task: tiny_rolling
+dataset_path: json
+dataset_kwargs: {{data_files: {{test: {data}/lambada.jsonl}}}}
+test_split: test
+output_type: loglikelihood_rolling
+doc_to_text: ""
+doc_to_target: "{{{{text}}}}"
+metric_list:
+  - metric: word_perplexity
+  - metric: byte_perplexity
+  - metric: bits_per_byte
+""",
+}
+
+
+def _write_tasks(root, text):
+    data = root / "data"
+    data.mkdir()
+    sentences = [s.strip() for s in text.replace("\n", " ").split(". ") if len(s.split()) > 6][:12]
+    with open(data / "lambada.jsonl", "w") as f:
+        for s in sentences:
+            f.write(json.dumps({"text": s}) + "\n")
+    with open(data / "mc.jsonl", "w") as f:
+        for i, s in enumerate(sentences[:8]):
+            words = s.split()
+            choices = [" ".join(words[3:6]), " ".join(words[-3:]), " ".join(reversed(words[:3]))]
+            f.write(json.dumps({"question": " ".join(words[:3]), "choices": choices, "label": i % 3}) + "\n")
+    tasks = root / "tasks"
+    tasks.mkdir()
+    for name, body in TASKS.items():
+        (tasks / f"{name}.yaml").write_text(body.format(data=data))
+    return tasks
+
+
+def _harness(model, model_args, tasks):
+    """lm_eval in a fresh process, offline; its results per task."""
+    code = ("import json, sys, lm_eval; import trident.evaluate.lm_eval_model; "
+            "from lm_eval.tasks import TaskManager; "
+            "r = lm_eval.simple_evaluate(model=sys.argv[1], model_args=sys.argv[2], tasks=sys.argv[4].split(','), "
+            "task_manager=TaskManager(include_path=sys.argv[3]), batch_size=4, device='cpu'); "
+            "print('RESULTS ' + json.dumps(r['results']))")
+    env = dict(os.environ, HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+               TOKENIZERS_PARALLELISM="false")
+    done = subprocess.run([sys.executable, "-c", code, model, model_args, str(tasks), ",".join(TASKS)],
+                          capture_output=True, text=True, timeout=280, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    line = next(line for line in done.stdout.splitlines() if line.startswith("RESULTS "))
+    return json.loads(line[len("RESULTS "):])
+
+
+@pytest.mark.timeout(600)
+def test_harness_scores_trident_like_its_hugging_face_export(trained_checkpoint, tmp_path):  # noqa: F811
+    from trident.infer.hf_export import export_hf
+
+    path, _, text = trained_checkpoint
+    export_hf(path, tmp_path / "hf")
+    tasks = _write_tasks(tmp_path, text)
+    ours = _harness("trident", f"checkpoint={path}", tasks)
+    theirs = _harness("hf", f"pretrained={tmp_path / 'hf'}", tasks)
+    for task in TASKS:
+        numbers = {k: v for k, v in theirs[task].items() if isinstance(v, float) and "stderr" not in k}
+        assert numbers, theirs[task]
+        for metric, value in numbers.items():
+            assert ours[task][metric] == pytest.approx(value, rel=1e-4), (task, metric)
+
+
+def test_generate_until_is_greedy_kv_cached_decoding_cut_at_the_stop_string(trained_checkpoint):  # noqa: F811
+    from types import SimpleNamespace
+
+    from trident.evaluate.lm_eval_model import TridentLM
+    from trident.infer.generate import generate
+
+    path, tokenizer, _ = trained_checkpoint
+    lm = TridentLM.create_from_arg_string(f"checkpoint={path},batch_size=2")
+    prompt = "def read_file(path):"
+    full = generate(lm.scorer.forward, tokenizer, prompt, 8, greedy=True)  # prompt + 8 fit the 32-token window
+    stop = full[len(full) // 2: len(full) // 2 + 2]
+    assert stop and stop in full
+    (cut, whole) = lm.generate_until([SimpleNamespace(args=(prompt, {"until": [stop], "max_gen_toks": 8})),
+                                      SimpleNamespace(args=(prompt, {"until": [], "max_gen_toks": 8}))])
+    assert whole == full and cut == full[: full.index(stop)]
