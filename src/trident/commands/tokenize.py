@@ -6,6 +6,8 @@ import json
 import os
 import sys
 
+from trident.text.jsonl import DEFAULT_MAX_DOC_BYTES
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--input", nargs="+", required=True, metavar="FILE",
@@ -19,6 +21,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="encoding processes (default: min(8, CPUs))")
     parser.add_argument("--strict", action="store_true",
                         help="stop at the first malformed line instead of skipping and counting it")
+    parser.add_argument("--max-doc-bytes", type=int, default=DEFAULT_MAX_DOC_BYTES, metavar="N",
+                        help="skip (and count as too_large) a line longer than this, read in bounded pieces "
+                             f"(default: {DEFAULT_MAX_DOC_BYTES}, as curation)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing dataset at PREFIX")
     parser.add_argument("--json", action="store_true", help="print the statistics as JSON")
 
@@ -34,7 +39,7 @@ def run(args) -> int:
         return 2
     try:
         stats = tokenize_files(args.input, args.output_prefix, args.tokenizer, json_key=args.json_key,
-                               workers=args.workers, strict=args.strict,
+                               workers=args.workers, strict=args.strict, max_doc_bytes=args.max_doc_bytes,
                                progress=not args.json and sys.stderr.isatty())
     except (OSError, ValueError) as err:
         kind = "bad input" if isinstance(err, TokenizeError) else "error"

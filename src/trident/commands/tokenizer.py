@@ -4,7 +4,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections import Counter
 from pathlib import Path
+
+from trident.text.jsonl import DEFAULT_MAX_DOC_BYTES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -19,6 +22,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     train.add_argument("--out", required=True, metavar="PATH",
                        help="tokenizer.json path, or a directory to write tokenizer.json into")
     train.add_argument("--json-key", default="text", help="JSONL field holding the text (default: text)")
+    train.add_argument("--max-doc-bytes", type=int, default=DEFAULT_MAX_DOC_BYTES, metavar="N",
+                       help="skip (and count as too_large) a JSONL line longer than this "
+                            f"(default: {DEFAULT_MAX_DOC_BYTES}, as curation)")
     train.add_argument("--gpt2-files", action="store_true",
                        help="also write vocab.json + merges.txt (GPT-2 format) next to tokenizer.json")
     train.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -27,13 +33,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args) -> int:
     from trident.data.tokenizer import describe, train_tokenizer
 
+    skipped: Counter = Counter()
     try:
         tokenizer = train_tokenizer(args.input, args.vocab_size, args.out, json_key=args.json_key,
-                                    show_progress=not args.json and sys.stderr.isatty())
+                                    show_progress=not args.json and sys.stderr.isatty(),
+                                    max_doc_bytes=args.max_doc_bytes, skipped=skipped)
     except (OSError, ValueError) as err:
         print(f"trident tokenizer train: {err}", file=sys.stderr)
         return 1
     info = describe(tokenizer)
+    info["skipped"] = {k.removeprefix("skipped_lines:"): v for k, v in sorted(skipped.items())}
     if args.gpt2_files:
         vocab, merges = tokenizer.save_gpt2_files(Path(tokenizer.source).parent)
         info.update(vocab_json=str(vocab), merges_txt=str(merges))
@@ -42,4 +51,6 @@ def run(args) -> int:
     else:
         print(f"wrote {info['path']}: {info['model']} vocabulary of {info['vocab_size']} tokens, "
               f"<|endoftext|> = {info['eod_id']}")
+        if skipped:  # bad lines and broken-off files were skipped, not fatal
+            print("skipped: " + ", ".join(f"{k} {v}" for k, v in info["skipped"].items()))
     return 0

@@ -38,7 +38,8 @@ from trident.curate.document import CurateError, Document
 from trident.curate.executors import make_executor
 from trident.curate.runner import import_modules, run_global_phase, run_stream_phase, split_phases, write_json_atomic
 from trident.curate.settings import CurateConfigError, check_settings
-from trident.curate.shards import DEFAULT_MAX_DOC_BYTES, input_format
+from trident.curate.shards import input_format
+from trident.text.jsonl import DEFAULT_MAX_DOC_BYTES
 from trident.curate.stage import (
     Executor,
     GlobalStage,

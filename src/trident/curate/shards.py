@@ -17,14 +17,13 @@ from warcio.archiveiterator import ArchiveIterator
 from warcio.exceptions import ArchiveLoadFailed
 
 from trident.curate.document import CurateError, Document
-from trident.text.jsonl import LineResult, UnreadableFile, iter_jsonl
+from trident.text.jsonl import DEFAULT_MAX_DOC_BYTES, LineResult, UnreadableFile, iter_jsonl
 
 SHARD_SUFFIX = ".jsonl.zst"
 WARC_SUFFIXES = (".warc", ".warc.gz")
 HTML_SUFFIXES = (".html", ".htm")
 JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".json.gz", ".json.zst")
 WARC_TYPES = ("warcinfo", "response", "resource", "request", "metadata", "revisit", "conversion", "continuation")
-DEFAULT_MAX_DOC_BYTES = 5_000_000
 _MAX_LOGGED = 200  # error examples kept per log; all of them are counted
 
 

@@ -3,8 +3,9 @@
 The main process reads raw lines (decompressing .gz/.zst) and hands chunks of them to workers,
 which decode, parse and encode them; results come back in input order, so the output does not
 depend on the number of workers. Each document gets EOD appended (Megatron's --append-eod).
-A bad line is counted by reason and reported as FILE:LINE; with strict=True the first one stops
-the run (and no output is left behind).
+A bad line is counted by reason and reported as FILE:LINE; so is a line over max_doc_bytes (read
+in bounded pieces, never held whole) and a compressed file that breaks off (its earlier lines are
+kept, the next file is read). With strict=True the first one stops the run (and no output is left behind).
 """
 from __future__ import annotations
 
@@ -21,11 +22,14 @@ import numpy as np
 
 from trident.data.indexed import IndexedDatasetBuilder, best_dtype
 from trident.data.tokenizer import Tokenizer
-from trident.text.jsonl import REASONS, is_jsonl, iter_raw_lines, parse_line
+from trident.text.jsonl import (DEFAULT_MAX_DOC_BYTES, LineResult, UnreadableFile, is_jsonl,
+                                iter_raw_lines, parse_line)
 
 log = logging.getLogger("trident.data")
 CHUNK_LINES = 256
 CHUNK_BYTES = 4 << 20
+# listed even at 0; the rarer reasons (invalid_unicode, too_large, unreadable_file) appear once seen
+_LISTED = ("blank", "invalid_utf8", "malformed_json", "missing_field", "empty_text")
 MAX_EXAMPLES = 20  # bad lines listed by name in the stats; all are counted
 
 
@@ -47,11 +51,12 @@ def _init_worker(tokenizer_path: str, json_key: str) -> None:
     _load_encoder(tokenizer_path, json_key)
 
 
-def _encode_chunk(chunk: tuple[str, list[tuple[int, bytes]]]) -> list:
+def _encode_chunk(chunk: tuple[str, list[tuple[int, bytes | LineResult]]]) -> list:
     """[(line, token array)] for good lines, LineResult for bad ones, in the chunk's order."""
     path, lines = chunk
     tokenizer, key = _worker["tokenizer"], _worker["key"]
-    parsed = [parse_line(path, number, raw, key) for number, raw in lines]
+    # the reader already judged some lines (too_large, unreadable_file): those pass through
+    parsed = [raw if isinstance(raw, LineResult) else parse_line(path, number, raw, key) for number, raw in lines]
     good = [p for p in parsed if p.text is not None]
     encoded = iter(tokenizer.encode_batch([p.text for p in good]))
     # int32 halves what crosses the process boundary; every vocabulary id fits
@@ -59,12 +64,24 @@ def _encode_chunk(chunk: tuple[str, list[tuple[int, bytes]]]) -> list:
             for p in parsed]
 
 
-def _chunks(inputs: list[Path]) -> Iterator[tuple[str, list[tuple[int, bytes]]]]:
+def _read(path: Path, max_doc_bytes: int | None) -> Iterator[tuple[int, bytes | LineResult]]:
+    """(line, bytes) per line; a LineResult for a line over the cap and for where the file breaks off."""
+    name = str(path)
+    try:
+        for number, raw, size in iter_raw_lines(path, max_doc_bytes):
+            yield number, raw if raw is not None else LineResult(
+                name, number, reason="too_large", detail=f"{size} bytes, over --max-doc-bytes {max_doc_bytes}")
+    except UnreadableFile as err:
+        # everything before the damage was delivered; the rest of this file is one counted loss
+        yield err.line, LineResult(name, err.line, reason="unreadable_file", detail=err.detail)
+
+
+def _chunks(inputs: list[Path], max_doc_bytes: int | None) -> Iterator[tuple[str, list]]:
     for path in inputs:
         lines, size = [], 0
-        for number, raw, _ in iter_raw_lines(path):
+        for number, raw in _read(path, max_doc_bytes):
             lines.append((number, raw))
-            size += len(raw)
+            size += len(raw) if isinstance(raw, bytes) else 0
             if len(lines) >= CHUNK_LINES or size >= CHUNK_BYTES:
                 yield str(path), lines
                 lines, size = [], 0
@@ -72,18 +89,18 @@ def _chunks(inputs: list[Path]) -> Iterator[tuple[str, list[tuple[int, bytes]]]]
             yield str(path), lines
 
 
-def _encoded(inputs, tokenizer_path: str, json_key: str, workers: int) -> Iterator[list]:
+def _encoded(inputs, tokenizer_path: str, json_key: str, workers: int, max_doc_bytes: int | None) -> Iterator[list]:
     """Encoded chunks in input order; at most a few chunks per worker in flight."""
     if workers <= 1:
         _load_encoder(tokenizer_path, json_key)  # in-process: Rust's own threads do the batches
-        for chunk in _chunks(inputs):
+        for chunk in _chunks(inputs, max_doc_bytes):
             yield _encode_chunk(chunk)
         return
     # spawn: a fork would inherit the parent's tokenizer thread pool (and torch), which can deadlock
     context = multiprocessing.get_context("spawn")
     with context.Pool(workers, initializer=_init_worker, initargs=(tokenizer_path, json_key)) as pool:
         pending: deque = deque()
-        for chunk in _chunks(inputs):
+        for chunk in _chunks(inputs, max_doc_bytes):
             pending.append(pool.apply_async(_encode_chunk, (chunk,)))
             if len(pending) >= 4 * workers:
                 yield pending.popleft().get()
@@ -130,15 +147,16 @@ class _BadLines:
 
 
 def tokenize_files(inputs, output_prefix, tokenizer_path, json_key: str = "text", workers: int = 1,
-                   strict: bool = False, progress: bool = True) -> dict:
+                   strict: bool = False, progress: bool = True,
+                   max_doc_bytes: int | None = DEFAULT_MAX_DOC_BYTES) -> dict:
     """Encode the `json_key` field of every JSONL line into OUTPUT_PREFIX.bin/.idx.
 
     Returns the run's statistics, also written to OUTPUT_PREFIX.stats.json: documents, tokens,
-    `dropped` (count by reason: blank, empty_text, invalid_utf8, malformed_json, missing_field),
+    `dropped` (count by reason: blank, empty_text, invalid_utf8, malformed_json, missing_field,
+    invalid_unicode, too_large (over `max_doc_bytes`), unreadable_file (where a file broke off)),
     `bad_lines` (the first few as FILE:LINE: reason; all of them in OUTPUT_PREFIX.bad_lines.jsonl),
     `tokenizer_sha256`, `vocab_size` and `max_token_id` (checked against the model at train start),
-    timings. strict=True raises TokenizeError on
-    the first invalid_utf8 / malformed_json / missing_field line.
+    timings. strict=True raises TokenizeError on the first bad line or unreadable file.
     """
     from tqdm import tqdm
 
@@ -147,13 +165,13 @@ def tokenize_files(inputs, output_prefix, tokenizer_path, json_key: str = "text"
     eod = np.array([tokenizer.eod_id], dtype=np.int32)
     prefix = Path(output_prefix)
     builder = IndexedDatasetBuilder(prefix, best_dtype(tokenizer.vocab_size))
-    dropped: Counter = Counter({reason: 0 for reason in (*REASONS, "empty_text")})
+    dropped: Counter = Counter({reason: 0 for reason in _LISTED})
     bad = _BadLines(prefix, strict)
     lines, max_id = 0, -1
     start = time.perf_counter()
     bar = tqdm(desc=f"tokenize -> {prefix.name}", unit=" docs", disable=not progress, mininterval=0.5)
     try:
-        for results in _encoded(paths, str(tokenizer.source), json_key, max(1, int(workers))):
+        for results in _encoded(paths, str(tokenizer.source), json_key, max(1, int(workers)), max_doc_bytes):
             for result in results:
                 lines += 1
                 if not isinstance(result, tuple):
@@ -195,7 +213,7 @@ def _stats(paths, prefix: Path, tokenizer, json_key: str, builder, lines: int, d
         "documents": builder.num_documents,
         "tokens": builder.num_tokens,
         "dropped": dict(dropped),
-        "bad_lines_total": sum(dropped[r] for r in ("invalid_utf8", "malformed_json", "missing_field")),
+        "bad_lines_total": sum(n for r, n in dropped.items() if r not in ("blank", "empty_text")),
         "bad_lines": bad.examples,
         "bad_lines_file": str(bad.path) if bad.handle is not None else None,
         "workers": max(1, int(workers)),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import Counter
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -106,11 +107,14 @@ class Tokenizer:
 
 
 def train_tokenizer(files: list, vocab_size: int, out, json_key: str = "text",
-                    show_progress: bool = False) -> Tokenizer:
+                    show_progress: bool = False, max_doc_bytes: int | None = None,
+                    skipped: Counter | None = None) -> Tokenizer:
     """Train byte-level BPE on .txt files (plain text) or .jsonl/.jsonl.gz/.jsonl.zst (`json_key`).
 
     The result has at most `vocab_size` tokens including `<|endoftext|>` (fewer when the corpus
     runs out of pairs to merge) and is saved to `out` (a tokenizer.json path or a directory).
+    Bad JSONL lines, lines over `max_doc_bytes` and the rest of a file that breaks off are skipped,
+    never fatal, and counted in `skipped` as `skipped_lines:<reason>`.
     """
     from trident.text.jsonl import iter_texts
 
@@ -128,7 +132,7 @@ def train_tokenizer(files: list, vocab_size: int, out, json_key: str = "text",
 
     def texts():
         for path in paths:
-            yield from iter_texts(path, json_key)
+            yield from iter_texts(path, json_key, skipped, max_doc_bytes)
 
     hf.train_from_iterator(texts(), trainer=trainer)
     tokenizer = Tokenizer(hf, source="trained")

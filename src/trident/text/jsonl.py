@@ -9,6 +9,7 @@ or a problem with a reason:
   invalid_utf8   the bytes are not UTF-8
   malformed_json the line is not a JSON value
   missing_field  (with a key) the value is not an object, lacks the key, or the key's value is not a string
+  invalid_unicode (with a key) the text holds a lone surrogate (JSON "\\ud800"), which no encoder accepts
 A compressed file that is cut off or corrupt (including a zstd stream that ends inside its last
 frame) raises UnreadableFile naming the first line that could not be read; every line before it
 has been delivered. Line numbers are 1-based; a line's bytes exclude its ending ("\\n", "\\r\\n").
@@ -25,7 +26,8 @@ from typing import Any, Iterator, NamedTuple
 
 import zstandard
 
-REASONS = ("blank", "invalid_utf8", "malformed_json", "missing_field")  # what parse_line reports
+REASONS = ("blank", "invalid_utf8", "malformed_json", "missing_field", "invalid_unicode")  # parse_line's
+DEFAULT_MAX_DOC_BYTES = 5_000_000  # one document's (line's) size limit, the same in every reader
 JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".json", ".json.gz", ".json.zst")
 _CHUNK = 1 << 20
 _ZSTD_READ = 1 << 16  # compressed bytes per decompress call: bounds what one call can inflate to
@@ -202,6 +204,10 @@ def parse_line(path: str, line: int, raw: bytes, key: str | None = "text") -> Li
     if not isinstance(text, str):
         return LineResult(path, line, reason="missing_field",
                           detail=f"key {key!r} holds {type(text).__name__}, not a string")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        return LineResult(path, line, reason="invalid_unicode", detail=f"character {err.start}: {err.reason}")
     return LineResult(path, line, text=text, value=value)
 
 
@@ -216,18 +222,24 @@ def iter_jsonl(path, key: str | None = "text", max_line_bytes: int | None = None
             yield parse_line(name, number, raw, key)
 
 
-def iter_texts(path, key: str = "text", counters: Counter | None = None) -> Iterator[str]:
+def iter_texts(path, key: str = "text", counters: Counter | None = None,
+               max_line_bytes: int | None = None) -> Iterator[str]:
     """The texts of a .jsonl* file's good records, or a plain-text file in blocks of lines.
 
     Used where bad lines are skipped (tokenizer training, contamination checks): with `counters`
-    each one is counted as `skipped_lines:<reason>`.
+    each one is counted as `skipped_lines:<reason>`; a file that breaks off ends its texts there
+    and counts `skipped_lines:unreadable_file` (never raises UnreadableFile).
     """
+    counters = Counter() if counters is None else counters
     if is_jsonl(path):
-        for result in iter_jsonl(path, key):
-            if result.text is not None:
-                yield result.text
-            elif counters is not None:
-                counters[f"skipped_lines:{result.reason}"] += 1
+        try:
+            for result in iter_jsonl(path, key, max_line_bytes):
+                if result.text is not None:
+                    yield result.text
+                else:
+                    counters[f"skipped_lines:{result.reason}"] += 1
+        except UnreadableFile:
+            counters["skipped_lines:unreadable_file"] += 1
         return
     block: list[str] = []
     with open_binary(path) as stream:

@@ -1,0 +1,119 @@
+"""Damaged input never aborts `trident tokenize` / tokenizer training: lone surrogates, truncated and
+corrupt compressed files and over-long lines are skipped and counted with FILE:LINE; --strict stops."""
+import gzip
+import json
+import tracemalloc
+
+import pytest
+import zstandard
+
+from trident.cli import main
+from trident.data.build import tokenize_files
+from trident.data.indexed import IndexedDataset
+from trident.data.tokenize_jsonl import TokenizeError
+from trident.data.tokenizer import train_tokenizer
+from trident.text.jsonl import iter_raw_lines
+
+TEXTS = [f"document {i}: the quick brown fox jumps over the lazy dog {i}" for i in range(60)]
+
+
+@pytest.fixture(scope="module")
+def tokenizer_path(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tok")
+    (root / "train.txt").write_text("\n".join(TEXTS * 3), encoding="utf-8")
+    train_tokenizer([root / "train.txt"], 300, root / "tok")
+    return root / "tok" / "tokenizer.json"
+
+
+def payload(texts) -> bytes:
+    return b"".join(json.dumps({"text": t}).encode() + b"\n" for t in texts)
+
+
+def truncated_zst(path):
+    data = zstandard.ZstdCompressor().compress(payload(TEXTS))
+    path.write_bytes(data[: len(data) * 2 // 3])
+
+
+def truncated_gz(path):
+    data = gzip.compress(payload(TEXTS))
+    path.write_bytes(data[: len(data) * 2 // 3])
+
+
+def corrupt_gz(path):
+    # a flipped byte in the CRC trailer: every line inflates, then "CRC check failed"
+    data = bytearray(gzip.compress(payload(TEXTS)))
+    data[-6] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("damage, name", [(truncated_zst, "a.jsonl.zst"), (truncated_gz, "a.jsonl.gz"),
+                                          (corrupt_gz, "a.jsonl.gz")])
+def test_a_damaged_file_is_counted_and_the_next_file_is_read(tmp_path, tokenizer_path, damage, name):
+    damage(tmp_path / name)
+    (tmp_path / "b.jsonl").write_bytes(payload(TEXTS[:5]))
+    stats = tokenize_files([tmp_path / name, tmp_path / "b.jsonl"], tmp_path / "out", tokenizer_path,
+                           progress=False)
+    assert stats["dropped"]["unreadable_file"] == 1 and stats["bad_lines_total"] == 1
+    assert stats["bad_lines"][0].startswith(f"{tmp_path / name}:")
+    assert "unreadable_file" in stats["bad_lines"][0]
+    # the lines before the damage are kept, then the whole next file
+    assert stats["documents"] == len(IndexedDataset(tmp_path / "out")) >= 5
+    logged = [json.loads(x) for x in (tmp_path / "out.bad_lines.jsonl").read_text().splitlines()]
+    assert [x["reason"] for x in logged] == ["unreadable_file"]
+    with pytest.raises(TokenizeError, match="unreadable_file"):
+        tokenize_files([tmp_path / name], tmp_path / "strict", tokenizer_path, strict=True, progress=False)
+
+
+def test_a_lone_surrogate_is_counted_not_a_crash(tmp_path, tokenizer_path):
+    src = tmp_path / "in.jsonl"
+    src.write_bytes(payload(TEXTS[:3]) + b'{"text": "bad \\ud800 here"}\n' + payload(TEXTS[3:6]))
+    for workers in (1, 2):
+        stats = tokenize_files([src], tmp_path / f"o{workers}", tokenizer_path, workers=workers, progress=False)
+        assert stats["documents"] == 6 and stats["dropped"]["invalid_unicode"] == 1
+        assert stats["bad_lines"] == [f"{src}:4: invalid_unicode: character 4: surrogates not allowed"]
+    with pytest.raises(TokenizeError, match=f"{src}:4: invalid_unicode"):
+        tokenize_files([src], tmp_path / "strict", tokenizer_path, strict=True, progress=False)
+
+
+def test_a_line_over_max_doc_bytes_is_skipped_and_counted(tmp_path, tokenizer_path, capsys):
+    src = tmp_path / "in.jsonl.gz"
+    big = json.dumps({"text": "x" * 5000}).encode() + b"\n"
+    src.write_bytes(gzip.compress(payload(TEXTS[:2]) + big + payload(TEXTS[2:4])))
+    stats = tokenize_files([src], tmp_path / "out", tokenizer_path, max_doc_bytes=1000, progress=False)
+    assert stats["documents"] == 4 and stats["dropped"]["too_large"] == 1
+    assert stats["bad_lines"][0].startswith(f"{src}:3: too_large: 5012 bytes")
+    assert main(["tokenize", "--input", str(src), "--output-prefix", str(tmp_path / "cli"), "--tokenizer",
+                 str(tokenizer_path), "--max-doc-bytes", "1000", "--workers", "1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["dropped"]["too_large"] == 1
+
+
+def test_an_over_long_line_is_never_held_whole(tmp_path):
+    # a 40 MB line in a small .gz: read past in bounded pieces, memory stays far below the line
+    src = tmp_path / "bomb.jsonl.gz"
+    with gzip.open(src, "wb") as fh:
+        fh.write(b'{"text": "')
+        for _ in range(40):
+            fh.write(b"a" * (1 << 20))
+        fh.write(b'"}\n{"text": "after"}\n')
+    assert src.stat().st_size < 200_000
+    tracemalloc.start()
+    try:
+        lines = [(n, d, s) for n, d, s in iter_raw_lines(src, max_line_bytes=1 << 16)]
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert lines == [(1, None, 40 * (1 << 20) + 12), (2, b'{"text": "after"}', 17)]
+    assert peak < 8 << 20
+
+
+def test_tokenizer_training_counts_and_continues(tmp_path, capsys):
+    truncated_zst(tmp_path / "a.jsonl.zst")
+    corrupt_gz(tmp_path / "b.jsonl.gz")
+    (tmp_path / "c.jsonl").write_bytes(payload(TEXTS) + b'{"text": "\\udc00"}\n'
+                                       + json.dumps({"text": "y" * 3000}).encode() + b"\n")
+    inputs = [str(tmp_path / n) for n in ("a.jsonl.zst", "b.jsonl.gz", "c.jsonl")]
+    assert main(["tokenizer", "train", "--input", *inputs, "--vocab-size", "300", "--out", str(tmp_path / "tok"),
+                 "--max-doc-bytes", "1000", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["skipped"] == {"invalid_unicode": 1, "too_large": 1, "unreadable_file": 2}
+    assert info["vocab_size"] == 300
