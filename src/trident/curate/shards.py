@@ -24,6 +24,7 @@ WARC_SUFFIXES = (".warc", ".warc.gz")
 HTML_SUFFIXES = (".html", ".htm")
 JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".json.gz", ".json.zst")
 WARC_TYPES = ("warcinfo", "response", "resource", "request", "metadata", "revisit", "conversion", "continuation")
+FRAME_BYTES = 1 << 20  # uncompressed bytes per zstd frame of a written shard (well under HOLD_LIMIT)
 _MAX_LOGGED = 200  # error examples kept per log; all of them are counted
 
 
@@ -212,20 +213,29 @@ def _warc_document(path: Path, offset: int, record, log: RecordLog, max_doc_byte
 # ---- writing ---------------------------------------------------------------------------------
 
 class ShardWriter:
-    """Writes Documents to PATH (.jsonl.zst) atomically: PATH.tmp is renamed on a clean close."""
+    """Writes Documents to PATH (.jsonl.zst) atomically: PATH.tmp is renamed on a clean close.
+
+    Frames of about FRAME_BYTES, each ending at a document and carrying a content checksum, so a
+    reader verifies every frame before using it and damage costs only the documents of its frame.
+    """
 
     def __init__(self, path: Path, level: int = 3) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._tmp = self.path.with_name(self.path.name + ".tmp")
         self._fh = open(self._tmp, "wb")
-        self._zst = zstandard.ZstdCompressor(level=level).stream_writer(self._fh, closefd=False)
-        self.count = 0
+        compressor = zstandard.ZstdCompressor(level=level, write_checksum=True)
+        self._zst = compressor.stream_writer(self._fh, closefd=False)
+        self.count, self._frame_bytes = 0, 0
 
     def write(self, doc: Document) -> None:
-        line = json.dumps(doc.to_json(), ensure_ascii=False) + "\n"
-        self._zst.write(line.encode("utf-8"))
+        line = (json.dumps(doc.to_json(), ensure_ascii=False) + "\n").encode("utf-8")
+        self._zst.write(line)
         self.count += 1
+        self._frame_bytes += len(line)
+        if self._frame_bytes >= FRAME_BYTES:
+            self._zst.flush(zstandard.FLUSH_FRAME)
+            self._frame_bytes = 0
 
     def close(self) -> None:
         self._zst.close()

@@ -161,6 +161,8 @@ def tokenize_files(inputs, output_prefix, tokenizer_path, json_key: str = "text"
     from tqdm import tqdm
 
     paths = _check_inputs(inputs)
+    if max_doc_bytes is not None and max_doc_bytes < 1:
+        raise ValueError(f"max_doc_bytes must be positive, got {max_doc_bytes}")
     tokenizer = Tokenizer.load(tokenizer_path)
     eod = np.array([tokenizer.eod_id], dtype=np.int32)
     prefix = Path(output_prefix)

@@ -122,6 +122,8 @@ def train_tokenizer(files: list, vocab_size: int, out, json_key: str = "text",
     if vocab_size < len(alphabet) + 1:
         raise ValueError(f"vocab_size {vocab_size} is too small: byte-level BPE needs at least "
                          f"{len(alphabet) + 1} (256 bytes + {EOD_TOKEN})")
+    if max_doc_bytes is not None and max_doc_bytes < 1:
+        raise ValueError(f"max_doc_bytes must be positive, got {max_doc_bytes}")
     paths = [Path(f) for f in files]
     missing = [str(p) for p in paths if not p.is_file()]
     if missing:

@@ -11,26 +11,24 @@ or a problem with a reason:
   missing_field  (with a key) the value is not an object, lacks the key, or the key's value is not a string
   invalid_unicode (with a key) the text holds a lone surrogate (JSON "\\ud800"), which no encoder accepts
 A compressed file that is cut off or corrupt (including a zstd stream that ends inside its last
-frame) raises UnreadableFile naming the first line that could not be read; every line before it
-has been delivered. Line numbers are 1-based; a line's bytes exclude its ending ("\\n", "\\r\\n").
+frame, and a gzip member or zstd frame that fails its checksum) raises UnreadableFile naming the
+first line that could not be read; every line before it has been delivered, and no line of the
+damaged member/frame is (see trident.text.compressed). Line numbers are 1-based; a line's bytes exclude its ending ("\\n", "\\r\\n").
 """
 from __future__ import annotations
 
-import gzip
-import io
 import json
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, NamedTuple
 
-import zstandard
+from trident.text.compressed import DamagedData, open_binary
 
 REASONS = ("blank", "invalid_utf8", "malformed_json", "missing_field", "invalid_unicode")  # parse_line's
 DEFAULT_MAX_DOC_BYTES = 5_000_000  # one document's (line's) size limit, the same in every reader
 JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".json", ".json.gz", ".json.zst")
 _CHUNK = 1 << 20
-_ZSTD_READ = 1 << 16  # compressed bytes per decompress call: bounds what one call can inflate to
 
 
 class UnreadableFile(OSError):
@@ -77,61 +75,6 @@ def is_jsonl(path) -> bool:
     return str(path).lower().endswith(JSONL_SUFFIXES)
 
 
-def _zstd_chunks(fh) -> Iterator[bytes]:
-    """Decompressed chunks of a (multi-frame) zstd stream; EOFError when the last frame is cut off."""
-    obj = zstandard.ZstdDecompressor().decompressobj()
-    started = False
-    while raw := fh.read(_ZSTD_READ):
-        while raw:
-            started = True
-            yield obj.decompress(raw)
-            raw = obj.unused_data if obj.eof else b""
-            if obj.eof:
-                # shards are often written by concatenating zstd frames: start the next one
-                obj = zstandard.ZstdDecompressor().decompressobj()
-                started = bool(raw)
-    if started and not obj.eof:
-        raise EOFError("zstd stream ended before the end of its frame (truncated file)")
-
-
-class _ZstdReader(io.RawIOBase):
-    """The decompressed bytes of a zstd file as a raw stream (for io.BufferedReader)."""
-
-    def __init__(self, path: Path) -> None:
-        self._file = open(path, "rb")
-        self._chunks = _zstd_chunks(self._file)
-        self._chunk, self._pos = memoryview(b""), 0
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer) -> int:
-        while self._pos >= len(self._chunk):
-            chunk = next(self._chunks, None)
-            if chunk is None:
-                return 0
-            self._chunk, self._pos = memoryview(chunk), 0
-        n = min(len(buffer), len(self._chunk) - self._pos)
-        buffer[:n] = self._chunk[self._pos:self._pos + n]
-        self._pos += n
-        return n
-
-    def close(self) -> None:
-        self._file.close()
-        super().close()
-
-
-def open_binary(path) -> io.BufferedIOBase:
-    """A binary stream of the file's decompressed bytes (gzip and zstd by suffix)."""
-    path = Path(path)
-    name = path.name.lower()
-    if name.endswith(".gz"):
-        return gzip.open(path, "rb")
-    if name.endswith(".zst"):
-        return io.BufferedReader(_ZstdReader(path), buffer_size=_CHUNK)
-    return open(path, "rb")
-
-
 def _content_size(line: bytes, rest: int, tail: bytes) -> int:
     """Bytes of a line without its "\\n" / "\\r\\n"; `tail` holds the last bytes read of it."""
     size = len(line) + rest
@@ -172,7 +115,7 @@ def iter_raw_lines(path, max_line_bytes: int | None = None) -> Iterator[RawLine]
                     yield RawLine(number, None, len(data))
                 else:
                     yield RawLine(number, data, len(data))
-        except (EOFError, OSError, zstandard.ZstdError) as err:
+        except (DamagedData, OSError) as err:
             raise UnreadableFile(path, number + 1, f"{type(err).__name__}: {err}") from err
 
 
