@@ -26,7 +26,7 @@ class FewShotPool:
 def load_pool(task: Task, data_dir: Path | None, eval_docs: list[dict]) -> FewShotPool:
     """The documents few-shot examples are drawn from, and the split they came from."""
     for split in task.fewshot_splits:
-        if data_dir is None or task.has_split(data_dir, split):
+        if task.has_split(data_dir, split):
             return FewShotPool(split, task.load(data_dir, split), False)
     return FewShotPool(task.eval_split, eval_docs, True)
 

@@ -26,7 +26,7 @@ class ANLI(MultipleChoiceTask):
         self.name = f"anli_r{round}"
         self.expected = (f'anli/R{round}/{{train,dev,test}}.jsonl with {{"context", "hypothesis", '
                          f'"label": "e"|"n"|"c"}} per line (anli_v1.0)')
-        self.hub = ("anli", None)
+        self.hub = ("facebook/anli", None)
         self.hub_splits = {"train": f"train_r{round}", "validation": f"dev_r{round}", "test": f"test_r{round}"}
 
     def split_files(self, split):

@@ -27,6 +27,7 @@ class Task(ABC):
     expected: str = ""  # the published files, for error messages and docs
     hub: tuple[str, str | None] | None = None  # (dataset path, config) on the Hugging Face hub
     hub_splits: dict[str, str] = {}
+    hub_revision: str | None = None  # a branch of the hub repository, e.g. its script-free parquet conversion
     metric_names: tuple[str, ...] = ("acc",)
     primary_metric: str = "acc"
 
@@ -44,7 +45,10 @@ class Task(ABC):
     def read_split(self, root: Path, split: str) -> list[dict]:
         """Documents of `split`, parsed from the published files under root."""
 
-    def has_split(self, data_dir: Path, split: str) -> bool:
+    def has_split(self, data_dir: Path | None, split: str) -> bool:
+        """Whether `split` can be loaded: its files are under data_dir, or (data_dir None) the hub offers it."""
+        if data_dir is None:
+            return self.hub is not None and split in self.hub_splits
         files = self.split_files(split)
         return bool(files) and all((self.root(data_dir) / f).exists() for f in files)
 

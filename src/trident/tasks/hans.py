@@ -28,7 +28,8 @@ class HANS(MultipleChoiceTask):
     eval_split = "validation"
     fewshot_splits = ("train",)
     expected = EXPECTED
-    hub = ("hans", None)
+    hub = ("jhu-cogsci/hans", None)
+    hub_revision = "refs/convert/parquet"  # the main branch holds only a loading script, which datasets>=4 refuses
     hub_splits = {"train": "train", "validation": "validation"}
 
     def split_files(self, split):

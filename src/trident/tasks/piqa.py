@@ -22,7 +22,7 @@ class PIQA(MultipleChoiceTask):
     eval_split = "validation"
     fewshot_splits = ("train",)
     expected = EXPECTED
-    hub = ("ybisk/piqa", None)
+    hub = ("baber/piqa", None)  # ybisk/piqa needs a loading script; this copy is script-free
     hub_splits = {"train": "train", "validation": "validation"}
 
     def split_files(self, split):

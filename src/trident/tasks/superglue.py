@@ -44,7 +44,7 @@ class BoolQ(_SuperGLUETask):
     name = "boolq"
     folder = "BoolQ"
     expected = 'BoolQ/{train,val}.jsonl with {"question", "passage", "label": true|false} per line (SuperGLUE)'
-    hub = ("super_glue", "boolq")
+    hub = ("aps/super_glue", "boolq")
     hub_splits = {"train": "train", "validation": "validation"}
     keys = {"question": TEXT, "passage": TEXT}
     labels = {False: 0, True: 1}
@@ -61,7 +61,7 @@ class RTE(_SuperGLUETask):
     folder = "RTE"
     expected = ('RTE/{train,val}.jsonl with {"premise", "hypothesis", '
                 '"label": "entailment"|"not_entailment"} per line (SuperGLUE)')
-    hub = ("super_glue", "rte")
+    hub = ("aps/super_glue", "rte")
     hub_splits = {"train": "train", "validation": "validation"}
     keys = {"premise": TEXT, "hypothesis": TEXT}
     labels = {"entailment": 0, "not_entailment": 1}
@@ -78,7 +78,7 @@ class WiC(_SuperGLUETask):
     folder = "WiC"
     expected = ('WiC/{train,val}.jsonl with {"sentence1", "sentence2", "start1", "end1", '
                 '"label": true|false} per line (SuperGLUE)')
-    hub = ("super_glue", "wic")
+    hub = ("aps/super_glue", "wic")
     hub_splits = {"train": "train", "validation": "validation"}
     keys = {"sentence1": TEXT, "sentence2": TEXT, "start1": INT, "end1": INT}
     labels = {False: 0, True: 1}
