@@ -10,6 +10,7 @@ import sys
 # `trident --help` and light commands never pay for torch or Ray start-up.
 COMMANDS = {
     "demo": ("demo", "run the whole flow end to end on an embedded default corpus"),
+    "run": ("run", "raw text to an evaluated model from a flow file (resumable: unchanged stages are skipped)"),
     "train": ("train", "train a GPT from a config (--nproc N for local multi-process)"),
     "tokenizer": ("tokenizer", "train a byte-level BPE tokenizer"),
     "tokenize": ("tokenize", "JSONL -> Megatron indexed dataset (PREFIX.bin/.idx)"),

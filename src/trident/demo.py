@@ -72,7 +72,7 @@ def eval_table(trained: dict, untrained: dict) -> str:
     return "\n".join(lines)
 
 
-def plot_loss(metrics: list[dict], path: Path) -> Path:
+def plot_loss(metrics: list[dict], path: Path, title: str = "trident demo: loss") -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -85,7 +85,7 @@ def plot_loss(metrics: list[dict], path: Path) -> Path:
         ax.plot(*zip(*val), "o-", label="validation loss")
     ax.set_xlabel("tokens")
     ax.set_ylabel("cross-entropy (nats)")
-    ax.set_title("trident demo: loss")
+    ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
@@ -96,9 +96,9 @@ def plot_loss(metrics: list[dict], path: Path) -> Path:
 
 def write_report(out: Path, summary: dict) -> Path:
     m = summary["metrics"]
-    lines = ["# trident demo report", "",
-             f"Corpus: {summary['documents']} standard-library documents plus curated web text, "
-             f"{summary['tokens']:,} tokens "
+    corpus = summary.get("corpus") or f"{summary['documents']} standard-library documents plus curated web text"
+    lines = [f"# {summary.get('title', 'trident demo report')}", "",
+             f"Corpus: {corpus}, {summary['tokens']:,} tokens "
              f"(tokenizer vocabulary {summary['vocab_size']}).", "",
              f"Model: {summary['parameters']:,} parameters, config `{summary['config']}`; "
              f"{len(m)} steps in {summary['train_seconds']:.0f} s.", "",

@@ -1,0 +1,68 @@
+"""run_flow: curate -> tokenizer -> tokenize -> train -> eval -> report, skipping what is unchanged."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from trident.flow import stages
+from trident.flow.spec import load_flow
+from trident.flow.stamp import Stages, stage_key
+
+
+def run_flow(flow_file: str | Path, out: str | Path) -> dict:
+    """Run the flow file's stages under OUT; returns {stage: key} and the names of the stages that ran."""
+    flow, out, flow_file = load_flow(flow_file), Path(out), Path(flow_file)
+    out.mkdir(parents=True, exist_ok=True)
+    runner = Stages(out, total=2 * len(flow.sources) + 4)
+    keys = {}
+    for source in flow.sources:
+        name = f"curate:{source.name}"
+        keys[name] = stage_key({"curate": flow.curate, "source": source.name}, source.files)
+        runner.run(name, keys[name], lambda s=source: (out / "curated" / s.name / "stats.json").exists(),
+                   lambda resume, s=source: stages.curate(flow, out, s, resume))
+    curated = [keys[f"curate:{s.name}"] for s in flow.sources]
+    given = [flow.tokenizer["path"]] if "path" in flow.tokenizer else []
+    keys["tokenizer"] = stage_key({"tokenizer": flow.tokenizer}, given, [] if given else curated)
+    shards = lambda: [p for s in flow.sources for p in stages.curated_shards(out, s)]  # noqa: E731
+    runner.run("tokenizer", keys["tokenizer"], lambda: stages.tokenizer_path(flow, out).exists(),
+               lambda resume: None if given else stages.tokenizer(flow, out, shards()))
+    for source in flow.sources:
+        name = f"tokenize:{source.name}"
+        keys[name] = stage_key({"source": source.name}, [], [keys[f"curate:{source.name}"], keys["tokenizer"]])
+        runner.run(name, keys[name], lambda s=source: (out / "data" / f"{s.name}.stats.json").exists(),
+                   lambda resume, s=source: stages.tokenize(flow, out, s))
+    data = [keys[f"tokenize:{s.name}"] for s in flow.sources]
+    keys["train"] = stage_key({"train": flow.train, "weights": [s.weight for s in flow.sources]},
+                              _config_files(flow), data)
+    runner.run("train", keys["train"], lambda: stages.trained(out),
+               lambda resume: stages.train(flow, out, resume))
+    keys["eval"] = stage_key({"eval": flow.eval}, _eval_files(flow), [keys["train"]])
+    runner.run("eval", keys["eval"], lambda: (out / "eval" / "results.json").exists(),
+               lambda resume: stages.evaluate(flow, out))
+    keys["report"] = stage_key({"sample": flow.sample}, [], [keys["eval"], *curated, *data])
+    runner.run("report", keys["report"], lambda: (out / "report.md").exists(),
+               lambda resume: _report(flow, out, flow_file))
+    summary = {"keys": keys, "ran": runner.ran, "report": str(out / "report.md")}
+    (out / "flow.json").write_text(json.dumps(summary, indent=1))
+    return summary
+
+
+def _config_files(flow) -> list[str]:
+    config = str(flow.train.get("config", "tiny"))
+    return [config] if Path(config).is_file() else []
+
+
+def _eval_files(flow) -> list[Path]:
+    data_dir = flow.eval.get("data_dir")
+    return sorted(p for p in Path(data_dir).rglob("*") if p.is_file()) if data_dir else []
+
+
+def _report(flow, out: Path, flow_file: Path) -> None:
+    from trident.flow.report import write_flow_report
+    from trident.train.metrics import read_metrics
+
+    metrics = read_metrics(out / "train" / "metrics.jsonl")
+    sample = stages.sample(flow, out)
+    report = write_flow_report(flow, out, flow_file, metrics, sample)
+    print(f"loss {metrics[0]['loss']:.3f} -> {metrics[-1]['loss']:.3f} over {len(metrics)} logged steps; "
+          f"report: {report}")

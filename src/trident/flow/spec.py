@@ -1,0 +1,86 @@
+"""The flow file: what to read, how to curate, tokenize, train and evaluate it."""
+from __future__ import annotations
+
+import glob
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+
+class FlowError(ValueError):
+    """A flow file that cannot run: a missing key, an input that matches no file, a bad weight."""
+
+
+@dataclass
+class Source:
+    name: str
+    files: list[Path]
+    weight: float
+
+
+@dataclass
+class Flow:
+    """A parsed flow file; relative paths are resolved against the flow file's folder."""
+    sources: list[Source]
+    curate: dict = field(default_factory=dict)  # config (preset or YAML), overrides, workers
+    tokenizer: dict = field(default_factory=dict)  # path (use it) or vocab_size (train one)
+    train: dict = field(default_factory=dict)  # config, overrides, nproc
+    eval: dict = field(default_factory=dict)  # tasks, shots, data_dir, limit, batch_size
+    sample: dict = field(default_factory=dict)  # prompt, max_new_tokens, seed
+
+
+def _resolve(base: Path, text: str) -> Path:
+    path = Path(text).expanduser()
+    return path if path.is_absolute() else base / path
+
+
+def _files(base: Path, patterns: list[str], name: str) -> list[Path]:
+    files = []
+    for pattern in patterns:
+        matched = sorted(Path(p) for p in glob.glob(str(_resolve(base, pattern)), recursive=True))
+        if not matched:
+            raise FlowError(f"source {name!r}: {pattern!r} matches no file")
+        files += [p for p in matched if p.is_file()]
+    return files
+
+
+def _sources(base: Path, entries) -> list[Source]:
+    if not entries:
+        raise FlowError("the flow file needs 'sources:' (name, paths, weight per source)")
+    sources = []
+    for i, entry in enumerate(entries):
+        name = str(entry.get("name", f"source{i}"))
+        paths = entry.get("paths") or entry.get("path")
+        if not paths:
+            raise FlowError(f"source {name!r}: give 'paths:' (files or globs)")
+        weight = float(entry.get("weight", 1.0))
+        if weight <= 0:
+            raise FlowError(f"source {name!r}: weight must be > 0, got {weight}")
+        sources.append(Source(name, _files(base, [paths] if isinstance(paths, str) else list(paths), name), weight))
+    if len({s.name for s in sources}) < len(sources):
+        raise FlowError("source names must be distinct")
+    return sources
+
+
+def load_flow(path: str | Path) -> Flow:
+    """Parse and check a flow file (FlowError on anything that would fail later)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FlowError(f"{path}: no such flow file")
+    raw = yaml.safe_load(path.read_text()) or {}
+    base = path.resolve().parent
+    tokenizer = dict(raw.get("tokenizer") or {"vocab_size": 2048})
+    if "path" in tokenizer:
+        tokenizer["path"] = str(_resolve(base, tokenizer["path"]))
+    evaluation = dict(raw.get("eval") or {})
+    if evaluation.get("data_dir"):
+        evaluation["data_dir"] = str(_resolve(base, evaluation["data_dir"]))
+    train = dict(raw.get("train") or {})
+    config = str(train.get("config", "tiny"))
+    if config.endswith((".yaml", ".yml")):
+        train["config"] = str(_resolve(base, config))
+    curate = dict(raw.get("curate") or {})
+    if str(curate.get("config", "")).endswith((".yaml", ".yml")):
+        curate["config"] = str(_resolve(base, curate["config"]))
+    return Flow(_sources(base, raw.get("sources")), curate, tokenizer, train, evaluation, dict(raw.get("sample") or {}))

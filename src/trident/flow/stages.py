@@ -1,0 +1,111 @@
+"""What each stage of a flow does; trident.flow.run decides which of them run."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from trident.flow.spec import Flow, FlowError, Source
+
+
+def curated_shards(out: Path, source: Source) -> list[Path]:
+    return sorted((out / "curated" / source.name).glob("shard-*.jsonl.zst"))
+
+
+def curate(flow: Flow, out: Path, source: Source, resume: bool) -> dict:
+    """One source through the curation pipeline into OUT/curated/NAME (its funnel in report.md there)."""
+    from trident.curate.pipeline import run_pipeline
+
+    settings = flow.curate
+    overrides = [*settings.get("overrides", []), f"progress={str(settings.get('progress', True)).lower()}"]
+    stats = run_pipeline(settings.get("config", "curate-cc"), source.files, out / "curated" / source.name,
+                         workers=settings.get("workers", 1), overrides=overrides, overwrite=not resume)
+    if not stats["output"]["documents"]:
+        raise FlowError(f"source {source.name!r}: curation kept no documents")
+    print(f"{source.name}: {stats['stages'][0]['counters'].get('in', 0)} records in, "
+          f"{stats['output']['documents']} documents kept -> {out / 'curated' / source.name}")
+    return stats
+
+
+def tokenizer(flow: Flow, out: Path, shards: list[Path]) -> None:
+    """Train byte-level BPE on the curated text, unless the flow names a tokenizer to use."""
+    from trident.data.tokenizer import train_tokenizer
+
+    trained = train_tokenizer(shards, vocab_size=int(flow.tokenizer.get("vocab_size", 2048)),
+                              out=out / "tokenizer.json", show_progress=True)
+    print(f"byte-level BPE, {trained.vocab_size} tokens -> {out / 'tokenizer.json'}")
+
+
+def tokenizer_path(flow: Flow, out: Path) -> Path:
+    return Path(flow.tokenizer["path"]) if "path" in flow.tokenizer else out / "tokenizer.json"
+
+
+def tokenize(flow: Flow, out: Path, source: Source) -> dict:
+    """A source's curated shards -> OUT/data/NAME.bin/.idx."""
+    from trident.data.tokenize_jsonl import tokenize_files
+
+    stats = tokenize_files(curated_shards(out, source), out / "data" / source.name, tokenizer_path(flow, out),
+                           workers=1, progress=True)
+    print(f"{source.name}: {stats['documents']} documents, {stats['tokens']:,} tokens -> {out / 'data' / source.name}")
+    return stats
+
+
+def _trident(args: list[str], **kwargs) -> subprocess.CompletedProcess:
+    """Run a trident command in a child process (torchrun starts from there for --nproc)."""
+    done = subprocess.run([sys.executable, "-m", "trident", *args], env=dict(os.environ), **kwargs)
+    if done.returncode:
+        raise FlowError(f"`trident {args[0]}` failed with exit status {done.returncode}")
+    return done
+
+
+def train_overrides(flow: Flow, out: Path) -> list[str]:
+    blend = ",".join(f"{s.weight},{out / 'data' / s.name}" for s in flow.sources)
+    return [f"data.paths=[{blend}]", f"data.tokenizer={tokenizer_path(flow, out)}",
+            *flow.train.get("overrides", [])]
+
+
+def train(flow: Flow, out: Path, resume: bool) -> None:
+    """`trident train` on the blend; a killed run resumes from its newest checkpoint, a changed one starts over."""
+    nproc = int(flow.train.get("nproc", 1))
+    _trident(["train", str(flow.train.get("config", "tiny")), *train_overrides(flow, out), "checkpoint.load=auto",
+              "--nproc", str(nproc), "--out", str(out / "train"),
+              *([] if resume else ["--overwrite"])])  # a fresh start removes only what trident train wrote
+
+
+def trained(out: Path) -> bool:
+    return (out / "train" / "metrics.jsonl").exists() and any((out / "train" / "checkpoints").glob("step_*"))
+
+
+def evaluate(flow: Flow, out: Path) -> None:
+    """`trident eval` of the trained checkpoint on the flow's tasks and shots -> OUT/eval/results.json."""
+    settings = flow.eval
+    tasks = settings.get("tasks", ["lambada"])
+    shots = settings.get("shots", [0])
+    args = ["eval", str(out / "train" / "checkpoints"), "--tasks", ",".join(tasks),
+            "--shots", ",".join(map(str, shots)), "--out", str(out / "eval"), "--overwrite",
+            "--tokenizer", str(tokenizer_path(flow, out)), "--batch-size", str(settings.get("batch_size", 8))]
+    args += ["--data-dir", settings["data_dir"]] if settings.get("data_dir") else []
+    args += ["--limit", str(settings["limit"])] if settings.get("limit") else []
+    _trident(args)
+
+
+def sample(flow: Flow, out: Path) -> dict:
+    """A continuation of the flow's prompt from the trained model, for the report."""
+    from trident.checkpoint.reader import load_for_inference
+    from trident.data.tokenizer import Tokenizer
+    from trident.infer.generate import generate
+    from trident.model.gpt import count_parameters
+
+    model, _, _ = load_for_inference(out / "train" / "checkpoints")
+    prompt = flow.sample.get("prompt", "The")
+    text = generate(model, Tokenizer.load(tokenizer_path(flow, out)), prompt,
+                    max_new_tokens=int(flow.sample.get("max_new_tokens", 60)), temperature=0.8, top_k=40,
+                    seed=int(flow.sample.get("seed", 0)))
+    print(prompt + text)
+    return {"prompt": prompt, "sample": prompt + text, "parameters": count_parameters(model)}
+
+
+def read_json(path: Path) -> dict:
+    return json.loads(path.read_text())

@@ -1,0 +1,82 @@
+"""`trident run FLOW.yaml`: a tiny flow end to end, then reruns that skip what is unchanged."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from trident.cli import main
+from trident.curate.samples import reference_articles, write_sample_warc
+from trident.evaluate.heldout import write_heldout_tasks
+
+STAGES = ["curate:web", "curate:books", "tokenizer", "tokenize:web", "tokenize:books", "train", "eval", "report"]
+
+
+def _flow(tmp: Path, steps: int) -> Path:
+    if not (tmp / "raw").exists():  # inputs written once: a rewrite is a new input (new mtime)
+        articles = reference_articles()
+        (tmp / "raw").mkdir()
+        books = tmp / "raw" / "books.jsonl"
+        books.write_text("".join(json.dumps({"text": text}) + "\n" for text in articles[:12]))
+        write_sample_warc(tmp / "raw" / "crawl.warc.gz", n_docs=12, seed=0)
+        write_heldout_tasks(articles[-8:], tmp / "eval_data", n_examples=8, seed=0, passage_words=12,
+                            context_words=8, ending_words=4)
+    flow = {"sources": [{"name": "web", "paths": ["raw/*.warc.gz"], "weight": 0.3},
+                        {"name": "books", "paths": "raw/books.jsonl", "weight": 0.7}],
+            "curate": {"config": "curate-cc", "overrides": ["stages.min_length.min_tokens=32"], "progress": False},
+            "tokenizer": {"vocab_size": 300},
+            "train": {"config": "tiny", "overrides": ["model.seq_length=128", f"train.steps={steps}"], "nproc": 1},
+            "eval": {"tasks": ["lambada", "hellaswag"], "shots": [0, 1], "data_dir": "eval_data"},
+            "sample": {"prompt": "The", "max_new_tokens": 8}}
+    path = tmp / "flow.yaml"
+    path.write_text(yaml.safe_dump(flow))
+    return path
+
+
+def _run(flow: Path, out: Path, capsys) -> dict:
+    capsys.readouterr()
+    assert main(["run", str(flow), "--out", str(out), "--json"]) == 0
+    return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+
+def test_flow_runs_end_to_end_and_reruns_only_what_changed(tmp_path, capsys):
+    out = tmp_path / "out"
+    first = _run(_flow(tmp_path, steps=4), out, capsys)
+    assert first["ran"] == STAGES
+    report = (out / "report.md").read_text()
+    for part in ("![loss](loss.png)", "## Sample", "## Curation", "[web](curated/web/report.md) | 0.3 |",
+                 "## Evaluation", "| lambada | acc |"):
+        assert part in report, part
+    assert (out / "loss.png").exists() and json.loads((out / "eval" / "results.json").read_text())["results"]
+    assert _run(_flow(tmp_path, steps=4), out, capsys)["ran"] == []
+    changed = _run(_flow(tmp_path, steps=6), out, capsys)
+    assert changed["ran"] == ["train", "eval", "report"]
+    assert json.loads((out / "train" / "metrics.jsonl").read_text().splitlines()[-1])["step"] == 6
+
+
+def test_a_killed_stage_resumes_and_a_bad_flow_is_one_line(tmp_path, capsys):
+    out = tmp_path / "out"
+    flow = _flow(tmp_path, steps=2)
+    _run(flow, out, capsys)
+    for stage in ("train", "eval"):  # killed inside train: it resumes from its checkpoint, not from step 0
+        stamp = json.loads((out / ".flow" / f"{stage}.json").read_text())
+        (out / ".flow" / f"{stage}.json").write_text(json.dumps({**stamp, "done": False}))
+    checkpoint = next((out / "train" / "checkpoints").glob("step_*"))
+    assert _run(flow, out, capsys)["ran"] == ["train", "eval"]
+    assert checkpoint.exists()
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"sources": [{"name": "x", "paths": ["nothing/*.jsonl"]}]}))
+    assert main(["run", str(bad), "--out", str(out)]) == 1
+    assert "matches no file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("weight", [0, -1])
+def test_weights_must_be_positive(tmp_path, weight):
+    from trident.flow.spec import FlowError, load_flow
+
+    (tmp_path / "a.jsonl").write_text("{}\n")
+    (tmp_path / "f.yaml").write_text(yaml.safe_dump({"sources": [{"paths": "a.jsonl", "weight": weight}]}))
+    with pytest.raises(FlowError, match="weight"):
+        load_flow(tmp_path / "f.yaml")
