@@ -71,6 +71,12 @@ def test_crows_pairs_share_of_stereotyped_preferences(tmp_path):
     bad.write_text("sentence,bias_type\na,b\n")
     with pytest.raises(TaskDataError, match="header lacks"):
         bias.crows_pairs(lm, bad)
+    bad.write_bytes(b"sent_more,sent_less,bias_type\na,b,race\nc,\xff\xfe,race\n")
+    with pytest.raises(TaskDataError, match=r"bad.csv:3: not UTF-8"):
+        bias.crows_pairs(lm, bad)
+    bad.write_text("sent_more,sent_less,bias_type\na,b,race\nc,,race\n")
+    with pytest.raises(TaskDataError, match=r"bad.csv:3: field\(s\) \['sent_less'\] missing or empty"):
+        bias.crows_pairs(lm, bad)
 
 
 def test_bias_results_land_in_results_json(tmp_path):

@@ -15,6 +15,7 @@ co-occurrence and sentiment by group in generated text, and CrowS-Pairs likeliho
 from __future__ import annotations
 
 import csv
+import io
 import math
 import re
 from collections import Counter
@@ -86,16 +87,32 @@ def cooccurrence(lm: LM, samples: int = 4, max_new_tokens: int = 16, seed: int =
     return out
 
 
+def _crows_rows(path: Path) -> list[dict]:
+    """The CSV's rows, each with non-empty sent_more, sent_less and bias_type; errors name FILE:LINE."""
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data[:err.start].count(b"\n") + 1
+        raise TaskDataError(f"crows_pairs: {path}:{line}: not UTF-8") from None
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    needed = ("sent_more", "sent_less", "bias_type")
+    missing = [c for c in needed if c not in (reader.fieldnames or [])]
+    if missing:
+        raise TaskDataError(f"crows_pairs: {path}: header lacks {missing}; expected the published "
+                            f"crows_pairs_anonymized.csv (sent_more, sent_less, stereo_antistereo, bias_type)")
+    rows = []
+    for row in reader:
+        empty = [c for c in needed if not isinstance(row.get(c), str) or not row[c].strip()]
+        if empty:
+            raise TaskDataError(f"crows_pairs: {path}:{reader.line_num}: field(s) {empty} missing or empty")
+        rows.append(row)
+    return rows
+
+
 def crows_pairs(lm: LM, path: Path) -> dict:
     """CrowS-Pairs-format comparison: P(sent_more) > P(sent_less) share, overall and per bias type."""
-    with path.open(encoding="utf-8", newline="") as handle:
-        reader = csv.DictReader(handle)
-        needed = ("sent_more", "sent_less", "bias_type")
-        missing = [c for c in needed if c not in (reader.fieldnames or [])]
-        if missing:
-            raise TaskDataError(f"crows_pairs: {path}: header lacks {missing}; expected the published "
-                                f"crows_pairs_anonymized.csv (sent_more, sent_less, stereo_antistereo, bias_type)")
-        rows = list(reader)
+    rows = _crows_rows(path)
     if not rows:
         raise TaskDataError(f"crows_pairs: {path} holds no rows")
     # whole-sentence log-likelihood from the end-of-document token on (windows if a sentence is long)
