@@ -126,3 +126,30 @@ def test_checkpoint_of_another_model_is_refused(saved, override, message, tmp_pa
     with pytest.raises(CheckpointError, match=message):
         Trainer(tiny_config(override, f"checkpoint.load={saved}"), tmp_path / "other",
                 datasets=(RandomTokens(32), None), vocab_size=VOCAB, log=lambda *a: None)
+
+
+def _bad_data_rank(rank, world, root):
+    from trident.train.trainer import TrainError, Trainer
+
+    config = tiny_config("parallel.dp=2", "model.vocab_size=0", f"data.paths=[{root / 'data'}]",
+                         f"data.tokenizer={root / 'tok.json'}",
+                         "parallel.timeout_s=600")
+    start = time.time()
+    try:
+        Trainer(config, root / f"run{rank}", log=lambda *a: None)
+    except TrainError as error:
+        seconds = time.time() - start
+        if rank == 0:
+            time.sleep(20)  # rank 0 stays busy: the others must not be waiting for it to come back
+        return str(error), seconds
+    return "no error", time.time() - start
+
+
+@pytest.mark.timeout(120)
+def test_a_data_error_on_rank_zero_stops_every_rank_at_once(tmp_path):
+    _corpus(tmp_path)
+    index = tmp_path / "data.idx"
+    index.write_bytes(index.read_bytes()[:20])  # rank 0 builds the index caches and meets the damage
+    results = run_distributed(_bad_data_rank, 2, tmp_path, pg_timeout=120, timeout=100)
+    for message, seconds in results:
+        assert "data.idx" in message and seconds < 10, (message, seconds)

@@ -82,8 +82,17 @@ class Trainer:
         if self.world == 1:
             return build()
         # Rank 0 builds the index caches; the others then read them instead of repeating the work.
-        datasets = build() if self.mesh.rank == 0 else None
-        dist.barrier()
+        # Its failure reaches every rank at once, instead of leaving them at a barrier until the timeout.
+        datasets, failure = None, [None]
+        if self.mesh.rank == 0:
+            try:
+                datasets = build()
+            except (TrainError, ConfigError) as error:
+                failure = [(type(error).__name__, str(error))]
+        dist.broadcast_object_list(failure, src=0)
+        if failure[0] is not None:
+            kind, message = failure[0]
+            raise (ConfigError if kind == "ConfigError" else TrainError)(message)
         return datasets if datasets is not None else build()
 
     # ---- one step ------------------------------------------------------------------------------
