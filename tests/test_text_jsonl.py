@@ -71,3 +71,25 @@ def test_task_and_decontamination_readers_name_the_bad_line(tmp_path):
     packed.write_bytes(gzip.compress(b'{"q": "a b c"}\n{"q": \n'))
     with pytest.raises(CurateError, match=r"task.jsonl.gz:2: malformed_json"):
         list(file_texts(packed))
+
+
+def test_every_reader_keeps_the_same_per_line_limit(tmp_path, monkeypatch):
+    """Eval task files, decontamination task files and contamination corpora read with curation's
+    and tokenize's limit: a record past it is refused (eval data) or counted (a corpus), never expanded."""
+    from trident.evaluate.contamination import training_texts
+    from trident.text import jsonl
+
+    limit = 1000
+    for module in ("trident.tasks.files", "trident.curate.decontaminate", "trident.evaluate.contamination"):
+        monkeypatch.setattr(f"{module}.DEFAULT_MAX_DOC_BYTES", limit)
+    huge = json.dumps({"goal": "x" * (2 * limit), "text": "y " * limit}) + "\n"
+    path = tmp_path / "task.jsonl"
+    path.write_text(json.dumps({"goal": "fine", "text": "fine"}) + "\n" + huge)
+    with pytest.raises(TaskDataError, match=r"task.jsonl:2: record too large"):
+        read_jsonl(path, "piqa", "the published piqa files", {"goal": TEXT})
+    with pytest.raises(CurateError, match=r"task.jsonl:2.*too_large"):
+        list(file_texts(path, ["text"]))
+    counters = Counter()
+    assert list(training_texts([path], counters)) == ["fine"]
+    assert counters["skipped_lines:too_large"] == 1
+    assert jsonl.DEFAULT_MAX_DOC_BYTES > limit  # the shared default itself is untouched

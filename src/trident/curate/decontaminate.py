@@ -32,7 +32,7 @@ from trident.curate.document import CurateError, Document
 from trident.curate.shards import read_shard, write_shard
 from trident.curate.stage import Executor, GlobalStage, output_paths, register_stage
 from trident.tasks import TaskDataError, get_task
-from trident.text.jsonl import UnreadableFile, iter_jsonl, iter_raw_lines
+from trident.text.jsonl import DEFAULT_MAX_DOC_BYTES, UnreadableFile, iter_jsonl, iter_raw_lines
 from trident.text.ngrams import ngram_hashes, word_hashes, word_spans, words_of
 
 _BOUNDARY = frozenset(".!?\n")
@@ -57,7 +57,10 @@ def record_text(record: Any) -> str:
 
 def _text_lines(path: Path) -> Iterator[str]:
     """Each non-blank line of a .txt[.gz] file."""
-    for number, raw, _ in iter_raw_lines(path):
+    for number, raw, size in iter_raw_lines(path, DEFAULT_MAX_DOC_BYTES):
+        if raw is None:
+            raise CurateError(f"decontaminate: {path}:{number}: line of {size} bytes, over the limit of "
+                              f"{DEFAULT_MAX_DOC_BYTES}")
         try:
             line = raw.decode("utf-8")
         except UnicodeDecodeError as err:
@@ -68,7 +71,7 @@ def _text_lines(path: Path) -> Iterator[str]:
 
 def _jsonl_records(path: Path) -> Iterator[tuple[int, Any]]:
     """(line number, JSON value) of each non-blank line of a .jsonl[.gz] file."""
-    for result in iter_jsonl(path, key=None):
+    for result in iter_jsonl(path, key=None, max_line_bytes=DEFAULT_MAX_DOC_BYTES):
         if result.reason == "blank":
             continue
         if result.reason is not None:

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from trident.tasks import Task
-from trident.text.jsonl import iter_texts
+from trident.text.jsonl import DEFAULT_MAX_DOC_BYTES, iter_texts
 from trident.text.ngrams import ngram_hashes, word_hashes, words_of
 
 
@@ -37,7 +37,7 @@ def training_texts(paths: list[Path], counters: Counter, key: str = "text"):
     for path in paths:
         if not Path(path).is_file():
             raise FileNotFoundError(f"contamination corpus file {path} not found")
-        yield from iter_texts(path, key, counters)
+        yield from iter_texts(path, key, counters, max_line_bytes=DEFAULT_MAX_DOC_BYTES)
 
 
 def find_dirty(examples: dict[str, list[str]], corpus: list[Path], ngram: int = 13, min_ngram: int = 8,

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from trident.text.jsonl import UnreadableFile, iter_jsonl
+from trident.text.jsonl import DEFAULT_MAX_DOC_BYTES, UnreadableFile, iter_jsonl
 
 
 class TaskDataError(ValueError):
@@ -64,9 +64,9 @@ def require(path: Path, task: str, expected: str) -> Path:
 
 def _records(path: Path, task: str, expected: str) -> Iterator[tuple[str, Any]]:
     """(FILE:LINE, JSON value) of each non-blank line; any bad line raises TaskDataError naming it."""
-    problems = {"malformed_json": "not valid JSON", "invalid_utf8": "not UTF-8"}
-    try:
-        for result in iter_jsonl(path, key=None):
+    problems = {"malformed_json": "not valid JSON", "invalid_utf8": "not UTF-8", "too_large": "record too large"}
+    try:  # the same per-line limit as curation and tokenize: a bomb is refused, not expanded
+        for result in iter_jsonl(path, key=None, max_line_bytes=DEFAULT_MAX_DOC_BYTES):
             if result.reason == "blank":
                 continue
             if result.reason is not None:
