@@ -92,7 +92,7 @@ def test_bad_lines_are_counted_with_file_and_line(tmp_path, tokenizer_path):
 
 def test_strict_mode_raises_naming_file_and_line(tmp_path, tokenizer_path):
     src = bad_file(tmp_path / "bad.jsonl")
-    with pytest.raises(TokenizeError, match=rf"bad\.jsonl:2: malformed_json"):
+    with pytest.raises(TokenizeError, match=r"bad\.jsonl:2: malformed_json"):
         tokenize_files([src], tmp_path / "out", tokenizer_path, strict=True, progress=False)
     assert not (tmp_path / "out.bin").exists() and not (tmp_path / "out.bin.tmp").exists()
 

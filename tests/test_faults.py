@@ -14,10 +14,11 @@ from trident.checkpoint.integrity import CheckpointError
 from trident.checkpoint.reader import CheckpointReader, complete_checkpoints
 
 
-def _faulty_rank(rank, world, fault):
+def _faulty_rank(rank, world, fault, layout="parallel.dp=2"):
+    """Rank 1 dies or hangs after one step; rank 0 trains on: (its error message, seconds to it)."""
     from trident.train.trainer import RankFailure, Trainer
 
-    trainer = Trainer(tiny_config("parallel.dp=2", "train.steps=50", "parallel.timeout_s=5"), "/tmp/unused-faults",
+    trainer = Trainer(tiny_config(layout, "train.steps=50", "parallel.timeout_s=5"), "/tmp/unused-faults",
                       datasets=(RandomTokens(32), None), vocab_size=VOCAB, log=lambda *a: None)
     trainer.train_step()
     if rank == 1:

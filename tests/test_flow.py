@@ -74,7 +74,7 @@ def test_a_killed_stage_resumes_and_a_bad_flow_is_one_line(tmp_path, capsys):
 
 @pytest.mark.parametrize("weight", [0, -1])
 def test_weights_must_be_positive(tmp_path, weight):
-    from trident.flow.spec import FlowError, load_flow
+    from trident.demo.flow.spec import FlowError, load_flow
 
     (tmp_path / "a.jsonl").write_text("{}\n")
     (tmp_path / "f.yaml").write_text(yaml.safe_dump({"sources": [{"paths": "a.jsonl", "weight": weight}]}))

@@ -1,36 +1,18 @@
 """Every process group honours parallel.timeout_s: a hung TP or PP peer makes the surviving rank
 stop within the timeout (the default group's is far longer) with a message naming the group, its
 ranks and this rank; the checkpoint writer's wait for the other ranks uses the same timeout."""
-import os
 import time
 
 import pytest
 import torch
 
 from distributed import run_distributed
+from test_faults import _faulty_rank
 from test_tensor_parallel import VOCAB, RandomTokens, tiny_config
 from trident.checkpoint.writer import CheckpointWriter
 from trident.parallel.mesh import Mesh
 
-TIMEOUT_S = 5
-
-
-def _hung_peer(rank, world, layout):
-    from trident.train.trainer import RankFailure, Trainer
-
-    config = tiny_config(layout, "train.steps=50", f"parallel.timeout_s={TIMEOUT_S}")
-    trainer = Trainer(config, "/tmp/unused-group-timeout", datasets=(RandomTokens(32), None), vocab_size=VOCAB,
-                      log=lambda *a: None)
-    trainer.train_step()
-    if rank == 1:
-        time.sleep(300)  # hangs mid-training, connections open
-        os._exit(1)
-    start = time.time()
-    try:
-        trainer.train()
-    except RankFailure as error:
-        return str(error), time.time() - start
-    return "no error", time.time() - start
+TIMEOUT_S = 5  # parallel.timeout_s of test_faults._faulty_rank
 
 
 @pytest.mark.timeout(60)
@@ -38,7 +20,7 @@ def _hung_peer(rank, world, layout):
                                           ("parallel.pp=2", "pp group (ranks [0, 1])")])
 def test_hung_peer_is_reported_naming_its_group_within_the_timeout(layout, group):
     # The default group waits 120 s: only the groups' own timeout can stop rank 0 this early.
-    (message, seconds), _ = run_distributed(_hung_peer, 2, layout, pg_timeout=120, timeout=50, expect_dead=(1,))
+    (message, seconds), _ = run_distributed(_faulty_rank, 2, "hangs", layout, pg_timeout=120, timeout=50, expect_dead=(1,))
     assert message.startswith("rank 0 (rank 0/2:"), message
     assert f"exchanging data with other ranks in the {group}: another rank probably died or hung" in message
     assert seconds < TIMEOUT_S + 30, seconds

@@ -10,15 +10,13 @@ import pytest
 from distributed import run_distributed
 from trident.config import load_config
 from trident.parallel.mesh import build_mesh
+from trident.rehearse.run import rehearse
 
 LAYOUT = ["model.vocab_size=512", "parallel.pp=2", "parallel.dp=2", "train.global_batch_size=8",
           "train.micro_batch_size=2", "train.rampup_batch_size=null"]
 # gloo has no native reduce-scatter: it all-reduces a full copy of each bucket and keeps its share,
 # a temporary NCCL does not make (and the fake process group does not model)
 GLOO_REDUCE_SCATTER_COPY = {"buffers"}
-REHEARSE_ONE = ("import json, sys; from trident.config import load_config; from trident.rehearse.rank import "
-                "rehearse_rank; c = load_config('tiny', sys.argv[3:]); c.validate(int(sys.argv[2])); "
-                "print(json.dumps(rehearse_rank(c, int(sys.argv[2]), int(sys.argv[1]))))")
 
 
 def _real_rank(rank, world, overrides):
@@ -29,14 +27,6 @@ def _real_rank(rank, world, overrides):
     return measure(config, build_mesh(config.parallel.tp, config.parallel.pp, config.parallel.dp))
 
 
-def _rehearsed(rank: int, world: int, overrides: list[str]) -> dict:
-    """One rank rehearsed in a fresh process (the fake process group is one per process)."""
-    done = subprocess.run([sys.executable, "-c", REHEARSE_ONE, str(rank), str(world), *overrides],
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("extra", [[], ["parallel.tp=2", "parallel.pp=1", "train.activation_checkpointing=full"],
                                    ["parallel.pp=1", "parallel.dp=4", "parallel.zero_stage=1"]])
@@ -45,8 +35,10 @@ def test_rehearsal_measures_what_a_real_run_allocates(extra):
     world = 4
     real = run_distributed(_real_rank, world, overrides, timeout=150)
     unlike = GLOO_REDUCE_SCATTER_COPY if "parallel.zero_stage=1" in extra else set()
-    for rank in (0, world - 1):
-        fake = _rehearsed(rank, world, overrides)
+    config = load_config("tiny", overrides)
+    config.validate(world)
+    rehearsed = rehearse(config, world, [0, world - 1])["ranks"]  # each rank in a fresh process
+    for rank, fake in zip((0, world - 1), rehearsed):
         assert fake["parameters"] == real[rank]["parameters"]
         for category, value in real[rank]["measured"].items():
             assert value > 0, (rank, category)

@@ -19,7 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args) -> int:
     from trident.data.output_folder import OutputFolderError, record_outputs, start_outputs
-    from trident.demo import run_demo
+    from trident.demo.embedded import run_demo
 
     try:
         before = start_outputs(args.out, "demo", args.overwrite)

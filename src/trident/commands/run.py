@@ -16,8 +16,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args) -> int:
     from trident.curate.document import CurateError
     from trident.data.output_folder import OutputFolderError
-    from trident.flow.run import run_flow
-    from trident.flow.spec import FlowError
+    from trident.demo.flow.run import run_flow
+    from trident.demo.flow.spec import FlowError
 
     try:
         summary = run_flow(args.flow, args.out)

@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 from collections import Counter
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Iterator, NamedTuple
 
 from trident.text.compressed import DamagedData, open_binary

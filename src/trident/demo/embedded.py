@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from trident.config import load_config
+from trident.demo.report import plot_loss, write_report
 
 
 def _stage(title: str) -> None:
@@ -70,50 +71,6 @@ def eval_table(trained: dict, untrained: dict) -> str:
             cells = [before, first["metrics"][metric], per_shot["1"]["metrics"][metric]]
             lines.append(f"| {task} | {metric} | {first['n']} | " + " | ".join(f"{c:.3f}" for c in cells) + " |")
     return "\n".join(lines)
-
-
-def plot_loss(metrics: list[dict], path: Path, title: str = "trident demo: loss") -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4))
-    ax.plot([m["tokens"] for m in metrics], [m["loss"] for m in metrics], label="train loss", lw=1)
-    val = [(m["tokens"], m["val_loss"]) for m in metrics if m.get("val_loss") is not None]
-    if val:
-        ax.plot(*zip(*val), "o-", label="validation loss")
-    ax.set_xlabel("tokens")
-    ax.set_ylabel("cross-entropy (nats)")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
-
-
-def write_report(out: Path, summary: dict) -> Path:
-    m = summary["metrics"]
-    corpus = summary.get("corpus") or f"{summary['documents']} standard-library documents plus curated web text"
-    lines = [f"# {summary.get('title', 'trident demo report')}", "",
-             f"Corpus: {corpus}, {summary['tokens']:,} tokens "
-             f"(tokenizer vocabulary {summary['vocab_size']}).", "",
-             f"Model: {summary['parameters']:,} parameters, config `{summary['config']}`; "
-             f"{len(m)} steps in {summary['train_seconds']:.0f} s.", "",
-             "| | step | tokens | loss |", "|---|---|---|---|",
-             f"| first | {m[0]['step']} | {m[0]['tokens']:,} | {m[0]['loss']:.3f} |",
-             f"| last | {m[-1]['step']} | {m[-1]['tokens']:,} | {m[-1]['loss']:.3f} |", ""]
-    if summary.get("val_loss") is not None:
-        lines += [f"Validation loss at the end: {summary['val_loss']:.3f}.", ""]
-    lines += ["![loss](loss.png)", "", "## Sample", "", f"Prompt: `{summary['prompt']}`", "", "```",
-              summary["sample"], "```", ""]
-    for title, section in summary.get("sections", {}).items():
-        lines += [f"## {title}", "", section, ""]
-    path = out / "report.md"
-    path.write_text("\n".join(lines))
-    return path
 
 
 def run_demo(out: Path, steps: int | None = None, max_docs: int | None = None, overrides: list[str] = ()) -> dict:
