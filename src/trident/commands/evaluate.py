@@ -41,6 +41,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, default=8, metavar="N", help="rows per forward pass (default 8)")
     parser.add_argument("--limit", type=int, metavar="N", help="score only the first N examples of each task")
     parser.add_argument("--seed", type=int, default=1234, help="few-shot sampling seed (default 1234)")
+    parser.add_argument("--fewshot-construction", choices=("harness", "per-document"), default="harness",
+                        help="harness: lm-evaluation-harness's sampler and delimiters, so scores compare with "
+                             "published harness numbers (default); per-document: each document's examples "
+                             "seeded on their own (prompts independent of --limit)")
     parser.add_argument("--log-samples", action="store_true", help="write per-example JSONL under OUT/samples/")
     parser.add_argument("--bias", action="store_true", help="also run the bias probes (results under 'bias')")
     parser.add_argument("--contamination-corpus", nargs="+", metavar="FILE",
@@ -86,7 +90,8 @@ def run(args) -> int:
                                  batch_size=args.batch_size, limit=args.limit, log_samples=args.log_samples,
                                  bias=args.bias, progress=not args.json and sys.stderr.isatty(),
                                  contamination_corpus=args.contamination_corpus,
-                                 contamination_ngram=args.contamination_ngram)
+                                 contamination_ngram=args.contamination_ngram,
+                                 fewshot_construction=args.fewshot_construction)
     except (TaskDataError, KeyError, FileNotFoundError, ImportError, ValueError) as err:
         message = err.args[0] if isinstance(err, KeyError) and err.args else err
         print(f"trident eval: {message}", file=sys.stderr)
@@ -141,7 +146,8 @@ def _run_parallel(args) -> int:
                                  limit=args.limit, log_samples=args.log_samples, bias=args.bias,
                                  progress=rank == 0 and not args.json and sys.stderr.isatty(),
                                  contamination_corpus=args.contamination_corpus,
-                                 contamination_ngram=args.contamination_ngram)
+                                 contamination_ngram=args.contamination_ngram,
+                                 fewshot_construction=args.fewshot_construction)
     except (TaskDataError, KeyError, FileNotFoundError, ValueError) as err:
         # every rank reads the same files and requests, so every rank fails alike: rank 0 reports
         if rank == 0:

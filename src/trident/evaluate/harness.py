@@ -19,17 +19,22 @@ from trident.tasks import Task, expand, get_task
 PROMPT_CONVENTION = "lm-evaluation-harness v0.4 prompts; target delimiter per task, few-shot delimiter '\\n\\n'"
 
 
-def evaluate_task(lm: LM, task: Task, shots: int, eval_docs: list[dict], pool: fewshot.FewShotPool,
-                  seed: int, data_source: str) -> tuple[dict, list[dict], list[dict[str, float]]]:
-    """(results entry, per-example log records, per-example metrics) of one task at one shot count."""
-    prompts, owners, fewshot_ids = [], [], []
-    for doc_index, doc in enumerate(eval_docs):
-        indices = fewshot.draw(pool, shots, seed, task.name, doc_index)
-        prefix = fewshot.prefix(task, pool, indices)
-        requests = task.requests(doc, prefix)
-        fewshot_ids.append(indices)
+def build_prompts(task: Task, shots: int, eval_docs: list[dict], pool: fewshot.FewShotPool, seed: int,
+                  construction: str = "harness") -> tuple[list[tuple[str, str]], list[tuple[int, int]], list[list[int]]]:
+    """(every request in document order, each document's [lo, hi) slice of them, its few-shot indices)."""
+    prompts, owners = [], []
+    fewshot_ids = fewshot.all_indices(task, pool, shots, seed, eval_docs, construction)
+    for doc, indices in zip(eval_docs, fewshot_ids):
+        requests = task.requests(doc, fewshot.prefix(task, pool, indices, construction))
         prompts.extend(requests)
         owners.append((len(prompts) - len(requests), len(prompts)))
+    return prompts, owners, fewshot_ids
+
+
+def evaluate_task(lm: LM, task: Task, shots: int, eval_docs: list[dict], pool: fewshot.FewShotPool,
+                  seed: int, data_source: str, construction: str = "harness") -> tuple[dict, list[dict], list[dict[str, float]]]:
+    """(results entry, per-example log records, per-example metrics) of one task at one shot count."""
+    prompts, owners, fewshot_ids = build_prompts(task, shots, eval_docs, pool, seed, construction)
     scores = lm.loglikelihood_detailed(prompts, desc=f"{task.name} {shots}-shot")
     per_example, samples = [], []
     for doc_index, (doc, (lo, hi)) in enumerate(zip(eval_docs, owners)):
@@ -56,8 +61,8 @@ def evaluate_task(lm: LM, task: Task, shots: int, eval_docs: list[dict], pool: f
             "source_split": pool.split if shots else None,
             "delimiter": task.fewshot_delimiter,
             "target_delimiter": task.target_delimiter,
-            "order": f"random.Random('{seed}/{task.name}/<doc_index>').sample(pool, k), in drawn order"
-                     + ("; the scored example excluded" if pool.is_eval_split else ""),
+            "construction": construction,
+            "order": fewshot.describe(task, pool, seed, construction),
             "seed": seed,
         },
     }
@@ -68,7 +73,7 @@ def run_evaluation(lm: LM, tasks: list[str], shots: list[int], data_dir: str | P
                    out_dir: str | Path | None, seed: int = 1234, batch_size: int | None = None,
                    limit: int | None = None, log_samples: bool = False, bias: bool = False,
                    progress: bool = True, contamination_corpus: list[str | Path] | None = None,
-                   contamination_ngram: int = 13) -> dict:
+                   contamination_ngram: int = 13, fewshot_construction: str = "harness") -> dict:
     """Evaluate `lm` on each task at each shot count; write OUT/results.json (when out_dir) and return it.
 
     data_dir None reads the tasks from the Hugging Face hub (needs `datasets` and network).
@@ -76,9 +81,14 @@ def run_evaluation(lm: LM, tasks: list[str], shots: list[int], data_dir: str | P
     shot count goes to OUT/samples/. With bias, the bias probes run too (results["bias"]). With
     contamination_corpus (training JSONL files), each entry also gets a "contamination" report:
     the fraction of examples sharing an n-gram with the corpus and the metrics on the clean rest.
+    fewshot_construction: "harness" (lm-evaluation-harness's sampler and delimiters) or "per-document"
+    (see evaluate/fewshot.py).
     """
     if any(k < 0 for k in shots):
         raise ValueError(f"shot counts must be >= 0, got {shots}")
+    if fewshot_construction not in fewshot.FEWSHOT_CONSTRUCTIONS:
+        raise ValueError(f"unknown few-shot construction {fewshot_construction!r}; "
+                         f"known: {', '.join(fewshot.FEWSHOT_CONSTRUCTIONS)}")
     if batch_size is not None:
         lm.batch_size = batch_size
     if hasattr(lm, "progress"):
@@ -93,6 +103,7 @@ def run_evaluation(lm: LM, tasks: list[str], shots: list[int], data_dir: str | P
         "limit": limit,
         "batch_size": lm.batch_size,
         "prompt_convention": PROMPT_CONVENTION,
+        "fewshot_construction": fewshot_construction,
         "results": {},
     }
     loaded = _load_tasks(tasks, shots, data_path, limit)
@@ -107,7 +118,7 @@ def run_evaluation(lm: LM, tasks: list[str], shots: list[int], data_dir: str | P
         source = str(task.root(data_path)) if data_path is not None else f"hub:{task.hub}"
         results["results"][name] = {}
         for k in shots:
-            entry, samples, per_example = evaluate_task(lm, task, k, docs, pool, seed, source)
+            entry, samples, per_example = evaluate_task(lm, task, k, docs, pool, seed, source, fewshot_construction)
             if name in dirty:
                 from trident.evaluate.contamination import clean_report
 

@@ -19,6 +19,7 @@ class ANLI(MultipleChoiceTask):
     folder = "anli"
     eval_split = "test"
     fewshot_splits = ("train", "validation")
+    harness_excludes_scored_doc = False  # the harness config names a test split
     round = 1
 
     def __init__(self, round: int = 1):

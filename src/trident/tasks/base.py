@@ -30,6 +30,9 @@ class Task(ABC):
     hub_revision: str | None = None  # a branch of the hub repository, e.g. its script-free parquet conversion
     metric_names: tuple[str, ...] = ("acc",)
     primary_metric: str = "acc"
+    # lm-evaluation-harness hands its few-shot sampler the scored document (which is then never its own
+    # example) only when the task's harness config has no test_split; tasks with one set this False
+    harness_excludes_scored_doc: bool = True
 
     # ---- data -------------------------------------------------------------------------------
     def root(self, data_dir: Path) -> Path:
@@ -82,6 +85,11 @@ class Task(ABC):
     def fewshot_example(self, doc: dict) -> str:
         """A solved example as shown in a few-shot prompt: prompt + delimiter + gold answer."""
         return self.doc_to_text(doc) + self.target_delimiter + self.doc_to_choices(doc)[self.doc_to_gold(doc)]
+
+    def harness_shot(self, doc: dict) -> str:
+        """A solved example as lm-evaluation-harness writes it: its doc_to_text + target delimiter +
+        doc_to_target; equal to fewshot_example except where a task says otherwise (LAMBADA)."""
+        return self.fewshot_example(doc)
 
     def requests(self, doc: dict, prefix: str) -> list[tuple[str, str]]:
         """(context, continuation) pairs to score; prefix holds the few-shot examples and delimiter."""

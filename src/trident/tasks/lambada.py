@@ -4,7 +4,11 @@ File: lambada/lambada_test.jsonl, one {"text": "..."} per line (the file GPT-2/G
 lm-evaluation-harness's lambada_openai use). Prompt: the text up to its last space; continuation:
 " " + last word (target delimiter ""). acc = every token of the last word is the greedy argmax;
 perplexity = exp(-mean summed log-likelihood of the last word), as the harness reports it.
-The file has only a test split, so few-shot examples come from the same file, never the scored one.
+The file has only a test split, so few-shot examples come from the same file. Under the harness's
+few-shot construction a shot is "context" + " " + " word" (its default target delimiter before a
+target that starts with a space: two spaces) and the scored passage may be among its own examples,
+because the harness config names a test split; trident's per-document construction writes one space
+and never shows the scored passage.
 """
 from __future__ import annotations
 
@@ -28,6 +32,7 @@ class Lambada(Task):
     hub = ("EleutherAI/lambada_openai", "default")
     hub_splits = {"test": "test"}
     metric_names = ("acc", "perplexity")
+    harness_excludes_scored_doc = False
 
     def split_files(self, split):
         return ["lambada_test.jsonl"] if split == "test" else None
@@ -53,6 +58,9 @@ class Lambada(Task):
 
     def doc_to_gold(self, doc):
         return 0
+
+    def harness_shot(self, doc):
+        return self.doc_to_text(doc) + " " + self.doc_to_choices(doc)[0]
 
     def score(self, doc, results: list[Loglikelihood]):
         (result,) = results

@@ -34,6 +34,7 @@ class RACE(MultipleChoiceTask):
     folder = "race"
     eval_split = "test"
     fewshot_splits = ("train", "validation")
+    harness_excludes_scored_doc = False  # the harness config names a test split
     expected = EXPECTED
     hub = ("EleutherAI/race", "high")
     hub_splits = {"test": "test"}
