@@ -14,7 +14,8 @@ def test_demo_runs_every_stage_and_writes_the_report(tmp_path):
     for section in ("## Sample", "## Curation", "## Evaluation", "![loss](loss.png)"):
         assert section in report
     assert (tmp_path / "loss.png").stat().st_size > 1000
-    stats = json.loads((tmp_path / "curated" / "stats.json").read_text())
+    assert "untrained 0-shot" in report
+    stats = json.loads((tmp_path / "curated" / "web" / "stats.json").read_text())
     assert stats["accounting"]["ok"] and 0 < stats["output"]["documents"] < stats["stages"][0]["counters"]["in"]
     results = json.loads((tmp_path / "eval" / "results.json").read_text())
     assert set(results["results"]) == {"lambada", "hellaswag"}

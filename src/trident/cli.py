@@ -9,7 +9,7 @@ import sys
 # name -> (module under trident.commands, one-line help). Modules are imported lazily so that
 # `trident --help` and light commands never pay for torch or Ray start-up.
 COMMANDS = {
-    "demo": ("demo", "run the whole flow end to end on an embedded default corpus"),
+    "demo": ("demo", "run the packaged demo flow end to end on text every Python installation ships"),
     "run": ("run", "raw text to an evaluated model from a flow file (resumable: unchanged stages are skipped)"),
     "train": ("train", "train a GPT from a config (--nproc N for local multi-process)"),
     "tokenizer": ("tokenizer", "train a byte-level BPE tokenizer"),

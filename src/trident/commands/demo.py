@@ -1,10 +1,12 @@
-"""`trident demo [--out DIR]`: the whole flow end to end on an embedded default corpus."""
+"""`trident demo [--out DIR]`: the packaged flow file demo/demo.flow.yaml, run by `trident run`'s code."""
 from __future__ import annotations
 
 import argparse
 import json
 import sys
 from pathlib import Path
+
+DEMO_FLOW = Path(__file__).resolve().parents[1] / "demo" / "demo.flow.yaml"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -14,20 +16,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("overrides", nargs="*", help="config overrides for the training stage (key=value)")
     parser.add_argument("--overwrite", action="store_true",
                         help="run in a non-empty --out (an earlier demo's outputs there are removed first)")
-    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    parser.add_argument("--json", action="store_true", help="print the stage keys and the stages that ran as JSON")
+
+
+def demo_flow(steps: int | None, max_docs: int | None, overrides: list[str]) -> dict:
+    """The packaged flow with the command line's changes applied."""
+    import yaml
+
+    raw = yaml.safe_load(DEMO_FLOW.read_text())
+    if max_docs:
+        raw["sources"][0]["generate"]["max_docs"] = max_docs
+    raw["train"]["overrides"] = [*([f"train.steps={steps}"] if steps else []), *overrides]
+    return raw
 
 
 def run(args) -> int:
+    from trident.curate.document import CurateError
     from trident.data.output_folder import OutputFolderError, record_outputs, start_outputs
-    from trident.demo.embedded import run_demo
+    from trident.demo.flow.run import run_flow
+    from trident.demo.flow.spec import FlowError
 
     try:
         before = start_outputs(args.out, "demo", args.overwrite)
-        summary = run_demo(Path(args.out), steps=args.steps, max_docs=args.max_docs, overrides=args.overrides)
+        summary = run_flow(DEMO_FLOW, Path(args.out), demo_flow(args.steps, args.max_docs, args.overrides))
     except OutputFolderError as err:  # e.g. --overwrite on a folder whose curated/ trident did not write
         print(f"trident demo: error: {err}", file=sys.stderr)
         return 2
+    except (FlowError, CurateError) as err:
+        print(f"trident demo: error: {err}", file=sys.stderr)
+        return 1
     record_outputs(args.out, "demo", before)
     if args.json:
-        print(json.dumps({k: v for k, v in summary.items() if k != "metrics"}))
+        print(json.dumps(summary))
     return 0

@@ -1,3 +1,4 @@
-"""The whole flow in one command: `trident demo` (embedded.py: the flow on a corpus built from the
-standard library's docstrings) and `trident run FLOW.yaml` (flow/: the same stages for a user's
-inputs, each skipped when unchanged and resumed when killed), writing one kind of report (report.py)."""
+"""The whole flow in one command: `trident run FLOW.yaml` (flow/: curate -> tokenizer -> tokenize ->
+train -> eval -> report, each stage skipped when unchanged and resumed when killed) and `trident demo`,
+which is the packaged flow file demo.flow.yaml (inputs the flow generates itself: the standard library's
+docstrings and a synthetic Common Crawl WARC) run by the same code; report.py writes the report."""

@@ -84,11 +84,7 @@ def run_evaluation(lm: LM, tasks: list[str], shots: list[int], data_dir: str | P
     fewshot_construction: "harness" (lm-evaluation-harness's sampler and delimiters) or "per-document"
     (see evaluate/fewshot.py).
     """
-    if any(k < 0 for k in shots):
-        raise ValueError(f"shot counts must be >= 0, got {shots}")
-    if fewshot_construction not in fewshot.FEWSHOT_CONSTRUCTIONS:
-        raise ValueError(f"unknown few-shot construction {fewshot_construction!r}; "
-                         f"known: {', '.join(fewshot.FEWSHOT_CONSTRUCTIONS)}")
+    _check_arguments(shots, fewshot_construction)
     if batch_size is not None:
         lm.batch_size = batch_size
     if hasattr(lm, "progress"):
@@ -135,6 +131,13 @@ def run_evaluation(lm: LM, tasks: list[str], shots: list[int], data_dir: str | P
     if out is not None:
         write_results(results, out)
     return results
+
+
+def _check_arguments(shots: list[int], construction: str) -> None:
+    if any(k < 0 for k in shots):
+        raise ValueError(f"shot counts must be >= 0, got {shots}")
+    if construction not in fewshot.FEWSHOT_CONSTRUCTIONS:
+        raise ValueError(f"unknown few-shot construction {construction!r}; known: {', '.join(fewshot.FEWSHOT_CONSTRUCTIONS)}")
 
 
 def _load_tasks(tasks: list[str], shots: list[int], data_path: Path | None, limit: int | None) -> dict:

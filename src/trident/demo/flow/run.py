@@ -1,23 +1,68 @@
-"""run_flow: curate -> tokenizer -> tokenize -> train -> eval -> report, skipping what is unchanged."""
+"""run_flow: [inputs ->] curate -> tokenizer -> tokenize -> train -> eval -> report, skipping what is unchanged."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from trident.demo.flow import stages
-from trident.demo.flow.spec import load_flow
+from trident.demo.flow import inputs, stages
+from trident.demo.flow.spec import Flow, load_flow
 from trident.demo.flow.stamp import Stages, stage_key
 
 
-def run_flow(flow_file: str | Path, out: str | Path) -> dict:
-    """Run the flow file's stages under OUT; returns {stage: key} and the names of the stages that ran."""
-    flow, out, flow_file = load_flow(flow_file), Path(out), Path(flow_file)
+def run_flow(flow_file: str | Path, out: str | Path, raw: dict | None = None) -> dict:
+    """Run the flow file's stages (or those of its parsed content `raw`) under OUT; returns {stage: key}
+    and the names of the stages that ran."""
+    flow, out, flow_file = load_flow(flow_file, raw), Path(out), Path(flow_file)
     out.mkdir(parents=True, exist_ok=True)
-    runner = Stages(out, total=2 * len(flow.sources) + 4)
-    keys = {}
+    generated = [s for s in flow.sources if s.generate]
+    total = len(generated) + bool(flow.eval.get("heldout")) + 2 * len(flow.sources) + 4 + bool(flow.eval.get("untrained"))
+    runner, keys = Stages(out, total=total), {}
+    _prepare_inputs(flow, out, runner, keys)
+    _curate_and_tokenize(flow, out, runner, keys)
+    data = [keys[f"tokenize:{s.name}"] for s in flow.sources]
+    keys["train"] = stage_key({"train": flow.train, "weights": [s.weight for s in flow.sources]},
+                              _config_files(flow), data)
+    runner.run("train", keys["train"], lambda: stages.trained(out),
+               lambda resume: stages.train(flow, out, resume))
+    evaluation = [keys.get("heldout", "")]
+    keys["eval"] = stage_key({"eval": flow.eval}, _eval_files(flow), [keys["train"], *evaluation])
+    runner.run("eval", keys["eval"], lambda: (out / "eval" / "results.json").exists(),
+               lambda resume: stages.evaluate(flow, out))
+    if flow.eval.get("untrained"):
+        keys["eval:untrained"] = stage_key({"eval": flow.eval, "train": flow.train}, _config_files(flow),
+                                           [keys["tokenizer"], *evaluation])
+        runner.run("eval:untrained", keys["eval:untrained"], lambda: (out / "eval-untrained" / "results.json").exists(),
+                   lambda resume: stages.evaluate_untrained(flow, out))
+    curated = [keys[f"curate:{s.name}"] for s in flow.sources]
+    keys["report"] = stage_key({"sample": flow.sample}, [], [keys["eval"], keys.get("eval:untrained", ""),
+                                                              *curated, *data])
+    runner.run("report", keys["report"], lambda: (out / "report.md").exists(),
+               lambda resume: _report(flow, out, flow_file))
+    summary = {"keys": keys, "ran": runner.ran, "report": str(out / "report.md")}
+    (out / "flow.json").write_text(json.dumps(summary, indent=1))
+    return summary
+
+
+def _prepare_inputs(flow: Flow, out: Path, runner: Stages, keys: dict) -> None:
+    """Generated sources, then the held-out evaluation tasks built from one of them."""
+    for source in (s for s in flow.sources if s.generate):
+        name = f"inputs:{source.name}"
+        keys[name] = stage_key({"generate": source.generate})
+        runner.run(name, keys[name], lambda s=source: inputs.generated_file(out, s).exists(),
+                   lambda resume, s=source: inputs.generate(out, s))
+    if flow.eval.get("heldout"):
+        keys["heldout"] = stage_key({"heldout": flow.eval["heldout"]}, [],
+                                    [keys[f"inputs:{flow.eval['heldout']['source']}"]])
+        runner.run("heldout", keys["heldout"], lambda: (out / "eval_data").is_dir(),
+                   lambda resume: inputs.heldout(flow, out))
+
+
+def _curate_and_tokenize(flow: Flow, out: Path, runner: Stages, keys: dict) -> None:
     for source in flow.sources:
         name = f"curate:{source.name}"
-        keys[name] = stage_key({"curate": flow.curate, "source": source.name}, source.files)
+        upstream = [keys.get(f"inputs:{source.name}", "")] + ([keys.get("heldout", "")] if source.decontaminate else [])
+        settings = stages.curate_settings(flow, out, source)
+        keys[name] = stage_key({"curate": settings, "source": source.name}, source.files, upstream)
         runner.run(name, keys[name], lambda s=source: (out / "curated" / s.name / "stats.json").exists(),
                    lambda resume, s=source: stages.curate(flow, out, s, resume))
     curated = [keys[f"curate:{s.name}"] for s in flow.sources]
@@ -31,20 +76,6 @@ def run_flow(flow_file: str | Path, out: str | Path) -> dict:
         keys[name] = stage_key({"source": source.name}, [], [keys[f"curate:{source.name}"], keys["tokenizer"]])
         runner.run(name, keys[name], lambda s=source: (out / "data" / f"{s.name}.stats.json").exists(),
                    lambda resume, s=source: stages.tokenize(flow, out, s))
-    data = [keys[f"tokenize:{s.name}"] for s in flow.sources]
-    keys["train"] = stage_key({"train": flow.train, "weights": [s.weight for s in flow.sources]},
-                              _config_files(flow), data)
-    runner.run("train", keys["train"], lambda: stages.trained(out),
-               lambda resume: stages.train(flow, out, resume))
-    keys["eval"] = stage_key({"eval": flow.eval}, _eval_files(flow), [keys["train"]])
-    runner.run("eval", keys["eval"], lambda: (out / "eval" / "results.json").exists(),
-               lambda resume: stages.evaluate(flow, out))
-    keys["report"] = stage_key({"sample": flow.sample}, [], [keys["eval"], *curated, *data])
-    runner.run("report", keys["report"], lambda: (out / "report.md").exists(),
-               lambda resume: _report(flow, out, flow_file))
-    summary = {"keys": keys, "ran": runner.ran, "report": str(out / "report.md")}
-    (out / "flow.json").write_text(json.dumps(summary, indent=1))
-    return summary
 
 
 def _config_files(flow) -> list[str]:

@@ -12,11 +12,20 @@ class FlowError(ValueError):
     """A flow file that cannot run: a missing key, an input that matches no file, a bad weight."""
 
 
+GENERATORS = ("stdlib-docstrings", "sample-warc")  # inputs a flow can make itself (trident.demo.flow.inputs)
+
+
 @dataclass
 class Source:
+    """One input of the blend. `files` are the user's; a source with `generate` has none until its
+    inputs stage writes them under OUT/inputs/. `curate` holds per-source curation settings (merged over
+    the flow's); `decontaminate` adds decontamination against the flow's evaluation files."""
     name: str
     files: list[Path]
     weight: float
+    generate: dict | None = None
+    curate: dict = field(default_factory=dict)
+    decontaminate: bool = False
 
 
 @dataclass
@@ -26,7 +35,7 @@ class Flow:
     curate: dict = field(default_factory=dict)  # config (preset or YAML), overrides, workers
     tokenizer: dict = field(default_factory=dict)  # path (use it) or vocab_size (train one)
     train: dict = field(default_factory=dict)  # config, overrides, nproc
-    eval: dict = field(default_factory=dict)  # tasks, shots, data_dir, limit, batch_size
+    eval: dict = field(default_factory=dict)  # tasks, shots, data_dir | heldout, limit, batch_size, untrained
     sample: dict = field(default_factory=dict)  # prompt, max_new_tokens, seed
 
 
@@ -51,24 +60,51 @@ def _sources(base: Path, entries) -> list[Source]:
     sources = []
     for i, entry in enumerate(entries):
         name = str(entry.get("name", f"source{i}"))
-        paths = entry.get("paths") or entry.get("path")
-        if not paths:
-            raise FlowError(f"source {name!r}: give 'paths:' (files or globs)")
         weight = float(entry.get("weight", 1.0))
         if weight <= 0:
             raise FlowError(f"source {name!r}: weight must be > 0, got {weight}")
-        sources.append(Source(name, _files(base, [paths] if isinstance(paths, str) else list(paths), name), weight))
+        extra = {"curate": dict(entry.get("curate") or {}), "decontaminate": bool(entry.get("decontaminate", False))}
+        if entry.get("generate"):
+            sources.append(Source(name, [], weight, generate=_generator(name, entry["generate"]), **extra))
+            continue
+        paths = entry.get("paths") or entry.get("path")
+        if not paths:
+            raise FlowError(f"source {name!r}: give 'paths:' (files or globs) or 'generate:' ({', '.join(GENERATORS)})")
+        files = _files(base, [paths] if isinstance(paths, str) else list(paths), name)
+        sources.append(Source(name, files, weight, **extra))
     if len({s.name for s in sources}) < len(sources):
         raise FlowError("source names must be distinct")
     return sources
 
 
-def load_flow(path: str | Path) -> Flow:
-    """Parse and check a flow file (FlowError on anything that would fail later)."""
+def _generator(name: str, settings) -> dict:
+    settings = {"kind": settings} if isinstance(settings, str) else dict(settings)
+    if settings.get("kind") not in GENERATORS:
+        raise FlowError(f"source {name!r}: generate.kind must be one of {', '.join(GENERATORS)}, "
+                        f"got {settings.get('kind')!r}")
+    return settings
+
+
+def _check_heldout(evaluation: dict, sources: list[Source]) -> None:
+    heldout = evaluation.get("heldout")
+    if heldout is None:
+        return
+    source = next((s for s in sources if s.name == heldout.get("source")), None)
+    if source is None or not (source.generate or {}).get("holdout_every"):
+        raise FlowError(f"eval.heldout.source must name a generated source with generate.holdout_every, "
+                        f"got {heldout.get('source')!r}")
+    if evaluation.get("data_dir"):
+        raise FlowError("eval: give either data_dir or heldout, not both")
+
+
+def load_flow(path: str | Path, raw: dict | None = None) -> Flow:
+    """Parse and check a flow file, or its already-parsed `raw` content (FlowError on anything that
+    would fail later). Relative paths resolve against the flow file's folder."""
     path = Path(path)
-    if not path.is_file():
-        raise FlowError(f"{path}: no such flow file")
-    raw = yaml.safe_load(path.read_text()) or {}
+    if raw is None:
+        if not path.is_file():
+            raise FlowError(f"{path}: no such flow file")
+        raw = yaml.safe_load(path.read_text()) or {}
     base = path.resolve().parent
     tokenizer = dict(raw.get("tokenizer") or {"vocab_size": 2048})
     if "path" in tokenizer:
@@ -83,4 +119,6 @@ def load_flow(path: str | Path) -> Flow:
     curate = dict(raw.get("curate") or {})
     if str(curate.get("config", "")).endswith((".yaml", ".yml")):
         curate["config"] = str(_resolve(base, curate["config"]))
-    return Flow(_sources(base, raw.get("sources")), curate, tokenizer, train, evaluation, dict(raw.get("sample") or {}))
+    sources = _sources(base, raw.get("sources"))
+    _check_heldout(evaluation, sources)
+    return Flow(sources, curate, tokenizer, train, evaluation, dict(raw.get("sample") or {}))

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from trident.demo.flow.inputs import eval_data, generated_file
 from trident.demo.flow.spec import Flow, FlowError, Source
 
 
@@ -14,13 +15,44 @@ def curated_shards(out: Path, source: Source) -> list[Path]:
     return sorted((out / "curated" / source.name).glob("shard-*.jsonl.zst"))
 
 
+def source_files(out: Path, source: Source) -> list[Path]:
+    return [generated_file(out, source)] if source.generate else source.files
+
+
+def curate_settings(flow: Flow, out: Path, source: Source) -> dict:
+    """The flow's curation settings with the source's own on top (overrides appended), plus
+    decontamination against the evaluation files when the source asks for it."""
+    settings = {**flow.curate, **source.curate}
+    overrides = [*flow.curate.get("overrides", []), *source.curate.get("overrides", [])]
+    if source.decontaminate:
+        tasks = decontamination_tasks(flow, out)
+        overrides += ["stages.decontaminate.enabled=true",
+                      "stages.decontaminate.tasks={" + ", ".join(f"{k}: {v}" for k, v in tasks.items()) + "}"]
+    return {**settings, "overrides": overrides}
+
+
+def decontamination_tasks(flow: Flow, out: Path) -> dict[str, str]:
+    """task name -> the scored split's file, for every flow task whose file is in the evaluation data."""
+    from trident.tasks import expand, get_task
+
+    folder, found = eval_data(flow, out), {}
+    if folder is None:
+        raise FlowError("decontaminate: true needs evaluation files (eval.data_dir or eval.heldout)")
+    for name in expand(flow.eval.get("tasks", ["lambada"])):
+        task = get_task(name)
+        files = [task.root(folder) / f for f in task.split_files(task.eval_split) or []]
+        if len(files) == 1 and files[0].suffix == ".jsonl":
+            found[name] = str(files[0])
+    return found
+
+
 def curate(flow: Flow, out: Path, source: Source, resume: bool) -> dict:
     """One source through the curation pipeline into OUT/curated/NAME (its funnel in report.md there)."""
     from trident.curate.pipeline import run_pipeline
 
-    settings = flow.curate
-    overrides = [*settings.get("overrides", []), f"progress={str(settings.get('progress', True)).lower()}"]
-    stats = run_pipeline(settings.get("config", "curate-cc"), source.files, out / "curated" / source.name,
+    settings = curate_settings(flow, out, source)
+    overrides = [*settings["overrides"], f"progress={str(settings.get('progress', True)).lower()}"]
+    stats = run_pipeline(settings.get("config", "curate-cc"), source_files(out, source), out / "curated" / source.name,
                          workers=settings.get("workers", 1), overrides=overrides, overwrite=not resume)
     if not stats["output"]["documents"]:
         raise FlowError(f"source {source.name!r}: curation kept no documents")
@@ -85,10 +117,29 @@ def evaluate(flow: Flow, out: Path) -> None:
     shots = settings.get("shots", [0])
     args = ["eval", str(out / "train" / "checkpoints"), "--tasks", ",".join(tasks),
             "--shots", ",".join(map(str, shots)), "--out", str(out / "eval"), "--overwrite",
-            "--tokenizer", str(tokenizer_path(flow, out)), "--batch-size", str(settings.get("batch_size", 8))]
-    args += ["--data-dir", settings["data_dir"]] if settings.get("data_dir") else []
+            "--tokenizer", str(tokenizer_path(flow, out)), "--batch-size", str(settings.get("batch_size", 8)),
+            "--fewshot-construction", settings.get("fewshot_construction", "harness")]
+    args += ["--data-dir", str(eval_data(flow, out))] if eval_data(flow, out) else []
     args += ["--limit", str(settings["limit"])] if settings.get("limit") else []
     _trident(args)
+
+
+def evaluate_untrained(flow: Flow, out: Path) -> None:
+    """The model as training starts it (same config, same seeded initialisation), at 0 shots, so the
+    report shows what training added -> OUT/eval-untrained/results.json."""
+    from trident.config import load_config
+    from trident.data.tokenizer import Tokenizer
+    from trident.evaluate.harness import run_evaluation
+    from trident.evaluate.lm import trident_lm
+    from trident.model.gpt import build_model
+
+    config = load_config(flow.train.get("config", "tiny"), train_overrides(flow, out))
+    tokenizer = Tokenizer.load(tokenizer_path(flow, out))
+    config.model.vocab_size = tokenizer.vocab_size
+    model = build_model(config.model, config.model.padded_vocab_size(1), config.train.seed).eval()
+    lm = trident_lm(model, tokenizer, config.model.seq_length, batch_size=int(flow.eval.get("batch_size", 8)))
+    run_evaluation(lm, flow.eval.get("tasks", ["lambada"]), [0], eval_data(flow, out), out / "eval-untrained",
+                   limit=flow.eval.get("limit"), progress=False)
 
 
 def sample(flow: Flow, out: Path) -> dict:
