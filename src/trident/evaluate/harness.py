@@ -81,12 +81,10 @@ def run_evaluation(lm: LM, tasks: list[str], shots: list[int], data_dir: str | P
     shot count goes to OUT/samples/. With bias, the bias probes run too (results["bias"]). With
     contamination_corpus (training JSONL files), each entry also gets a "contamination" report:
     the fraction of examples sharing an n-gram with the corpus and the metrics on the clean rest.
-    fewshot_construction: "harness" (lm-evaluation-harness's sampler and delimiters) or "per-document"
-    (see evaluate/fewshot.py).
+    fewshot_construction: "harness" or "per-document" (evaluate/fewshot.py).
     """
     _check_arguments(shots, fewshot_construction)
-    if batch_size is not None:
-        lm.batch_size = batch_size
+    lm.batch_size = lm.batch_size if batch_size is None else batch_size
     if hasattr(lm, "progress"):
         lm.progress = progress
     out = Path(out_dir) if out_dir is not None else None
