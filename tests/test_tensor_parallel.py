@@ -11,6 +11,7 @@ from trident.config import load_config
 from trident.model.gpt import build_model
 from trident.parallel import tensor as T
 from trident.parallel.mesh import build_mesh
+from trident.parallel.token_ids import TokenOutOfRange, check_token_ids
 
 VOCAB = 96
 
@@ -269,9 +270,18 @@ def _out_of_range_messages(rank, world):
         try:
             layer(torch.tensor([[0, bad, 3]]))
             messages.append("no error")
-        except T.TokenOutOfRange as error:
+        except TokenOutOfRange as error:
             messages.append(str(error))
     return messages
+
+
+def test_batches_are_checked_on_the_host_before_they_reach_a_device():
+    # the embedding skips its check on accelerators (no stream stall); the trainer checks numpy rows
+    check_token_ids(np.array([[0, 7]]), 8)
+    with pytest.raises(TokenOutOfRange, match="token id 8 outside the vocabulary"):
+        check_token_ids(np.array([[0, 8]]), 8)
+    with pytest.raises(TokenOutOfRange, match="token id -1"):
+        check_token_ids(np.array([[-1, 3]]), 8)
 
 
 @pytest.mark.timeout(60)

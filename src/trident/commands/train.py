@@ -45,7 +45,7 @@ def run(args) -> int:
             del os.environ[RUN_ID_ENV]
     from trident.checkpoint.integrity import CheckpointError
     from trident.checkpoint.writer import SaveError
-    from trident.parallel.tensor import TokenOutOfRange
+    from trident.parallel.token_ids import TokenOutOfRange
     from trident.train.trainer import RankFailure, Trainer, TrainError
 
     init_distributed(config.parallel.backend, config.parallel.timeout_s)

@@ -20,6 +20,7 @@ from torch._subclasses.fake_tensor import is_fake
 
 from trident.parallel.sharding import mark
 from trident.parallel.watch import watched
+from trident.parallel.token_ids import check_token_ids
 
 
 @dataclass(frozen=True)
@@ -184,10 +185,6 @@ class RowParallelLinear(nn.Module):
         return out + self.bias if self.bias is not None else out
 
 
-class TokenOutOfRange(ValueError):
-    """A token id with no embedding row; checked in every layout (TP > 1 would embed it as zeros)."""
-
-
 class VocabParallelEmbedding(nn.Module):
     """Embedding table split by vocabulary rows; tokens outside a rank's range contribute zeros."""
 
@@ -211,12 +208,11 @@ class VocabParallelEmbedding(nn.Module):
         return reduce_from_tp(out, self.tp)
 
     def _check_ids(self, tokens: torch.Tensor) -> None:
-        if is_fake(tokens) or tokens.is_meta or tokens.numel() == 0:  # rehearsal: shapes, no values
+        # rehearsal tensors hold no values; on an accelerator the check would stall the stream every
+        # forward, so there the trainer checks each batch on the host as it assembles it
+        if is_fake(tokens) or tokens.is_meta or tokens.device.type != "cpu":
             return
-        low, high = (int(v) for v in torch.aminmax(tokens))
-        if low < 0 or high >= self.num_embeddings:
-            raise TokenOutOfRange(f"token id {low if low < 0 else high} outside the vocabulary [0, "
-                                  f"{self.num_embeddings}): the data was tokenized for a bigger vocabulary")
+        check_token_ids(tokens, self.num_embeddings)
 
 
 def _tp_reduce(x: torch.Tensor, tp: TPContext, op=dist.ReduceOp.SUM) -> torch.Tensor:

@@ -27,6 +27,7 @@ from trident.parallel.mesh import barrier, build_mesh, rank_device
 from trident.parallel.parallelize import ParallelModel, parallelize
 from trident.parallel.precision import Precision
 from trident.parallel.sharding import full_shape
+from trident.parallel.token_ids import check_token_ids
 from trident.parallel.watch import failed_group
 from trident.train.launch import chaos_kill_point
 from trident.train.loggers import build_loggers
@@ -103,6 +104,7 @@ class Trainer:
         first = start + mesh.dp_rank * per_rank
         for offset in range(0, per_rank, micro):
             rows = np.stack([dataset[first + offset + i] for i in range(micro)]).astype(np.int64)
+            check_token_ids(rows, self.config.model.padded_vocab_size(self.mesh.tp))  # on the host: the embedding skips it on accelerators
             sample = torch.from_numpy(rows).to(self.device)
             yield sample[:, :-1], sample[:, 1:]
 
