@@ -21,6 +21,7 @@ edges or per-document labels.
 """
 from __future__ import annotations
 
+import logging
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -51,6 +52,7 @@ from trident.curate.minhash import MinHasher, bucket_pairs, jaccard
 from trident.curate.shards import read_shard
 from trident.curate.stage import Executor, GlobalStage, output_paths
 
+log = logging.getLogger(__name__)
 _BUCKET_DTYPE = [("band", "u2"), ("key", "u8"), ("doc", "u8")]
 _SIGNATURE_BATCH = 256  # documents whose shingles are held at once while signing
 _MAX_ROUNDS = 200  # large-star / small-star needs O(log^2 n) rounds; far more means a defect
@@ -283,6 +285,7 @@ def _converge(parts: list[dict], work: Path, executor: Executor) -> int:
         if round_ > 0:
             shutil.rmtree(work / "graph" / f"r{round_ - 1:03d}", ignore_errors=True)
         if unstable == 0:
+            log.info("fuzzy_dedup: connected components converged after %d star rounds", round_)
             return round_
     raise CurateError(f"fuzzy_dedup: connected components did not converge in {_MAX_ROUNDS} rounds "
                       f"(work files in {work / 'graph'})")
