@@ -111,6 +111,43 @@ def kept(out: Path) -> list[str]:
     return sorted(doc.id for shard in sorted(out.glob("*.jsonl.zst")) for doc in read_shard(shard))
 
 
+def run_rounds(args, root: Path) -> dict:
+    """{(scale, path): the measurement with the lowest driver peak}, rounds interleaving both."""
+    scales, results = (1, args.scale), {}
+    for round_ in range(args.rounds):
+        for scale in (scales if round_ % 2 == 0 else scales[::-1]):
+            outs = {}
+            for path in (PATHS if round_ % 2 == 0 else PATHS[::-1]):
+                outs[path] = root / f"out{scale}-{round_}-{path.split()[0]}"
+                got = measure(root / f"corpus{scale}", outs[path], path)
+                print(f"round {round_} scale {scale}x {path}: {got}", flush=True)
+                if (scale, path) not in results or got["peak_mb"] < results[(scale, path)]["peak_mb"]:
+                    results[(scale, path)] = got
+            if kept(outs[PATHS[0]]) != kept(outs[PATHS[1]]):
+                raise SystemExit(f"scale {scale}x: the two paths kept different documents")
+    return results
+
+
+def report(args, results: dict) -> None:
+    """The table (peaks at 1x and at the largest scale, and their ratio) and the JSON line."""
+    from common import emit_json, print_table
+
+    rows, payload, big = [], {}, args.scale
+    for path in PATHS:
+        small, large = results[(1, path)], results[(big, path)]
+        ratio = large["peak_mb"] / small["peak_mb"]
+        growth = [r["peak_mb"] - r["ready_mb"] for r in (small, large)]
+        rows.append([path, small["counters"]["in"], large["counters"]["in"], small["counters"]["verified_pairs"],
+                     large["counters"]["verified_pairs"], round(small["peak_mb"], 1), round(large["peak_mb"], 1),
+                     f"{ratio:.3f}", f"{growth[0]:.1f} / {growth[1]:.1f}",
+                     f"{small['seconds']:.1f} / {large['seconds']:.1f}"])
+        payload[path] = {"1x": small, f"{big}x": large, "peak_ratio": ratio}
+    print_table(f"Driver peak RSS, fuzzy_dedup on a 2-worker local Ray (best of {args.rounds})",
+                ["path", "docs 1x", f"docs {big}x", "edges 1x", f"edges {big}x", "peak MB 1x", f"peak MB {big}x",
+                 "ratio", f"MB above Ray start 1x / {big}x", f"seconds 1x / {big}x"], rows)
+    emit_json("dedup_ray", {"args": vars(args), "paths": payload})
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--docs", type=int, default=3000, help="documents at scale 1x")
@@ -124,42 +161,14 @@ def main() -> None:
         print("RESULT " + json.dumps(child(Path(corpus), Path(out), path)), flush=True)
         return
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from common import emit_json, load_average, print_table
+    from common import load_average
 
-    scales = (1, args.scale)
-    results: dict = {}
     with tempfile.TemporaryDirectory(prefix="dedup_ray_") as tmp:
-        root = Path(tmp)
-        for scale in scales:
-            write_corpus(root / f"corpus{scale}", args.docs * scale, args.shards)
+        for scale in (1, args.scale):
+            write_corpus(Path(tmp) / f"corpus{scale}", args.docs * scale, args.shards)
         print(f"load before: {load_average()}", flush=True)
-        for round_ in range(args.rounds):
-            for scale in (scales if round_ % 2 == 0 else scales[::-1]):
-                outs = {}
-                for path in (PATHS if round_ % 2 == 0 else PATHS[::-1]):
-                    outs[path] = root / f"out{scale}-{round_}-{path.split()[0]}"
-                    got = measure(root / f"corpus{scale}", outs[path], path)
-                    print(f"round {round_} scale {scale}x {path}: {got}", flush=True)
-                    best = results.setdefault((scale, path), got)
-                    if got["peak_mb"] < best["peak_mb"]:
-                        results[(scale, path)] = got
-                if kept(outs[PATHS[0]]) != kept(outs[PATHS[1]]):
-                    raise SystemExit(f"scale {scale}x: the two paths kept different documents")
-    rows, payload = [], {}
-    for path in PATHS:
-        small, large = results[(scales[0], path)], results[(scales[1], path)]
-        ratio = large["peak_mb"] / small["peak_mb"]
-        growth = (large["peak_mb"] - large["ready_mb"], small["peak_mb"] - small["ready_mb"])
-        rows.append([path, small["counters"]["in"], large["counters"]["in"], small["counters"]["verified_pairs"],
-                     large["counters"]["verified_pairs"], round(small["peak_mb"], 1), round(large["peak_mb"], 1),
-                     f"{ratio:.3f}", f"{growth[1]:.1f} / {growth[0]:.1f}",
-                     f"{small['seconds']:.1f} / {large['seconds']:.1f}"])
-        payload[path] = {"1x": small, f"{args.scale}x": large, "peak_ratio": ratio}
-    print_table(f"Driver peak RSS, fuzzy_dedup on a 2-worker local Ray (best of {args.rounds})",
-                ["path", "docs 1x", f"docs {args.scale}x", "edges 1x", f"edges {args.scale}x", "peak MB 1x",
-                 f"peak MB {args.scale}x", "ratio", f"MB above Ray start 1x / {args.scale}x", f"seconds 1x / {args.scale}x"], rows)
-    emit_json("dedup_ray", {"args": vars(args), "paths": payload})
-
+        results = run_rounds(args, Path(tmp))
+    report(args, results)
 
 if __name__ == "__main__":
     main()
