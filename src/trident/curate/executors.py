@@ -21,6 +21,8 @@ class LocalExecutor:
     """`workers` local processes (1: in this process, no pool). The pool starts on first use and
     is reused by every later `map` until `close`, so its start-up cost is paid once a run."""
 
+    dedup_on_workers = False  # fuzzy dedup's union-find runs here, on one machine
+
     def __init__(self, workers: int = 1, progress: bool = True) -> None:
         if workers < 1:
             raise CurateError(f"workers must be >= 1, got {workers}")
@@ -62,7 +64,10 @@ class LocalExecutor:
 
 class RayExecutor:
     """Ray tasks, one per item. Connects to `address` (e.g. "auto" or "ray://host:10001") when
-    given, otherwise starts a local Ray with `workers` CPUs. `close` shuts down what it started."""
+    given, otherwise starts a local Ray with `workers` CPUs. `close` shuts down what it started.
+    Fuzzy dedup on it runs every step in workers (trident.curate.dedup_distributed)."""
+
+    dedup_on_workers = True
 
     def __init__(self, workers: int = 1, address: str | None = None, progress: bool = True) -> None:
         try:

@@ -189,6 +189,9 @@ class FuzzyDedup(GlobalStage):
     def run(self, inputs: list[Path], out_dir: Path, executor: Executor) -> list[Path]:
         """Dedup ``inputs`` into ``out_dir``; the module docstring lists the steps and counters."""
         out_dir = Path(out_dir)
+        if getattr(executor, "dedup_on_workers", False):  # Ray: no step gathers pairs on the driver
+            from trident.curate.dedup_distributed import run_distributed
+            return run_distributed(self, inputs, out_dir, executor)
         work = out_dir / "_work_fuzzy_dedup"
         shutil.rmtree(work, ignore_errors=True)
         pairs = self._candidates(inputs, work, executor)

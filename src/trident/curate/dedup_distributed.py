@@ -1,0 +1,291 @@
+"""Fuzzy dedup with no single-machine step: every step is a map over shards or hash partitions whose
+tasks read and write files, and the driver receives only counts (the path the Ray executor takes).
+
+It keeps exactly the documents ``FuzzyDedup``'s local path keeps (same band keys, same candidate
+pairs, same Jaccard check, same ``best_first`` choice per connected component); only where the
+work runs differs. Steps, each one ``executor.map``:
+  1. sign (per shard): LSH band records to ``partitions`` bucket files, chosen by band key;
+  2. buckets (per partition): candidate pairs of every shared bucket, sent to the shard of the
+     pair's first document; the documents each shard must load, sent to that shard;
+  3. shingles (per shard): shingle hashes and keep-priority fields of its candidate documents;
+  4. verify (per shard): its pairs deduplicated, true Jaccard against one other shard's file at a
+     time; pairs >= threshold become neighbour records, hash-partitioned by node;
+  5. components (per partition, repeated): large-star / small-star rounds (trident.curate.components)
+     until the per-partition counts of unstable nodes sum to 0;
+  6. labels (per partition): each node's component label (its smallest member), sent to its shard;
+  7. join (per shard): labels joined with keep-priority fields, sent to a partition by label;
+  8. choose (per partition): every component's best document kept, the rest sent to their shard;
+  9. write (per shard): the shard copied without its dropped rows.
+The driver holds the job lists (O(shards + partitions)) and the returned counters, never pairs,
+edges or per-document labels.
+"""
+from __future__ import annotations
+
+import logging
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+from trident.curate.components import (
+    both_directions,
+    large_star,
+    node_partition,
+    small_star,
+    star_labels,
+    unstable_nodes,
+)
+from trident.curate.dedup_shared import (
+    best_first,
+    concat_structured,
+    dataset_salt,
+    doc_key,
+    filter_shard_task,
+    priority_array,
+    priority_fields,
+    split_keys,
+)
+from trident.curate.document import CurateError
+from trident.curate.fuzzy_dedup import cluster_size_bin
+from trident.curate.minhash import MinHasher, bucket_pairs, jaccard
+from trident.curate.shards import read_shard
+from trident.curate.stage import Executor, GlobalStage, output_paths
+
+log = logging.getLogger(__name__)
+_BUCKET_DTYPE = [("band", "u2"), ("key", "u8"), ("doc", "u8")]
+_SIGNATURE_BATCH = 256  # documents whose shingles are held at once while signing
+_MAX_ROUNDS = 200  # large-star / small-star needs O(log^2 n) rounds; far more means a defect
+
+
+def scatter(rows: np.ndarray, targets: np.ndarray, folder: Path, prefix: str, name: str) -> None:
+    """Write ``rows`` to folder/<prefix><target>/<name>.npy, one file per target present."""
+    for target in np.unique(targets).tolist():
+        part = folder / f"{prefix}{target:06d}"
+        part.mkdir(parents=True, exist_ok=True)
+        np.save(part / f"{name}.npy", rows[targets == target], allow_pickle=False)
+
+
+def gather(folder: Path) -> np.ndarray | None:
+    """Every .npy file of ``folder`` concatenated (in name order), or None when it holds none."""
+    files = sorted(folder.glob("*.npy"))
+    if not files:
+        return None
+    arrays = [np.load(f, allow_pickle=False) for f in files]
+    return concat_structured(arrays) if arrays[0].dtype.names else np.concatenate(arrays)
+
+
+def _sign_task(job: dict) -> Counter:
+    """Band records (band, key, doc) of one shard's documents, written to bucket partitions by key."""
+    hasher = MinHasher(**job["minhash"])
+    counters, chunks, batch = Counter(), [], []
+
+    def flush() -> None:
+        docs, hashes, salts = zip(*batch)
+        keys = hasher.band_keys(hasher.signatures_from_hashes(hashes)) ^ np.array(salts, np.uint64)[:, None]
+        records = np.empty(keys.size, dtype=_BUCKET_DTYPE)
+        records["band"] = np.tile(np.arange(hasher.bands), len(docs))
+        records["key"], records["doc"] = keys.ravel(), np.repeat(np.array(docs, np.uint64), hasher.bands)
+        chunks.append(records)
+        batch.clear()
+
+    for row, doc in enumerate(read_shard(Path(job["path"]))):
+        hashes = hasher.hashes(doc.text)
+        if hashes.size == 0:
+            counters["no_shingles"] += 1  # empty text: left to exact dedup, never bucketed
+            continue
+        batch.append((doc_key(job["shard"], row), hashes, dataset_salt(doc, job["scope"])))
+        if len(batch) >= _SIGNATURE_BATCH:
+            flush()
+    if batch:
+        flush()
+    if chunks:
+        records = np.concatenate(chunks)
+        scatter(records, (records["key"] % np.uint64(job["partitions"])).astype(np.int64),
+                Path(job["work"]) / "buckets", "p", f"s{job['shard']:06d}")
+    return counters
+
+
+def _bucket_task(job: dict) -> tuple[int, int]:
+    """Candidate pairs of one bucket partition, sent to the first document's shard; (buckets, pairs)."""
+    records = gather(Path(job["work"]) / "buckets" / f"p{job['part']:06d}")
+    if records is None:
+        return 0, 0
+    pairs, buckets = bucket_pairs(records["band"], records["key"], records["doc"], job["all_pairs_up_to"])
+    name, work = f"p{job['part']:06d}", Path(job["work"])
+    scatter(pairs, split_keys(pairs[:, 0])[0], work / "pairs", "s", name)
+    needed = np.unique(pairs)
+    scatter(needed, split_keys(needed)[0], work / "needed", "s", name)
+    return buckets, len(pairs)
+
+
+def _shingle_task(job: dict) -> None:
+    """Save shingle hashes and keep-priority fields of the shard's candidate documents (sorted keys)."""
+    needed = gather(Path(job["work"]) / "needed" / f"s{job['shard']:06d}")
+    if needed is None:
+        return
+    hasher, wanted = MinHasher(**job["minhash"]), set(split_keys(np.unique(needed))[1].tolist())
+    rows, hashes, fields = [], [], []
+    for row, doc in enumerate(read_shard(Path(job["path"]))):
+        if row in wanted:
+            rows.append(row)
+            hashes.append(hasher.hashes(doc.text))
+            fields.append(priority_fields(doc, job["priority"], job["priority_field"]))
+    prio = priority_array(fields, np.array([doc_key(job["shard"], r) for r in rows], dtype=np.uint64))
+    offsets = np.cumsum([0] + [h.size for h in hashes]).astype(np.int64)
+    target = Path(job["work"]) / "shingles" / f"s{job['shard']:06d}.npz"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    flat = np.concatenate(hashes) if hashes else np.zeros(0, dtype=np.uint64)
+    np.savez(target, keys=prio["key"], offsets=offsets, hashes=flat,
+             **{name: prio[name] for name in prio.dtype.names if name != "key"})
+
+
+def _load_shingles(work: Path, shard: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(sorted keys, offsets, flat hashes) of one shard's saved candidate documents."""
+    with np.load(work / "shingles" / f"s{shard:06d}.npz", allow_pickle=False) as data:
+        return data["keys"], data["offsets"], data["hashes"]
+
+
+def _verify_task(job: dict) -> tuple[int, int]:
+    """Unique candidate pairs of one shard checked by true Jaccard; verified ones become neighbour
+    records in graph/r000, partitioned by node. Returns (candidates, verified pairs)."""
+    work, shard = Path(job["work"]), job["shard"]
+    pairs = gather(work / "pairs" / f"s{shard:06d}")
+    if pairs is None:
+        return 0, 0
+    pairs = np.unique(pairs, axis=0)  # every copy of a pair came here: same first document
+    keys_a, offsets_a, flat_a = _load_shingles(work, shard)
+    other_shard = split_keys(pairs[:, 1])[0]
+    similar = np.zeros(len(pairs), dtype=bool)
+    for other in np.unique(other_shard).tolist():  # one other shard's hashes in memory at a time
+        keys_b, offsets_b, flat_b = (keys_a, offsets_a, flat_a) if other == shard else _load_shingles(work, other)
+        chosen = np.flatnonzero(other_shard == other)
+        ia, ib = np.searchsorted(keys_a, pairs[chosen, 0]), np.searchsorted(keys_b, pairs[chosen, 1])
+        similar[chosen] = [jaccard(flat_a[offsets_a[i]:offsets_a[i + 1]], flat_b[offsets_b[j]:offsets_b[j + 1]])
+                           >= job["threshold"] for i, j in zip(ia.tolist(), ib.tolist())]
+    records = both_directions(pairs[similar])
+    scatter(records, node_partition(records[:, 0], job["partitions"]), work / "graph" / "r000", "p",
+            f"s{shard:06d}")
+    return len(pairs), int(similar.sum())
+
+
+def _star_task(job: dict) -> int:
+    """One large-star or small-star step over one node partition, output written to the next
+    round's partitions; returns the number of unstable nodes of its input."""
+    graph = Path(job["work"]) / "graph"
+    records = gather(graph / f"r{job['round']:03d}" / f"p{job['part']:06d}")
+    if records is None:
+        return 0
+    step = large_star if job["round"] % 2 == 0 else small_star
+    out = both_directions(step(records))
+    scatter(out, node_partition(out[:, 0], job["partitions"]), graph / f"r{job['round'] + 1:03d}", "p",
+            f"p{job['part']:06d}")
+    return unstable_nodes(records)
+
+
+def _label_task(job: dict) -> None:
+    """(document, component label) of every node of one converged partition, sent to its shard."""
+    work = Path(job["work"])
+    records = gather(work / "graph" / f"r{job['round']:03d}" / f"p{job['part']:06d}")
+    if records is None:
+        return
+    nodes, labels = star_labels(records)
+    scatter(np.stack([nodes, labels], axis=1), split_keys(nodes)[0], work / "labels", "s",
+            f"p{job['part']:06d}")
+
+
+def _join_task(job: dict) -> None:
+    """Keep-priority records of one shard's component members, with their labels, sent by label."""
+    work, shard = Path(job["work"]), job["shard"]
+    labelled = gather(work / "labels" / f"s{shard:06d}")
+    if labelled is None:
+        return
+    labelled = labelled[np.argsort(labelled[:, 0])]
+    with np.load(work / "shingles" / f"s{shard:06d}.npz", allow_pickle=False) as data:
+        member = np.isin(data["keys"], labelled[:, 0])
+        fields = [(int(r), float(q), int(n), str(i)) for r, q, n, i in
+                  zip(data["rank"][member], data["quality"][member], data["length"][member], data["id"][member])]
+        prio = priority_array(fields, data["keys"][member])
+    records = np.empty(len(prio), dtype=prio.dtype.descr + [("label", "u8")])
+    for name in prio.dtype.names:
+        records[name] = prio[name]
+    records["label"] = labelled[np.searchsorted(labelled[:, 0], prio["key"]), 1]
+    scatter(records, node_partition(records["label"], job["partitions"]), work / "groups", "p",
+            f"s{shard:06d}")
+
+
+def _choose_task(job: dict) -> Counter:
+    """Every component of one label partition keeps its ``best_first`` document; the others are
+    sent to their shard's drop list. Counts components and their sizes."""
+    work, counters = Path(job["work"]), Counter()
+    records = gather(work / "groups" / f"p{job['part']:06d}")
+    if records is None:
+        return counters
+    order = best_first(records)
+    order = order[np.argsort(records["label"][order], kind="stable")]  # by component, best first
+    labels = records["label"][order]
+    starts = np.flatnonzero(np.r_[True, labels[1:] != labels[:-1]])
+    for size in np.diff(np.r_[starts, len(labels)]).tolist():
+        counters["components"] += 1
+        counters[f"hist:cluster_size:{cluster_size_bin(size)}"] += 1
+    dropped = records["key"][np.delete(order, starts)]
+    scatter(dropped, split_keys(dropped)[0], work / "drops", "s", f"p{job['part']:06d}")
+    return counters
+
+
+def _write_task(job: dict) -> Counter:
+    """The shard copied without the rows listed in its drop files (``dropped:duplicate``)."""
+    dropped = gather(Path(job["work"]) / "drops" / f"s{job['shard']:06d}")
+    rows = [] if dropped is None else sorted(split_keys(dropped)[1].tolist())
+    return filter_shard_task((job["src"], job["dst"], rows, "duplicate"))
+
+
+def run_distributed(stage: GlobalStage, inputs: list[Path], out_dir: Path, executor: Executor) -> list[Path]:
+    """Fuzzy-dedup ``inputs`` into ``out_dir`` as ``stage`` (a FuzzyDedup) configures, adding to
+    ``stage.counters`` the same counters as its local path; returns the output shard paths."""
+    work = Path(out_dir) / "_work_fuzzy_dedup"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    base = {"work": str(work), "partitions": stage.partitions}
+    shards = [{**base, "shard": i, "path": str(p)} for i, p in enumerate(inputs)]
+    parts = [{**base, "part": p} for p in range(stage.partitions)]
+    counters = stage.counters
+    for found in executor.map(_sign_task, [{**j, "minhash": stage.minhash, "scope": stage.scope} for j in shards],
+                              desc="fuzzy_dedup: minhash"):
+        counters["no_shingles"] += found["no_shingles"]
+    bucketed = executor.map(_bucket_task, [{**j, "all_pairs_up_to": stage.all_pairs_up_to} for j in parts],
+                            desc="fuzzy_dedup: buckets")
+    counters["shared_buckets"] += sum(b for b, _ in bucketed)
+    executor.map(_shingle_task, [{**j, "minhash": stage.minhash, "priority": stage.priority,
+                                  "priority_field": stage.priority_field} for j in shards],
+                 desc="fuzzy_dedup: shingles")
+    checked = executor.map(_verify_task, [{**j, "threshold": stage.threshold} for j in shards],
+                           desc="fuzzy_dedup: verify")
+    counters["candidates"] += sum(c for c, _ in checked)
+    counters["verified_pairs"] += sum(v for _, v in checked)
+    final_round = _converge(parts, work, executor)
+    executor.map(_label_task, [{**j, "round": final_round} for j in parts], desc="fuzzy_dedup: labels")
+    executor.map(_join_task, shards, desc="fuzzy_dedup: join")
+    for found in executor.map(_choose_task, parts, desc="fuzzy_dedup: choose"):
+        counters.update(found)
+    outputs = output_paths(inputs, out_dir)
+    jobs = [{**j, "src": str(i), "dst": str(o)} for j, i, o in zip(shards, inputs, outputs)]
+    for found in executor.map(_write_task, jobs, desc="fuzzy_dedup: write"):
+        counters.update(found)
+    shutil.rmtree(work, ignore_errors=True)
+    return outputs
+
+
+def _converge(parts: list[dict], work: Path, executor: Executor) -> int:
+    """Run star rounds until no partition reports an unstable node; returns the round whose graph
+    is final (each component a star around its smallest document)."""
+    for round_ in range(_MAX_ROUNDS):
+        unstable = sum(executor.map(_star_task, [{**j, "round": round_} for j in parts],
+                                    desc=f"fuzzy_dedup: components round {round_}"))
+        if round_ > 0:
+            shutil.rmtree(work / "graph" / f"r{round_ - 1:03d}", ignore_errors=True)
+        if unstable == 0:
+            log.info("fuzzy_dedup: connected components converged after %d star rounds", round_)
+            return round_
+    raise CurateError(f"fuzzy_dedup: connected components did not converge in {_MAX_ROUNDS} rounds "
+                      f"(work files in {work / 'graph'})")
