@@ -41,7 +41,10 @@ def test_interleaving_divides_the_bubble_by_the_chunk_count(pp, m, v):
 def test_communication_time_lengthens_the_step():
     free, costly = simulate(one_f_one_b(4, 8)), simulate(one_f_one_b(4, 8), comm_time=0.25)
     assert costly.makespan > free.makespan
-    assert any(b.kind == "comm" for b in costly.boxes) and not any(b.kind == "comm" for b in free.boxes)
+    # Waits (comm boxes) block longer; every transfer takes at least comm_time from its post.
+    assert sum(costly.wait_time(s) for s in range(4)) > sum(free.wait_time(s) for s in range(4))
+    transfers = [b for b in costly.boxes if b.kind in ("send", "recv")]
+    assert len(transfers) == 2 * 2 * 8 * 3 and all(b.end - b.start >= 0.25 - 1e-12 for b in transfers)
     assert costly.bubble_fraction > free.bubble_fraction
 
 
