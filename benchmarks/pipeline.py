@@ -14,6 +14,13 @@ a stage it is exactly what (p-1)/(m v) predicts. Speed-ups are ratios of median 
 (whole train step, and the pipeline part alone: the timeline's makespan) against 1F1B with
 overlapped messages at the same m.
 
+Whether the machine allows that measurement is printed beside it: "core share" is the CPU time
+each stage's process got per wall second it was not idle (~1 with a core a stage; less when the
+stages time-share cores, e.g. with other jobs in other cgroups; then an idle stage lends its CPU
+to the busy one and the wall-clock bubble stops measuring the schedule). "Replayed" figures feed
+the thread CPU cost of every measured box into trident's simulator of the same plan (free
+messages): the step as it would run with a core a stage, with this model's real stage imbalance.
+
 Memory: the same model, m=8, GPipe vs 1F1B; every tensor autograd saves for backward is tracked
 through torch.autograd.graph.saved_tensors_hooks (storage-level, refcounted, parameters excluded),
 and each stage reports the peak of live saved bytes during a step, beside the schedule's peak
@@ -29,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -108,56 +116,113 @@ def _layouts_worker(rank, world, model, rounds, out_dir):
                           datasets=(RandomTokens(config.model.seq_length, config.model.vocab_size), None),
                           log=lambda *a: None)
         trainer.model.executor.set_contract(contract)
+        trainer.costs = cpu_cost_of_each_box(trainer.model.executor, rank)
         trainer.train_step()  # warm-up (allocator, first-call costs), not counted
         trainers[(schedule, m, contract)] = trainer
     steps = {key: [] for key in trainers}
     for _ in range(rounds):
         for key, trainer in trainers.items():
+            trainer.costs.clear()
+            cpu = time.process_time()
             record = trainer.train_step()
+            cpu = time.process_time() - cpu
             timeline = Timeline.load(trainer.out / f"timeline_step{trainer.step}.json") if rank == 0 else None
-            steps[key].append({"step_s": record["step_time_s"], "bubble": record["bubble"],
+            steps[key].append({"step_s": record["step_time_s"], "cpu_s": cpu, "costs": dict(trainer.costs),
+                               "bubble": record["bubble"],
                                "theory": record["bubble_theory"], "load": load_average()["load_1m"],
                                "timeline": timeline.to_json() if timeline else None})
     return steps
 
 
-def summarise(key, steps, baseline) -> dict:
-    """Medians of one layout's recorded steps, and its speed-up over the baseline layout."""
+def cpu_cost_of_each_box(executor, stage: int) -> dict:
+    """Times the thread CPU seconds of every Forward/Backward the executor runs into the returned
+    dict, keyed as simulate's `durations`: what each box costs on a core of its own, whatever the
+    time-sharing around it."""
+    costs: dict = {}
+    run_compute = executor.compute
+
+    def compute(op):
+        start = time.thread_time()
+        run_compute(op)
+        kind = "backward" if type(op).__name__ == "Backward" else "forward"
+        costs[(stage, kind, op.microbatch, op.chunk)] = time.thread_time() - start
+
+    executor.compute = compute
+    return costs
+
+
+def replay(key, per_rank_step: list[dict]):
+    """The step as it would run with a core a stage: each box's measured CPU cost through the
+    simulator's model of the same plan (free messages)."""
+    from trident.parallel.pipeline.schedules import build_schedule
+    from trident.parallel.pipeline.simulate import simulate
+
+    schedule, m, contract = key
+    costs = {k: v for step in per_rank_step for k, v in step["costs"].items()}
+    return simulate(build_schedule(schedule, PP, m, 2 if schedule == "interleaved" else 1), durations=costs,
+                    contract=contract)
+
+
+def core_share(timeline, rank_steps: list[dict]) -> float:
+    """CPU seconds each stage's process got per wall second it was not idle in the pipeline (mean
+    over stages): ~1 when every stage has a core of its own, as the bubble measurement needs; below
+    1 when the stages time-share cores with each other or with other jobs (then an idle stage lends
+    its CPU to the busy one and the wall-clock bubble no longer measures the schedule)."""
+    shares = []
+    for stage, step in enumerate(rank_steps):
+        busy = step["step_s"] - (timeline.makespan - timeline.compute_time(stage))
+        shares.append(step["cpu_s"] / busy)
+    return sum(shares) / len(shares)
+
+
+def summarise(key, ranks: list[dict]) -> dict:
+    """Medians of one layout's recorded steps, its replay on a core a stage, and its speed-ups over
+    1F1B with overlapped messages at the same m. ranks[r][layout] lists rank r's steps."""
     from trident.parallel.pipeline.timeline import Timeline
 
+    schedule, m, contract = key
+    base_key = ("1f1b", m, "overlapped")
+    steps, baseline = ranks[0][key], ranks[0][base_key]
     timelines = [Timeline.from_json(s["timeline"]) for s in steps]
     makespans = [t.makespan for t in timelines]
+    shares = [core_share(t, [r[key][i] for r in ranks]) for i, t in enumerate(timelines)]
+    replays = [replay(key, [r[key][i] for r in ranks]) for i in range(len(steps))]
+    base_replay = median([replay(base_key, [r[base_key][i] for r in ranks]).makespan for i in range(len(baseline))])
     waits = [sum(t.wait_time(s) for s in range(t.num_stages)) / t.num_stages / t.makespan for t in timelines]
-    base_step = median([s["step_s"] for s in baseline])
     base_span = median([Timeline.from_json(s["timeline"]).makespan for s in baseline])
     typical = sorted(range(len(steps)), key=lambda i: makespans[i])[len(steps) // 2]
-    schedule, m, contract = key
     return {"schedule": schedule, "m": m, "v": 2 if schedule == "interleaved" else 1, "contract": contract,
             "bubble_measured": median([s["bubble"] for s in steps]), "bubble_steps": [s["bubble"] for s in steps],
             "bubble_theory": steps[0]["theory"], "step_s": median([s["step_s"] for s in steps]),
-            "pipeline_s": median(makespans), "wait_fraction": median(waits),
-            "speedup_step": base_step / median([s["step_s"] for s in steps]),
-            "speedup_pipeline": base_span / median(makespans), "boxes": box_stats(steps[typical]["timeline"]),
+            "pipeline_s": median(makespans), "wait_fraction": median(waits), "core_share": median(shares),
+            "bubble_replayed": median([r.bubble_fraction for r in replays]),
+            "speedup_step": median([s["step_s"] for s in baseline]) / median([s["step_s"] for s in steps]),
+            "speedup_pipeline": base_span / median(makespans),
+            "speedup_replayed": base_replay / median([r.makespan for r in replays]),
+            "boxes": box_stats(steps[typical]["timeline"]),
             "load_1m": [s["load"] for s in steps], "typical_timeline": steps[typical]["timeline"]}
 
 
 def measure_layouts(model: list[str], rounds: int) -> list[dict]:
     with tempfile.TemporaryDirectory() as out:
-        steps = run_ranks(_layouts_worker, PP, model, rounds, out)[0]
+        ranks = run_ranks(_layouts_worker, PP, model, rounds, out)
     results, rows = [], []
-    for key in steps:
+    for key in ranks[0]:
         schedule, m, contract = key
-        entry = summarise(key, steps[key], steps[("1f1b", m, "overlapped")])
+        entry = summarise(key, ranks)
         results.append(entry)
         theory = entry["bubble_theory"]
         rows.append([schedule, m, entry["v"], contract, f"{entry['bubble_measured']:.3f}", f"{theory:.3f}",
                      f"{(entry['bubble_measured'] - theory) / theory:+.0%}", f"{entry['wait_fraction']:.3f}",
                      f"{entry['boxes']['forward']['median_ms']:.1f} / {entry['boxes']['backward']['median_ms']:.1f}",
-                     f"{entry['step_s']:.3f}", f"{entry['speedup_step']:.3f}", f"{entry['speedup_pipeline']:.3f}"])
+                     f"{entry['core_share']:.2f}", f"{entry['step_s']:.3f}", f"{entry['speedup_step']:.3f}",
+                     f"{entry['speedup_pipeline']:.3f}", f"{entry['bubble_replayed']:.3f}",
+                     f"{entry['speedup_replayed']:.3f}"])
     loads = [x for entry in results for x in entry["load_1m"]]
     print_table(f"pp={PP}, 2 gloo processes, median of {rounds} interleaved rounds (load 1m {min(loads)}-{max(loads)})",
                 ["schedule", "m", "v", "messages", "bubble", "theory (p-1)/(m v)", "vs theory", "waiting / step",
-                 "fwd/bwd box ms", "step s", "speed-up vs 1F1B overlapped (step)", "(pipeline part)"], rows)
+                 "fwd/bwd box ms", "core share", "step s", "speed-up vs 1F1B overlapped (step)", "(pipeline part)",
+                 "replayed bubble", "replayed speed-up"], rows)
     return results
 
 

@@ -112,13 +112,15 @@ def _match_transfers(schedule: list[list[Instruction]], v: int) -> dict[tuple[in
 
 def simulate(schedule: list[list[Instruction]], forward_time: float = 1.0, backward_time: float = 2.0,
              comm_time: float = 0.0, name: str = "", backward: bool = True,
-             contract: str = "overlapped") -> Timeline:
+             contract: str = "overlapped", durations: dict | None = None) -> Timeline:
     """Discrete-event run of `schedule` as the executor runs it: each stage's actions from
     overlap.build_plan(ops, contract), posts never blocking, every transfer a rendezvous that
     completes comm_time after both sides posted it, a Wait blocking until then. forward_time and
     backward_time are one micro-batch through a whole stage; each of its v chunks takes 1/v of it.
-    backward=False checks a forward-only schedule (see forward_only).
-    Returns a timeline.Timeline (compute boxes; a `send`/`recv` box per transfer from its post to
+    backward=False checks a forward-only schedule (see forward_only). `durations` maps
+    (stage, "forward" | "backward", microbatch, chunk) to that box's own time (e.g. its measured
+    cost, to replay a real step as if every stage had a core of its own); boxes it omits take the
+    uniform times. Returns a timeline.Timeline (compute boxes; a `send`/`recv` box per transfer from its post to
     its completion; a `comm` box wherever a stage is blocked in a Wait); raises ScheduleError
     naming each blocked stage and the instruction it waits on if the schedule deadlocks."""
     for label, value in (("forward_time", forward_time), ("backward_time", backward_time), ("comm_time", comm_time)):
@@ -127,7 +129,8 @@ def simulate(schedule: list[list[Instruction]], forward_time: float = 1.0, backw
                                 f" number, got {value!r}")
     m, v = check_schedule(schedule, backward)
     plans = [build_plan(ops, contract) for ops in schedule]
-    run = _Run(schedule, plans, _match_transfers(schedule, v), forward_time / v, backward_time / v, comm_time)
+    run = _Run(schedule, plans, _match_transfers(schedule, v), forward_time / v, backward_time / v, comm_time,
+               durations or {})
     while any([run.advance(stage) for stage in range(len(schedule))]):
         pass  # each pass moves every stage as far as it can; stop when none can move
     blocked = [run.blocked_reason(s) for s in range(len(schedule)) if run.pc[s] < len(plans[s])]
@@ -140,9 +143,11 @@ def simulate(schedule: list[list[Instruction]], forward_time: float = 1.0, backw
 class _Run:
     """State of one simulation: per stage the next action, its clock, and when each transfer was posted."""
 
-    def __init__(self, schedule, plans, partner, chunk_forward: float, chunk_backward: float, comm_time: float):
+    def __init__(self, schedule, plans, partner, chunk_forward: float, chunk_backward: float, comm_time: float,
+                 durations: dict):
         self.schedule, self.plans, self.partner, self.comm_time = schedule, plans, partner, comm_time
         self.duration = {Forward: chunk_forward, Backward: chunk_backward}
+        self.durations = durations  # (stage, kind, microbatch, chunk) -> time of that box, if given
         self.posted: dict[tuple[int, int], float] = {}  # (stage, list position) -> post time
         self.pc = [0] * len(schedule)
         self.clock = [0.0] * len(schedule)
@@ -160,8 +165,9 @@ class _Run:
                     return moved
             else:
                 op = self.schedule[s][action.index]
-                end = self.clock[s] + self.duration[type(op)]
                 kind = "forward" if isinstance(op, Forward) else "backward"
+                took = self.durations.get((s, kind, op.microbatch, op.chunk), self.duration[type(op)])
+                end = self.clock[s] + took
                 self.boxes.append(Box(s, kind, op.microbatch, op.chunk, self.clock[s], end))
                 self.clock[s] = end
             self.pc[s], moved = self.pc[s] + 1, True
