@@ -1,42 +1,58 @@
-"""Pipeline parallelism on this CPU: measured bubble of 1F1B and interleaved 1F1B for pp=4 and
-m = 4, 8, 16 beside (p-1)/(m*v), and peak saved-activation memory per stage, GPipe vs 1F1B.
+"""Pipeline parallelism on this CPU: trident's 1F1B against interleaved 1F1B at pp = 2 (one core
+a stage), m = 4 and 8, with overlapped and batched pipeline messages; the measured bubble of each
+beside (p-1)/(m v); and peak saved-activation memory per stage, GPipe vs 1F1B.
 
-Bubble: 4 gloo processes (1 thread each) train the same 8-layer GPT (1F1B: 2 layers a stage;
-interleaved: v=2 chunks of 1 layer). With `logging.record_timeline` the trainer times every
-forward/backward box of a step on every stage from a shared origin and reports
-Timeline.bubble_fraction ((stages x makespan - compute) / compute). Two steps are recorded after a
-warm-up; the table gives their median beside theory (p-1)/(m*v) (which trident's simulator
-reproduces exactly for equal box times), and the median and spread (coefficient of variation) of
-the forward and backward box times of one step: boxes of equal work should take equal time.
-Time-sharing: 4 processes on 2 cores (and other jobs on the machine). In 1F1B's steady state all 4
-stages compute at once and each box is stretched ~2x while warm-up/cool-down boxes have fewer
-stages competing (this lowers the measured bubble), and every transfer needs both peers scheduled
-(this raises it). With other jobs on the machine box times vary several-fold; the spread column
-says how far a run is from the equal box times the theory assumes.
+Speed and bubble: 2 gloo processes (1 thread each) train the issue's GPT (4 layers x 256, 8 heads,
+seq 256, vocab 128, micro-batch 4, fp32; 1F1B: 2 layers a stage, interleaved: v = 2 chunks of 1
+layer). Every layout (schedule x m x contract) lives in the same two processes as its own
+Trainer, and the rounds interleave them (one recorded step of each layout per round), so load from
+other jobs hits all of them alike; the table gives medians over the rounds. With
+`logging.record_timeline` the trainer times every compute box, every transfer (post to completion)
+and every wait on every stage from a shared origin; the bubble is Timeline.bubble_fraction =
+(stages x makespan - compute) / compute with waiting counted as idle: on an idle machine with a core
+a stage it is exactly what (p-1)/(m v) predicts. Speed-ups are ratios of median step times
+(whole train step, and the pipeline part alone: the timeline's makespan) against 1F1B with
+overlapped messages at the same m.
+
+Whether the machine allows that measurement is printed beside it: "core share" is the CPU time
+each stage's process got per wall second it was not idle (~1 with a core a stage; less when the
+stages time-share cores, e.g. with other jobs in other cgroups; then an idle stage lends its CPU
+to the busy one and the wall-clock bubble stops measuring the schedule). "Replayed" figures feed
+the thread CPU cost of every measured box into trident's simulator of the same plan (free
+messages): the step as it would run with a core a stage, with this model's real stage imbalance.
 
 Memory: the same model, m=8, GPipe vs 1F1B; every tensor autograd saves for backward is tracked
 through torch.autograd.graph.saved_tensors_hooks (storage-level, refcounted, parameters excluded),
 and each stage reports the peak of live saved bytes during a step, beside the schedule's peak
 in-flight micro-batches (pipeline.schedules.peak_inflight).
 
-Also writes docs/img/pipeline-measured-interleaved.png (a measured interleaved timeline, m=8).
+Also writes docs/img/pipeline-measured-pp2-m4-{1f1b,interleaved}.png: the measured step (median
+makespan) of each schedule with overlapped messages: transfers in flight drawn under and over the
+compute boxes.
 
-    python benchmarks/pipeline.py [--quick] [--img-dir docs/img] [--pp 4] [--no-memory]
+    python benchmarks/pipeline.py [--quick] [--rounds N] [--img-dir docs/img] [--no-memory]
 """
 from __future__ import annotations
 
 import argparse
 import tempfile
+import time
 from pathlib import Path
 
 import torch
 
 from common import RandomTokens, emit_json, load_average, make_config, median, print_table, run_ranks
 
-MODEL = ["model.num_layers=8", "model.hidden_size=256", "model.num_heads=8", "model.seq_length=128",
-         "model.vocab_size=512", "train.micro_batch_size=2"]
-QUICK_MODEL = ["model.num_layers=8", "model.hidden_size=128", "model.num_heads=4", "model.seq_length=64",
+# A small vocabulary keeps the output head (on the last stage only) at ~3% of a layer, so the stages
+# do equal work, as (p-1)/(m v) assumes.
+MODEL = ["model.num_layers=4", "model.hidden_size=256", "model.num_heads=8", "model.seq_length=256",
+         "model.vocab_size=128", "train.micro_batch_size=4"]
+QUICK_MODEL = ["model.num_layers=4", "model.hidden_size=128", "model.num_heads=4", "model.seq_length=64",
                "model.vocab_size=512", "train.micro_batch_size=2"]
+PP = 2
+# (schedule, m, contract); the first of each m is the baseline the others are compared with.
+LAYOUTS = [(schedule, m, contract) for m in (4, 8) for contract in ("overlapped", "batched")
+           for schedule in ("1f1b", "interleaved")]
 
 
 def overrides_for(model: list[str], pp: int, schedule: str, m: int) -> list[str]:
@@ -88,23 +104,126 @@ class _Held:
         self.tracker.release(self.key)
 
 
-def _bubble_worker(rank, world, overrides, out_dir, recorded):
+def _layouts_worker(rank, world, model, rounds, out_dir):
+    """Every layout as its own Trainer in these processes; `rounds` recorded steps of each, interleaved."""
     from trident.parallel.pipeline.timeline import Timeline
     from trident.train.trainer import Trainer
 
-    config = make_config("demo", overrides + ["logging.record_timeline=false"])
-    m = config.model
-    trainer = Trainer(config, out_dir, datasets=(RandomTokens(m.seq_length, m.vocab_size), None),
-                      vocab_size=m.vocab_size, log=lambda *a: None)
-    trainer.train_step()  # warm-up (allocator, first-call costs), not recorded
-    config.logging.record_timeline = True
-    steps = []
-    for _ in range(recorded):
-        record = trainer.train_step()
-        timeline = Timeline.load(Path(out_dir) / f"timeline_step{trainer.step}.json") if rank == 0 else None
-        steps.append({"bubble": record["bubble"], "theory": record["bubble_theory"],
-                      "step_s": record["step_time_s"], "timeline": timeline.to_json() if timeline else None})
+    trainers = {}
+    for schedule, m, contract in LAYOUTS:
+        config = make_config("demo", overrides_for(model, PP, schedule, m) + ["logging.record_timeline=true"])
+        trainer = Trainer(config, f"{out_dir}/{schedule}-{m}-{contract}", vocab_size=config.model.vocab_size,
+                          datasets=(RandomTokens(config.model.seq_length, config.model.vocab_size), None),
+                          log=lambda *a: None)
+        trainer.model.executor.set_contract(contract)
+        trainer.costs = cpu_cost_of_each_box(trainer.model.executor, rank)
+        trainer.train_step()  # warm-up (allocator, first-call costs), not counted
+        trainers[(schedule, m, contract)] = trainer
+    steps = {key: [] for key in trainers}
+    for _ in range(rounds):
+        for key, trainer in trainers.items():
+            trainer.costs.clear()
+            cpu = time.process_time()
+            record = trainer.train_step()
+            cpu = time.process_time() - cpu
+            timeline = Timeline.load(trainer.out / f"timeline_step{trainer.step}.json") if rank == 0 else None
+            steps[key].append({"step_s": record["step_time_s"], "cpu_s": cpu, "costs": dict(trainer.costs),
+                               "bubble": record["bubble"],
+                               "theory": record["bubble_theory"], "load": load_average()["load_1m"],
+                               "timeline": timeline.to_json() if timeline else None})
     return steps
+
+
+def cpu_cost_of_each_box(executor, stage: int) -> dict:
+    """Times the thread CPU seconds of every Forward/Backward the executor runs into the returned
+    dict, keyed as simulate's `durations`: what each box costs on a core of its own, whatever the
+    time-sharing around it."""
+    costs: dict = {}
+    run_compute = executor.compute
+
+    def compute(op):
+        start = time.thread_time()
+        run_compute(op)
+        kind = "backward" if type(op).__name__ == "Backward" else "forward"
+        costs[(stage, kind, op.microbatch, op.chunk)] = time.thread_time() - start
+
+    executor.compute = compute
+    return costs
+
+
+def replay(key, per_rank_step: list[dict]):
+    """The step as it would run with a core a stage: each box's measured CPU cost through the
+    simulator's model of the same plan (free messages)."""
+    from trident.parallel.pipeline.schedules import build_schedule
+    from trident.parallel.pipeline.simulate import simulate
+
+    schedule, m, contract = key
+    costs = {k: v for step in per_rank_step for k, v in step["costs"].items()}
+    return simulate(build_schedule(schedule, PP, m, 2 if schedule == "interleaved" else 1), durations=costs,
+                    contract=contract)
+
+
+def core_share(timeline, rank_steps: list[dict]) -> float:
+    """CPU seconds each stage's process got per wall second it was not idle in the pipeline (mean
+    over stages): ~1 when every stage has a core of its own, as the bubble measurement needs; below
+    1 when the stages time-share cores with each other or with other jobs (then an idle stage lends
+    its CPU to the busy one and the wall-clock bubble no longer measures the schedule)."""
+    shares = []
+    for stage, step in enumerate(rank_steps):
+        busy = step["step_s"] - (timeline.makespan - timeline.compute_time(stage))
+        shares.append(step["cpu_s"] / busy)
+    return sum(shares) / len(shares)
+
+
+def summarise(key, ranks: list[dict]) -> dict:
+    """Medians of one layout's recorded steps, its replay on a core a stage, and its speed-ups over
+    1F1B with overlapped messages at the same m. ranks[r][layout] lists rank r's steps."""
+    from trident.parallel.pipeline.timeline import Timeline
+
+    schedule, m, contract = key
+    base_key = ("1f1b", m, "overlapped")
+    steps, baseline = ranks[0][key], ranks[0][base_key]
+    timelines = [Timeline.from_json(s["timeline"]) for s in steps]
+    makespans = [t.makespan for t in timelines]
+    shares = [core_share(t, [r[key][i] for r in ranks]) for i, t in enumerate(timelines)]
+    replays = [replay(key, [r[key][i] for r in ranks]) for i in range(len(steps))]
+    base_replay = median([replay(base_key, [r[base_key][i] for r in ranks]).makespan for i in range(len(baseline))])
+    waits = [sum(t.wait_time(s) for s in range(t.num_stages)) / t.num_stages / t.makespan for t in timelines]
+    base_span = median([Timeline.from_json(s["timeline"]).makespan for s in baseline])
+    typical = sorted(range(len(steps)), key=lambda i: makespans[i])[len(steps) // 2]
+    return {"schedule": schedule, "m": m, "v": 2 if schedule == "interleaved" else 1, "contract": contract,
+            "bubble_measured": median([s["bubble"] for s in steps]), "bubble_steps": [s["bubble"] for s in steps],
+            "bubble_theory": steps[0]["theory"], "step_s": median([s["step_s"] for s in steps]),
+            "pipeline_s": median(makespans), "wait_fraction": median(waits), "core_share": median(shares),
+            "bubble_replayed": median([r.bubble_fraction for r in replays]),
+            "speedup_step": median([s["step_s"] for s in baseline]) / median([s["step_s"] for s in steps]),
+            "speedup_pipeline": base_span / median(makespans),
+            "speedup_replayed": base_replay / median([r.makespan for r in replays]),
+            "boxes": box_stats(steps[typical]["timeline"]),
+            "load_1m": [s["load"] for s in steps], "typical_timeline": steps[typical]["timeline"]}
+
+
+def measure_layouts(model: list[str], rounds: int) -> list[dict]:
+    with tempfile.TemporaryDirectory() as out:
+        ranks = run_ranks(_layouts_worker, PP, model, rounds, out)
+    results, rows = [], []
+    for key in ranks[0]:
+        schedule, m, contract = key
+        entry = summarise(key, ranks)
+        results.append(entry)
+        theory = entry["bubble_theory"]
+        rows.append([schedule, m, entry["v"], contract, f"{entry['bubble_measured']:.3f}", f"{theory:.3f}",
+                     f"{(entry['bubble_measured'] - theory) / theory:+.0%}", f"{entry['wait_fraction']:.3f}",
+                     f"{entry['boxes']['forward']['median_ms']:.1f} / {entry['boxes']['backward']['median_ms']:.1f}",
+                     f"{entry['core_share']:.2f}", f"{entry['step_s']:.3f}", f"{entry['speedup_step']:.3f}",
+                     f"{entry['speedup_pipeline']:.3f}", f"{entry['bubble_replayed']:.3f}",
+                     f"{entry['speedup_replayed']:.3f}"])
+    loads = [x for entry in results for x in entry["load_1m"]]
+    print_table(f"pp={PP}, 2 gloo processes, median of {rounds} interleaved rounds (load 1m {min(loads)}-{max(loads)})",
+                ["schedule", "m", "v", "messages", "bubble", "theory (p-1)/(m v)", "vs theory", "waiting / step",
+                 "fwd/bwd box ms", "core share", "step s", "speed-up vs 1F1B overlapped (step)", "(pipeline part)",
+                 "replayed bubble", "replayed speed-up"], rows)
+    return results
 
 
 def _memory_worker(rank, world, overrides):
@@ -137,35 +256,6 @@ def box_stats(timeline_json: dict) -> dict:
     return stats
 
 
-def measure_bubbles(model: list[str], pp: int, micro_batches: list[int], recorded: int) -> tuple[list, dict]:
-    rows, results, diagram = [], [], None
-    for schedule in ("1f1b", "interleaved"):
-        for m in micro_batches:
-            with tempfile.TemporaryDirectory() as out:
-                steps = run_ranks(_bubble_worker, pp, overrides_for(model, pp, schedule, m), out, recorded)[0]
-            measured = median([s["bubble"] for s in steps])
-            boxes = box_stats(steps[0]["timeline"])
-            theory = steps[0]["theory"]
-            entry = {"schedule": schedule, "m": m, "v": 2 if schedule == "interleaved" else 1,
-                     "bubble_measured": measured, "bubble_steps": [s["bubble"] for s in steps],
-                     "bubble_theory": theory, "boxes": boxes,
-                     "rel_error_vs_theory": (measured - theory) / theory,
-                     "step_s": median([s["step_s"] for s in steps]),
-                     "load": load_average()}
-            results.append(entry)
-            rows.append([schedule, m, entry["v"], f"{measured:.3f}", f"{theory:.3f}",
-                         f"{boxes['forward']['median_ms']:.1f} / {boxes['backward']['median_ms']:.1f}",
-                         f"{boxes['forward']['cv']:.2f} / {boxes['backward']['cv']:.2f}",
-                         f"{entry['rel_error_vs_theory']:+.0%}", entry["step_s"]])
-            print(f"{schedule} m={m}: bubble {measured:.3f} (theory {theory:.3f}), load {entry['load']}", flush=True)
-            if schedule == "interleaved" and m == 8:
-                diagram = steps[0]["timeline"]
-    print_table(f"Bubble fraction, pp={pp}, measured on {pp} gloo processes (median of {recorded} steps)",
-                ["schedule", "m", "v", "measured", "theory (p-1)/(m v)", "fwd/bwd box ms", "box-time CV f/b",
-                 "measured vs theory", "step s"], rows)
-    return results, diagram
-
-
 def measure_memory(model: list[str], pp: int, m: int) -> list:
     rows, results = [], []
     for schedule in ("gpipe", "1f1b"):
@@ -185,24 +275,26 @@ def measure_memory(model: list[str], pp: int, m: int) -> list:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="smaller model, m in {4, 8}, one recorded step")
-    parser.add_argument("--img-dir", default="docs/img", help="where the measured timeline PNG goes")
-    parser.add_argument("--pp", type=int, default=4, help="pipeline stages (default 4)")
+    parser.add_argument("--quick", action="store_true", help="smaller model, 2 rounds, no memory part")
+    parser.add_argument("--rounds", type=int, default=7, help="recorded steps of each layout (default 7)")
+    parser.add_argument("--img-dir", default="docs/img", help="where the measured timeline PNGs go")
     parser.add_argument("--no-memory", action="store_true", help="skip the GPipe vs 1F1B memory part")
     args = parser.parse_args()
     model = QUICK_MODEL if args.quick else MODEL
-    micro_batches, recorded = ([4, 8], 1) if args.quick else ([4, 8, 16], 2)
-    bubbles, diagram = measure_bubbles(model, args.pp, micro_batches, recorded)
-    memory = [] if args.no_memory else measure_memory(model, args.pp, 8)
-    if diagram is not None:
-        from trident.parallel.pipeline.draw import draw_timeline
-        from trident.parallel.pipeline.timeline import Timeline
+    layouts = measure_layouts(model, 2 if args.quick else args.rounds)
+    memory = [] if args.no_memory or args.quick else measure_memory(model, PP, 8)
+    from trident.parallel.pipeline.draw import draw_timeline
+    from trident.parallel.pipeline.timeline import Timeline
 
-        name = "pipeline-measured-interleaved.png" if args.pp == 4 else f"pipeline-measured-interleaved-pp{args.pp}.png"
-        path = draw_timeline(Timeline.from_json(diagram), Path(args.img_dir) / name,
-                             f"interleaved 1F1B, measured on {args.pp} gloo processes (2 cores)")
-        print(f"wrote {path}")
-    emit_json("pipeline", {"pp": args.pp, "model": model, "bubbles": bubbles, "memory": memory})
+    for entry in layouts:
+        if entry["m"] == 4 and entry["contract"] == "overlapped":
+            name = f"pipeline-measured-pp2-m4-{entry['schedule']}.png"
+            path = draw_timeline(Timeline.from_json(entry["typical_timeline"]), Path(args.img_dir) / name,
+                                 f"{entry['schedule']}, overlapped messages, measured on 2 gloo processes")
+            print(f"wrote {path}")
+    for entry in layouts:
+        entry.pop("typical_timeline")
+    emit_json("pipeline", {"pp": PP, "model": model, "layouts": layouts, "memory": memory})
     return 0
 
 

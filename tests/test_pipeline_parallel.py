@@ -116,5 +116,5 @@ def test_trainer_records_the_measured_pipeline_timeline(tmp_path):
     assert measured > 0
     timeline = Timeline.load(tmp_path / "timeline_step1.json")
     for stage in range(2):  # every micro-batch forwarded and backwarded once on each stage
-        kinds = sorted((b.kind, b.microbatch) for b in timeline.boxes if b.stage == stage)
+        kinds = sorted((b.kind, b.microbatch) for b in timeline.compute_boxes if b.stage == stage)
         assert kinds == sorted([(k, m) for k in ("forward", "backward") for m in range(4)])

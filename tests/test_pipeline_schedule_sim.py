@@ -41,7 +41,10 @@ def test_interleaving_divides_the_bubble_by_the_chunk_count(pp, m, v):
 def test_communication_time_lengthens_the_step():
     free, costly = simulate(one_f_one_b(4, 8)), simulate(one_f_one_b(4, 8), comm_time=0.25)
     assert costly.makespan > free.makespan
-    assert any(b.kind == "comm" for b in costly.boxes) and not any(b.kind == "comm" for b in free.boxes)
+    # Waits (comm boxes) block longer; every transfer takes at least comm_time from its post.
+    assert sum(costly.wait_time(s) for s in range(4)) > sum(free.wait_time(s) for s in range(4))
+    transfers = [b for b in costly.boxes if b.kind in ("send", "recv")]
+    assert len(transfers) == 2 * 2 * 8 * 3 and all(b.end - b.start >= 0.25 - 1e-12 for b in transfers)
     assert costly.bubble_fraction > free.bubble_fraction
 
 
@@ -197,3 +200,14 @@ def test_recorder_stop_returns_the_step_and_ends_recording():
     with recorder.record("backward", 0, 0):
         pass
     assert recorder.stop() == [Box(0, "backward", 0, 0, 0.5, 1.0)]
+
+
+def test_simulate_replays_given_box_durations():
+    # 1F1B, pp=2, m=2; stage 1's forward of micro-batch 0 takes 4 instead of 1: everything after it
+    # on stage 1 shifts by 3, and stage 0's backward of micro-batch 0 waits for its gradient.
+    uniform = simulate(one_f_one_b(2, 2))
+    slow = simulate(one_f_one_b(2, 2), durations={(1, "forward", 0, 0): 4.0})
+    box = {(b.stage, b.kind, b.microbatch): b for b in slow.compute_boxes}
+    assert box[(1, "forward", 0)].end - box[(1, "forward", 0)].start == 4.0
+    assert box[(0, "backward", 0)].start == box[(1, "backward", 0)].end == 7.0
+    assert slow.makespan == uniform.makespan + 3.0

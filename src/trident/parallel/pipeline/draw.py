@@ -6,7 +6,12 @@ from pathlib import Path
 from trident.parallel.pipeline.timeline import Timeline
 
 # Colour per kind; chunk c is drawn lighter as c grows so interleaved chunks are told apart.
-_BASE_RGB = {"forward": (0.16, 0.40, 0.75), "backward": (0.90, 0.45, 0.10), "comm": (0.55, 0.55, 0.55)}
+_BASE_RGB = {"forward": (0.16, 0.40, 0.75), "backward": (0.90, 0.45, 0.10), "comm": (0.55, 0.55, 0.55),
+             "send": (0.50, 0.20, 0.60), "recv": (0.15, 0.60, 0.30)}
+# (height, offset of the bottom from the row centre): compute fills the row, a blocked wait is a
+# bar in its middle, transfers in flight are thin lines above (send) and below (recv) the compute.
+_LANE = {"forward": (0.8, -0.4), "backward": (0.8, -0.4), "comm": (0.2, -0.1),
+         "send": (0.07, 0.41), "recv": (0.07, -0.48)}
 
 
 def _shade(kind: str, chunk: int, virtual_stages: int) -> tuple[float, float, float]:
@@ -17,7 +22,8 @@ def _shade(kind: str, chunk: int, virtual_stages: int) -> tuple[float, float, fl
 
 def draw_timeline(timeline: Timeline, path: str | Path, title: str | None = None) -> Path:
     """Draw `timeline` as a PNG at `path`: one row per stage (stage 0 on top), forward and backward
-    boxes coloured and labelled with their micro-batch, chunks shaded, comm boxes as thin bars."""
+    boxes coloured and labelled with their micro-batch, chunks shaded, waits as grey bars, transfers
+    in flight as thin lines above (send) and below (recv) the row."""
     import matplotlib
     matplotlib.use("Agg")  # files only; never needs a display
     import matplotlib.pyplot as plt
@@ -29,19 +35,21 @@ def draw_timeline(timeline: Timeline, path: str | Path, title: str | None = None
     origin = min(b.start for b in timeline.boxes)
     span = timeline.makespan or 1.0
     width = min(40.0, max(8.0, 0.35 * len(timeline.compute_boxes) / timeline.num_stages + 4))
-    fig, ax = plt.subplots(figsize=(width, 0.6 * timeline.num_stages + 1.6))
+    fig, ax = plt.subplots(figsize=(width, 0.6 * timeline.num_stages + 1.9))
     rectangles, colours = [], []
     for box in timeline.boxes:
         row = timeline.num_stages - 1 - box.stage
-        height, bottom = (0.2, row - 0.1) if box.kind == "comm" else (0.8, row - 0.4)
-        rectangles.append(Rectangle((box.start - origin, bottom), box.end - box.start, height))
+        height, offset = _LANE[box.kind]
+        rectangles.append(Rectangle((box.start - origin, row + offset), box.end - box.start, height))
         colours.append(_shade(box.kind, box.chunk, timeline.virtual_stages))
-        # Label only boxes wide enough to hold the number legibly.
-        if box.kind != "comm" and (box.end - box.start) / span * width > 0.18:
+        # Label only compute boxes wide enough to hold the number legibly.
+        if box.kind in ("forward", "backward") and (box.end - box.start) / span * width > 0.18:
             ax.text(box.start - origin + (box.end - box.start) / 2, row, str(box.microbatch),
                     ha="center", va="center", fontsize=7, color="white")
-    # One collection for all boxes: per-box artists make large timelines slow to draw.
-    ax.add_collection(PatchCollection(rectangles, facecolors=colours, edgecolors="white", linewidths=0.6))
+    # One collection for all boxes: per-box artists make large timelines slow to draw; thin
+    # transfer lines get no white edge, which would hide them.
+    edges = ["none" if box.kind in ("send", "recv") else "white" for box in timeline.boxes]
+    ax.add_collection(PatchCollection(rectangles, facecolors=colours, edgecolors=edges, linewidths=0.6))
     ax.set_yticks(range(timeline.num_stages))
     ax.set_yticklabels([f"stage {s}" for s in reversed(range(timeline.num_stages))])
     ax.set_xlim(0, span)
@@ -49,10 +57,14 @@ def draw_timeline(timeline: Timeline, path: str | Path, title: str | None = None
     ax.set_xlabel("time (simulated units)" if timeline.source == "simulated" else "time (s)")
     legend = [Patch(color=_shade("forward", 0, 1), label="forward"),
               Patch(color=_shade("backward", 0, 1), label="backward")]
+    kinds = {box.kind for box in timeline.boxes}
+    legend += [Patch(color=_BASE_RGB[kind], label=label) for kind, label in
+               (("comm", "waiting for a transfer"), ("send", "send in flight"), ("recv", "receive in flight"))
+               if kind in kinds]
     if timeline.virtual_stages > 1:
         legend.append(Patch(color="white", label="lighter = later chunk"))
-    # Legend above the axes so it never hides a box.
-    ax.legend(handles=legend, loc="lower right", bbox_to_anchor=(1.0, 1.0), fontsize=7, ncol=len(legend),
+    # Legend below the axes so it hides neither a box nor the title.
+    ax.legend(handles=legend, loc="upper center", bbox_to_anchor=(0.5, -0.22), fontsize=7, ncol=len(legend),
               frameon=False)
     heading = title or f"{timeline.schedule or 'pipeline'} ({timeline.source})"
     ax.set_title(f"{heading}: pp={timeline.num_stages}, m={timeline.num_microbatches}, "

@@ -1,12 +1,16 @@
 """Runs a pipeline schedule (schedules.py) on real ranks with point-to-point messages.
 
-Needs pp >= 2 (every chunk's neighbours live on other ranks). Each maximal run of Send*/Recv*
-instructions is posted as one `batch_isend_irecv` and waited for, the contract the schedules are
-built and checked against. Activation shapes are known to every stage (fixed by the config,
-[s or s/tp, micro_batch, hidden], or given per micro-batch for evaluation), so no shape handshake
-is needed. An output sent to the next stage keeps only its autograd graph (its data is freed once
-sent, as Megatron's output deallocation); a micro-batch's activations are dropped as soon as its
-backward has run, or, without backward, as soon as they are sent.
+Needs pp >= 2 (every chunk's neighbours live on other ranks). The executor performs the actions of
+overlap.build_plan for this stage's list, under one of its contracts: `overlapped` (sends posted
+as soon as their output exists, receives posted one compute early, each transfer waited for only
+where its tensor is needed; the default on gloo) or `batched` (each run of transfers posted and
+waited for together; the default on NCCL). `simulate.simulate` models the same plan, and the
+executor's `trace` (what it did, in order) equals it. Activation shapes are known to every stage
+(fixed by the config, [s or s/tp, micro_batch, hidden], or given per micro-batch for evaluation),
+so a receive is posted early with no shape handshake. An output sent to the next stage keeps only
+its autograd graph (its data is freed once the send is done, as Megatron's output deallocation);
+a micro-batch's activations are dropped as soon as its backward has run, or, without backward, as
+soon as they are sent.
 """
 from __future__ import annotations
 
@@ -16,10 +20,21 @@ import torch
 import torch.distributed as dist
 from torch.autograd import Variable
 
-from trident.parallel.pipeline.schedules import (COMMUNICATION, Forward, RecvActivation, SendActivation, SendGrad,
-                                                 build_schedule, forward_only)
+from trident.parallel.pipeline.overlap import CONTRACTS, Post, Wait, build_plan, last_backwards
+from trident.parallel.pipeline.schedules import (SENDS, Forward, RecvActivation, RecvGrad, ScheduleError,
+                                                 SendActivation, SendGrad, build_schedule, forward_only)
 from trident.parallel.pipeline.timeline import TimelineRecorder
 from trident.parallel.watch import watched
+
+
+def default_contract(group) -> str:
+    """`batched` on NCCL (its p2p ops run in order on one stream: early receives are not proven
+    safe there), `overlapped` on every other backend (gloo: each transfer progresses on its own)."""
+    try:
+        backend = dist.get_backend(group)
+    except (RuntimeError, ValueError):  # no real process group (e.g. a rehearsal's fake one)
+        return "overlapped"
+    return "batched" if backend == "nccl" else "overlapped"
 
 
 class PipelineExecutor:
@@ -28,19 +43,29 @@ class PipelineExecutor:
 
     def __init__(self, chunks: list, mesh, schedule: str, activation_shape: tuple[int, ...],
                  dtype: torch.dtype, device: torch.device, autocast=nullcontext,
-                 recorder: TimelineRecorder | None = None):
+                 recorder: TimelineRecorder | None = None, contract: str | None = None):
         self.chunks, self.mesh, self.schedule_name = chunks, mesh, schedule
         self.v = len(chunks)
         self.shape, self.dtype, self.device, self.autocast = activation_shape, dtype, device, autocast
         self.recorder = recorder
-        self._schedules: dict[tuple[int, bool], list] = {}
+        self.set_contract(contract or default_contract(mesh.group("pp")))
+        self.trace: list = []  # the Post/Wait/Run actions of the last run, in the order performed
 
-    def schedule(self, num_microbatches: int, backward: bool) -> list:
+    def set_contract(self, contract: str) -> None:
+        """Run later steps under `contract` (one of overlap.CONTRACTS)."""
+        if contract not in CONTRACTS:
+            raise ScheduleError(f"unknown pipeline contract {contract!r}; choose one of {', '.join(CONTRACTS)}")
+        self.contract = contract
+        self._plans: dict[tuple[int, bool], tuple[list, list]] = {}
+
+    def plan(self, num_microbatches: int, backward: bool) -> tuple[list, list]:
+        """(this stage's instruction list, its actions under self.contract), cached per shape of step."""
         key = (num_microbatches, backward)
-        if key not in self._schedules:
+        if key not in self._plans:
             full = build_schedule(self.schedule_name, self.mesh.pp, num_microbatches, self.v)
-            self._schedules[key] = (full if backward else forward_only(full))[self.mesh.pp_rank]
-        return self._schedules[key]
+            ops = (full if backward else forward_only(full))[self.mesh.pp_rank]
+            self._plans[key] = (ops, build_plan(ops, self.contract))
+        return self._plans[key]
 
     def is_first(self, chunk: int) -> bool:
         return self.mesh.pp_rank == 0 and chunk == 0
@@ -48,37 +73,47 @@ class PipelineExecutor:
     def is_last(self, chunk: int) -> bool:
         return self.mesh.is_last_stage and chunk == self.v - 1
 
+    @property
+    def recording(self) -> bool:
+        return self.recorder is not None and self.recorder.recording
+
     def run(self, batches: list, loss_divisor: int, loss_scale: float = 1.0, backward: bool = True,
-            shapes: list[tuple[int, ...]] | None = None, on_output=None) -> torch.Tensor:
+            shapes: list[tuple[int, ...]] | None = None, on_output=None,
+            on_chunk_backward_done=None) -> torch.Tensor:
         """Sum over micro-batches of mean token loss / loss_divisor (non-zero on the last stage only).
         Forward only, with `on_output`: the last stage hands each micro-batch's output (logits) to
         on_output(index, output) instead of computing a loss; `shapes` gives each micro-batch's
-        activation shape when they differ from the configured one."""
+        activation shape when they differ from the configured one. `on_chunk_backward_done(chunk)`
+        is called once per local chunk, right after the chunk's last Backward of the step has run:
+        from then on that chunk's gradients for the step are final (e.g. to start their
+        data-parallel reduction while the pipeline drains)."""
         self.batches, self.divisor, self.scale = batches, loss_divisor, loss_scale
         self.shapes, self.on_output = shapes or [self.shape] * len(batches), on_output
         self.inputs: dict = {}
         self.outputs: dict = {}
         self.input_grads: dict = {}
+        self.pending: dict = {}  # list position -> (work, tensor, post time) of a transfer in flight
         self.total = torch.zeros((), device=self.device)
-        ops = self.schedule(len(batches), backward)
-        index = 0
-        while index < len(ops):
-            if isinstance(ops[index], COMMUNICATION):
-                end = index
-                while end < len(ops) and isinstance(ops[end], COMMUNICATION):
-                    end += 1
-                self.exchange(ops[index:end])
-                index = end
-                continue
-            self.compute(ops[index])
-            index += 1
+        self.trace = []
+        ops, plan = self.plan(len(batches), backward)
+        final = last_backwards(ops) if on_chunk_backward_done is not None else {}
+        for action in plan:
+            if isinstance(action, Post):
+                self.post(ops, action.indices)
+            elif isinstance(action, Wait):
+                self.wait(ops, action.index)
+            else:
+                self.compute(ops[action.index])
+                self.trace.append(action)
+                if final.get(ops[action.index].chunk) == action.index:
+                    on_chunk_backward_done(ops[action.index].chunk)
         return self.total
 
     # ---- compute --------------------------------------------------------------------------------
     def compute(self, op) -> None:
         """Run one Forward or Backward, timed into the recorder while it records."""
         step = self.forward if isinstance(op, Forward) else self.backward
-        if self.recorder is None or not self.recorder.recording:
+        if not self.recording:
             step(op)
             return
         with self.recorder.record("forward" if isinstance(op, Forward) else "backward", op.microbatch, op.chunk):
@@ -115,19 +150,13 @@ class PipelineExecutor:
         if not self.is_first(chunk):
             self.input_grads[("in", mb, chunk)] = x.grad
 
-    def _release_sent(self, ops: list) -> None:
-        """Free the data of outputs just sent (Megatron's output deallocation): the next stage holds
-        them now, and backward needs only their autograd graph, not their values."""
-        for op in ops:
-            if isinstance(op, SendActivation):
-                out = self.outputs[(op.microbatch, op.chunk)]
-                out.data = torch.empty((1,), dtype=out.dtype, device=out.device)
-
     # ---- communication --------------------------------------------------------------------------
-    def exchange(self, ops: list) -> None:
-        p2p, received, group = [], [], self.mesh.group("pp")  # the pp group's timeout bounds the wait
-        for op in ops:
-            peer = self.mesh.stage_rank(op.to_stage if isinstance(op, (SendActivation, SendGrad)) else op.from_stage)
+    def post(self, ops: list, indices: tuple[int, ...]) -> None:
+        """Start the transfers at these list positions together; never waits."""
+        p2p, group = [], self.mesh.group("pp")
+        for i in indices:
+            op = ops[i]
+            peer = self.mesh.stage_rank(op.to_stage if isinstance(op, SENDS) else op.from_stage)
             if isinstance(op, SendActivation):
                 key = (op.microbatch, op.chunk)  # kept for backward; without it, sent and forgotten
                 out = self.outputs[key] if torch.is_grad_enabled() else self.outputs.pop(key)
@@ -138,14 +167,38 @@ class PipelineExecutor:
             else:
                 buffer = torch.empty(self.shapes[op.microbatch], dtype=self.dtype, device=self.device)
                 p2p.append(dist.P2POp(dist.irecv, buffer, peer, group))
-                received.append((op, buffer))
         with watched(group):
-            for request in dist.batch_isend_irecv(p2p):
-                request.wait()
+            works = dist.batch_isend_irecv(p2p)
+        works = works if len(works) == len(p2p) else works * len(p2p)  # NCCL: one work for the batch
+        posted = self.recorder.now() if self.recording else 0.0
+        for i, request, work in zip(indices, p2p, works):
+            self.pending[i] = (work, request.tensor, posted)  # the tensor lives until the transfer is done
         if torch.is_grad_enabled():
-            self._release_sent(ops)
-        for op, buffer in received:
-            if isinstance(op, RecvActivation):
-                self.inputs[(op.microbatch, op.chunk)] = buffer.requires_grad_(torch.is_grad_enabled())
-            else:
-                self.input_grads[("out", op.microbatch, op.chunk)] = buffer
+            self._release_sent([ops[i] for i in indices])
+        self.trace.append(Post(indices))
+
+    def wait(self, ops: list, i: int) -> None:
+        """Block until transfer i is done; a received tensor goes where its consumer looks for it."""
+        work, tensor, posted = self.pending.pop(i)
+        begin = self.recorder.now() if self.recording else 0.0
+        with watched(self.mesh.group("pp")):  # the pp group's timeout bounds the wait
+            work.wait()
+        op = ops[i]
+        if self.recording:
+            end = self.recorder.now()
+            self.recorder.add("comm", op.microbatch, op.chunk, begin, end)
+            self.recorder.add("send" if isinstance(op, SENDS) else "recv",
+                              op.microbatch, op.chunk, posted, end)
+        if isinstance(op, RecvActivation):
+            self.inputs[(op.microbatch, op.chunk)] = tensor.requires_grad_(torch.is_grad_enabled())
+        elif isinstance(op, RecvGrad):
+            self.input_grads[("out", op.microbatch, op.chunk)] = tensor
+        self.trace.append(Wait(i))
+
+    def _release_sent(self, ops: list) -> None:
+        """Free the data of outputs just posted (Megatron's output deallocation): the send holds their
+        storage until it is done, and backward needs only their autograd graph, not their values."""
+        for op in ops:
+            if isinstance(op, SendActivation):
+                out = self.outputs[(op.microbatch, op.chunk)]
+                out.data = torch.empty((1,), dtype=out.dtype, device=out.device)

@@ -11,10 +11,12 @@ Model order of the pp * v *virtual stages*: virtual stage `c * pp + s` is chunk 
 
 Executor contract (what `simulate` models, see docs/pipeline.md):
 - Forward/Backward compute one micro-batch through one local chunk.
-- Send*/Recv* are point-to-point transfers. A maximal run of consecutive Send*/Recv* instructions
-  is ONE batch: the executor posts all of it with `batch_isend_irecv` and waits for all of it
-  before going on. Schedules here never deadlock under that rule even if every transfer is a
-  rendezvous (a send completes only once the peer has posted the matching receive).
+- Send*/Recv* are point-to-point transfers. Read as a batch (the `batched` contract of
+  overlap.py), a maximal run of consecutive Send*/Recv* instructions is posted together and waited
+  for before the next compute; schedules here never deadlock under that rule even if every
+  transfer is a rendezvous (a send completes only once the peer has posted the matching receive).
+  The `overlapped` contract (the executor's default on gloo) posts sends at the same place,
+  receives one compute earlier, and waits later, so it cannot deadlock either.
 - Between one pair of stages, transfers are matched in list order (as NCCL does), so the i-th
   send from A to B carries the tensor of the i-th receive on B from A.
 - A Recv names the local (micro-batch, chunk) it feeds; a Send names the local (micro-batch,

@@ -1,8 +1,9 @@
 """Checking and simulating pipeline schedules (no processes): every micro-batch forwarded and
 backwarded once per chunk, sends matched to receives, no stage waiting on itself, and a
-discrete-event timeline under the executor's contract (see schedules.py)."""
+discrete-event timeline of the executor's plan (overlap.py: batched or overlapped transfers)."""
 from __future__ import annotations
 
+from trident.parallel.pipeline.overlap import Post, Wait, build_plan
 from trident.parallel.pipeline.schedules import (COMMUNICATION, COMPUTE, RECVS, SENDS, Backward, Forward,
                                                  Instruction, RecvActivation, RecvGrad, ScheduleError,
                                                  SendActivation, SendGrad, is_int, next_virtual_stage,
@@ -109,34 +110,30 @@ def _match_transfers(schedule: list[list[Instruction]], v: int) -> dict[tuple[in
     return partner
 
 
-def _steps(ops: list[Instruction]) -> list[list[int]]:
-    """Indices grouped into steps: a compute instruction alone, or a maximal run of transfers."""
-    steps: list[list[int]] = []
-    for index, op in enumerate(ops):
-        if isinstance(op, COMMUNICATION) and steps and isinstance(ops[steps[-1][-1]], COMMUNICATION):
-            steps[-1].append(index)
-        else:
-            steps.append([index])
-    return steps
-
-
 def simulate(schedule: list[list[Instruction]], forward_time: float = 1.0, backward_time: float = 2.0,
-             comm_time: float = 0.0, name: str = "", backward: bool = True) -> Timeline:
-    """Discrete-event run of `schedule` under the executor contract (schedules.py's docstring), with every
-    transfer a rendezvous that completes comm_time after both sides posted it. forward_time and
+             comm_time: float = 0.0, name: str = "", backward: bool = True,
+             contract: str = "overlapped", durations: dict | None = None) -> Timeline:
+    """Discrete-event run of `schedule` as the executor runs it: each stage's actions from
+    overlap.build_plan(ops, contract), posts never blocking, every transfer a rendezvous that
+    completes comm_time after both sides posted it, a Wait blocking until then. forward_time and
     backward_time are one micro-batch through a whole stage; each of its v chunks takes 1/v of it.
-    backward=False checks a forward-only schedule (see forward_only).
-    Returns a timeline.Timeline; raises ScheduleError naming each blocked stage and the
-    instruction it waits on if the schedule deadlocks."""
+    backward=False checks a forward-only schedule (see forward_only). `durations` maps
+    (stage, "forward" | "backward", microbatch, chunk) to that box's own time (e.g. its measured
+    cost, to replay a real step as if every stage had a core of its own); boxes it omits take the
+    uniform times. Returns a timeline.Timeline (compute boxes; a `send`/`recv` box per transfer from its post to
+    its completion; a `comm` box wherever a stage is blocked in a Wait); raises ScheduleError
+    naming each blocked stage and the instruction it waits on if the schedule deadlocks."""
     for label, value in (("forward_time", forward_time), ("backward_time", backward_time), ("comm_time", comm_time)):
         if not isinstance(value, (int, float)) or value < 0 or (label != "comm_time" and value == 0):
             raise ScheduleError(f"{label} must be a {'non-negative' if label == 'comm_time' else 'positive'}"
                                 f" number, got {value!r}")
     m, v = check_schedule(schedule, backward)
-    run = _Run(schedule, _match_transfers(schedule, v), forward_time / v, backward_time / v, comm_time)
+    plans = [build_plan(ops, contract) for ops in schedule]
+    run = _Run(schedule, plans, _match_transfers(schedule, v), forward_time / v, backward_time / v, comm_time,
+               durations or {})
     while any([run.advance(stage) for stage in range(len(schedule))]):
         pass  # each pass moves every stage as far as it can; stop when none can move
-    blocked = [run.blocked_reason(s) for s in range(len(schedule)) if run.pc[s] < len(run.steps[s])]
+    blocked = [run.blocked_reason(s) for s in range(len(schedule)) if run.pc[s] < len(plans[s])]
     if blocked:
         raise ScheduleError("pipeline deadlock: " + "; ".join(blocked))
     return Timeline(num_stages=len(schedule), num_microbatches=m, virtual_stages=v, schedule=name,
@@ -144,14 +141,14 @@ def simulate(schedule: list[list[Instruction]], forward_time: float = 1.0, backw
 
 
 class _Run:
-    """State of one simulation: per stage the next step, its clock, and when each batch was posted."""
+    """State of one simulation: per stage the next action, its clock, and when each transfer was posted."""
 
-    def __init__(self, schedule, partner, chunk_forward: float, chunk_backward: float, comm_time: float):
-        self.schedule, self.partner, self.comm_time = schedule, partner, comm_time
+    def __init__(self, schedule, plans, partner, chunk_forward: float, chunk_backward: float, comm_time: float,
+                 durations: dict):
+        self.schedule, self.plans, self.partner, self.comm_time = schedule, plans, partner, comm_time
         self.duration = {Forward: chunk_forward, Backward: chunk_backward}
-        self.steps = [_steps(ops) for ops in schedule]
-        self.step_of = {(s, i): n for s, steps in enumerate(self.steps) for n, step in enumerate(steps) for i in step}
-        self.posted: list[list[float | None]] = [[None] * len(steps) for steps in self.steps]
+        self.durations = durations  # (stage, kind, microbatch, chunk) -> time of that box, if given
+        self.posted: dict[tuple[int, int], float] = {}  # (stage, list position) -> post time
         self.pc = [0] * len(schedule)
         self.clock = [0.0] * len(schedule)
         self.boxes: list[Box] = []
@@ -159,39 +156,40 @@ class _Run:
     def advance(self, s: int) -> bool:
         """Run stage s as far as it can go; True if it moved."""
         moved = False
-        while self.pc[s] < len(self.steps[s]):
-            step = self.steps[s][self.pc[s]]
-            op = self.schedule[s][step[0]]
-            if isinstance(op, COMPUTE):
-                end = self.clock[s] + self.duration[type(op)]
-                kind = "forward" if isinstance(op, Forward) else "backward"
-                self.boxes.append(Box(s, kind, op.microbatch, op.chunk, self.clock[s], end))
-            else:
-                end = self.exchange(s, step)
-                if end is None:
+        while self.pc[s] < len(self.plans[s]):
+            action = self.plans[s][self.pc[s]]
+            if isinstance(action, Post):
+                self.posted.update({(s, i): self.clock[s] for i in action.indices})
+            elif isinstance(action, Wait):
+                if not self.wait(s, action.index):
                     return moved
-                if self.comm_time > 0:
-                    self.boxes.append(Box(s, "comm", op.microbatch, op.chunk, end - self.comm_time, end))
-            self.clock[s], self.pc[s], moved = end, self.pc[s] + 1, True
+            else:
+                op = self.schedule[s][action.index]
+                kind = "forward" if isinstance(op, Forward) else "backward"
+                took = self.durations.get((s, kind, op.microbatch, op.chunk), self.duration[type(op)])
+                end = self.clock[s] + took
+                self.boxes.append(Box(s, kind, op.microbatch, op.chunk, self.clock[s], end))
+                self.clock[s] = end
+            self.pc[s], moved = self.pc[s] + 1, True
         return moved
 
-    def exchange(self, s: int, step: list[int]) -> float | None:
-        """Post stage s's batch; its end time once every partner has posted too, else None (wait)."""
-        if self.posted[s][self.pc[s]] is None:
-            self.posted[s][self.pc[s]] = self.clock[s]
-        end = self.clock[s]
-        for i in step:
-            peer, j = self.partner[(s, i)]
-            peer_posted = self.posted[peer][self.step_of[(peer, j)]]
-            if peer_posted is None:
-                return None
-            end = max(end, max(self.clock[s], peer_posted) + self.comm_time)  # rendezvous
-        return end
+    def wait(self, s: int, i: int) -> bool:
+        """Complete stage s's wait on transfer i if its partner has posted (a rendezvous); else False."""
+        peer = self.partner[(s, i)]
+        if peer not in self.posted:
+            return False
+        op = self.schedule[s][i]
+        done = max(self.posted[(s, i)], self.posted[peer]) + self.comm_time
+        kind = "send" if isinstance(op, SENDS) else "recv"
+        self.boxes.append(Box(s, kind, op.microbatch, op.chunk, self.posted[(s, i)], done))
+        if done > self.clock[s]:
+            self.boxes.append(Box(s, "comm", op.microbatch, op.chunk, self.clock[s], done))
+            self.clock[s] = done
+        return True
 
     def blocked_reason(self, stage: int) -> str:
-        for i in self.steps[stage][self.pc[stage]]:
-            peer, j = self.partner[(stage, i)]
-            if self.posted[peer][self.step_of[(peer, j)]] is None:
-                return (f"stage {stage} waits at instruction {i} {self.schedule[stage][i]} for stage {peer} "
-                        f"to reach instruction {j} {self.schedule[peer][j]}")
-        return f"stage {stage} blocked at instruction {self.steps[stage][self.pc[stage]][0]}"
+        action = self.plans[stage][self.pc[stage]]
+        i = action.index
+        peer, j = self.partner[(stage, i)]
+        return (f"stage {stage} waits at instruction {i} {self.schedule[stage][i]} for stage {peer} "
+                f"to reach instruction {j} {self.schedule[peer][j]}")

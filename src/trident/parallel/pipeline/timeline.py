@@ -2,14 +2,15 @@
 
 A Timeline is a list of boxes (stage, kind, micro-batch, chunk, start, end). `simulate.simulate`
 produces one from a schedule; a TimelineRecorder handed to the executor measures one rank's boxes of
-a real step (start/end of every compute instruction, seconds since a barrier all stages pass). Both
-are measured (and drawn, by `draw.draw_timeline`) the same way, so measured and simulated bubbles
-are comparable.
+a real step (every compute instruction, every transfer from its post to the end of its wait, every
+wait that blocked; seconds since a barrier all stages pass). Both are measured (and drawn, by
+`draw.draw_timeline`) the same way, so measured and simulated bubbles are comparable.
 
 Bubble fraction (the measured counterpart of (pp - 1) / (m * v)): the idle time summed over
 stages, divided by the compute time summed over stages, where a stage is idle whenever it is
-not computing between the first start and the last end of the step. Communication boxes count
-as idle. For 1F1B with equal work per stage and free communication this is exactly (pp-1)/m.
+not computing between the first start and the last end of the step. Waiting for a transfer
+(`comm`) counts as idle; transfers in flight behind compute (`send`, `recv`) cost nothing. For
+1F1B with equal work per stage and free communication this is exactly (pp-1)/m.
 """
 from __future__ import annotations
 
@@ -20,13 +21,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
-KINDS = ("forward", "backward", "comm")
+KINDS = ("forward", "backward", "comm", "send", "recv")
+COMPUTE_KINDS = ("forward", "backward")
 
 
 @dataclass(frozen=True)
 class Box:
-    """One interval of work on one stage. kind: forward | backward | comm (microbatch/chunk of a
-    comm box name its first transfer)."""
+    """One interval on one stage. kind: forward | backward (compute); comm (the stage blocked waiting
+    for the transfer of this microbatch/chunk); send | recv (a transfer, from its post to its
+    completion as this stage saw it: in flight, possibly behind compute)."""
     stage: int
     kind: str
     microbatch: int
@@ -56,7 +59,7 @@ class Timeline:
 
     @property
     def compute_boxes(self) -> list[Box]:
-        return [b for b in self.boxes if b.kind != "comm"]
+        return [b for b in self.boxes if b.kind in COMPUTE_KINDS]
 
     @property
     def makespan(self) -> float:
@@ -64,6 +67,10 @@ class Timeline:
         if not self.boxes:
             return 0.0
         return max(b.end for b in self.boxes) - min(b.start for b in self.boxes)
+
+    def wait_time(self, stage: int) -> float:
+        """Time `stage` spent blocked on transfers (its comm boxes)."""
+        return sum(b.end - b.start for b in self.boxes if b.kind == "comm" and b.stage == stage)
 
     def compute_time(self, stage: int) -> float:
         return sum(b.end - b.start for b in self.compute_boxes if b.stage == stage)
@@ -129,14 +136,25 @@ class TimelineRecorder:
         self.origin = None
         return self.boxes
 
-    @contextmanager
-    def record(self, kind: str, microbatch: int, chunk: int) -> Iterator[None]:
+    def now(self) -> float:
+        """Seconds since start() (an error before it)."""
         if self.origin is None:
-            raise RuntimeError("TimelineRecorder.record() before start(): no time origin for this step")
+            raise RuntimeError("TimelineRecorder used before start(): no time origin for this step")
+        return self.clock() - self.origin
+
+    def add(self, kind: str, microbatch: int, chunk: int, start: float, end: float) -> None:
+        """Add a box whose times (from now()) were taken elsewhere, e.g. a transfer's post and completion."""
         if kind not in KINDS:
             raise ValueError(f"unknown timeline box kind {kind!r}; expected one of {', '.join(KINDS)}")
-        begin = self.clock() - self.origin
+        self.boxes.append(Box(self.stage, kind, microbatch, chunk, start, end))
+
+    @contextmanager
+    def record(self, kind: str, microbatch: int, chunk: int) -> Iterator[None]:
+        """Time the body as one box."""
+        if kind not in KINDS:
+            raise ValueError(f"unknown timeline box kind {kind!r}; expected one of {', '.join(KINDS)}")
+        begin = self.now()
         try:
             yield
         finally:
-            self.boxes.append(Box(self.stage, kind, microbatch, chunk, begin, self.clock() - self.origin))
+            self.add(kind, microbatch, chunk, begin, self.now())
