@@ -6,7 +6,8 @@ from pathlib import Path
 from trident.parallel.pipeline.timeline import Timeline
 
 # Colour per kind; chunk c is drawn lighter as c grows so interleaved chunks are told apart.
-_BASE_RGB = {"forward": (0.16, 0.40, 0.75), "backward": (0.90, 0.45, 0.10), "comm": (0.55, 0.55, 0.55)}
+_BASE_RGB = {"forward": (0.16, 0.40, 0.75), "backward": (0.90, 0.45, 0.10), "comm": (0.55, 0.55, 0.55),
+             "reduce": (0.20, 0.60, 0.30)}
 
 
 def _shade(kind: str, chunk: int, virtual_stages: int) -> tuple[float, float, float]:
@@ -27,17 +28,17 @@ def draw_timeline(timeline: Timeline, path: str | Path, title: str | None = None
     if not timeline.boxes:
         raise ValueError("cannot draw an empty timeline")
     origin = min(b.start for b in timeline.boxes)
-    span = timeline.makespan or 1.0
+    span = max(b.end for b in timeline.boxes) - origin or 1.0  # DP reductions may end after the pipeline
     width = min(40.0, max(8.0, 0.35 * len(timeline.compute_boxes) / timeline.num_stages + 4))
     fig, ax = plt.subplots(figsize=(width, 0.6 * timeline.num_stages + 1.6))
     rectangles, colours = [], []
     for box in timeline.boxes:
         row = timeline.num_stages - 1 - box.stage
-        height, bottom = (0.2, row - 0.1) if box.kind == "comm" else (0.8, row - 0.4)
+        height, bottom = {"comm": (0.2, row - 0.1), "reduce": (0.12, row - 0.52)}.get(box.kind, (0.8, row - 0.4))
         rectangles.append(Rectangle((box.start - origin, bottom), box.end - box.start, height))
         colours.append(_shade(box.kind, box.chunk, timeline.virtual_stages))
         # Label only boxes wide enough to hold the number legibly.
-        if box.kind != "comm" and (box.end - box.start) / span * width > 0.18:
+        if box.kind in ("forward", "backward") and (box.end - box.start) / span * width > 0.18:
             ax.text(box.start - origin + (box.end - box.start) / 2, row, str(box.microbatch),
                     ha="center", va="center", fontsize=7, color="white")
     # One collection for all boxes: per-box artists make large timelines slow to draw.
@@ -49,6 +50,8 @@ def draw_timeline(timeline: Timeline, path: str | Path, title: str | None = None
     ax.set_xlabel("time (simulated units)" if timeline.source == "simulated" else "time (s)")
     legend = [Patch(color=_shade("forward", 0, 1), label="forward"),
               Patch(color=_shade("backward", 0, 1), label="backward")]
+    if any(box.kind == "reduce" for box in timeline.boxes):
+        legend.append(Patch(color=_shade("reduce", 0, 1), label="DP reduction (bucket)"))
     if timeline.virtual_stages > 1:
         legend.append(Patch(color="white", label="lighter = later chunk"))
     # Legend above the axes so it never hides a box.

@@ -20,13 +20,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
-KINDS = ("forward", "backward", "comm")
+KINDS = ("forward", "backward", "comm", "reduce")
+PIPELINE_KINDS = ("forward", "backward", "comm")  # what the makespan and the bubble measure
 
 
 @dataclass(frozen=True)
 class Box:
     """One interval of work on one stage. kind: forward | backward | comm (microbatch/chunk of a
-    comm box name its first transfer)."""
+    comm box name its first transfer) | reduce (one DP gradient bucket, from the launch of its
+    reduction to the end of its wait; microbatch holds the bucket index, chunk 0)."""
     stage: int
     kind: str
     microbatch: int
@@ -56,14 +58,16 @@ class Timeline:
 
     @property
     def compute_boxes(self) -> list[Box]:
-        return [b for b in self.boxes if b.kind != "comm"]
+        return [b for b in self.boxes if b.kind in ("forward", "backward")]
 
     @property
     def makespan(self) -> float:
-        """Time from the first start to the last end, over all stages."""
-        if not self.boxes:
+        """Time from the first start to the last end of the pipeline's boxes, over all stages (DP
+        reductions finishing after the pipeline drained are not part of it)."""
+        boxes = [b for b in self.boxes if b.kind in PIPELINE_KINDS]
+        if not boxes:
             return 0.0
-        return max(b.end for b in self.boxes) - min(b.start for b in self.boxes)
+        return max(b.end for b in boxes) - min(b.start for b in boxes)
 
     def compute_time(self, stage: int) -> float:
         return sum(b.end - b.start for b in self.compute_boxes if b.stage == stage)
@@ -128,6 +132,18 @@ class TimelineRecorder:
         """End this step's recording; its boxes, times in seconds since start()."""
         self.origin = None
         return self.boxes
+
+    def elapsed(self) -> float:
+        """Seconds since start() (an error before it)."""
+        if self.origin is None:
+            raise RuntimeError("TimelineRecorder.elapsed() before start(): no time origin for this step")
+        return self.clock() - self.origin
+
+    def add(self, kind: str, microbatch: int, chunk: int, start: float, end: float) -> None:
+        """A box measured by the caller (e.g. an asynchronous reduction), times from elapsed()."""
+        if kind not in KINDS:
+            raise ValueError(f"unknown timeline box kind {kind!r}; expected one of {', '.join(KINDS)}")
+        self.boxes.append(Box(self.stage, kind, microbatch, chunk, start, end))
 
     @contextmanager
     def record(self, kind: str, microbatch: int, chunk: int) -> Iterator[None]:
