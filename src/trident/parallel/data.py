@@ -134,7 +134,7 @@ class GradBuffers:
         if self.group is None:
             return
         if self.recorder is not None and self.recorder.recording:
-            bucket.launched_at = self.recorder.elapsed()
+            bucket.launched_at = self.recorder.now()
         data = self.grads[bucket.start:bucket.end]
         if self.shard:
             lo, hi = bucket.owned(self.dp_rank, self.dp, True)
@@ -157,7 +157,7 @@ class GradBuffers:
                 self.grads[lo:hi].copy_(bucket.scattered)
                 bucket.scattered = None
             if bucket.launched_at is not None and self.recorder.recording:
-                self.recorder.add("reduce", index, 0, bucket.launched_at, self.recorder.elapsed())
+                self.recorder.add("reduce", index, 0, bucket.launched_at, self.recorder.now())
         self.expected = 0
 
     def gather_params(self) -> None:

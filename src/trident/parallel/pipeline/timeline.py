@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 KINDS = ("forward", "backward", "comm", "reduce")
-PIPELINE_KINDS = ("forward", "backward", "comm")  # what the makespan and the bubble measure
+COMPUTE_KINDS = ("forward", "backward")
 
 
 @dataclass(frozen=True)
@@ -58,13 +58,13 @@ class Timeline:
 
     @property
     def compute_boxes(self) -> list[Box]:
-        return [b for b in self.boxes if b.kind in ("forward", "backward")]
+        return [b for b in self.boxes if b.kind in COMPUTE_KINDS]
 
     @property
     def makespan(self) -> float:
         """Time from the first start to the last end of the pipeline's boxes, over all stages (DP
         reductions finishing after the pipeline drained are not part of it)."""
-        boxes = [b for b in self.boxes if b.kind in PIPELINE_KINDS]
+        boxes = [b for b in self.boxes if b.kind != "reduce"]
         if not boxes:
             return 0.0
         return max(b.end for b in boxes) - min(b.start for b in boxes)
@@ -133,14 +133,14 @@ class TimelineRecorder:
         self.origin = None
         return self.boxes
 
-    def elapsed(self) -> float:
+    def now(self) -> float:
         """Seconds since start() (an error before it)."""
         if self.origin is None:
-            raise RuntimeError("TimelineRecorder.elapsed() before start(): no time origin for this step")
+            raise RuntimeError("TimelineRecorder used before start(): no time origin for this step")
         return self.clock() - self.origin
 
     def add(self, kind: str, microbatch: int, chunk: int, start: float, end: float) -> None:
-        """A box measured by the caller (e.g. an asynchronous reduction), times from elapsed()."""
+        """Add a box whose times (from now()) were taken elsewhere, e.g. a transfer's post and completion."""
         if kind not in KINDS:
             raise ValueError(f"unknown timeline box kind {kind!r}; expected one of {', '.join(KINDS)}")
         self.boxes.append(Box(self.stage, kind, microbatch, chunk, start, end))
