@@ -164,11 +164,15 @@ class GradBuffers:
         """After a ZeRO-1 step: every DP rank's updated slice to every rank (all-gather per bucket)."""
         if not self.shard or self.group is None:
             return
+        pending = []  # all buckets in flight at once: one wait for the slowest, not one per bucket
         for bucket in self.buckets:
             lo, hi = bucket.owned(self.dp_rank, self.dp, True)
+            mine = self.params[lo:hi].clone()  # the output overlaps it; kept alive until the wait
+            pending.append((mine, dist.all_gather_into_tensor(self.params[bucket.start:bucket.end], mine,
+                                                              group=self.group, async_op=True)))
+        for _, handle in pending:
             with watched(self.group):
-                dist.all_gather_into_tensor(self.params[bucket.start:bucket.end], self.params[lo:hi].clone(),
-                                            group=self.group)
+                handle.wait(self.timeout)
 
     def param_range(self, param) -> tuple[int, int]:
         start = self.offsets[id(param)]
