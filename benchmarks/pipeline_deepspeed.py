@@ -5,7 +5,8 @@ at pp2 x dp2 with ZeRO-1, and DeepSpeed's time over trident's (> 1: trident is f
 The model is one GPT (4 layers x 256 hidden, 8 heads, seq 256, vocab 1024, fp32, no dropout), built
 by trident's own code: DeepSpeed's PipelineModule gets trident's embedding, blocks and final norm as
 its layers (the word embedding tied to the head through a TiedLayerSpec, as trident ties it), so both
-do the same arithmetic; only the engines differ (schedule execution, p2p, gradient reduction, ZeRO-1,
+do the same arithmetic (the table prints each system's loss at steps 1 and 2: equal at step 2 means
+the same update too); only the engines differ (schedule execution, p2p, gradient reduction, ZeRO-1,
 optimizer step: torch's fused AdamW for both, clipping at 1.0 for both). Global batch 16 in 4
 micro-batches per pipeline (micro-batch 4 at pp2, 2 at pp2 x dp2).
 
@@ -120,18 +121,19 @@ def trident_step(pp: int, dp: int, schedule: str, batches: list, overlap: bool =
     return lambda: float(model.train_step(batches, MICRO_BATCHES * dp, config.train.lr)[0])
 
 
-def _timed(step, steps: int) -> float:
-    """Median seconds of `steps` steps, each between two barriers (all ranks start together)."""
+def _timed(step, steps: int) -> tuple[float, float]:
+    """(median seconds of `steps` steps, each between two barriers so all ranks start together; the
+    first step's loss)."""
     import torch.distributed as dist
 
-    times = []
+    times, losses = [], []
     for _ in range(steps):
         dist.barrier()
         start = time.perf_counter()
-        step()
+        losses.append(step())
         dist.barrier()
         times.append(time.perf_counter() - start)
-    return median(times)
+    return median(times), losses[0]
 
 
 def _batches(config, dp: int, dp_rank: int) -> list:
@@ -153,27 +155,30 @@ def _worker(rank, world, pp, dp, rounds, steps):
                "DeepSpeed": deepspeed_step(config, pp, dp, _batches(config, dp, rank % dp))}  # stage * dp + dp_rank
     if dp > 1:
         systems[NO_OVERLAP] = trident_step(pp, dp, "1f1b", batches, overlap=False)
-    first_loss = {name: step() for name, step in systems.items()}  # warm-up; same weights and data: same loss
+    # warm-up step; the same weights and data give the same loss, and the same update the same next one
+    losses = {name: [step()] for name, step in systems.items()}
     times = {name: [] for name in systems}
     names = list(systems)
     for index in range(rounds):
         shift = index % len(names)  # a different system first in each round: no fixed order effect
         for name in names[shift:] + names[:shift]:
-            times[name].append(_timed(systems[name], steps))
+            seconds, loss = _timed(systems[name], steps)
+            times[name].append(seconds)
+            losses[name].append(loss)
     dist.barrier()
-    return times, first_loss
+    return times, {name: values[:2] for name, values in losses.items()}
 
 
 def measure(layout: str, rounds: int, steps: int) -> dict:
     pp, dp = LAYOUTS[layout]
     before = load_average()
-    times, first_loss = run_ranks(_worker, pp * dp, pp, dp, rounds, steps, timeout=900)[0]
+    times, losses = run_ranks(_worker, pp * dp, pp, dp, rounds, steps, timeout=900)[0]
     best = {name: min(values) for name, values in times.items()}
     trident_best = min(best["trident 1F1B"], best["trident interleaved"])
     # per round, DeepSpeed over each system timed next to it: robust when the load drifts between rounds
     paired = {name: median([ds / t for ds, t in zip(times["DeepSpeed"], values)]) for name, values in times.items()}
     return {"layout": layout, "pp": pp, "dp": dp, "zero_stage": int(dp > 1), "processes": pp * dp,
-            "cpus": os.cpu_count(), "rounds_s": times, "best_s": best, "first_step_loss": first_loss,
+            "cpus": os.cpu_count(), "rounds_s": times, "best_s": best, "losses_steps_1_2": losses,
             "deepspeed_over": {name: best["DeepSpeed"] / best[name] for name in SYSTEMS[:2]},
             "deepspeed_over_best_trident": best["DeepSpeed"] / trident_best, "deepspeed_over_per_round_median": paired,
             "load_before": before, "load_after": load_average()}
@@ -194,14 +199,14 @@ def main() -> int:
             rows.append([layout + (" ZeRO-1" if result["dp"] > 1 else ""), name, result["best_s"][name],
                          " / ".join(f"{t:.2f}" for t in result["rounds_s"][name]), f"{ratio:.3f}x",
                          f"{result['deepspeed_over_per_round_median'][name]:.3f}x",
-                         f"{result['first_step_loss'][name]:.4f}",
+                         " / ".join(f"{loss:.5f}" for loss in result["losses_steps_1_2"][name]),
                          f"{result['load_before']['load_1m']} -> {result['load_after']['load_1m']}"])
         print(f"{layout}: {result['processes']} processes on {result['cpus']} cores; DeepSpeed / best trident = "
               f"{result['deepspeed_over_best_trident']:.3f}x", flush=True)
     print_table(f"Step time (s): {args.rounds} interleaved rounds of median-of-{args.steps} steps; speed-up = "
                 "DeepSpeed's time / this system's (best: best rounds; median of rounds: ratio within each round)",
                 ["layout", "system", "best s", "rounds s", "speed-up (best)", "speed-up (median of rounds)",
-                 "first loss", "load 1m"], rows)
+                 "loss steps 1 / 2", "load 1m"], rows)
     emit_json("pipeline_deepspeed", {"model": MODEL, "global_batch": GLOBAL_BATCH, "micro_batches": MICRO_BATCHES,
                                      "rounds": args.rounds, "steps": args.steps, "results": results})
     return 0
