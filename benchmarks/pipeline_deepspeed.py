@@ -13,9 +13,10 @@ micro-batches per pipeline (micro-batch 4 at pp2, 2 at pp2 x dp2).
 Every system runs in the same gloo processes (one thread a rank; DeepSpeed with DS_ACCELERATOR=cpu
 and the gloo backend), one after the other in interleaved rounds: after one warm-up step of each
 system, every round times `--steps` steps of each system (barrier, step, barrier; the round's first
-system rotates). Two
-figures per system: DeepSpeed's best round over the system's best round, and the median over rounds
-of the ratio within a round (systems timed next to each other see the same load from other jobs).
+system rotates). Three figures per system: DeepSpeed's best round over the system's best round; the
+median over rounds of the ratio within a round (systems timed next to each other see the same load
+from other jobs); and the CPU seconds a step costs all ranks together (each rank's median over rounds), the work each
+engine does, which the load disturbs much less than the wall time.
 pp2 x dp2 is 4 processes on however many cores there are (2 here): time-shared.
 
     DS_ACCELERATOR=cpu python benchmarks/pipeline_deepspeed.py [--rounds 8] [--steps 1] [--layouts pp2,pp2xdp2]
@@ -60,15 +61,26 @@ class EmbeddingPipe(nn.Module):
         return self.embedding(tokens)  # [s, b, h], as trident's stages exchange it
 
 
-class ModulePipe(nn.Module):
-    """A trident block or the final norm as a DeepSpeed pipeline layer (one tensor in, one out)."""
+class BlockPipe(nn.Module):
+    """A trident transformer block as a DeepSpeed pipeline layer (the unit DeepSpeed balances stages by)."""
 
-    def __init__(self, module: nn.Module, block: bool):
+    def __init__(self, block: nn.Module):
         super().__init__()
-        self.module, self.block = module, block
+        self.block = block
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.module(x, None, selective=False) if self.block else self.module(x)
+        return self.block(x, None, selective=False)
+
+
+class NormPipe(nn.Module):
+    """trident's final norm as a DeepSpeed pipeline layer."""
+
+    def __init__(self, norm: nn.Module):
+        super().__init__()
+        self.norm = norm
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(x)
 
 
 def tied_head(layer: EmbeddingPipe, hidden: torch.Tensor) -> torch.Tensor:
@@ -89,11 +101,11 @@ def deepspeed_step(config, pp: int, dp: int, batches: list):
 
     gpt = build_model(config.model, config.model.padded_vocab_size(1), config.train.seed)
     layers = [TiedLayerSpec("embed", EmbeddingPipe, gpt.embedding, tied_weight_attr="weight")]
-    layers += [LayerSpec(ModulePipe, block, True) for block in gpt.blocks.values()]
-    layers += [LayerSpec(ModulePipe, gpt.final_norm, False),
+    layers += [LayerSpec(BlockPipe, block) for block in gpt.blocks.values()]
+    layers += [LayerSpec(NormPipe, gpt.final_norm),
                TiedLayerSpec("embed", EmbeddingPipe, gpt.embedding, forward_fn=tied_head, tied_weight_attr="weight")]
     deepspeed.init_distributed(dist_backend="gloo")
-    module = PipelineModule(layers, num_stages=pp, loss_fn=token_loss, partition_method="type:ModulePipe")
+    module = PipelineModule(layers, num_stages=pp, loss_fn=token_loss, partition_method="type:BlockPipe")  # 2 blocks a stage, as trident
     t = config.train
     optimizer = torch.optim.AdamW(module.parameters(), lr=t.lr, betas=(t.adam_beta1, t.adam_beta2), eps=t.adam_eps,
                                   weight_decay=t.weight_decay, fused=True)
@@ -121,19 +133,20 @@ def trident_step(pp: int, dp: int, schedule: str, batches: list, overlap: bool =
     return lambda: float(model.train_step(batches, MICRO_BATCHES * dp, config.train.lr)[0])
 
 
-def _timed(step, steps: int) -> tuple[float, float]:
-    """(median seconds of `steps` steps, each between two barriers so all ranks start together; the
-    first step's loss)."""
+def _timed(step, steps: int) -> tuple[float, float, float]:
+    """(median wall seconds of `steps` steps, each between two barriers so all ranks start together;
+    median CPU seconds of this process (all its threads) in them; the first step's loss)."""
     import torch.distributed as dist
 
-    times, losses = [], []
+    wall, cpu, losses = [], [], []
     for _ in range(steps):
         dist.barrier()
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         losses.append(step())
         dist.barrier()
-        times.append(time.perf_counter() - start)
-    return median(times), losses[0]
+        wall.append(time.perf_counter() - start)
+        cpu.append(time.process_time() - cpu_start)
+    return median(wall), median(cpu), losses[0]
 
 
 def _batches(config, dp: int, dp_rank: int) -> list:
@@ -157,28 +170,34 @@ def _worker(rank, world, pp, dp, rounds, steps):
         systems[NO_OVERLAP] = trident_step(pp, dp, "1f1b", batches, overlap=False)
     # warm-up step; the same weights and data give the same loss, and the same update the same next one
     losses = {name: [step()] for name, step in systems.items()}
-    times = {name: [] for name in systems}
+    times, cpu = {name: [] for name in systems}, {name: [] for name in systems}
     names = list(systems)
     for index in range(rounds):
         shift = index % len(names)  # a different system first in each round: no fixed order effect
         for name in names[shift:] + names[:shift]:
-            seconds, loss = _timed(systems[name], steps)
+            seconds, cpu_seconds, loss = _timed(systems[name], steps)
             times[name].append(seconds)
+            cpu[name].append(cpu_seconds)
             losses[name].append(loss)
     dist.barrier()
-    return times, {name: values[:2] for name, values in losses.items()}
+    return times, cpu, {name: values[:2] for name, values in losses.items()}
 
 
 def measure(layout: str, rounds: int, steps: int) -> dict:
     pp, dp = LAYOUTS[layout]
     before = load_average()
-    times, losses = run_ranks(_worker, pp * dp, pp, dp, rounds, steps, timeout=900)[0]
+    ranks = run_ranks(_worker, pp * dp, pp, dp, rounds, steps, timeout=900)
+    times, losses = ranks[0][0], ranks[0][2]
     best = {name: min(values) for name, values in times.items()}
+    # CPU seconds a step costs the whole job (sum over ranks of each rank's median over rounds): the
+    # work done, which other jobs on the machine disturb far less than the wall time
+    cpu = {name: sum(median(rank[1][name]) for rank in ranks) for name in times}
     trident_best = min(best["trident 1F1B"], best["trident interleaved"])
     # per round, DeepSpeed over each system timed next to it: robust when the load drifts between rounds
     paired = {name: median([ds / t for ds, t in zip(times["DeepSpeed"], values)]) for name, values in times.items()}
     return {"layout": layout, "pp": pp, "dp": dp, "zero_stage": int(dp > 1), "processes": pp * dp,
             "cpus": os.cpu_count(), "rounds_s": times, "best_s": best, "losses_steps_1_2": losses,
+            "cpu_s_per_step": cpu, "deepspeed_over_cpu": {name: cpu["DeepSpeed"] / cpu[name] for name in cpu},
             "deepspeed_over": {name: best["DeepSpeed"] / best[name] for name in SYSTEMS[:2]},
             "deepspeed_over_best_trident": best["DeepSpeed"] / trident_best, "deepspeed_over_per_round_median": paired,
             "load_before": before, "load_after": load_average()}
@@ -199,6 +218,7 @@ def main() -> int:
             rows.append([layout + (" ZeRO-1" if result["dp"] > 1 else ""), name, result["best_s"][name],
                          " / ".join(f"{t:.2f}" for t in result["rounds_s"][name]), f"{ratio:.3f}x",
                          f"{result['deepspeed_over_per_round_median'][name]:.3f}x",
+                         f"{result['cpu_s_per_step'][name]:.3f} ({result['deepspeed_over_cpu'][name]:.3f}x)",
                          " / ".join(f"{loss:.5f}" for loss in result["losses_steps_1_2"][name]),
                          f"{result['load_before']['load_1m']} -> {result['load_after']['load_1m']}"])
         print(f"{layout}: {result['processes']} processes on {result['cpus']} cores; DeepSpeed / best trident = "
@@ -206,6 +226,7 @@ def main() -> int:
     print_table(f"Step time (s): {args.rounds} interleaved rounds of median-of-{args.steps} steps; speed-up = "
                 "DeepSpeed's time / this system's (best: best rounds; median of rounds: ratio within each round)",
                 ["layout", "system", "best s", "rounds s", "speed-up (best)", "speed-up (median of rounds)",
+                 "CPU s/step, all ranks (DeepSpeed / this)",
                  "loss steps 1 / 2", "load 1m"], rows)
     emit_json("pipeline_deepspeed", {"model": MODEL, "global_batch": GLOBAL_BATCH, "micro_batches": MICRO_BATCHES,
                                      "rounds": args.rounds, "steps": args.steps, "results": results})

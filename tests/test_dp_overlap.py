@@ -62,6 +62,31 @@ def test_pp2_dp2_reduction_overlaps_the_drain_with_identical_results(schedule, z
         assert overlapped.bubble_fraction > 0  # the reductions do not count in the pipeline's bubble
 
 
+def _launches(rank, world):
+    """Which buckets have started reducing after each of two micro-batches' backward."""
+    from trident.parallel.data import GradBuffers
+
+    torch.manual_seed(0)
+    layers = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4), torch.nn.Linear(4, 4))
+    buffers = GradBuffers(list(layers.named_parameters()), torch.distributed.group.WORLD, world, rank, 64,
+                          overlap=True, deferred=[layers[0].weight])
+    buffers.expect_accumulations(2)
+    started = []
+    for _ in range(2):
+        layers(torch.ones(2, 4)).sum().backward()
+        started.append([bucket.handle is not None for bucket in buffers.buckets])
+    buffers.reduce()
+    return started, [len(bucket.params) for bucket in buffers.buckets]
+
+
+@pytest.mark.timeout(60)
+def test_buckets_start_after_their_last_accumulation_and_deferred_ones_wait():
+    for started, sizes in run_distributed(_launches, 2):
+        assert sizes[-1] == 1  # the deferred weight, alone and last
+        assert started[0] == [False] * len(sizes)  # one of two micro-batches: nothing is final
+        assert started[1] == [True] * (len(sizes) - 1) + [False]  # all but the deferred bucket
+
+
 def _late_gradient(rank, world):
     from trident.parallel.data import GradBuffers
 
