@@ -118,3 +118,21 @@ def test_deferred_parameter_gets_a_bucket_of_its_own():
     buffers = GradBuffers(named, None, 1, 0, 2**20, deferred=[layers[0].weight])
     assert [len(b.params) for b in buffers.buckets] == [3, 1]  # reversed: 1.bias, 1.weight, 0.bias | 0.weight
     assert buffers.buckets[1].params[0] is layers[0].weight
+
+
+def test_reduce_boxes_are_outside_the_pipeline_makespan_and_drawn(tmp_path):
+    from trident.parallel.pipeline.draw import draw_timeline
+    from trident.parallel.pipeline.timeline import Box, Timeline, TimelineRecorder
+
+    pipeline = [Box(0, "forward", 0, 0, 0, 1), Box(1, "forward", 0, 0, 1, 2), Box(1, "backward", 0, 0, 2, 4),
+                Box(0, "backward", 0, 0, 4, 6)]
+    reduces = [Box(1, "reduce", 0, 0, 3.5, 6.5), Box(0, "reduce", 1, 0, 5.5, 7.0)]
+    plain, with_reduces = Timeline(2, 1, boxes=pipeline), Timeline(2, 1, boxes=pipeline + reduces)
+    assert with_reduces.makespan == plain.makespan == 6.0
+    assert with_reduces.bubble_fraction == plain.bubble_fraction == 1.0
+    assert draw_timeline(with_reduces, tmp_path / "t.png").stat().st_size > 0
+    recorder = TimelineRecorder(0, clock=iter([10.0, 12.5]).__next__)
+    recorder.start()
+    assert recorder.now() == 2.5
+    with pytest.raises(ValueError, match="unknown timeline box kind"):
+        recorder.add("allreduce", 0, 0, 0.0, 1.0)

@@ -7,7 +7,7 @@ from trident.parallel.pipeline.timeline import Timeline
 
 # Colour per kind; chunk c is drawn lighter as c grows so interleaved chunks are told apart.
 _BASE_RGB = {"forward": (0.16, 0.40, 0.75), "backward": (0.90, 0.45, 0.10), "comm": (0.55, 0.55, 0.55),
-             "reduce": (0.20, 0.60, 0.30)}
+             "reduce": (0.75, 0.15, 0.15)}
 
 
 def _shade(kind: str, chunk: int, virtual_stages: int) -> tuple[float, float, float]:
@@ -34,7 +34,7 @@ def draw_timeline(timeline: Timeline, path: str | Path, title: str | None = None
     rectangles, colours = [], []
     for box in timeline.boxes:
         row = timeline.num_stages - 1 - box.stage
-        height, bottom = {"comm": (0.2, row - 0.1), "reduce": (0.12, row - 0.52)}.get(box.kind, (0.8, row - 0.4))
+        height, bottom = {"comm": (0.2, row - 0.1), "reduce": (0.07, row - 0.56)}.get(box.kind, (0.8, row - 0.4))
         rectangles.append(Rectangle((box.start - origin, bottom), box.end - box.start, height))
         colours.append(_shade(box.kind, box.chunk, timeline.virtual_stages))
         # Label only boxes wide enough to hold the number legibly.
