@@ -86,7 +86,10 @@ def parallelize(config: Config, mesh, device: torch.device, precision: Precision
     buffers = adam = None
     if optimizer:
         counted = {id(p): counts_towards_norm(n, p, mesh.is_first_stage) for n, p in named_params}
-        buffers, adam = build_optimizer(named_params, config, mesh, zero, counted)
+        # the tied embedding's two stage copies are summed (finalize_gradients) before its DP reduction
+        tied = [p for n, p in named_params if n == TIED_EMBEDDING] if mesh.pp > 1 else []
+        buffers, adam = build_optimizer(named_params, config, mesh, zero, counted, deferred=tied)
+        buffers.recorder = executor.recorder if executor is not None else None
     return ParallelModel(config, mesh, chunks, named_params, executor, precision, zero, buffers, adam)
 
 
@@ -122,7 +125,11 @@ class ParallelModel:
     # ---- micro-batches ---------------------------------------------------------------------------
     def forward_backward(self, micro_batches: list, loss_divisor: int) -> torch.Tensor:
         """Sum over micro-batches of the mean token loss / loss_divisor; gradients accumulate in the
-        fp32 buffers. With pipeline stages the loss is non-zero on the last stage only."""
+        fp32 buffers. With pipeline stages the loss is non-zero on the last stage only. With dp > 1 a
+        bucket's DP reduction starts as soon as its gradients are final (after their last micro-batch's
+        backward, during the pipeline's drain); finalize_gradients waits for them."""
+        if self.buffers is not None:  # one accumulation per micro-batch
+            self.buffers.expect_accumulations(len(micro_batches))
         return self._run(micro_batches, loss_divisor, backward=True)
 
     @torch.no_grad()
@@ -150,9 +157,7 @@ class ParallelModel:
         if self.executor is not None:
             return self.executor.run(micro_batches, loss_divisor, self.scaler.scale, backward)
         total = torch.zeros((), device=self.device)
-        for index, (tokens, labels) in enumerate(micro_batches):
-            if backward:  # lets the DP reduction of each bucket start as soon as its gradients are final
-                self.buffers.final_microbatch = index == len(micro_batches) - 1
+        for tokens, labels in micro_batches:
             with self.precision.autocast():
                 loss = self.chunks[0](tokens, labels).float().mean() / loss_divisor
             if backward:

@@ -7,11 +7,12 @@ from trident.parallel.pipeline.timeline import Timeline
 
 # Colour per kind; chunk c is drawn lighter as c grows so interleaved chunks are told apart.
 _BASE_RGB = {"forward": (0.16, 0.40, 0.75), "backward": (0.90, 0.45, 0.10), "comm": (0.55, 0.55, 0.55),
-             "send": (0.50, 0.20, 0.60), "recv": (0.15, 0.60, 0.30)}
+             "send": (0.50, 0.20, 0.60), "recv": (0.15, 0.60, 0.30),
+             "reduce": (0.75, 0.15, 0.15)}
 # (height, offset of the bottom from the row centre): compute fills the row, a blocked wait is a
 # bar in its middle, transfers in flight are thin lines above (send) and below (recv) the compute.
 _LANE = {"forward": (0.8, -0.4), "backward": (0.8, -0.4), "comm": (0.2, -0.1),
-         "send": (0.07, 0.41), "recv": (0.07, -0.48)}
+         "send": (0.07, 0.41), "recv": (0.07, -0.48), "reduce": (0.07, -0.56)}
 
 
 def _shade(kind: str, chunk: int, virtual_stages: int) -> tuple[float, float, float]:
@@ -33,7 +34,7 @@ def draw_timeline(timeline: Timeline, path: str | Path, title: str | None = None
     if not timeline.boxes:
         raise ValueError("cannot draw an empty timeline")
     origin = min(b.start for b in timeline.boxes)
-    span = timeline.makespan or 1.0
+    span = max(b.end for b in timeline.boxes) - origin or 1.0  # DP reductions may end after the pipeline
     width = min(40.0, max(8.0, 0.35 * len(timeline.compute_boxes) / timeline.num_stages + 4))
     fig, ax = plt.subplots(figsize=(width, 0.6 * timeline.num_stages + 1.9))
     rectangles, colours = [], []
@@ -59,7 +60,8 @@ def draw_timeline(timeline: Timeline, path: str | Path, title: str | None = None
               Patch(color=_shade("backward", 0, 1), label="backward")]
     kinds = {box.kind for box in timeline.boxes}
     legend += [Patch(color=_BASE_RGB[kind], label=label) for kind, label in
-               (("comm", "waiting for a transfer"), ("send", "send in flight"), ("recv", "receive in flight"))
+               (("comm", "waiting for a transfer"), ("send", "send in flight"), ("recv", "receive in flight"),
+                ("reduce", "DP reduction (bucket)"))
                if kind in kinds]
     if timeline.virtual_stages > 1:
         legend.append(Patch(color="white", label="lighter = later chunk"))

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
-KINDS = ("forward", "backward", "comm", "send", "recv")
+KINDS = ("forward", "backward", "comm", "send", "recv", "reduce")
 COMPUTE_KINDS = ("forward", "backward")
 
 
@@ -29,7 +29,9 @@ COMPUTE_KINDS = ("forward", "backward")
 class Box:
     """One interval on one stage. kind: forward | backward (compute); comm (the stage blocked waiting
     for the transfer of this microbatch/chunk); send | recv (a transfer, from its post to its
-    completion as this stage saw it: in flight, possibly behind compute)."""
+    completion as this stage saw it: in flight, possibly behind compute); reduce (one DP gradient
+    bucket, from the launch of its reduction to the end of its wait; microbatch holds the bucket
+    index, chunk 0)."""
     stage: int
     kind: str
     microbatch: int
@@ -63,10 +65,12 @@ class Timeline:
 
     @property
     def makespan(self) -> float:
-        """Time from the first start to the last end, over all stages."""
-        if not self.boxes:
+        """Time from the first start to the last end of the pipeline's boxes, over all stages (DP
+        reductions finishing after the pipeline drained are not part of it)."""
+        boxes = [b for b in self.boxes if b.kind != "reduce"]
+        if not boxes:
             return 0.0
-        return max(b.end for b in self.boxes) - min(b.start for b in self.boxes)
+        return max(b.end for b in boxes) - min(b.start for b in boxes)
 
     def wait_time(self, stage: int) -> float:
         """Time `stage` spent blocked on transfers (its comm boxes)."""
