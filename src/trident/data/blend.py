@@ -3,8 +3,13 @@
 Sample n of the blend goes to the dataset whose count of samples so far lags its share the most:
 argmax_d (w_d * max(n, 1) - count_d), ties to the lowest index. Every prefix of the blend is then
 within one sample per dataset of its weights, and the order is deterministic (no randomness).
+The rule is evaluated in float64 exactly as `w_d * float(max(n, 1)) - float(count_d)`; the
+compiled loop below gives the same bits as that expression in plain Python (tests keep the plain
+loop as the reference).
 """
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 
@@ -20,28 +25,59 @@ def normalize_weights(weights) -> np.ndarray:
     return w / w.sum()
 
 
+def _greedy_blend(w, which, local, counts):
+    """The greedy loop, in place; compiled by numba with the same float64 operations, no fastmath.
+
+    Errors are computed for all datasets at once (padded to a multiple of 8 with -inf weights,
+    which never win) so the compiler can use SIMD; then the first index holding the maximum is
+    the argmax with ties to the lowest index, exactly as a scan with `>` finds it.
+    """
+    num = len(w)
+    padded = -(-num // 8) * 8
+    weight = np.full(padded, -np.inf)
+    weight[:num] = w
+    taken = np.zeros(padded)  # counts as float64, as the rule subtracts them
+    error = np.empty(padded)
+    for n in range(len(which)):
+        scale = float(max(n, 1))
+        largest = -np.inf
+        for d in range(padded):
+            error[d] = weight[d] * scale - taken[d]
+            largest = max(largest, error[d])
+        best = 0
+        while error[best] != largest:
+            best += 1
+        which[n] = best
+        local[n] = counts[best]
+        counts[best] += 1
+        taken[best] += 1.0
+
+
+@functools.cache
+def _compiled_greedy_blend():
+    # numba is imported on first use only: `import trident` stays fast; cache=True keeps the
+    # compiled code in __pycache__ (when writable), so later processes skip the ~1 s compile
+    import numba
+
+    return numba.njit(cache=True, nogil=True, fastmath=False)(_greedy_blend)
+
+
 def build_blending_indices(weights, num_samples: int) -> tuple[np.ndarray, np.ndarray]:
     """(dataset_index, dataset_sample_index) for the greedy blend of `num_samples` samples.
 
     dataset_index[n] is the dataset serving blend sample n; dataset_sample_index[n] is which of
-    that dataset's samples it is (0, 1, 2, ... per dataset).
+    that dataset's samples it is (0, 1, 2, ... per dataset). Bit-identical to the rule in the
+    module docstring (float64, ties to the lowest index); compiled, ~10-20 ns a sample for 15
+    datasets instead of ~10 us in plain Python.
     """
-    w = [float(x) for x in normalize_weights(weights)]
-    counts = [0] * len(w)
+    w = normalize_weights(weights)
+    if num_samples < 0:
+        raise ValueError(f"num_samples must be >= 0, got {num_samples}")
     which = np.empty(num_samples, dtype=np.int16 if len(w) < 2**15 else np.int32)
     local = np.empty(num_samples, dtype=np.int64)
-    datasets = range(len(w))
-    # a plain-Python loop: each choice depends on all earlier ones; ~1 us per sample per dataset
-    for n in range(num_samples):
-        scale = max(n, 1)
-        best, best_error = 0, w[0] * scale - counts[0]
-        for d in datasets:
-            error = w[d] * scale - counts[d]
-            if error > best_error:
-                best, best_error = d, error
-        which[n] = best
-        local[n] = counts[best]
-        counts[best] += 1
+    # the choice is sequential (each depends on all earlier ones) and no per-dataset sort key
+    # reproduces it exactly (docs/data.md), so the exact loop runs compiled
+    _compiled_greedy_blend()(w, which, local, np.zeros(len(w), dtype=np.int64))
     return which, local
 
 
