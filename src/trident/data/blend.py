@@ -81,39 +81,57 @@ def build_blending_indices(weights, num_samples: int) -> tuple[np.ndarray, np.nd
     return which, local
 
 
+BLEND_ARRAYS = ("dataset_index", "dataset_sample_index", "samples_per_dataset")
+
+
 def blending_indices(weights, num_samples: int, cache_dir=None, cache_inputs=None,
-                     name: str = "blend") -> tuple[np.ndarray, np.ndarray, bool]:
-    """build_blending_indices through the on-disk cache: (which, local, from_cache)."""
+                     name: str = "blend") -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
+    """build_blending_indices through the on-disk cache: (which, local, counts, from_cache).
+
+    counts[d] is how many samples the blend takes from dataset d (kept in the cache, so a rank
+    that reads the cache need not count 100M+ entries).
+    """
     weights = normalize_weights(weights)
-    build = lambda: dict(zip(("dataset_index", "dataset_sample_index"),  # noqa: E731
-                             build_blending_indices(weights, num_samples)))
+
+    def build():
+        which, local = build_blending_indices(weights, num_samples)
+        return dict(zip(BLEND_ARRAYS, (which, local, samples_per_dataset(which, len(weights)))))
+
     if cache_dir is None:
         arrays, from_cache = build(), False
     else:
         inputs = {"weights": [float(x) for x in weights], "num_samples": num_samples,
                   "datasets": cache_inputs or []}
-        arrays, from_cache = load_or_build(cache_dir, name, inputs,
-                                           ("dataset_index", "dataset_sample_index"), build)
-    return arrays["dataset_index"], arrays["dataset_sample_index"], from_cache
+        arrays, from_cache = load_or_build(cache_dir, name, inputs, BLEND_ARRAYS, build)
+    return (*(arrays[a] for a in BLEND_ARRAYS), from_cache)
 
 
 def samples_per_dataset(dataset_index: np.ndarray, num_datasets: int) -> np.ndarray:
     """How many samples a blend takes from each dataset."""
-    return np.bincount(np.asarray(dataset_index, dtype=np.int64), minlength=num_datasets)
+    counts = np.zeros(num_datasets, dtype=np.int64)
+    chunk = 1 << 24  # counted in slices: no int64 copy of a 100M+ entry index
+    for start in range(0, len(dataset_index), chunk):
+        part = np.bincount(np.asarray(dataset_index[start : start + chunk], dtype=np.int64))
+        if len(part) > len(counts):
+            counts = np.pad(counts, (0, len(part) - len(counts)))
+        counts[: len(part)] += part
+    return counts
 
 
 class BlendedDataset:
     """Blend sample i = datasets[dataset_index[i]][dataset_sample_index[i]]."""
 
     def __init__(self, datasets: list, dataset_index: np.ndarray, dataset_sample_index: np.ndarray,
-                 from_cache: bool = False):
+                 from_cache: bool = False, taken: np.ndarray | None = None):
+        """`taken`: samples_per_dataset(dataset_index), when the caller has it (else counted here)."""
         if len(dataset_index) != len(dataset_sample_index):
             raise ValueError("dataset_index and dataset_sample_index differ in length")
         self.datasets = datasets
         self.dataset_index = dataset_index
         self.dataset_sample_index = dataset_sample_index
         self.from_cache = from_cache
-        taken = samples_per_dataset(dataset_index, len(datasets))
+        if taken is None:
+            taken = samples_per_dataset(dataset_index, len(datasets))
         if len(taken) > len(datasets):
             raise ValueError(f"blend refers to dataset {len(taken) - 1}, only {len(datasets)} given")
         for d, (dataset, need) in enumerate(zip(datasets, taken)):
