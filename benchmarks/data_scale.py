@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import mmap
 import resource
 import shutil
 import struct
@@ -29,8 +30,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-
-from common import emit_json, print_table
 
 # name, tokens (B), weight, documents (M): tokens and weights from the paper, documents from the Pile
 SOURCES = [
@@ -99,16 +98,25 @@ def role(root: Path, scale: float) -> dict:
 
     config = DataConfig(paths=make_sources(root, scale), valid_fraction=0.02, cache_dir=str(root / "cache"))
     train_samples, valid_samples = run_samples(scale)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     train, valid = build_datasets(config, SEQ_LENGTH, train_samples, valid_samples, seed=1234)
-    seconds = time.perf_counter() - start
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
     first, last = train[0], train[len(train) - 1]  # samples read through the (mapped) indices
-    assert first.shape == last.shape == (SEQ_LENGTH + 1,)
-    return {"seconds": round(seconds, 2), "peak_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-                                                               * 1024 / GIB, 3),
+    assert first.shape == last.shape == (SEQ_LENGTH + 1,) and len(valid) == valid_samples
+    arrays = [train.dataset_index, train.dataset_sample_index]
+    arrays += [getattr(d, a) for d in train.datasets for a in ("documents", "doc_idx", "sample_idx", "shuffle_idx")]
+    return {"seconds": round(seconds, 2), "cpu_s": round(cpu, 2),
+            "peak_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GIB, 3),
             "train_samples": train_samples, "valid_samples": valid_samples, "from_cache": train.from_cache,
-            "memory_mapped": not train.dataset_index.flags.owndata and all(
-                not d.shuffle_idx.flags.owndata for d in train.datasets)}
+            "memory_mapped": all(_is_mapped(a) for a in arrays)}
+
+
+def _is_mapped(array) -> bool:
+    while array is not None:
+        if isinstance(array, (np.memmap, mmap.mmap)):
+            return True
+        array = getattr(array, "base", None)
+    return False
 
 
 def old_python_blend(weights, num_samples: int) -> np.ndarray:
@@ -154,6 +162,8 @@ def blend_figures(train_samples: int, subset: int) -> dict:
 
 
 def main() -> None:
+    from common import emit_json, print_table  # here: it imports torch, which the role processes need not
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--root", default="", help="folder for the datasets and cache (default: a temporary one)")
     parser.add_argument("--scale", type=float, default=1.0, help="fraction of documents, tokens and samples")
@@ -182,11 +192,12 @@ def main() -> None:
         if not args.keep and not args.root:
             shutil.rmtree(root, ignore_errors=True)
     rows = [[f"rank 0: build ({runs['build']['train_samples']:,} train samples)", runs["build"]["seconds"],
-             runs["build"]["peak_gib"], "< 120 s, < 8 GiB"],
+             runs["build"]["cpu_s"], runs["build"]["peak_gib"], "< 120 s, < 8 GiB"],
             ["another rank: read the cache (memory-mapped: "
-             f"{runs['read']['memory_mapped']})", runs["read"]["seconds"], runs["read"]["peak_gib"], "< 5 s"]]
-    print_table("index building, MT-NLG blend (15 datasets), seq 2048", ["role", "seconds", "peak RSS GiB",
-                                                                           "target"], rows)
+             f"{runs['read']['memory_mapped']})", runs["read"]["seconds"], runs["read"]["cpu_s"],
+             runs["read"]["peak_gib"], "< 5 s"]]
+    print_table("index building, MT-NLG blend (15 datasets), seq 2048",
+                ["role", "wall s", "CPU s", "peak RSS GiB", "target"], rows)
     print_table("blend (greedy, bit-identical)", ["what", "seconds"], [
         [f"old Python loop, {blend['subset']:,} samples", blend["python_s"]],
         [f"compiled, {blend['subset']:,} samples (x{blend['speedup']} faster)", blend["compiled_s"]],

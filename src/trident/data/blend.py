@@ -9,10 +9,9 @@ loop as the reference).
 """
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 
+from trident.data.compiled import compiled
 from trident.data.index_cache import load_or_build
 
 
@@ -53,15 +52,6 @@ def _greedy_blend(w, which, local, counts):
         taken[best] += 1.0
 
 
-@functools.cache
-def _compiled_greedy_blend():
-    # numba is imported on first use only: `import trident` stays fast; cache=True keeps the
-    # compiled code in __pycache__ (when writable), so later processes skip the ~1 s compile
-    import numba
-
-    return numba.njit(cache=True, nogil=True, fastmath=False)(_greedy_blend)
-
-
 def build_blending_indices(weights, num_samples: int) -> tuple[np.ndarray, np.ndarray]:
     """(dataset_index, dataset_sample_index) for the greedy blend of `num_samples` samples.
 
@@ -77,7 +67,7 @@ def build_blending_indices(weights, num_samples: int) -> tuple[np.ndarray, np.nd
     local = np.empty(num_samples, dtype=np.int64)
     # the choice is sequential (each depends on all earlier ones) and no per-dataset sort key
     # reproduces it exactly (docs/data.md), so the exact loop runs compiled
-    _compiled_greedy_blend()(w, which, local, np.zeros(len(w), dtype=np.int64))
+    compiled(_greedy_blend)(w, which, local, np.zeros(len(w), dtype=np.int64))
     return which, local
 
 

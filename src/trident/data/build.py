@@ -95,7 +95,7 @@ def split_documents(num_documents: int, valid_fraction: float, split_seed: int) 
     held_out[order[:n_valid]] = True
     del order
     # the sorted ids of each part, by a mask instead of sorting hundreds of millions of ids
-    return np.flatnonzero(~held_out).astype(np.int64), np.flatnonzero(held_out).astype(np.int64)
+    return np.flatnonzero(~held_out).astype(np.int64, copy=False), np.flatnonzero(held_out).astype(np.int64, copy=False)
 
 
 def cached_split(num_documents: int, data_config, cache_dir: Path, label: str):

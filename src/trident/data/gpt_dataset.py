@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from trident.data.compiled import compiled
 from trident.data.index_cache import array_digest, file_fingerprint, load_or_build, smallest_int
 from trident.data.indexed import IndexedDataset, data_file, index_file
 
@@ -43,34 +44,42 @@ def build_doc_idx(documents: np.ndarray, num_epochs: int, rng: np.random.Generat
     return smallest_int(orders.reshape(-1))
 
 
+def _place_windows(sizes, doc_idx, seq_length, sample_idx):
+    """Fill sample_idx row j with (position in doc_idx, offset) of stream position j*seq_length;
+    returns the rows filled (fewer than len(sample_idx) when the documents run out)."""
+    row, start = 0, 0
+    for k in range(len(doc_idx)):
+        end = start + sizes[doc_idx[k]]
+        # every window start inside this document (none in a zero-length one)
+        while row < len(sample_idx) and row * seq_length < end:
+            sample_idx[row, 0] = k
+            sample_idx[row, 1] = row * seq_length - start
+            row += 1
+        if row == len(sample_idx):
+            break
+        start = end
+    return row
+
+
 def build_sample_idx(sizes: np.ndarray, doc_idx: np.ndarray, seq_length: int,
                      num_windows: int) -> np.ndarray:
     """(num_windows+1, 2) [position in doc_idx, offset]: where each window starts in the stream.
 
     Window j starts at stream position j*seq_length; the returned row j+1 is also window j's last
-    token. Zero-length documents are skipped naturally (no window starts inside one).
+    token. Zero-length documents are skipped naturally (no window starts inside one). One compiled
+    pass over the documents (as Megatron's C++ helper); int32 when every value fits, else int64.
     """
-    lengths = np.asarray(sizes)[np.asarray(doc_idx)].astype(np.int64)
-    ends = np.cumsum(lengths)
-    last = num_windows * seq_length
-    if num_windows and last >= ends[-1]:
+    sizes, doc_idx = np.asarray(sizes), np.asarray(doc_idx)
+    int32_max = np.iinfo(np.int32).max
+    # positions < len(doc_idx) and offsets < the largest size: int32 is safe when both bounds fit
+    surely_int32 = len(doc_idx) <= int32_max and (len(sizes) == 0 or int(sizes.max()) <= int32_max)
+    sample_idx = np.empty((num_windows + 1, 2), dtype=np.int32 if surely_int32 else np.int64)
+    filled = compiled(_place_windows)(sizes, doc_idx, seq_length, sample_idx)
+    if filled < num_windows + 1:
+        tokens = int(sizes[doc_idx].sum(dtype=np.int64))
         raise ValueError(f"{num_windows} windows of {seq_length + 1} tokens need "
-                         f"{last + 1} tokens; the document order holds {ends[-1]}")
-    # window j starts in the document at position #{k: ends[k] <= j*s} (searchsorted 'right'),
-    # counted in one pass: ends[k] <= j*s from j = ceil(ends[k] / s) on (O(documents + windows))
-    first_window_after = np.minimum(-(-ends // seq_length), num_windows + 1)
-    which = np.cumsum(np.bincount(first_window_after, minlength=num_windows + 2)[: num_windows + 1])
-    del first_window_after
-    starts = ends - lengths
-    del ends, lengths
-    offsets = np.arange(num_windows + 1, dtype=np.int64) * seq_length
-    offsets -= starts[which]
-    del starts
-    fits = max(int(which[-1]), int(offsets.max())) <= np.iinfo(np.int32).max  # smallest_int's rule
-    sample_idx = np.empty((num_windows + 1, 2), dtype=np.int32 if fits else np.int64)
-    sample_idx[:, 0] = which
-    sample_idx[:, 1] = offsets
-    return sample_idx
+                         f"{num_windows * seq_length + 1} tokens; the document order holds {tokens}")
+    return sample_idx if surely_int32 else smallest_int(sample_idx)
 
 
 def stable_argsort(keys: np.ndarray) -> np.ndarray:
