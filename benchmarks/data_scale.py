@@ -6,7 +6,8 @@ counts (the Pile's, ~1k tokens a document for the two curated Common Crawl snaps
 size, so the tokens take no disk. The run is the 530B recipe's: seq 2048, batch ramp-up 32 -> 1920 over
 12B tokens, ~270B tokens (132M samples), valid_fraction 0.02.
 
-Each role runs in its own process (peak RSS is per process; ru_maxrss):
+Each role runs in its own process (peak RSS is per process: VmHWM, which counts mapped file pages
+that were read as well as the process's own memory):
   build  rank 0: trident.data.build.build_datasets with an empty cache (builds and saves everything)
   read   another rank: the same call once the cache exists (the trainer's path for ranks != 0)
 Then the blend alone: the compiled greedy loop against the old plain-Python loop on 1M samples in one
@@ -20,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import mmap
-import resource
 import shutil
 import struct
 import subprocess
@@ -106,9 +106,18 @@ def role(root: Path, scale: float) -> dict:
     arrays = [train.dataset_index, train.dataset_sample_index]
     arrays += [getattr(d, a) for d in train.datasets for a in ("documents", "doc_idx", "sample_idx", "shuffle_idx")]
     return {"seconds": round(seconds, 2), "cpu_s": round(cpu, 2),
-            "peak_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GIB, 3),
+            "peak_gib": round(_peak_rss_kib() * 1024 / GIB, 3),
             "train_samples": train_samples, "valid_samples": valid_samples, "from_cache": train.from_cache,
             "memory_mapped": all(_is_mapped(a) for a in arrays)}
+
+
+def _peak_rss_kib() -> int:
+    """This process's peak resident memory (VmHWM; unlike ru_maxrss it does not inherit the
+    parent's size across fork + exec)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    raise KeyError("VmHWM")
 
 
 def _is_mapped(array) -> bool:
@@ -135,6 +144,62 @@ def old_python_blend(weights, num_samples: int) -> np.ndarray:
         which[n] = best
         counts[best] += 1
     return which
+
+
+def old_builders(sizes, num_documents: int, seq: int, num_samples: int, seed: int) -> dict:
+    """trident's split and index builders before issue 18 (sorting, searchsorted, lexsort, int64)."""
+    from trident.data.gpt_dataset import num_epochs_needed
+    from trident.data.index_cache import smallest_int
+
+    order = np.random.default_rng(1234).permutation(num_documents)
+    n_valid = int(round(0.02 * num_documents))
+    documents = np.sort(order[n_valid:])
+    del order
+    tokens = int(np.asarray(sizes, dtype=np.int64)[documents].sum())
+    epochs = num_epochs_needed(tokens, seq, num_samples)
+    doc_rng, shuffle_rng = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(2))
+    doc_idx = smallest_int(doc_rng.permuted(np.tile(documents, (epochs, 1)), axis=1).reshape(-1))
+    windows = (epochs * tokens - 1) // seq
+    lengths = np.asarray(sizes, dtype=np.int64)[doc_idx]
+    ends = np.cumsum(lengths)
+    positions = np.arange(windows + 1, dtype=np.int64) * seq
+    which = np.searchsorted(ends, positions, side="right")
+    sample_idx = smallest_int(np.stack([which, positions - (ends[which] - lengths[which])], axis=1))
+    del lengths, ends, positions, which
+    epoch = np.arange(windows, dtype=np.int64) * seq // tokens
+    shuffle_idx = smallest_int(np.lexsort((shuffle_rng.random(windows), epoch)))
+    return {"doc_idx": doc_idx, "sample_idx": sample_idx, "shuffle_idx": shuffle_idx}
+
+
+def new_builders(sizes, num_documents: int, seq: int, num_samples: int, seed: int) -> dict:
+    from trident.data.build import split_documents
+    from trident.data.gpt_dataset import build_indices
+
+    documents, _ = split_documents(num_documents, 0.02, 1234)
+    return build_indices(sizes, documents, seq, num_samples, seed)
+
+
+def builder_figures(root: Path, name: str, train_samples: int) -> dict:
+    """The split and index builders of one dataset, old and new, in this process (CPU seconds)."""
+    from trident.data.indexed import IndexedDataset
+
+    indexed = IndexedDataset(root / name)
+    weight = dict((s[0], s[2]) for s in SOURCES)[name] / sum(s[2] for s in SOURCES)
+    samples = int(train_samples * weight)
+    times = {}
+    for label, fn in (("new", new_builders), ("old", old_builders), ("new ", new_builders)):
+        start = time.process_time()
+        arrays = fn(indexed.sizes, len(indexed), SEQ_LENGTH, samples, 1234)
+        times.setdefault(label.strip(), []).append(time.process_time() - start)
+        if label == "old":
+            reference = arrays
+        elif label == "new ":
+            assert all(np.array_equal(arrays[a], reference[a]) and arrays[a].dtype == reference[a].dtype
+                       for a in arrays), "new builders differ from the old ones"
+        del arrays
+    return {"dataset": name, "documents": len(indexed), "samples": samples,
+            "old_cpu_s": round(min(times["old"]), 2), "new_cpu_s": round(min(times["new"]), 2),
+            "speedup": round(min(times["old"]) / min(times["new"]), 2)}
 
 
 def blend_figures(train_samples: int, subset: int) -> dict:
@@ -170,6 +235,7 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the datasets (the cache is always removed)")
     parser.add_argument("--role", choices=["build", "read"], help=argparse.SUPPRESS)
     parser.add_argument("--blend-subset", type=int, default=1_000_000)
+    parser.add_argument("--compare-dataset", default="wikipedia", help="dataset for the old/new builder ratio")
     args = parser.parse_args()
     if args.role:
         print(json.dumps(role(Path(args.root), args.scale)))
@@ -187,6 +253,7 @@ def main() -> None:
                                   "--scale", str(args.scale)], check=True, capture_output=True, text=True)
             runs[name] = json.loads(out.stdout.strip().splitlines()[-1])
         blend = blend_figures(runs["build"]["train_samples"], args.blend_subset)
+        builders = builder_figures(root, args.compare_dataset, runs["build"]["train_samples"])
     finally:
         shutil.rmtree(root / "cache", ignore_errors=True)
         if not args.keep and not args.root:
@@ -203,8 +270,13 @@ def main() -> None:
         [f"compiled, {blend['subset']:,} samples (x{blend['speedup']} faster)", blend["compiled_s"]],
         [f"compiled, {blend['full_samples']:,} samples (Megatron's C++: 3.5 s)", blend["full_s"]],
         ["numba compile or cache load, once a process", blend["compile_or_load_s"]]])
+    print_table(f"split + doc/sample/shuffle index of {builders['dataset']} ({builders['documents']:,} documents, "
+                f"{builders['samples']:,} samples), one process", ["builders", "CPU s"],
+                [["before issue 18 (sort, searchsorted, lexsort)", builders["old_cpu_s"]],
+                 [f"now (x{builders['speedup']}; identical arrays)", builders["new_cpu_s"]]])
     emit_json("data_scale", {"scale": args.scale, **{f"{k}_{n}": v for n, r in runs.items()
-                                                     for k, v in r.items()}, "blend": blend})
+                                                     for k, v in r.items()}, "blend": blend,
+                             "builders": builders})
 
 
 if __name__ == "__main__":
