@@ -12,7 +12,7 @@ import pytest
 from trident.config import DataConfig
 from trident.data.build import build_datasets, split_documents
 from trident.data.gpt_dataset import (GPTDataset, build_doc_idx, build_sample_idx, build_shuffle_idx,
-                                      stable_argsort)
+                                      sort_random_keys, stable_argsort)
 from trident.data.index_cache import load_or_build, smallest_int
 from trident.data.indexed import IndexedDataset, IndexedDatasetBuilder
 
@@ -100,6 +100,19 @@ def test_shuffle_keeps_tied_keys_in_window_order(seed):
                      reference_shuffle_idx(500, 37, 5, TiedKeys(seed)), "tied keys")
     keys = TiedKeys(seed).random(1000)
     assert np.array_equal(stable_argsort(keys), np.argsort(keys, kind="stable"))
+    assert np.array_equal(sort_random_keys(keys), np.argsort(keys, kind="stable"))
+
+
+@pytest.mark.parametrize("keys", [[], [0.5], [0.0, 0.0], [1 - 2**-53, 0.0, 1 - 2**-53], [2.0, -1.0, 2.0]])
+def test_key_sort_edges(keys):
+    keys = np.asarray(keys, dtype=np.float64)
+    assert np.array_equal(sort_random_keys(keys), np.argsort(keys, kind="stable"))
+
+
+def test_key_sort_of_many_random_keys():
+    keys = np.random.default_rng(9).random(200_000)
+    keys[::1000] = keys[1]  # some exact ties among them
+    assert np.array_equal(sort_random_keys(keys), np.argsort(keys, kind="stable"))
 
 
 def test_cache_entries_are_memory_mapped_when_built_and_when_read(tmp_path):

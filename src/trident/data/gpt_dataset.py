@@ -97,6 +97,40 @@ def stable_argsort(keys: np.ndarray) -> np.ndarray:
     return order
 
 
+def _bucket_argsort(keys, order):
+    """order = the stable argsort of keys, every key in [0, 1): bucket i/n holds the keys in
+    [i/n, (i+1)/n), filled in index order (stable); then an insertion sort (strict >, stable)
+    inside each bucket, of one key on average for uniform keys. O(n) instead of O(n log n)."""
+    n = len(keys)
+    starts = np.zeros(n + 1, dtype=np.int64)
+    for i in range(n):
+        starts[min(int(keys[i] * n), n - 1) + 1] += 1  # fl(key * n) never decreases as key grows
+    for b in range(n):
+        starts[b + 1] += starts[b]
+    fill = starts[:n].copy()
+    for i in range(n):
+        b = min(int(keys[i] * n), n - 1)
+        order[fill[b]] = i
+        fill[b] += 1
+    for b in range(n):
+        for p in range(starts[b] + 1, starts[b + 1]):
+            item, q = order[p], p
+            while q > starts[b] and keys[order[q - 1]] > keys[item]:
+                order[q] = order[q - 1]
+                q -= 1
+            order[q] = item
+
+
+def sort_random_keys(keys: np.ndarray) -> np.ndarray:
+    """The stable argsort of `keys`: by buckets (compiled) when all lie in [0, 1), as
+    Generator.random's do, else stable_argsort."""
+    if len(keys) == 0 or not (keys.min() >= 0.0 and keys.max() < 1.0):
+        return stable_argsort(keys)
+    order = np.empty(len(keys), dtype=np.int64)
+    compiled(_bucket_argsort)(keys, order)
+    return order
+
+
 def build_shuffle_idx(num_windows: int, tokens_per_epoch: int, seq_length: int,
                       rng: np.random.Generator) -> np.ndarray:
     """A permutation of range(num_windows) that shuffles only within each epoch's windows.
@@ -111,7 +145,7 @@ def build_shuffle_idx(num_windows: int, tokens_per_epoch: int, seq_length: int,
         # epoch e's windows are j with e*T <= j*s < (e+1)*T: a contiguous run, sorted on its own
         epoch = start * seq_length // tokens_per_epoch
         stop = min(num_windows, -(-((epoch + 1) * tokens_per_epoch) // seq_length))
-        shuffle_idx[start:stop] = stable_argsort(keys[start:stop])
+        shuffle_idx[start:stop] = sort_random_keys(keys[start:stop])
         shuffle_idx[start:stop] += start
         start = stop
     return smallest_int(shuffle_idx)
