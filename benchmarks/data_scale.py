@@ -14,7 +14,8 @@ Then the blend alone: the compiled greedy loop against the old plain-Python loop
 process (ratio), and the compiled loop on the run's 132M samples (absolute; Megatron-LM's C++ helper
 takes 3.5 s for this on a 2-core machine, issue 18).
 
-    python benchmarks/data_scale.py [--root DIR] [--scale 1.0] [--keep]   # ~5 minutes, ~13 GB of disk
+    python benchmarks/data_scale.py [--root DIR] [--scale 1.0] [--keep]   # ~5 minutes idle, ~13 GB of disk
+    python benchmarks/data_scale.py --blend-only                          # the blend figures alone, ~30 s
 """
 from __future__ import annotations
 
@@ -202,28 +203,32 @@ def builder_figures(root: Path, name: str, train_samples: int) -> dict:
             "speedup": round(min(times["old"]) / min(times["new"]), 2)}
 
 
+def _timed(fn, *args):
+    """(result, wall seconds, CPU seconds) of fn(*args)."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    result = fn(*args)
+    return result, time.perf_counter() - wall, time.process_time() - cpu
+
+
 def blend_figures(train_samples: int, subset: int) -> dict:
+    """The compiled blend against the old loop on `subset` samples (interleaved, best of 2), then
+    on the whole run; CPU seconds beside wall seconds (the blend runs on one thread)."""
     from trident.data.blend import build_blending_indices, normalize_weights
 
     weights = normalize_weights([s[2] for s in SOURCES])
-    start = time.perf_counter()
-    build_blending_indices(weights, 1)  # numba: compile, or load the compiled code from its cache
-    compile_s = time.perf_counter() - start
+    _, compile_s, _ = _timed(build_blending_indices, weights, 1)  # numba: compile, or load its cache
     compiled, python = [], []
-    for _ in range(2):  # interleaved rounds, best of each
-        start = time.perf_counter()
-        fast, _ = build_blending_indices(weights, subset)
-        compiled.append(time.perf_counter() - start)
-        start = time.perf_counter()
-        slow = old_python_blend(weights, subset)
-        python.append(time.perf_counter() - start)
+    for _ in range(2):
+        (fast, _), _, cpu = _timed(build_blending_indices, weights, subset)
+        compiled.append(cpu)
+        slow, _, cpu = _timed(old_python_blend, weights, subset)
+        python.append(cpu)
         assert np.array_equal(fast, slow), "compiled blend differs from the plain loop"
-    start = time.perf_counter()
-    build_blending_indices(weights, train_samples)
-    full = time.perf_counter() - start
-    return {"subset": subset, "python_s": round(min(python), 2), "compiled_s": round(min(compiled), 4),
+    full = [_timed(build_blending_indices, weights, train_samples)[1:] for _ in range(2)]
+    return {"subset": subset, "python_cpu_s": round(min(python), 2), "compiled_cpu_s": round(min(compiled), 4),
             "speedup": round(min(python) / min(compiled), 1), "compile_or_load_s": round(compile_s, 2),
-            "full_samples": train_samples, "full_s": round(full, 2)}
+            "full_samples": train_samples, "full_wall_s": round(min(w for w, _ in full), 2),
+            "full_cpu_s": round(min(c for _, c in full), 2)}
 
 
 def main() -> None:
@@ -236,9 +241,14 @@ def main() -> None:
     parser.add_argument("--role", choices=["build", "read"], help=argparse.SUPPRESS)
     parser.add_argument("--blend-subset", type=int, default=1_000_000)
     parser.add_argument("--compare-dataset", default="wikipedia", help="dataset for the old/new builder ratio")
+    parser.add_argument("--blend-only", action="store_true", help="only the blend figures (no datasets)")
     args = parser.parse_args()
     if args.role:
         print(json.dumps(role(Path(args.root), args.scale)))
+        return
+    if args.blend_only:
+        blend = blend_figures(run_samples(args.scale)[0], args.blend_subset)
+        print(json.dumps(blend))
         return
     root = Path(args.root or tempfile.mkdtemp(prefix="trident-data-scale-"))
     root.mkdir(parents=True, exist_ok=True)
@@ -265,11 +275,12 @@ def main() -> None:
              runs["read"]["peak_gib"], "< 5 s"]]
     print_table("index building, MT-NLG blend (15 datasets), seq 2048",
                 ["role", "wall s", "CPU s", "peak RSS GiB", "target"], rows)
-    print_table("blend (greedy, bit-identical)", ["what", "seconds"], [
-        [f"old Python loop, {blend['subset']:,} samples", blend["python_s"]],
-        [f"compiled, {blend['subset']:,} samples (x{blend['speedup']} faster)", blend["compiled_s"]],
-        [f"compiled, {blend['full_samples']:,} samples (Megatron's C++: 3.5 s)", blend["full_s"]],
-        ["numba compile or cache load, once a process", blend["compile_or_load_s"]]])
+    print_table("blend (greedy, bit-identical)", ["what", "CPU s", "wall s"], [
+        [f"old Python loop, {blend['subset']:,} samples", blend["python_cpu_s"], "-"],
+        [f"compiled, {blend['subset']:,} samples (x{blend['speedup']} faster)", blend["compiled_cpu_s"], "-"],
+        [f"compiled, {blend['full_samples']:,} samples (Megatron's C++: 3.5 s)", blend["full_cpu_s"],
+         blend["full_wall_s"]],
+        ["numba compile or cache load, once a process", "-", blend["compile_or_load_s"]]])
     print_table(f"split + doc/sample/shuffle index of {builders['dataset']} ({builders['documents']:,} documents, "
                 f"{builders['samples']:,} samples), one process", ["builders", "CPU s"],
                 [["before issue 18 (sort, searchsorted, lexsort)", builders["old_cpu_s"]],
