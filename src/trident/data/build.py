@@ -13,8 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
-from trident.data.blend import BlendedDataset, blending_indices, normalize_weights, samples_per_dataset
+from trident.data.blend import BlendedDataset, blending_indices, normalize_weights
 from trident.data.gpt_dataset import GPTDataset
+from trident.data.index_cache import load_or_build
 from trident.data.indexed import IndexedDataset
 from trident.data.tokenize_jsonl import tokenize_files  # noqa: F401  (public here: trident.data.build.tokenize_files)
 
@@ -75,7 +76,7 @@ def parse_data_paths(paths) -> list[Source]:
 
 
 def split_documents(num_documents: int, valid_fraction: float, split_seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """(train, valid) document ids: round(valid_fraction * n) random documents held out, sorted.
+    """(train, valid) document ids (int64, sorted): round(valid_fraction * n) random documents held out.
 
     With valid_fraction > 0 at least one document is held out when there are two or more, and
     train always keeps at least one.
@@ -87,8 +88,27 @@ def split_documents(num_documents: int, valid_fraction: float, split_seed: int) 
         n_valid = min(max(n_valid, 1), num_documents - 1)
     else:
         n_valid = min(n_valid, max(num_documents - 1, 0))
-    order = np.random.default_rng(split_seed).permutation(num_documents)
-    return np.sort(order[n_valid:]), np.sort(order[:n_valid])
+    # the permutation rng.permutation(n) draws, shuffled as int32 (same draws for any item size)
+    order = np.arange(num_documents, dtype=np.int32 if num_documents < 2**31 else np.int64)
+    np.random.default_rng(split_seed).shuffle(order)
+    held_out = np.zeros(num_documents, dtype=bool)
+    held_out[order[:n_valid]] = True
+    del order
+    # the sorted ids of each part, by a mask instead of sorting hundreds of millions of ids
+    return np.flatnonzero(~held_out).astype(np.int64, copy=False), np.flatnonzero(held_out).astype(np.int64, copy=False)
+
+
+def cached_split(num_documents: int, data_config, cache_dir: Path, label: str):
+    """split_documents through the index cache: ((train, valid) memory-mapped, the key naming them).
+
+    The key is the split's inputs; it names the documents of GPTDataset's cache entries too.
+    """
+    key = {"num_documents": num_documents, "valid_fraction": data_config.valid_fraction,
+           "split_seed": data_config.split_seed}
+    build = lambda: dict(zip(("train", "valid"), split_documents(num_documents, data_config.valid_fraction,  # noqa: E731
+                                                                 data_config.split_seed)))
+    arrays, _ = load_or_build(cache_dir, f"{label}.split", key, ("train", "valid"), build)
+    return (arrays["train"], arrays["valid"]), key
 
 
 def _cache_dir(data_config, prefix: Path) -> Path:
@@ -107,7 +127,7 @@ class _Empty:
         raise IndexError("empty dataset (no documents in this split)")
 
 
-def _build_split(name: str, sources, indexed, splits, data_config, seq_length, num_samples, seed):
+def _build_split(name: str, sources, indexed, splits, data_config, seq_length, num_samples, seed, split_keys):
     """One split (train or valid): a GPTDataset, or a blend of one per source that has documents."""
     usable = [k for k, docs in enumerate(splits) if len(docs) > 0]
     if num_samples == 0 or not usable:
@@ -123,7 +143,8 @@ def _build_split(name: str, sources, indexed, splits, data_config, seq_length, n
     if len(sources) == 1:
         k = usable[0]
         return GPTDataset(indexed[k], splits[k], seq_length, num_samples, seed,
-                          cache_dir=_cache_dir(data_config, sources[k].prefix), name=name)
+                          cache_dir=_cache_dir(data_config, sources[k].prefix), name=name,
+                          documents_key={**split_keys[k], "part": name})
     if any(s.weight is None for s in sources):
         # no weights: each source in proportion to its tokens, as if the files were concatenated
         weights = [float(indexed[k].sizes[splits[k]].sum()) for k in usable]
@@ -133,12 +154,13 @@ def _build_split(name: str, sources, indexed, splits, data_config, seq_length, n
     # the blend order is a function of (weights, num_samples) alone; the prefixes only label the entry
     labels = [str(sources[k].prefix) for k in usable]
     cache_dir = _cache_dir(data_config, sources[usable[0]].prefix)
-    which, local, from_cache = blending_indices(weights, num_samples, cache_dir, labels, name=f"blend.{name}")
-    counts = samples_per_dataset(which, len(usable))
+    which, local, counts, from_cache = blending_indices(weights, num_samples, cache_dir, labels,
+                                                        name=f"blend.{name}")
     datasets = [GPTDataset(indexed[k], splits[k], seq_length, int(count), seed,
-                           cache_dir=_cache_dir(data_config, sources[k].prefix), name=name)
+                           cache_dir=_cache_dir(data_config, sources[k].prefix), name=name,
+                           documents_key={**split_keys[k], "part": name})
                 for k, count in zip(usable, counts)]
-    return BlendedDataset(datasets, which, local, from_cache=from_cache)
+    return BlendedDataset(datasets, which, local, from_cache=from_cache, taken=counts)
 
 
 def build_datasets(data_config, seq_length: int, train_samples: int, valid_samples: int, seed: int):
@@ -150,15 +172,19 @@ def build_datasets(data_config, seq_length: int, train_samples: int, valid_sampl
     """
     sources = parse_data_paths(data_config.paths)
     indexed = [IndexedDataset(s.prefix) for s in sources]
-    train_splits, valid_splits = [], []
+    train_splits, valid_splits, split_keys = [], [], []
     for source, ds in zip(sources, indexed):
         if len(ds) == 0:
             raise ValueError(f"{source.prefix}: indexed dataset has no documents")
-        train_docs, valid_docs = split_documents(len(ds), data_config.valid_fraction, data_config.split_seed)
+        (train_docs, valid_docs), key = cached_split(len(ds), data_config, _cache_dir(data_config, source.prefix),
+                                                     source.prefix.name)
         train_splits.append(train_docs)
         valid_splits.append(valid_docs)
-    train = _build_split("train", sources, indexed, train_splits, data_config, seq_length, train_samples, seed)
+        split_keys.append(key)
+    train = _build_split("train", sources, indexed, train_splits, data_config, seq_length, train_samples, seed,
+                         split_keys)
     if data_config.valid_fraction == 0:
         return train, _Empty()  # asked for no validation: nothing to warn about
-    valid = _build_split("valid", sources, indexed, valid_splits, data_config, seq_length, valid_samples, seed)
+    valid = _build_split("valid", sources, indexed, valid_splits, data_config, seq_length, valid_samples, seed,
+                         split_keys)
     return train, valid

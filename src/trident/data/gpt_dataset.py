@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from trident.data.compiled import compiled
 from trident.data.index_cache import array_digest, file_fingerprint, load_or_build, smallest_int
 from trident.data.indexed import IndexedDataset, data_file, index_file
 
@@ -36,9 +37,28 @@ def num_epochs_needed(tokens_per_epoch: int, seq_length: int, num_samples: int) 
 def build_doc_idx(documents: np.ndarray, num_epochs: int, rng: np.random.Generator) -> np.ndarray:
     """One independent permutation of `documents` per epoch, concatenated."""
     documents = np.asarray(documents)
-    # one row per epoch, each row shuffled on its own (vectorised: tiny corpora need many epochs)
-    orders = rng.permuted(np.tile(documents, (num_epochs, 1)), axis=1)
+    # int32 when the ids fit: the shuffle draws the same numbers for any item size, moves half the bytes
+    orders = np.tile(smallest_int(documents), (num_epochs, 1))
+    # one row per epoch, each row shuffled on its own, in place (tiny corpora need many epochs)
+    rng.permuted(orders, axis=1, out=orders)
     return smallest_int(orders.reshape(-1))
+
+
+def _place_windows(sizes, doc_idx, seq_length, sample_idx):
+    """Fill sample_idx row j with (position in doc_idx, offset) of stream position j*seq_length;
+    returns the rows filled (fewer than len(sample_idx) when the documents run out)."""
+    row, start = 0, 0
+    for k in range(len(doc_idx)):
+        end = start + sizes[doc_idx[k]]
+        # every window start inside this document (none in a zero-length one)
+        while row < len(sample_idx) and row * seq_length < end:
+            sample_idx[row, 0] = k
+            sample_idx[row, 1] = row * seq_length - start
+            row += 1
+        if row == len(sample_idx):
+            break
+        start = end
+    return row
 
 
 def build_sample_idx(sizes: np.ndarray, doc_idx: np.ndarray, seq_length: int,
@@ -46,29 +66,89 @@ def build_sample_idx(sizes: np.ndarray, doc_idx: np.ndarray, seq_length: int,
     """(num_windows+1, 2) [position in doc_idx, offset]: where each window starts in the stream.
 
     Window j starts at stream position j*seq_length; the returned row j+1 is also window j's last
-    token. Zero-length documents are skipped naturally (searchsorted finds the next non-empty one).
+    token. Zero-length documents are skipped naturally (no window starts inside one). One compiled
+    pass over the documents (as Megatron's C++ helper); int32 when every value fits, else int64.
     """
-    lengths = np.asarray(sizes, dtype=np.int64)[np.asarray(doc_idx)]
-    ends = np.cumsum(lengths)
-    positions = np.arange(num_windows + 1, dtype=np.int64) * seq_length
-    if num_windows and positions[-1] >= ends[-1]:
+    sizes, doc_idx = np.asarray(sizes), np.asarray(doc_idx)
+    int32_max = np.iinfo(np.int32).max
+    # positions < len(doc_idx) and offsets < the largest size: int32 is safe when both bounds fit
+    surely_int32 = len(doc_idx) <= int32_max and (len(sizes) == 0 or int(sizes.max()) <= int32_max)
+    sample_idx = np.empty((num_windows + 1, 2), dtype=np.int32 if surely_int32 else np.int64)
+    filled = compiled(_place_windows)(sizes, doc_idx, seq_length, sample_idx)
+    if filled < num_windows + 1:
+        tokens = int(sizes[doc_idx].sum(dtype=np.int64))
         raise ValueError(f"{num_windows} windows of {seq_length + 1} tokens need "
-                         f"{positions[-1] + 1} tokens; the document order holds {ends[-1]}")
-    which = np.searchsorted(ends, positions, side="right")
-    offsets = positions - (ends[which] - lengths[which])
-    return smallest_int(np.stack([which, offsets], axis=1))
+                         f"{num_windows * seq_length + 1} tokens; the document order holds {tokens}")
+    return sample_idx if surely_int32 else smallest_int(sample_idx)
+
+
+def stable_argsort(keys: np.ndarray) -> np.ndarray:
+    """np.argsort(keys, kind="stable"), from the faster unstable sort: equal keys (rare among random
+    floats, but possible) are put back in index order."""
+    order = np.argsort(keys)
+    ordered = keys[order]
+    tied = np.flatnonzero(ordered[1:] == ordered[:-1])
+    if len(tied):
+        # runs of equal keys: each run starts where the previous position is not tied to it
+        run_starts = tied[np.r_[True, tied[1:] != tied[:-1] + 1]]
+        run_ends = tied[np.r_[tied[1:] != tied[:-1] + 1, True]] + 2
+        for start, end in zip(run_starts, run_ends):
+            order[start:end].sort()
+    return order
+
+
+def _bucket_argsort(keys, order):
+    """order = the stable argsort of keys, every key in [0, 1): bucket i/n holds the keys in
+    [i/n, (i+1)/n), filled in index order (stable); then an insertion sort (strict >, stable)
+    inside each bucket, of one key on average for uniform keys. O(n) instead of O(n log n)."""
+    n = len(keys)
+    starts = np.zeros(n + 1, dtype=np.int64)
+    for i in range(n):
+        starts[min(int(keys[i] * n), n - 1) + 1] += 1  # fl(key * n) never decreases as key grows
+    for b in range(n):
+        starts[b + 1] += starts[b]
+    fill = starts[:n].copy()
+    for i in range(n):
+        b = min(int(keys[i] * n), n - 1)
+        order[fill[b]] = i
+        fill[b] += 1
+    for b in range(n):
+        for p in range(starts[b] + 1, starts[b + 1]):
+            item, q = order[p], p
+            while q > starts[b] and keys[order[q - 1]] > keys[item]:
+                order[q] = order[q - 1]
+                q -= 1
+            order[q] = item
+
+
+def sort_random_keys(keys: np.ndarray) -> np.ndarray:
+    """The stable argsort of `keys`: by buckets (compiled) when all lie in [0, 1), as
+    Generator.random's do, else stable_argsort."""
+    if len(keys) == 0 or not (keys.min() >= 0.0 and keys.max() < 1.0):
+        return stable_argsort(keys)
+    order = np.empty(len(keys), dtype=np.int64)
+    compiled(_bucket_argsort)(keys, order)
+    return order
 
 
 def build_shuffle_idx(num_windows: int, tokens_per_epoch: int, seq_length: int,
                       rng: np.random.Generator) -> np.ndarray:
     """A permutation of range(num_windows) that shuffles only within each epoch's windows.
 
-    Window j belongs to the epoch in which it starts: epoch (j * s) // T.
+    Window j belongs to the epoch in which it starts: epoch (j * s) // T. The order is that of
+    sorting by (epoch, random key), stable.
     """
-    windows = np.arange(num_windows, dtype=np.int64)
-    epoch = windows * seq_length // tokens_per_epoch
-    # sort by (epoch, random key): a uniform shuffle inside each epoch, epochs kept in order
-    return smallest_int(np.lexsort((rng.random(num_windows), epoch)))
+    keys = rng.random(num_windows)
+    shuffle_idx = np.empty(num_windows, dtype=np.int64)
+    start = 0
+    while start < num_windows:
+        # epoch e's windows are j with e*T <= j*s < (e+1)*T: a contiguous run, sorted on its own
+        epoch = start * seq_length // tokens_per_epoch
+        stop = min(num_windows, -(-((epoch + 1) * tokens_per_epoch) // seq_length))
+        shuffle_idx[start:stop] = sort_random_keys(keys[start:stop])
+        shuffle_idx[start:stop] += start
+        start = stop
+    return smallest_int(shuffle_idx)
 
 
 def build_indices(sizes: np.ndarray, documents: np.ndarray, seq_length: int, num_samples: int,
@@ -94,13 +174,15 @@ class GPTDataset:
     """`num_samples` packed windows of seq_length+1 int64 tokens drawn from `documents`.
 
     `ds[i]` is deterministic in (data files, documents, seq_length, num_samples, seed, i).
-    The index arrays are cached in `cache_dir`; `from_cache` says whether they were loaded.
+    The index arrays are cached in `cache_dir` and memory-mapped from there; `from_cache` says
+    whether they were loaded rather than built. `documents_key` (JSON-able) must identify
+    `documents` uniquely when given; it keys the cache instead of a digest of the ids.
     """
 
     ARRAYS = ("doc_idx", "sample_idx", "shuffle_idx")
 
     def __init__(self, indexed: IndexedDataset, documents, seq_length: int, num_samples: int,
-                 seed: int, cache_dir=None, name: str = "gpt"):
+                 seed: int, cache_dir=None, name: str = "gpt", documents_key: dict | None = None):
         if seq_length < 1:
             raise ValueError(f"seq_length must be >= 1, got {seq_length}")
         if num_samples < 0:
@@ -114,7 +196,10 @@ class GPTDataset:
         self.seed = seed
         inputs = {
             "data": [file_fingerprint(data_file(indexed.prefix)), file_fingerprint(index_file(indexed.prefix))],
-            "documents": array_digest(self.documents), "num_documents": len(self.documents),
+            # what identifies the document ids: the caller's description of how they were chosen
+            # (e.g. the split's inputs: no pass over hundreds of millions of ids), else their digest
+            "documents": documents_key if documents_key is not None else array_digest(self.documents),
+            "num_documents": len(self.documents),
             "seq_length": seq_length, "num_samples": num_samples, "seed": seed,
         }
         build = lambda: build_indices(indexed.sizes, self.documents, seq_length, num_samples, seed)  # noqa: E731

@@ -41,16 +41,20 @@ def _paths(cache_dir: Path, name: str, key: str, arrays: tuple[str, ...]):
 
 def load_or_build(cache_dir, name: str, inputs: dict, arrays: tuple[str, ...],
                   build: Callable[[], dict[str, np.ndarray]]) -> tuple[dict[str, np.ndarray], bool]:
-    """The cached arrays for `inputs` (memory-mapped), building and saving them on a miss.
+    """The cached arrays for `inputs`, memory-mapped read-only, building and saving them on a miss.
 
-    Returns (arrays, from_cache).
+    Returns (arrays, from_cache). Either way the arrays are maps of the cache files, not copies:
+    a freshly built array is dropped once saved, so a process holds one entry in memory at a time.
     """
     cache_dir = Path(cache_dir)
     key = cache_key(inputs)
     meta_path, array_paths = _paths(cache_dir, name, key, arrays)
+
+    def mapped():
+        return {a: np.load(p, mmap_mode="r", allow_pickle=False) for a, p in array_paths.items()}
+
     if meta_path.is_file() and all(p.is_file() for p in array_paths.values()):
-        loaded = {a: np.load(p, mmap_mode="r", allow_pickle=False) for a, p in array_paths.items()}
-        return loaded, True
+        return mapped(), True
     built = build()
     try:
         cache_dir.mkdir(parents=True, exist_ok=True)
@@ -66,7 +70,8 @@ def load_or_build(cache_dir, name: str, inputs: dict, arrays: tuple[str, ...],
     except OSError as err:
         raise OSError(f"cannot write index cache in {cache_dir} ({err}); set data.cache_dir to a "
                       f"writable directory") from err
-    return built, False
+    del built
+    return mapped(), False
 
 
 def smallest_int(array: np.ndarray) -> np.ndarray:
