@@ -72,7 +72,7 @@ def checkpoint_layout(checkpoint: str | Path, overrides: list[str], world_size: 
     from trident.checkpoint.reader import CheckpointReader, resolve_checkpoint
 
     path = resolve_checkpoint(str(checkpoint), Path(checkpoint)) or Path(checkpoint)
-    reader = CheckpointReader(path)
+    reader = CheckpointReader(path, verify="loaded")  # each rank reads (and checks) only its slices
     config = eval_config(reader.state["config"], overrides, world_size, source=str(path))
     saved_rows = reader.full_shape("embedding.word.weight")[0]
     m, tp = config.model, config.parallel.tp
