@@ -47,6 +47,11 @@ class CountingFile:
         self.counter[0] += len(data)
         return data
 
+    def readinto(self, buffer):
+        count = self.handle.readinto(buffer)
+        self.counter[0] += count
+        return count
+
     def __getattr__(self, name):
         return getattr(self.handle, name)
 

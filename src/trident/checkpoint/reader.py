@@ -74,20 +74,21 @@ class CheckpointReader:
         manifests = sorted(self.path.glob(fmt.manifest_file("*")))
         if not manifests:
             raise CheckpointError(f"{self.path}: no manifest-rank*.json files")
-        file_digests = {}
+        file_digests, verified = {}, set()
         for manifest_path in manifests:
             manifest = read_manifest(manifest_path)
             fmt.check_version(manifest, manifest_path)
             check_entries(self.path, manifest_path, manifest)
             if verify != "loaded":
                 verify_files(self.path, manifest_path, manifest)
+                verified |= set(manifest["files"])
             file_digests |= {name: (manifest_path.name, d) for name, d in manifest["files"].items()}
             for entry in manifest["tensors"]:
                 entry = entry if manifest.get("format_version", 1) > 1 else _format1_entry(entry)
                 self.entries.setdefault((entry["kind"], entry["name"]), []).append(
                     entry | {"manifest": manifest_path.name})
         self.state = read_trainer_state(self.path / fmt.TRAINER_STATE)
-        self.source = SliceSource(self.path, file_digests)
+        self.source = SliceSource(self.path, file_digests, verified)
 
     def names(self, kind: str = "model") -> list[str]:
         return sorted({name for k, name in self.entries if k == kind})
@@ -115,12 +116,12 @@ class CheckpointReader:
                 continue
             local = [(lo - p, hi - p) for (lo, hi), p in zip(region, pieces[0]["offsets"])]
             part_shape = tuple(hi - lo for lo, hi in region)
-            part = torch.zeros(part_shape, dtype=torch.float32)
-            held = torch.zeros(part_shape, dtype=torch.bool)
-            for piece in pieces:
-                self.source.read_into(piece, local, part, held)
-            out[tuple(slice(lo - o, hi - o) for (lo, hi), o in zip(region, offsets))] = part
-            covered += int(held.sum())
+            whole = part_shape == shape  # one block holds all of it: read straight into the result
+            part = out if whole else torch.empty(part_shape, dtype=torch.float32)
+            for piece in pieces:  # disjoint: one whole block, or ZeRO ranges of it
+                covered += self.source.read_into(piece, local, part)
+            if not whole:
+                out[tuple(slice(lo - o, hi - o) for (lo, hi), o in zip(region, offsets))] = part
         if covered != out.numel():
             raise CheckpointError(f"checkpoint {self.path}: {kind} tensor '{name}' slice {offsets}+{list(shape)} is "
                              f"not fully covered by the saved shards ({covered} of {out.numel()} elements)")

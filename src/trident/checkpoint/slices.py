@@ -11,17 +11,19 @@ import torch
 
 from trident.checkpoint import tensorfile
 from trident.checkpoint.integrity import CheckpointError, DamagedCheckpoint, file_digest
-from trident.checkpoint.tiles import band_digests, band_rows, grid_shape, tile_count, tile_shape
+from trident.checkpoint.tiles import Scratch, band_digests, band_rows, grid_shape, tile_count, tile_shape
 
 
 class SliceSource:
     """Open files of one checkpoint folder, and the format-1 files already verified."""
 
-    def __init__(self, directory: Path, file_digests: dict[str, tuple[str, dict]]):
+    def __init__(self, directory: Path, file_digests: dict[str, tuple[str, dict]], verified: set[str] = frozenset()):
         self.directory = directory
         self.file_digests = file_digests  # file -> (its manifest's name, {"bytes", "xxh64"})
+        self.verified = set(verified)  # files whose whole digest was checked: their tiles need no check
         self.handles: dict[str, object] = {}
         self.headers: dict[str, dict] = {}
+        self.scratch = Scratch()
 
     def handle(self, file: str):
         if file not in self.handles:
@@ -62,48 +64,69 @@ class SliceSource:
                                   f"{saved['shape']}, its manifest says {expected}")
         return piece | {"span": saved["span"], "dtype": saved["dtype"]}
 
-    def read_into(self, piece: dict, region: list[tuple[int, int]], out: torch.Tensor, covered: torch.Tensor) -> None:
+    def read_into(self, piece: dict, region: list[tuple[int, int]], out: torch.Tensor) -> int:
         """Copy the elements this piece holds of `region` (of its block, in block coordinates) into
-        `out` (the region's shape), marking them in `covered`."""
+        `out` (contiguous, the region's shape); returns how many it copied."""
         piece = self.locate(piece)
         shape = piece["shape"]
         rows, cols, inner = grid_shape(shape)
         size = tensorfile.element_size(piece["dtype"])
         tile = piece.get("tile") or tile_shape(shape, size)
         lo, hi = piece.get("flat", (0, rows * cols * inner))
+        whole = (lo, hi) == (0, rows * cols * inner)
         (row_lo, row_hi), (col_lo, col_hi) = _rows_and_cols(region, shape, self.directory / piece["file"])
         groups = range(col_lo // tile[1], -(-col_hi // tile[1]))
-        first_col, end_col = groups.start * tile[1], min(cols, groups.stop * tile[1])
-        out3, covered3 = out.view(row_hi - row_lo, col_hi - col_lo, inner), covered.view(row_hi - row_lo,
-                                                                                         col_hi - col_lo, inner)
+        columns = (groups.start * tile[1], min(cols, groups.stop * tile[1]))
+        out3, copied = out.view(row_hi - row_lo, col_hi - col_lo, inner), 0
         for band in range(row_lo // tile[0], -(-row_hi // tile[0])):
             r0, r1 = band_rows(shape, tile, band)
-            runs = _runs(r0, r1, cols, inner, first_col, end_col, lo, hi)
-            if not runs:
-                continue
-            values, held = self._read_band(piece, runs, r0, r1, cols, inner, lo, size)
-            if "digests" in piece:
-                self._check(piece, band, values, None if bool(held.all()) else held, tile, groups, shape)
+            if whole:
+                values, held = self._read_whole_band(piece, r0, r1, cols, inner, columns), None
+            else:
+                runs = _runs(r0, r1, cols, inner, *columns, lo, hi)
+                if not runs:
+                    continue
+                values, held = self._read_band(piece, runs, r0, r1, cols, inner, lo, size)
+            if "digests" in piece and piece["file"] not in self.verified:
+                self._check(piece, band, values, held, tile, groups, shape)
             a, b = max(r0, row_lo), min(r1, row_hi)
-            part, mask = values[a - r0:b - r0, col_lo:col_hi], held[a - r0:b - r0, col_lo:col_hi]
-            target, seen = out3[a - row_lo:b - row_lo], covered3[a - row_lo:b - row_lo]
-            target[mask] = part[mask].to(target.dtype)
-            seen |= mask
+            part, target = values[a - r0:b - r0, col_lo:col_hi], out3[a - row_lo:b - row_lo]
+            if held is None:
+                target.copy_(part)
+                copied += part.numel()
+            else:
+                mask = held[a - r0:b - r0, col_lo:col_hi]
+                target[mask] = part[mask].to(target.dtype)
+                copied += int(mask.sum())
+        return copied
+
+    def _read_whole_band(self, piece, r0, r1, cols, inner, columns) -> torch.Tensor:
+        """Band rows [r0, r1) of a whole block, columns [first, end) read (the rest left unset)."""
+        size = tensorfile.element_size(piece["dtype"])
+        values = self.scratch.get("band", (r1 - r0) * cols * inner, tensorfile.TORCH_DTYPES[piece["dtype"]])
+        values = values.view(r1 - r0, cols, inner)
+        handle, (first, end) = self.handle(piece["file"]), columns
+        if (first, end) == (0, cols):  # full width: one contiguous read
+            tensorfile.read_into(handle, piece["span"][0] + r0 * cols * inner * size, values)
+            return values
+        for r in range(r0, r1):
+            tensorfile.read_into(handle, piece["span"][0] + (r * cols + first) * inner * size, values[r - r0, first:end])
+        return values
 
     def _read_band(self, piece, runs, r0, r1, cols, inner, lo, size):
+        """Band rows [r0, r1) of a ZeRO piece: the runs it holds, with a mask of what they cover."""
         dtype = tensorfile.TORCH_DTYPES[piece["dtype"]]
         values = torch.zeros((r1 - r0) * cols * inner, dtype=dtype)
         held = torch.zeros(values.numel(), dtype=torch.bool)
         start, handle = r0 * cols * inner, self.handle(piece["file"])
         for a, b in runs:
-            data = tensorfile.read_span(handle, piece["span"][0] + (a - lo) * size, (b - a) * size)
-            values[a - start:b - start] = tensorfile.tensor_from_bytes(data, piece["dtype"], b - a)
+            tensorfile.read_into(handle, piece["span"][0] + (a - lo) * size, values[a - start:b - start])
             held[a - start:b - start] = True
         return values.view(r1 - r0, cols, inner), held.view(r1 - r0, cols, inner)
 
     def _check(self, piece, band, values, held, tile, groups, shape) -> None:
         _, per_band = tile_count(shape, tile)
-        actual = band_digests(values, held, tile[1], groups)
+        actual = band_digests(values, held, tile[1], groups, self.scratch)
         for g, digest in zip(groups, actual):
             if digest != piece["digests"][band * per_band + g]:
                 raise DamagedCheckpoint(

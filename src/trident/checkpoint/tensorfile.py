@@ -1,6 +1,7 @@
 """Safetensors files written and read piece by piece: the writer streams each tensor's bytes in
-bounded chunks from the one host copy (no serialised second copy of the state), digesting the file
-and each tile on the way; the reader fetches byte spans, so a rank reads only what it loads.
+bounded chunks straight from the one host copy, digesting the file on the way (it is never read
+back) and reporting where each tensor's data lies; the reader fetches byte spans, so a rank reads
+only what it loads.
 
 The files are plain safetensors (8-byte little-endian header length, JSON header, data), readable
 by any safetensors tool; nothing is unpickled.
@@ -15,7 +16,7 @@ from pathlib import Path
 import torch
 import xxhash
 
-from trident.checkpoint.integrity import CheckpointError
+from trident.checkpoint.integrity import CheckpointError, DamagedCheckpoint
 
 CHUNK_BYTES = 64 << 20  # bytes handed to write() at a time: bounds the writer's transient memory
 DTYPES = {torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16", torch.float64: "F64",
@@ -65,9 +66,19 @@ def read_span(handle, offset: int, length: int) -> bytes:
     handle.seek(offset)
     data = handle.read(length)
     if len(data) != length:
-        raise CheckpointError(f"{handle.name}: {length} bytes expected at offset {offset}, the file ends "
+        raise DamagedCheckpoint(f"{handle.name}: {length} bytes expected at offset {offset}, the file ends "
                               f"first (truncated)")
     return data
+
+
+def read_into(handle, offset: int, target: torch.Tensor) -> None:
+    """Fill the contiguous tensor `target` with the file's bytes from `offset` (every tensor byte
+    a reader loads comes through here: no intermediate copy)."""
+    view = raw_bytes(target)
+    handle.seek(offset)
+    if handle.readinto(view) != len(view):
+        raise DamagedCheckpoint(f"{handle.name}: {len(view)} bytes expected at offset {offset}, the file ends "
+                                f"first (truncated)")
 
 
 def read_header(path: Path) -> dict[str, dict]:

@@ -63,7 +63,22 @@ def band_rows(shape, tile, band: int) -> tuple[int, int]:
     return band * tile[0], min(rows, (band + 1) * tile[0])
 
 
-def band_digests(values: torch.Tensor, mask: torch.Tensor | None, tile_cols: int, groups: range) -> list:
+class Scratch:
+    """Reusable buffers (one per use and dtype), so walking tiles does not allocate fresh memory
+    for every band and tile."""
+
+    def __init__(self):
+        self.buffers: dict[tuple[str, torch.dtype], torch.Tensor] = {}
+
+    def get(self, use: str, count: int, dtype: torch.dtype) -> torch.Tensor:
+        buffer = self.buffers.get((use, dtype))
+        if buffer is None or buffer.numel() < count:
+            buffer = self.buffers[(use, dtype)] = torch.empty(count, dtype=dtype)
+        return buffer[:count]
+
+
+def band_digests(values: torch.Tensor, mask: torch.Tensor | None, tile_cols: int, groups: range,
+                 scratch: Scratch) -> list:
     """Digest (hex) of each tile column `groups` of a band (values [band rows, cols, inner]; mask
     marks the elements the piece holds, None: all), None where the piece holds none of the tile."""
     digests = []
@@ -75,7 +90,11 @@ def band_digests(values: torch.Tensor, mask: torch.Tensor | None, tile_cols: int
                 digests.append(None)
                 continue
             part = part[held]
-        digests.append(xxhash.xxh64(raw_bytes(part.contiguous())).hexdigest())
+        elif not part.is_contiguous():  # gathered into a reused buffer: row-major order of the tile
+            gathered = scratch.get("tile", part.numel(), part.dtype)
+            gathered.view(part.shape).copy_(part)
+            part = gathered
+        digests.append(xxhash.xxh64(raw_bytes(part)).hexdigest())
     return digests
 
 
@@ -86,13 +105,13 @@ def piece_digests(values: torch.Tensor, shape, flat: tuple[int, int], tile) -> l
     bands, groups = tile_count(shape, tile)
     lo, hi = flat
     whole = lo == 0 and hi == rows * cols * inner
-    digests = []
+    digests, scratch = [], Scratch()
     for band in range(bands):
         r0, r1 = band_rows(shape, tile, band)
         start, end = band_flat_range(shape, tile, band)
         if whole:
             block = values.reshape(-1)[start:end].view(r1 - r0, cols, inner)
-            digests += band_digests(block, None, tile[1], range(groups))
+            digests += band_digests(block, None, tile[1], range(groups), scratch)
             continue
         a, b = max(start, lo), min(end, hi)
         if a >= b:
@@ -103,5 +122,5 @@ def piece_digests(values: torch.Tensor, shape, flat: tuple[int, int], tile) -> l
         block[a - start:b - start] = values.reshape(-1)[a - lo:b - lo]
         mask[a - start:b - start] = True
         digests += band_digests(block.view(r1 - r0, cols, inner), mask.view(r1 - r0, cols, inner), tile[1],
-                                range(groups))
+                                range(groups), scratch)
     return digests

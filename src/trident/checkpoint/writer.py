@@ -6,7 +6,7 @@ taken at save time. A crash at any point leaves no folder that counts as a check
 
 Host memory: a save copies this rank's tensors to host memory once, in their own dtype (weights in
 the training dtype, optimizer state in fp32), and streams each file from those copies in bounded
-chunks (tensorfile.CHUNK_BYTES), digesting files and tiles on the way: no serialised second copy.
+chunks (tensorfile.CHUNK_BYTES), digesting files and tiles on the way (no file is read back).
 """
 from __future__ import annotations
 
