@@ -176,3 +176,35 @@ def test_files_stay_plain_safetensors_written_in_bounded_chunks(tmp_path, monkey
     assert max(writes[2:]) <= 1000 and sum(writes) == digest["bytes"] == (tmp_path / "x.safetensors").stat().st_size
     data = (tmp_path / "x.safetensors").read_bytes()
     assert data[spans["b"][0]:spans["b"][1]] == tensors["b"].view(torch.uint8).numpy().tobytes()
+
+
+def _resume_tp2(rank, world, out_dir, load):
+    """(step resumed at, lines logged) on each rank, or the CheckpointError it ended with."""
+    lines = []
+    from trident.train.trainer import Trainer
+
+    config = tiny_config(*BASE, "parallel.tp=2", f"checkpoint.load={load}", f"checkpoint.dir={out_dir}/ckpt")
+    try:
+        trainer = Trainer(config, f"{out_dir}/rank{rank}", datasets=(RandomTokens(config.model.seq_length), None),
+                          vocab_size=VOCAB, log=lines.append)
+    except CheckpointError as error:
+        return str(error)
+    return trainer.step, lines
+
+
+@pytest.mark.timeout(120)
+def test_a_tile_only_one_rank_loads_makes_every_rank_refuse_or_fall_back_together(tmp_path):
+    trainer = _trainer([], tmp_path)
+    for _ in range(2):
+        trainer.train_step()
+        trainer.save()
+    older, newest = complete_checkpoints(tmp_path / "ckpt")
+    name = "blocks.1.mlp.fc1.weight"  # column-parallel: under tp2 only TP rank 1 loads its second half
+    _flip_byte(newest, "model-dp0-pp0-tp0.safetensors", name, 0.75)
+    for message in run_distributed(_resume_tp2, 2, str(tmp_path), str(newest), timeout=100):
+        assert isinstance(message, str) and f"tensor '{name}'" in message and "corrupted" in message
+    (step0, lines), (step1, _) = run_distributed(_resume_tp2, 2, str(tmp_path), "auto", timeout=100)
+    assert step0 == step1 == 1
+    skipped = [line for line in lines if "skipped" in line]  # rank 0 read nothing damaged, yet says why
+    assert len(skipped) == 1 and newest.name in skipped[0] and name in skipped[0]
+    assert any(f"resumed from {older}" in line for line in lines)
