@@ -23,10 +23,9 @@ def _attempt(path: Path, apply: Callable[[CheckpointReader], None]) -> tuple[Che
         return None, (DAMAGED, str(error))
     try:
         apply(reader)
-    except DamagedCheckpoint as error:
-        return None, (DAMAGED, str(error))
-    except CheckpointError as error:  # the checkpoint is intact but does not fit this model
-        return None, (REFUSED, str(error))
+    except CheckpointError as error:  # damaged, or intact but not fitting this model
+        reader.close()
+        return None, (DAMAGED if isinstance(error, DamagedCheckpoint) else REFUSED, str(error))
     return reader, None
 
 
