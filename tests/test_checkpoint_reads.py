@@ -208,3 +208,23 @@ def test_a_tile_only_one_rank_loads_makes_every_rank_refuse_or_fall_back_togethe
     skipped = [line for line in lines if "skipped" in line]  # rank 0 read nothing damaged, yet says why
     assert len(skipped) == 1 and newest.name in skipped[0] and name in skipped[0]
     assert any(f"resumed from {older}" in line for line in lines)
+
+
+def _read_my_half(rank, world, path, name):
+    from trident.checkpoint.resume import apply_on_every_rank
+
+    reader = CheckpointReader(path, verify="loaded")
+    rows, cols = reader.full_shape(name)
+    try:  # as `trident eval` across ranks loads: each rank its half
+        apply_on_every_rank(reader, lambda r: r.read(name, "model", [rank * rows // 2, 0], (rows // 2, cols)))
+    except DamagedCheckpoint as error:
+        return str(error)
+    return "loaded"
+
+
+@pytest.mark.timeout(60)
+def test_a_damaged_slice_on_one_rank_stops_every_rank_of_a_parallel_load(saved):
+    name = "blocks.1.mlp.fc1.weight"
+    _flip_byte(saved, "model-dp0-pp0-tp0.safetensors", name, 0.75)
+    for message in run_distributed(_read_my_half, 2, str(saved), name, timeout=50):
+        assert f"tensor '{name}'" in message and "corrupted" in message

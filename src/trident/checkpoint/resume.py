@@ -29,6 +29,20 @@ def _attempt(path: Path, apply: Callable[[CheckpointReader], None]) -> tuple[Che
     return reader, None
 
 
+def apply_on_every_rank(reader: CheckpointReader, apply: Callable[[CheckpointReader], None]) -> None:
+    """Collective: `apply(reader)` on every rank (each loading its own slices); if it failed on any
+    rank, every rank raises the first such rank's error, so none is left waiting in a collective."""
+    try:
+        apply(reader)
+        outcome = None
+    except CheckpointError as error:
+        outcome = (DAMAGED if isinstance(error, DamagedCheckpoint) else REFUSED, str(error))
+    failed = [o for o in _agree(outcome) if o is not None]
+    if failed:
+        kind, message = failed[0]
+        raise (DamagedCheckpoint if kind == DAMAGED else CheckpointError)(message)
+
+
 def _agree(outcome: tuple | None) -> list[tuple | None]:
     """Every rank's outcome, in rank order (collective when there are several ranks)."""
     if not (dist.is_initialized() and dist.get_world_size() > 1):
