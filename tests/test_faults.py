@@ -10,6 +10,7 @@ import pytest
 
 from distributed import run_distributed
 from test_tensor_parallel import VOCAB, RandomTokens, tiny_config
+from trident.checkpoint.format import FORMAT_VERSION
 from trident.checkpoint.integrity import CheckpointError
 from trident.checkpoint.reader import CheckpointReader, complete_checkpoints
 
@@ -106,16 +107,16 @@ def test_manifest_that_does_not_match_its_files_is_refused(saved):
 def test_checkpoint_without_format_version_loads_as_version_1(saved):
     for path in [*saved.glob("manifest-rank*.json"), saved / "trainer_state.json"]:
         data = json.loads(path.read_text())
-        assert data.pop("format_version") == 1
-        path.write_text(json.dumps(data))  # as checkpoints were written before the field existed
+        assert data.pop("format_version") == FORMAT_VERSION
+        path.write_text(json.dumps(data))  # read as version 1 (whole-file digests) as before the field existed
     assert CheckpointReader(saved).state["step"] == 1
 
 
 @pytest.mark.parametrize("name", ["manifest-rank0.json", "trainer_state.json"])
 def test_unknown_format_version_is_refused_naming_the_file(saved, name):
     path = saved / name
-    path.write_text(json.dumps(json.loads(path.read_text()) | {"format_version": 2}))
-    with pytest.raises(CheckpointError, match=f"{name}: checkpoint format version 2"):
+    path.write_text(json.dumps(json.loads(path.read_text()) | {"format_version": 99}))
+    with pytest.raises(CheckpointError, match=f"{name}: checkpoint format version 99"):
         CheckpointReader(saved)
 
 

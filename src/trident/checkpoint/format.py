@@ -1,11 +1,15 @@
 """The checkpoint format: folder layout, file names, manifest entries, trainer state, optimizer pieces.
 
-Layout of ROOT/step_0000100/:
-  model-dp{d}-pp{p}-tp{t}.safetensors   this rank's model shards, keyed by global parameter name
-  optim-dp{d}-pp{p}-tp{t}.safetensors   Adam state (and fp32 master when training in bf16/fp16) of
-                                        the flat ranges this rank owns ("name/exp_avg/START", ...)
+Layout of ROOT/step_0000100/ (format version 2):
+  model-dp{d}-pp{p}-tp{t}.safetensors   this rank's model shards in the training dtype (bf16 weights
+                                        of a bf16 run), keyed by global parameter name (DP rank 0)
+  optim-dp{d}-pp{p}-tp{t}.safetensors   fp32 Adam state, and the fp32 masters when training in
+                                        bf16/fp16, of the flat ranges this rank owns
+                                        ("name/exp_avg/START", ...): every value is stored once
   rng-rank{r}.safetensors               every rank's RNG streams (for exact resume)
-  manifest-rank{r}.json                 per tensor: file, global name, full shape, slice offsets;
+  manifest-rank{r}.json                 per tensor: file, key, global name, kind, full shape, slice
+                                        offsets (+ flat range of a ZeRO piece), dtype, byte span in
+                                        its file, tile grid and one xxh64 per tile (tiles.py);
                                         per file: size and digest; the format version
   trainer_state.json                    step, consumed samples/tokens, scaler, config, layout,
                                         the format version (rank 0)
@@ -23,9 +27,11 @@ import trident
 from trident.checkpoint.integrity import CheckpointError
 from trident.parallel.sharding import full_shape, shard_offsets
 
-# Version 1 is the first format; checkpoints written before the field existed are version 1.
-FORMAT_VERSION = 1
-READABLE_VERSIONS = (1,)
+# Version 1: fp32 weights beside the masters, whole-file digests only (read by verifying each file
+# a rank touches, whole); checkpoints written before the field existed are version 1.
+# Version 2: weights in the training dtype, per-tile digests and byte spans (a rank reads its slices).
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 
 COMPLETE = "COMPLETE"
 LATEST = "latest"

@@ -1,9 +1,13 @@
-"""Checkpoint integrity: every file's size and xxh64 digest recorded in the manifest at save time,
-checked with the manifest's claims about each tensor before anything is loaded, so a truncated or
-corrupted shard, or a manifest that does not match its files, is refused naming the file and why."""
+"""Checkpoint integrity: every file's size and xxh64 digest, and (format 2) every tile's digest,
+recorded in the manifest at save time. Opening a checkpoint checks what costs no reading: each
+manifest's claims about its files (sizes, and each tensor's byte span, dtype and tile digests);
+`verify_files` also checks every file's digest (a whole-checkpoint check); loading checks each tile
+as it is read (slices.py). A truncated or corrupted shard, or a manifest that does not match its
+files, is refused naming the file and why."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import xxhash
@@ -12,6 +16,10 @@ from safetensors import safe_open
 
 class CheckpointError(ValueError):
     """A checkpoint that cannot be trusted or does not fit the model; the message names the file."""
+
+
+class DamagedCheckpoint(CheckpointError):
+    """Bytes of a checkpoint file differ from what its manifest recorded (corrupted or truncated)."""
 
 
 def file_digest(path: Path) -> dict:
@@ -81,3 +89,43 @@ def verify_files(directory: Path, manifest_path: Path, manifest: dict) -> None:
             raise
         except Exception as error:  # safetensors reports truncation and bad headers in several ways
             raise CheckpointError(f"{path}: not a readable safetensors file ({type(error).__name__}: {error})") from None
+
+
+def check_entries(directory: Path, manifest_path: Path, manifest: dict) -> None:
+    """What a manifest claims, checked without reading its files: each file's size, and for each
+    format-2 tensor a known dtype, a byte span inside its file that fits its shape, and one digest
+    slot per tile."""
+    from trident.checkpoint import tensorfile
+    from trident.checkpoint.tiles import tile_count
+
+    sizes = {}
+    for name, expected in manifest["files"].items():
+        path = directory / name
+        if not path.exists():
+            raise CheckpointError(f"{path}: missing (listed in {manifest_path.name})")
+        if not isinstance(expected, dict) or not {"bytes", "xxh64"} <= expected.keys():
+            raise CheckpointError(f"{path}: {manifest_path.name} gives no size and digest for it")
+        sizes[name] = path.stat().st_size
+        if sizes[name] != expected["bytes"]:
+            raise DamagedCheckpoint(f"{path}: {sizes[name]} bytes, manifest says {expected['bytes']} (truncated?)")
+    for entry in manifest["tensors"]:
+        if "span" not in entry:
+            continue  # format 1: checked whole-file when first read
+        path = directory / entry["file"]
+        try:
+            first, end = entry["span"]
+            want = tensorfile.span_bytes(entry)
+            slots = math.prod(tile_count(entry["shape"], entry["tile"]))
+            digests = entry["digests"]
+        except (KeyError, TypeError, ValueError) as error:
+            raise CheckpointError(f"{path}: {manifest_path.name} entry '{entry.get('key')}' is malformed "
+                                  f"({type(error).__name__}: {error})") from None
+        if not 0 <= first <= end <= sizes[entry["file"]]:
+            raise DamagedCheckpoint(f"{path}: tensor '{entry['key']}' at bytes {first}-{end} lies beyond the file "
+                                    f"({sizes[entry['file']]} bytes; truncated?)")
+        if end - first != want:
+            raise CheckpointError(f"{path}: tensor '{entry['key']}' spans {end - first} bytes, {manifest_path.name} "
+                                  f"says shape {entry['shape']} of {entry['dtype']} ({want} bytes)")
+        if not isinstance(digests, list) or len(digests) != slots:
+            raise CheckpointError(f"{path}: {manifest_path.name} gives {len(digests)} tile digests for "
+                                  f"'{entry['key']}', its tile grid has {slots}")

@@ -15,7 +15,8 @@ import torch
 from safetensors import safe_open
 
 from trident.checkpoint import format as fmt
-from trident.checkpoint.integrity import CheckpointError, read_manifest, verify_files
+from trident.checkpoint.integrity import CheckpointError, check_entries, read_manifest, verify_files
+from trident.checkpoint.slices import SliceSource
 from trident.checkpoint.state import owned_slices
 from trident.parallel.sharding import full_shape, shard_offsets
 
@@ -45,25 +46,6 @@ def resolve_checkpoint(load: str, root: Path) -> Path | None:
     raise FileNotFoundError(f"checkpoint.load={load}: no complete checkpoint there (missing {fmt.COMPLETE} marker)")
 
 
-def open_checkpoint(load: str, root: Path, log=print) -> "CheckpointReader | None":
-    """The checkpoint `load` names, opened and verified. With `auto`, a damaged newest checkpoint
-    is skipped (one line to `log` saying which and why) for the newest one that verifies; a path
-    given explicitly is opened as is, and fails (CheckpointError) if it does not verify."""
-    if load != "auto":
-        path = resolve_checkpoint(load, root)
-        return CheckpointReader(path) if path is not None else None
-    found = complete_checkpoints(root)
-    for path in reversed(found):
-        try:
-            return CheckpointReader(path)
-        except CheckpointError as error:
-            log(f"checkpoint {path.name} skipped, an older one is tried: {error}")
-    if found:
-        raise CheckpointError(f"checkpoint.load=auto: no checkpoint under {root} verifies "
-                              f"({len(found)} complete, all damaged; see the lines above)")
-    return None
-
-
 def read_trainer_state(path: Path) -> dict:
     """trainer_state.json, refused (CheckpointError) when unreadable or of an unknown format version."""
     try:
@@ -75,27 +57,38 @@ def read_trainer_state(path: Path) -> dict:
 
 
 class CheckpointReader:
-    """Reads any saved tensor's slice, whatever layout wrote it."""
+    """Reads any saved tensor's slice, whatever layout wrote it, reading only the tiles that hold it."""
 
-    def __init__(self, path: Path, verify: bool = True):
-        """Refuses (CheckpointError naming the file) an incomplete, truncated or corrupted
-        checkpoint, or one whose manifests do not match its files, before anything is loaded."""
+    def __init__(self, path: Path, verify: str | bool = "all"):
+        """Reads every manifest and checks its claims against the files' sizes (no file is read).
+        `verify="all"` (or True) also checks every file's digest now, so a truncated or corrupted
+        checkpoint is refused before anything is loaded; `verify="loaded"` leaves each tile to be
+        checked when it is read (what resume, eval and export use: a rank reads only its slices).
+        Either way, a damaged tile that is read is refused (DamagedCheckpoint naming the file)."""
         self.path = Path(path)
+        if verify not in ("all", "loaded", True):
+            raise ValueError(f"verify={verify!r}: 'all' or 'loaded'")
         if not (self.path / fmt.COMPLETE).exists():
             raise FileNotFoundError(f"{self.path} is not a complete checkpoint (no {fmt.COMPLETE} marker)")
         self.entries: dict[tuple[str, str], list[dict]] = {}
         manifests = sorted(self.path.glob(fmt.manifest_file("*")))
         if not manifests:
             raise CheckpointError(f"{self.path}: no manifest-rank*.json files")
+        file_digests, verified = {}, set()
         for manifest_path in manifests:
             manifest = read_manifest(manifest_path)
             fmt.check_version(manifest, manifest_path)
-            if verify:
+            check_entries(self.path, manifest_path, manifest)
+            if verify != "loaded":
                 verify_files(self.path, manifest_path, manifest)
+                verified |= set(manifest["files"])
+            file_digests |= {name: (manifest_path.name, d) for name, d in manifest["files"].items()}
             for entry in manifest["tensors"]:
-                self.entries.setdefault((entry["kind"], entry["name"]), []).append(entry)
+                entry = entry if manifest.get("format_version", 1) > 1 else _format1_entry(entry)
+                self.entries.setdefault((entry["kind"], entry["name"]), []).append(
+                    entry | {"manifest": manifest_path.name})
         self.state = read_trainer_state(self.path / fmt.TRAINER_STATE)
-        self._handles: dict = {}
+        self.source = SliceSource(self.path, file_digests, verified)
 
     def names(self, kind: str = "model") -> list[str]:
         return sorted({name for k, name in self.entries if k == kind})
@@ -110,72 +103,66 @@ class CheckpointReader:
 
     def read(self, name: str, kind: str = "model", offsets: list[int] | None = None,
              shape: tuple[int, ...] | None = None) -> torch.Tensor:
-        """The slice [offsets, offsets + shape) of the full tensor (the whole tensor by default)."""
+        """The slice [offsets, offsets + shape) of the full tensor (the whole tensor by default), in fp32."""
         blocks = self._blocks(kind, name)
-        full = tuple(blocks[0]["full_shape"])
-        offsets = offsets or [0] * len(full)
+        full = tuple(blocks[0][0]["full_shape"])
+        offsets = list(offsets or [0] * len(full))
         shape = tuple(shape or full)
         out = torch.empty(shape, dtype=torch.float32)
         covered = 0
-        seen = set()
-        for block in blocks:
-            region = self._overlap(block, offsets, shape)
-            key = (tuple(block["offsets"]), tuple(block["shape"]))
-            if region is None or key in seen:  # identical replicas (e.g. tied copies) are read once
+        for pieces in blocks:
+            region = self._overlap(pieces[0], offsets, shape)
+            if region is None:
                 continue
-            seen.add(key)
-            src_index = tuple(slice(lo - p, hi - p) for (lo, hi), p in zip(region, block["offsets"]))
-            dst_index = tuple(slice(lo - o, hi - o) for (lo, hi), o in zip(region, offsets))
-            out[dst_index] = block["load"](src_index)
-            covered += math.prod(hi - lo for lo, hi in region)
+            local = [(lo - p, hi - p) for (lo, hi), p in zip(region, pieces[0]["offsets"])]
+            part_shape = tuple(hi - lo for lo, hi in region)
+            whole = part_shape == shape  # one block holds all of it: read straight into the result
+            part = out if whole else torch.empty(part_shape, dtype=torch.float32)
+            for piece in pieces:  # disjoint: one whole block, or ZeRO ranges of it
+                covered += self.source.read_into(piece, local, part)
+            if not whole:
+                out[tuple(slice(lo - o, hi - o) for (lo, hi), o in zip(region, offsets))] = part
         if covered != out.numel():
-            raise ValueError(f"checkpoint {self.path}: {kind} tensor '{name}' slice {offsets}+{list(shape)} is "
+            raise CheckpointError(f"checkpoint {self.path}: {kind} tensor '{name}' slice {offsets}+{list(shape)} is "
                              f"not fully covered by the saved shards ({covered} of {out.numel()} elements)")
         return out
 
-    def _blocks(self, kind: str, name: str) -> list[dict]:
-        """Rectangular blocks of the full tensor, each with a loader; ZeRO-1 pieces (flat ranges of
-        one TP-local block, spread over DP ranks) are joined back into their block first."""
-        blocks, flat_groups = [], {}
+    def read_flat(self, name: str, kind: str, offsets: list[int], shape: tuple[int, ...], lo: int, hi: int):
+        """Elements [lo, hi) of the flattened slice [offsets, offsets + shape): read as at most three
+        row-aligned rectangles (ZeRO owns flat ranges), so no more of the slice is read than needed."""
+        shape = tuple(shape)
+        if len(shape) != 2:  # 1-D (or more than 2-D: whole rows) slices
+            if len(shape) == 1:
+                return self.read(name, kind, [offsets[0] + lo], (hi - lo,))
+            return self.read(name, kind, offsets, shape).flatten()[lo:hi]
+        width, parts = shape[1], []
+        for row, first, end in _row_pieces(lo, hi, width):
+            rows = (end - first) // width if first % width == 0 and (end - first) % width == 0 else 1
+            region = [offsets[0] + row, offsets[1] + (first - row * width if rows == 1 else 0)]
+            parts.append(self.read(name, kind, region, (rows, (end - first) // rows)).flatten())
+        return torch.cat(parts) if parts else torch.empty(0)
+
+    def _blocks(self, kind: str, name: str) -> list[list[dict]]:
+        """The pieces of each saved block of the full tensor (a block: one rank's TP shard; its pieces:
+        the whole block, or the ZeRO flat ranges of it). Replicas are read once: the first copy of a
+        block (tied copies), one piece per flat range (ranges saved twice)."""
+        groups: dict[tuple, list[dict]] = {}
         for piece in self._pieces(kind, name):
-            if "flat" in piece:
-                key = (tuple(piece["offsets"]), tuple(piece["shape"]), piece.get("copy", ""))
-                flat_groups.setdefault(key, []).append(piece)
-            else:
-                blocks.append(piece | {"load": self._file_loader(piece)})
-        for (offsets, shape, _), pieces in flat_groups.items():
-            blocks.append({"offsets": list(offsets), "shape": list(shape), "full_shape": pieces[0]["full_shape"],
-                           "load": self._flat_loader(kind, name, shape, pieces)})
-        return blocks
-
-    def _open(self, file: str):
-        """One open (memory-mapped) handle per shard file for the reader's lifetime."""
-        if file not in self._handles:
-            self._handles[file] = safe_open(self.path / file, framework="pt")
-        return self._handles[file]
-
-    def _file_loader(self, piece: dict):
-        def load(index):
-            handle = self._open(piece["file"])
-            return handle.get_slice(piece["key"])[index] if index else handle.get_tensor(piece["key"])
-        return load
-
-    def _flat_loader(self, kind: str, name: str, shape: tuple, pieces: list[dict]):
-        def load(index):
-            flat = torch.empty(math.prod(shape), dtype=torch.float32)
-            filled, seen = 0, set()
+            key = (tuple(piece["offsets"]), tuple(piece["shape"]), piece.get("copy", ""))
+            groups.setdefault(key, []).append(piece)
+        blocks, seen_blocks = [], set()
+        for (offsets, shape, _), pieces in groups.items():
+            if (offsets, shape) in seen_blocks:
+                continue
+            seen_blocks.add((offsets, shape))
+            ranges, unique = set(), []
             for piece in pieces:
-                if tuple(piece["flat"]) in seen:  # the same range saved by two replicas
-                    continue
-                seen.add(tuple(piece["flat"]))
-                lo, hi = piece["flat"]
-                flat[lo:hi] = self._open(piece["file"]).get_tensor(piece["key"])
-                filled += hi - lo
-            if filled != flat.numel():
-                raise ValueError(f"checkpoint {self.path}: {kind} of '{name}' has {filled} of {flat.numel()} "
-                                 f"elements across its ZeRO slices")
-            return flat.view(shape)[index]
-        return load
+                flat = tuple(piece.get("flat", ()))
+                if flat not in ranges:
+                    ranges.add(flat)
+                    unique.append(piece)
+            blocks.append(unique)
+        return blocks
 
     @staticmethod
     def _overlap(piece: dict, offsets: list[int], shape: tuple) -> list[tuple[int, int]] | None:
@@ -188,11 +175,34 @@ class CheckpointReader:
         return region
 
     def rng(self, rank: int) -> dict[str, torch.Tensor] | None:
-        path = self.path / fmt.rng_file(rank)
-        if not path.exists():
+        """This rank's RNG streams (None when the checkpoint has none for it); the file's digest is checked."""
+        file = fmt.rng_file(rank)
+        if not (self.path / file).exists() or file not in self.source.file_digests:
             return None
-        with safe_open(path, framework="pt") as handle:
+        self.source.verify_file(file)
+        with safe_open(self.path / file, framework="pt") as handle:
             return {key: handle.get_tensor(key) for key in handle.keys()}
+
+    def close(self) -> None:
+        self.source.close()
+
+
+def _format1_entry(entry: dict) -> dict:
+    """A format-1 entry (no span, dtype or tile digests): located through its file's header on first read."""
+    return {key: value for key, value in entry.items() if key not in ("span", "dtype", "tile", "digests")}
+
+
+def _row_pieces(lo: int, hi: int, width: int):
+    """[lo, hi) of a row-major matrix of `width` columns as (row, first, end): a partial first row,
+    the whole rows between, a partial last row."""
+    while lo < hi:
+        row = lo // width
+        if lo % width or hi - lo < width:
+            end = min(hi, (row + 1) * width)
+        else:
+            end = lo + (hi - lo) // width * width
+        yield row, lo, end
+        lo = end
 
 
 def whole_model_names(model_config) -> set[str]:
@@ -236,7 +246,7 @@ def load_optimizer(reader: CheckpointReader, named_params: list, buffers, optimi
         offsets, shape = shard_offsets(param), tuple(param.shape)
 
         def flat(kind: str) -> torch.Tensor:
-            return reader.read(name, kind, offsets, shape).flatten()[in_param]
+            return reader.read_flat(name, kind, offsets, shape, in_param.start, in_param.stop)
 
         optimizer.exp_avg[i][in_range] = flat("exp_avg")
         optimizer.exp_avg_sq[i][in_range] = flat("exp_avg_sq")
@@ -251,7 +261,7 @@ def load_for_inference(path: str | Path, device: str = "cpu"):
     from trident.data.tokenizer import Tokenizer
     from trident.model.gpt import GPT
 
-    reader = CheckpointReader(resolve_checkpoint(str(path), Path(path)) or Path(path))
+    reader = CheckpointReader(resolve_checkpoint(str(path), Path(path)) or Path(path), verify="loaded")
     config = config_from_dict(reader.state["config"])
     tokenizer_file = reader.path / fmt.TOKENIZER
     tokenizer = Tokenizer.load(tokenizer_file) if tokenizer_file.exists() else None

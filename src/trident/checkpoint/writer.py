@@ -3,6 +3,10 @@
 A checkpoint is written to a temporary folder, fsynced, renamed into place, then COMPLETE written
 and `latest` updated; with async_save the files are written by a background thread from CPU copies
 taken at save time. A crash at any point leaves no folder that counts as a checkpoint.
+
+Host memory: a save copies this rank's tensors to host memory once, in their own dtype (weights in
+the training dtype, optimizer state in fp32), and streams each file from those copies in bounded
+chunks (tensorfile.CHUNK_BYTES), digesting files and tiles on the way (no file is read back).
 """
 from __future__ import annotations
 
@@ -15,11 +19,11 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from safetensors.torch import save_file
 
 from trident.checkpoint import format as fmt
-from trident.checkpoint.integrity import file_digest
 from trident.checkpoint.reader import complete_checkpoints
+from trident.checkpoint.tensorfile import DTYPES, write_tensors
+from trident.checkpoint.tiles import piece_digests, tile_shape
 from trident.parallel.mesh import barrier
 
 
@@ -46,25 +50,36 @@ def _agree_nonce() -> str:
     return nonce[0]
 
 
-def _cpu(tensor: torch.Tensor) -> torch.Tensor:
-    return tensor.detach().to("cpu", torch.float32, copy=True).contiguous()
+def _host(tensor: torch.Tensor) -> torch.Tensor:
+    """The one host copy of a tensor a save makes, in the tensor's own dtype (nothing stored twice:
+    bf16 weights stay bf16, their fp32 masters live in the optimizer state)."""
+    return tensor.detach().to("cpu", copy=True).contiguous()
 
 
 def snapshot(named_params: list, optimizer_pieces: list[dict], mesh) -> tuple[dict, dict, list[dict]]:
-    """CPU copies of this rank's model shards and optimizer pieces, plus their manifest entries.
-    Taken synchronously, so training may change the live tensors while the files are written."""
+    """Host copies of this rank's model shards (training dtype) and optimizer pieces (fp32), plus
+    their manifest entries. Taken synchronously, so training may change the live tensors while the
+    files are written."""
     model, optim, entries = {}, {}, []
     if mesh.dp_rank == 0:  # model replicas across DP are identical: one copy is enough
         for name, param in named_params:
-            model[name] = _cpu(param)
+            model[name] = _host(param)
             entries.append(fmt.model_entry(fmt.model_file(mesh), name, param))
     for piece in optimizer_pieces:
         for kind in fmt.OPTIMIZER_KINDS:
             if kind in piece:
-                optim[fmt.optimizer_key(piece, kind)] = _cpu(piece[kind])
+                optim[fmt.optimizer_key(piece, kind)] = _host(piece[kind])
                 entries.append(fmt.optimizer_entry(fmt.optim_file(mesh), piece, kind,
                                                    copy=f"pp{mesh.pp_rank}-tp{mesh.tp_rank}"))
     return model, optim, entries
+
+
+def describe(entry: dict, tensor: torch.Tensor, span: list[int]) -> dict:
+    """A manifest entry completed with where its data lies in the file, its dtype, and its tiles' digests."""
+    tile = tile_shape(entry["shape"], tensor.element_size())
+    flat = entry.get("flat", (0, tensor.numel()))
+    return entry | {"dtype": DTYPES[tensor.dtype], "span": span, "tile": tile,
+                    "digests": piece_digests(tensor, entry["shape"], tuple(flat), tile)}
 
 
 def save_plan(named_params: list, optimizer_pieces: list[dict], mesh) -> dict[str, int]:
@@ -131,14 +146,14 @@ class CheckpointWriter:
 
     def _write(self, step, tmp, model, optim, entries, rng, trainer_state, extra_files) -> None:
         tmp.mkdir(parents=True, exist_ok=True)
-        rank, files = self.mesh.rank, []
+        rank, files = self.mesh.rank, {}
         for name, tensors in ((fmt.model_file(self.mesh), model), (fmt.optim_file(self.mesh), optim)):
             if tensors:  # DP ranks > 0 hold no model copy; without ZeRO they hold no optimizer state either
-                save_file(tensors, tmp / name)
-                files.append(name)
-        save_file(rng, tmp / fmt.rng_file(rank))
-        files.append(fmt.rng_file(rank))
-        manifest = fmt.manifest(rank, entries, {f: file_digest(tmp / f) for f in files})
+                files[name], spans = write_tensors(tmp / name, tensors)
+                entries = [describe(entry, tensors[entry["key"]], spans[entry["key"]]) if entry["file"] == name
+                           else entry for entry in entries]
+        files[fmt.rng_file(rank)], _ = write_tensors(tmp / fmt.rng_file(rank), rng)
+        manifest = fmt.manifest(rank, entries, files)
         (tmp / fmt.manifest_file(rank)).write_text(json.dumps(manifest))
         (tmp / fmt.done_marker(rank)).write_text("")
         if rank == 0:

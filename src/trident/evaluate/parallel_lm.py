@@ -72,7 +72,7 @@ def checkpoint_layout(checkpoint: str | Path, overrides: list[str], world_size: 
     from trident.checkpoint.reader import CheckpointReader, resolve_checkpoint
 
     path = resolve_checkpoint(str(checkpoint), Path(checkpoint)) or Path(checkpoint)
-    reader = CheckpointReader(path)
+    reader = CheckpointReader(path, verify="loaded")  # each rank reads (and checks) only its slices
     config = eval_config(reader.state["config"], overrides, world_size, source=str(path))
     saved_rows = reader.full_shape("embedding.word.weight")[0]
     m, tp = config.model, config.parallel.tp
@@ -237,6 +237,7 @@ def load_parallel(checkpoint: str | Path, overrides: list[str] = (), *, batch_si
     """Collective: every rank of the (already initialised) world loads its chunk of `checkpoint`
     for the layout in `overrides` (parallel.tp / pp / dp / sequence_parallel / layer_partition)."""
     from trident.checkpoint.reader import load_model_weights
+    from trident.checkpoint.resume import apply_on_every_rank
     from trident.data.tokenizer import Tokenizer
     from trident.parallel.mesh import build_mesh, rank_device
 
@@ -252,7 +253,8 @@ def load_parallel(checkpoint: str | Path, overrides: list[str] = (), *, batch_si
     mesh = build_mesh(p.tp, p.pp, p.dp, p.timeout_s)
     target = rank_device(device)
     model = parallelize(config, mesh, target, Precision(dtype, target), optimizer=False)
-    load_model_weights(reader, model.named_params, config.model)
+    # each rank reads only its slices; a damaged one stops every rank at once
+    apply_on_every_rank(reader, lambda r: load_model_weights(r, model.named_params, config.model))
     parameters = sum(torch.Size(reader.full_shape(name)).numel() for name in reader.names("model"))
     resolved = reader.path.resolve()
     info = {"kind": "trident", "name": f"{resolved.parent.parent.name}/{resolved.name}",

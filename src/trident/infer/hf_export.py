@@ -68,7 +68,7 @@ def _open_checkpoint(ckpt_path: str | Path):
     if not Path(ckpt_path).is_dir():
         raise FileNotFoundError(f"{ckpt_path}: no such checkpoint folder")
     try:
-        return CheckpointReader(resolve_checkpoint(str(ckpt_path), Path(ckpt_path)))
+        return CheckpointReader(resolve_checkpoint(str(ckpt_path), Path(ckpt_path)), verify="loaded")
     except FileNotFoundError:
         raise FileNotFoundError(f"{ckpt_path}: neither a complete checkpoint (step_N/ with a COMPLETE marker) "
                                 f"nor a folder holding one") from None

@@ -17,7 +17,8 @@ import torch
 import torch.distributed as dist
 
 from trident.checkpoint.format import build_trainer_state
-from trident.checkpoint.reader import load_model_weights, load_optimizer, open_checkpoint
+from trident.checkpoint.reader import load_model_weights, load_optimizer
+from trident.checkpoint.resume import load_checkpoint
 from trident.checkpoint.state import optimizer_pieces, rng_state, set_rng_state
 from trident.checkpoint.writer import CheckpointWriter
 from trident.config import Config, ConfigError, save_config
@@ -251,23 +252,27 @@ class Trainer:
         return path
 
     def _maybe_resume(self) -> None:
-        reader = open_checkpoint(self.config.checkpoint.load, self.checkpoint_root, self.log)
+        model, mesh, rng = self.model, self.mesh, {}
+        layout = {"dp": mesh.dp, "pp": mesh.pp, "tp": mesh.tp, "world_size": mesh.world_size}
+
+        def load_slices(reader) -> None:  # this rank's weights, owned optimizer ranges and RNG; nothing else
+            load_model_weights(reader, model.named_params, self.config.model)
+            load_optimizer(reader, model.named_params, model.buffers, model.optimizer,
+                           reader.state["optimizer_steps"])
+            # RNG streams continue exactly when the layout is unchanged; otherwise they are re-seeded.
+            rng["state"] = reader.rng(mesh.rank) if reader.state["layout"] == layout else None
+
+        reader = load_checkpoint(self.config.checkpoint.load, self.checkpoint_root, load_slices, self.log)
         if reader is None:
             return
-        path, model = reader.path, self.model
-        load_model_weights(reader, model.named_params, self.config.model)
+        reader.close()
         state = reader.state
-        load_optimizer(reader, model.named_params, model.buffers, model.optimizer, state["optimizer_steps"])
         self.step, self.consumed_samples = state["step"], state["consumed_samples"]
         self.consumed_tokens = state["consumed_tokens"]
         self.model.scaler.load_state_dict(state["scaler"])
-        # RNG streams continue exactly when the layout is unchanged; otherwise they are re-seeded.
-        mesh = self.mesh
-        same_layout = state["layout"] == {"dp": mesh.dp, "pp": mesh.pp, "tp": mesh.tp, "world_size": mesh.world_size}
-        rng = reader.rng(mesh.rank) if same_layout else None
-        if rng is not None:
-            set_rng_state(rng, self.device)
-        self.log(f"resumed from {path} at step {self.step}")
+        if rng["state"] is not None:
+            set_rng_state(rng["state"], self.device)
+        self.log(f"resumed from {reader.path} at step {self.step}")
 
 
 class RankFailure(RuntimeError):
