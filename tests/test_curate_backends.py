@@ -10,7 +10,7 @@ from trident.config import ConfigError
 from trident.curate.document import CurateError, Document
 from trident.curate.langid import bundled_fasttext_model
 from trident.curate.pipeline import load_pipeline_config
-from trident.curate.samples import sample_pages, write_sample_warc
+from trident.curate.samples import SPAM_LINE, sample_pages, write_sample_warc
 from trident.curate.shards import RecordLog, read_documents
 from trident.curate.stage import build_stage
 
@@ -46,6 +46,9 @@ def test_each_extract_backend_keeps_the_articles_of_the_sample_warc(sample_docs,
         assert len(doc.text.split()) > 100 and "<p>" not in doc.text
         for boilerplate in ("uses cookies", "All rights reserved", "Popular posts", "analytics"):
             assert boilerplate not in doc.text, (backend, doc.meta["url"])
+    spam = [d for d in kept if kinds[d.meta["url"]] == "spam"]
+    # a page of one paragraph repeated 40 times keeps it once (plus, for trafilatura, the title)
+    assert spam and all(d.text.count(SPAM_LINE) == 1 for d in spam)
 
 
 @pytest.mark.parametrize("backend", ["fasttext", "py3langid"])

@@ -88,11 +88,28 @@ def _trafilatura(params: dict) -> Callable[[str, str | None], str]:
 def _resiliparse(params: dict) -> Callable[[str, str | None], str]:
     """resiliparse's main-content plain text: paragraphs on their own lines, no image alt texts,
     link targets, form fields or <noscript>; comment sections only when asked for. Its main-content
-    rules decide on tables (skipping every <table> would drop whole pages laid out with tables)."""
+    rules decide on tables (skipping every <table> would drop whole pages laid out with tables).
+    A paragraph repeated within the page is kept once, as trafilatura does (spam pages repeat one)."""
     from resiliparse.extract.html2text import extract_plain_text
 
     def extract(html: str, url: str | None) -> str:
-        return extract_plain_text(html, main_content=True, alt_texts=False, links=False, form_fields=False,
-                                  noscript=False, comments=params["include_comments"])
+        return first_occurrences(extract_plain_text(
+            html, main_content=True, alt_texts=False, links=False, form_fields=False, noscript=False,
+            comments=params["include_comments"]))
 
     return extract
+
+
+def first_occurrences(text: str) -> str:
+    """`text` without the paragraphs (non-blank lines) that repeat an earlier one; blank lines kept
+    as single separators."""
+    seen: set[str] = set()
+    kept: list[str] = []
+    for line in text.split("\n"):
+        key = line.strip()
+        if key in seen or (not key and (not kept or not kept[-1].strip())):
+            continue
+        if key:
+            seen.add(key)
+        kept.append(line)
+    return "\n".join(kept).strip("\n")
