@@ -93,7 +93,8 @@ def _whitespace_tokenizer():
 
 def run_datatrove(warc_dir: Path, work: Path, word_tokenizer: str | None = None) -> tuple[list[str], dict[str, float]]:
     """Run the pipeline over warc_dir/*.warc.gz; returns (URLs of the documents kept,
-    {step: seconds} from datatrove's own per-step timers)."""
+    {step: seconds} from datatrove's own per-step timers, plus the CPU seconds of the extractor's
+    sandbox process, where trafilatura runs while the Trafilatura step waits for it)."""
     from datatrove.executor import LocalPipelineExecutor
     from datatrove.pipeline.dedup import MinhashDedupBuckets, MinhashDedupCluster, MinhashDedupFilter, MinhashDedupSignature
     from datatrove.pipeline.dedup.exact_dedup import (ExactDedupConfig, ExactDedupFilter, ExactDedupSignature,
@@ -126,11 +127,21 @@ def run_datatrove(warc_dir: Path, work: Path, word_tokenizer: str | None = None)
     seconds: dict[str, float] = {}
     for name, pipeline in phases.items():
         tasks = minhash.num_buckets if name == "minhash_buckets" else 1
+        children = _children_cpu()
         LocalPipelineExecutor(pipeline=pipeline, tasks=tasks, workers=1, logging_dir=str(work / "logs" / name),
                               skip_completed=False).run()
         for step in json.loads((work / "logs" / name / "stats.json").read_text()):
             seconds[f"{name}: {step['name']}"] = step["time_stats"]["total"]
+        if _children_cpu() > children:  # the extractor's sandbox process: trafilatura itself
+            seconds[f"{name}: extractor sandbox process"] = _children_cpu() - children
     return _urls(work / "out"), seconds
+
+
+def _children_cpu() -> float:
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _urls(folder: Path) -> list[str]:

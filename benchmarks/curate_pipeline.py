@@ -112,6 +112,7 @@ def main() -> None:
           f"load before {load_before}, after {load_average()}")
     summary = {}
     for name, (urls, stages, total) in best.items():
+        stages = {**stages, "other (imports, shard files, executor, report)": total - sum(stages.values())}
         print_table(f"{name}: CPU seconds per stage", ["stage", "CPU s"], [[k, round(v, 2)] for k, v in stages.items()])
         summary[name] = {"cpu_s": round(total, 2), "records_per_s": round(args.records / total, 1), **score(urls, kinds),
                          "stages": {k: round(v, 3) for k, v in stages.items()}}
