@@ -93,7 +93,8 @@ def corpora(pages: int) -> dict[str, list[tuple[str, str]]]:
     sample = []
     for seed in range(2):
         for page in sample_pages(140, seed):
-            if page["status"] == 200 and "html" in page["content_type"]:
+            # spam pages repeat one paragraph 40 times: both extractors keep it once, by design
+            if page["status"] == 200 and "html" in page["content_type"] and page["kind"] != "spam":
                 sample.append((page["body"].decode(), _article_of(page["body"].decode())))
     rng = random.Random(0)
     articles = reference_articles()
