@@ -132,8 +132,8 @@ def run_datatrove(warc_dir: Path, work: Path, word_tokenizer: str | None = None)
                               skip_completed=False).run()
         for step in json.loads((work / "logs" / name / "stats.json").read_text()):
             seconds[f"{name}: {step['name']}"] = step["time_stats"]["total"]
-        if _children_cpu() > children:  # the extractor's sandbox process: trafilatura itself
-            seconds[f"{name}: extractor sandbox process"] = _children_cpu() - children
+        if name == "filter":  # the extractor's sandbox process: trafilatura itself
+            seconds[f"{name}: extractor sandbox process (trafilatura)"] = _children_cpu() - children
     return _urls(work / "out"), seconds
 
 
