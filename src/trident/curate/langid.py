@@ -10,9 +10,9 @@ from typing import Callable
 from trident.curate.document import CurateError, Document
 from trident.curate.stage import StreamingStage, register_stage
 
-# benchmarks/langid.py: on the sample pages both name the right language on every page; fastText is
-# ~2.5x faster. Their probabilities are calibrated differently: on English technical pages fastText's
-# is lower (at 0.5 it keeps 93% of them, at 0.3 99%, py3langid 100% at 0.5), hence a threshold each.
+# benchmarks/langid.py: both name the right language of every sample page; fastText is 2.2-3x faster.
+# Their probabilities are calibrated differently: on English technical pages fastText's is lower (at
+# 0.5 it keeps 94-95% of them, at 0.3 97-99%; py3langid 100% at 0.5), hence a threshold each.
 LANGID_BACKENDS = ("fasttext", "py3langid")
 DEFAULT_THRESHOLDS = {"fasttext": 0.3, "py3langid": 0.5}
 
