@@ -93,7 +93,11 @@ def main() -> None:
     runs = {"trident": lambda: run_trident(warc, root / "trident", []),
             "trident (old backends)": lambda: run_trident(warc, root / "trident-old", OLD_BACKENDS)}
     if not args.skip_datatrove:
+        import importlib.util
         import logging
+
+        if importlib.util.find_spec("datatrove") is None or importlib.util.find_spec("spacy") is None:
+            parser.error('datatrove and spacy are not installed: pip install -e ".[bench]", or --skip-datatrove')
 
         from loguru import logger
 
