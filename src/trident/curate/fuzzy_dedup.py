@@ -31,12 +31,12 @@ from trident.curate.dedup_shared import (
     priority_array,
     priority_fields,
     save_partitioned,
+    shard_documents,
     shard_lines,
     split_keys,
     validate_common,
 )
 from trident.curate.minhash import MinHasher, bucket_pairs, jaccard, sorted_distinct
-from trident.curate.shards import read_shard
 from trident.curate.shingle_batch import shingle_hash_batch
 from trident.curate.stage import Executor, GlobalStage, register_stage
 
@@ -104,7 +104,7 @@ def _signature_task(job: dict) -> Counter:
         chunks.append(records)
         batch_rows.clear(), batch_texts.clear(), batch_salts.clear()
 
-    for row, doc in enumerate(read_shard(Path(job["path"]))):
+    for row, doc in enumerate(shard_documents(Path(job["path"]))):
         counters["signed"] += 1
         sizes.append(doc.nbytes)
         batch_rows.append(row)

@@ -67,8 +67,42 @@ _P4, _P5 = 0x85EBCA77C2B2AE63, 0x27D4EB2F165667C5
 _MASK64 = (1 << 64) - 1
 
 
-def _rotl(x: np.ndarray, r: int) -> np.ndarray:
-    return (x << np.uint64(r)) | (x >> np.uint64(64 - r))
+def _rotl(x: np.ndarray, r: int, spare: np.ndarray) -> np.ndarray:
+    """Rotate ``x`` left by ``r`` bits in place (``spare``: scratch of the same shape)."""
+    np.right_shift(x, np.uint64(64 - r), out=spare)
+    np.left_shift(x, np.uint64(r), out=x)
+    x |= spare
+    return x
+
+
+def _window_readers(data: bytes, starts: np.ndarray | None, width: int):
+    """(count, at, read): ``at(o)`` is byte o of every slice, ``read(o, n)`` its n-byte word (uint64)."""
+    if starts is None:
+        count = max(0, len(data) - width + 1)
+
+        def at(offset: int) -> np.ndarray:  # byte `offset` of every window: a contiguous slice
+            return np.frombuffer(data, dtype=np.uint8, count=count, offset=offset).astype(np.uint64)
+
+        def read(offset: int, nbytes: int) -> np.ndarray:  # overlapping unaligned view: one load
+            view = np.ndarray((count,), dtype=f"<u{nbytes}", buffer=data, offset=offset, strides=(1,))
+            return view.astype(np.uint64)
+
+        return count, at, read
+    buf = np.frombuffer(data, dtype=np.uint8).astype(np.uint64)
+    starts = np.asarray(starts, dtype=np.int64)
+    if len(starts) and (starts.min() < 0 or starts.max() + width > len(buf)):
+        raise ValueError(f"slices of width {width} run outside the {len(buf)}-byte buffer")
+
+    def gather(offset: int) -> np.ndarray:
+        return buf[starts + offset]
+
+    def word(offset: int, nbytes: int) -> np.ndarray:  # little-endian word at start + offset
+        out = gather(offset).copy()
+        for k in range(1, nbytes):
+            out |= gather(offset + k) << np.uint64(8 * k)
+        return out
+
+    return len(starts), gather, word
 
 
 def xxh64_slices(data: bytes, starts: np.ndarray | None, width: int, seed: int = 0) -> np.ndarray:
@@ -80,51 +114,42 @@ def xxh64_slices(data: bytes, starts: np.ndarray | None, width: int, seed: int =
     """
     if not 1 <= width < 32:
         raise ValueError(f"slice width must be in [1, 32), got {width}")
-    buf = np.frombuffer(data, dtype=np.uint8).astype(np.uint64)
-    if starts is None:
-        count = max(0, len(buf) - width + 1)
-        if count == 0:
-            return np.zeros(0, dtype=np.uint64)
-
-        def at(offset: int) -> np.ndarray:  # byte `offset` of every window: a contiguous slice
-            return buf[offset : offset + count]
-
-        def read(offset: int, nbytes: int) -> np.ndarray:  # overlapping unaligned view: one load
-            view = np.ndarray((count,), dtype=f"<u{nbytes}", buffer=data, offset=offset, strides=(1,))
-            return view.astype(np.uint64)
-    else:
-        starts = np.asarray(starts, dtype=np.int64)
-        count = len(starts)
-        if count and (starts.min() < 0 or starts.max() + width > len(buf)):
-            raise ValueError(f"slices of width {width} run outside the {len(buf)}-byte buffer")
-
-        def at(offset: int) -> np.ndarray:
-            return buf[starts + offset]
-
-        def read(offset: int, nbytes: int) -> np.ndarray:  # little-endian word at start + offset
-            word = at(offset).copy()
-            for k in range(1, nbytes):
-                word |= at(offset + k) << np.uint64(8 * k)
-            return word
-
+    count, at, read = _window_readers(data, starts, width)
+    if count == 0:
+        return np.zeros(0, dtype=np.uint64)
     p1, p2, p3, p4, p5 = (np.uint64(p) for p in (_P1, _P2, _P3, _P4, _P5))
     h = np.full(count, (seed + _P5 + width) & _MASK64, dtype=np.uint64)
-    pos = 0
+    pos, spare = 0, np.empty_like(h)  # every step in place: no temporary arrays
     while width - pos >= 8:
-        lane = _rotl(read(pos, 8) * p2, 31) * p1
-        h = _rotl(h ^ lane, 27) * p1 + p4
+        lane = read(pos, 8)
+        lane *= p2
+        lane = _rotl(lane, 31, spare)
+        lane *= p1
+        h ^= lane
+        _rotl(h, 27, spare)
+        h *= p1
+        h += p4
         pos += 8
     if width - pos >= 4:
-        h = _rotl(h ^ (read(pos, 4) * p1), 23) * p2 + p3
+        lane = read(pos, 4)
+        lane *= p1
+        h ^= lane
+        _rotl(h, 23, spare)
+        h *= p2
+        h += p3
         pos += 4
     while pos < width:
-        h = _rotl(h ^ (at(pos) * p5), 11) * p1
+        np.multiply(at(pos), p5, out=spare)
+        h ^= spare
+        _rotl(h, 11, spare)
+        h *= p1
         pos += 1
-    h ^= h >> np.uint64(33)
-    h *= p2
-    h ^= h >> np.uint64(29)
-    h *= p3
-    h ^= h >> np.uint64(32)
+    for shift, prime in ((33, p2), (29, p3)):
+        np.right_shift(h, np.uint64(shift), out=spare)
+        h ^= spare
+        h *= prime
+    np.right_shift(h, np.uint64(32), out=spare)
+    h ^= spare
     return h
 
 
