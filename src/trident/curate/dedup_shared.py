@@ -177,7 +177,7 @@ def parse_document(path: Path, number: int, data: bytes) -> Document:
     """The Document of one line from ``shard_lines`` (the id ``read_shard`` gives it); CurateError
     naming the file and line for a record read_shard would refuse."""
     try:
-        doc = Document.from_json(json.loads(data), default_id=f"{Path(path).name}:{number}")
+        doc = Document.from_json(json.loads(data.decode("utf-8")), default_id=f"{path.name}:{number}")
         doc.text.encode("utf-8")  # a lone surrogate could not be written back out
     except ValueError as err:  # JSON, UTF-8 and UnicodeEncodeError errors are ValueErrors
         raise CurateError(f"{path}: line {number}: {err}") from err
@@ -186,6 +186,7 @@ def parse_document(path: Path, number: int, data: bytes) -> Document:
 
 def shard_documents(path: Path) -> Iterator[Document]:
     """``read_shard(path)``'s documents, read with less overhead per line."""
+    path = Path(path)
     for number, data in shard_lines(path):
         yield parse_document(path, number, data)
 

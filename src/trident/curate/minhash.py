@@ -303,13 +303,12 @@ class MinHasher:
             raise ValueError(f"signatures must have shape (n, {self.num_hashes}), got {sig.shape}")
         n, r = sig.shape[0], self.rows
         keys = np.empty((n, self.bands), dtype=np.uint64)
+        width, digest = 4 * r, xxhash.xxh3_64_intdigest
         for j in range(self.bands):
-            band = np.ascontiguousarray(sig[:, j * r : (j + 1) * r])
-            keys[:, j] = np.fromiter(
-                (xxhash.xxh3_64_intdigest(band[i].tobytes(), seed=j) for i in range(n)),
-                dtype=np.uint64,
-                count=n,
-            )
+            band = memoryview(np.ascontiguousarray(sig[:, j * r : (j + 1) * r]).tobytes())
+            # One bytes object per band, sliced by zero-copy views: no allocation per row.
+            keys[:, j] = np.fromiter((digest(band[o : o + width], j) for o in range(0, n * width, width)),
+                                     dtype=np.uint64, count=n)
         return keys
 
 
