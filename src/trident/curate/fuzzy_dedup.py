@@ -151,8 +151,14 @@ def _shingle_task(job: dict) -> None:
     hashes = [sorted_distinct(flat[offsets[i] : offsets[i + 1]]) for i in range(len(rows))]
     offsets = np.cumsum([0] + [h.size for h in hashes]).astype(np.int64)
     flat = np.concatenate(hashes) if hashes else np.zeros(0, dtype=np.uint64)
-    np.savez(Path(job["out"]), keys=keys, offsets=offsets, hashes=flat,
+    np.save(_hashes_file(Path(job["out"])), flat, allow_pickle=False)  # .npy: no zip checksum over it
+    np.savez(Path(job["out"]), keys=keys, offsets=offsets,
              **{name: prio[name] for name in prio.dtype.names if name != "key"})
+
+
+def _hashes_file(npz: Path) -> Path:
+    """Where ``_shingle_task`` puts the flat shingle hashes beside its .npz of keys and offsets."""
+    return npz.with_name(npz.name.replace(".npz", ".hashes.npy"))
 
 
 def _verify_task(job: dict) -> np.ndarray:
@@ -162,9 +168,10 @@ def _verify_task(job: dict) -> np.ndarray:
     def hashes_of(key: int) -> np.ndarray:
         shard = key >> 32
         if shard not in loaded:
-            with np.load(Path(job["shingle_dir"]) / f"s{shard:06d}.npz", allow_pickle=False) as data:
+            path = Path(job["shingle_dir"]) / f"s{shard:06d}.npz"
+            with np.load(path, allow_pickle=False) as data:
                 index = {int(k): i for i, k in enumerate(data["keys"])}
-                loaded[shard] = (index, data["offsets"], data["hashes"])
+                loaded[shard] = (index, data["offsets"], np.load(_hashes_file(path), allow_pickle=False))
         index, offsets, flat = loaded[shard]
         i = index[key]
         return flat[offsets[i] : offsets[i + 1]]

@@ -196,7 +196,10 @@ def shingle_hashes(text: str, ngram: int = 5, unit: str = "char") -> np.ndarray:
 def sorted_distinct(hashes: np.ndarray) -> np.ndarray:
     """The distinct values of ``hashes`` in ascending order (a sorted copy; np.unique hashes first)."""
     hashes = np.sort(hashes)
-    return hashes[np.r_[True, hashes[1:] != hashes[:-1]]] if hashes.size else hashes
+    first = np.empty(hashes.size, dtype=bool)
+    first[:1] = True
+    np.not_equal(hashes[1:], hashes[:-1], out=first[1:])
+    return hashes[first]
 
 
 def jaccard(a: np.ndarray, b: np.ndarray) -> float:
@@ -273,20 +276,25 @@ class MinHasher:
         sig = np.full((n, self.num_hashes), np.iinfo(np.uint64).max, dtype=np.uint64)
         if n <= 0:
             return np.zeros((0, self.num_hashes), dtype=np.uint32)
-        owner = np.repeat(np.arange(n, dtype=np.int64), np.diff(offsets))
+        offsets = np.asarray(offsets, dtype=np.int64)
+        signed = np.flatnonzero(np.diff(offsets) > 0)  # empty documents own no column
+        first = offsets[signed]
         chunk = max(1, _CHUNK_ELEMENTS // self.num_hashes)
         product = np.empty((self.num_hashes, min(chunk, flat.size)), dtype=np.uint64)  # reused: no page faults
         a = self._a[:, None]
         for start in range(0, flat.size, chunk):
             part = flat[start : start + chunk]
-            docs = owner[start : start + chunk]
+            # The documents this chunk overlaps, and where each begins inside it.
+            lo = np.searchsorted(first, start, "right") - 1
+            hi = np.searchsorted(first, start + part.size, "left")
+            local = first[lo:hi] - start
+            local[0] = 0
             # (hashes x shingles): each row's reduction runs over contiguous memory, about 2x
             # faster than the transpose. uint64 wraps modulo 2**64, the family's definition.
             values = np.multiply(a, part[None, :], out=product[:, : part.size])
-            starts = np.flatnonzero(np.r_[True, docs[1:] != docs[:-1]])
-            mins = np.minimum.reduceat(values, starts, axis=1)
-            seg_docs = docs[starts]
-            sig[seg_docs] = np.minimum(sig[seg_docs], mins.T)
+            mins = np.minimum.reduceat(values, local, axis=1)
+            docs = signed[lo:hi]
+            sig[docs] = np.minimum(sig[docs], mins.T)
         # The shift is monotonic, so shifting the minimum equals the minimum of shifts.
         return (sig >> np.uint64(32)).astype(np.uint32)
 
