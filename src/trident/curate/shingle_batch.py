@@ -52,10 +52,15 @@ def _ascii_hashes(texts: list[bytes], ngram: int) -> tuple[np.ndarray, np.ndarra
     # Per text: its full windows, then those running into the separator (and the separator's).
     inside = np.repeat(np.tile([True, False], len(texts)), np.stack([full, lengths + 1 - full], axis=1).ravel())
     inside = np.r_[False, inside][:windows]
-    data = norm.tobytes()
-    parts = [xxh64_slices(data[start : min(windows, start + _HASH_BYTES) + ngram - 1], None, ngram)
-             for start in range(0, windows, _HASH_BYTES)]
-    return np.concatenate(parts)[inside], lengths
+    data = memoryview(norm)
+    out = np.empty(int(full.sum()), dtype=np.uint64)
+    filled = 0
+    for start in range(0, windows, _HASH_BYTES):
+        stop = min(windows, start + _HASH_BYTES)
+        kept = xxh64_slices(data[start : stop + ngram - 1], None, ngram)[inside[start:stop]]
+        out[filled : filled + kept.size] = kept
+        filled += kept.size
+    return out, lengths
 
 
 def shingle_hash_batch(texts: Sequence[str], ngram: int = 5, unit: str = "char") -> tuple[np.ndarray, np.ndarray]:
@@ -75,8 +80,11 @@ def shingle_hash_batch(texts: Sequence[str], ngram: int = 5, unit: str = "char")
     if ascii_rows:
         hashes, lengths = _ascii_hashes(ascii_bytes, ngram)
         ends = np.r_[0, np.cumsum(np.maximum(lengths - ngram + 1, 0))]
+        short = (lengths > 0) & (lengths < ngram)
+        if len(ascii_rows) == len(texts) and not short.any():
+            return hashes, ends.astype(np.int64)  # every text took the batched path: no copy
         for k, row in enumerate(ascii_rows):
-            if 0 < lengths[k] < ngram:  # a text shorter than a shingle is one shingle
+            if short[k]:  # a text shorter than a shingle is one shingle
                 per_text[row] = _char_shingle_hashes(normalize_for_shingles(texts[row]), ngram)
             else:
                 per_text[row] = hashes[ends[k] : ends[k + 1]]
@@ -84,4 +92,3 @@ def shingle_hash_batch(texts: Sequence[str], ngram: int = 5, unit: str = "char")
     offsets = np.r_[0, np.cumsum(counts)].astype(np.int64)
     flat = np.concatenate(per_text) if per_text else np.zeros(0, dtype=np.uint64)
     return flat.astype(np.uint64, copy=False), offsets
-
