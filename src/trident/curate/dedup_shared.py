@@ -74,6 +74,11 @@ def doc_key(shard: int, row: int) -> int:
     return (shard << 32) | row
 
 
+def doc_keys(shard: int, rows) -> np.ndarray:
+    """``doc_key`` of many rows of one shard at once (uint64)."""
+    return (np.uint64(shard) << _ROW_BITS) | np.asarray(rows, dtype=np.uint64)
+
+
 def split_keys(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(shard indices, rows) of an array of ``doc_key`` values."""
     keys = np.asarray(keys, dtype=np.uint64)

@@ -1,14 +1,15 @@
 """Fuzzy deduplication: MinHash + LSH candidates, verified by true Jaccard, union-find components.
 
 Steps (each a map over files, so no step needs more than one shard or partition in memory):
-  1. per shard: MinHash signature and LSH band keys of every document (trident.curate.minhash);
-     (band, key, doc) records go to ``partitions`` bucket files chosen by key;
+  1. per shard: MinHash signature and LSH band keys of every document (trident.curate.minhash),
+     shingled in batches (trident.curate.shingle_batch); (band, key, doc) records go to
+     ``partitions`` bucket files chosen by key, and every row's text size to a rows file;
   2. per partition: documents sharing a (band, key) bucket become candidate pairs;
   3. per shard holding candidates: their shingle hashes and keep-priority fields are saved;
      per batch of pairs: true Jaccard of the shingle sets; pairs >= ``threshold`` are verified;
   4. here: union-find over verified pairs; in each component the best document by
      ``trident.curate.dedup_shared.best_first`` is kept, the others dropped (``dropped:duplicate``);
-  5. per shard: the shard is copied without the dropped rows.
+  5. per shard: the kept lines are copied byte for byte (not decoded and encoded again).
 Counters: candidates (unique pairs), verified_pairs, components (of >= 2 documents),
 shared_buckets, no_shingles (empty texts, never bucketed), hist:cluster_size:<size>.
 """
@@ -26,6 +27,7 @@ from trident.curate.dedup_shared import (
     best_first,
     concat_structured,
     dataset_salt,
+    doc_keys,
     load_partition,
     parse_document,
     priority_array,
@@ -96,7 +98,7 @@ def _signature_task(job: dict) -> Counter:
         counters["no_shingles"] += int(np.count_nonzero(~signed))  # empty text: left to exact dedup
         keys = hasher.band_keys(hasher.signatures_from_flat(flat, offsets)[signed])
         keys ^= np.array(batch_salts, dtype=np.uint64)[signed][:, None]
-        docs = (np.uint64(shard) << np.uint64(32)) | np.array(batch_rows, dtype=np.uint64)[signed]
+        docs = doc_keys(shard, batch_rows)[signed]
         records = np.empty(keys.size, dtype=_BUCKET_DTYPE)
         records["band"] = np.tile(np.arange(hasher.bands), len(docs))
         records["key"] = keys.ravel()
@@ -145,7 +147,7 @@ def _shingle_task(job: dict) -> None:
             rows.append(row)
             texts.append(doc.text)
             fields.append(priority_fields(doc, job["priority"], job["priority_field"]))
-    keys = (np.uint64(shard) << np.uint64(32)) | np.array(rows, dtype=np.uint64)
+    keys = doc_keys(shard, rows)
     prio = priority_array(fields, keys)
     flat, offsets = shingle_hash_batch(texts, hasher.ngram, hasher.unit)
     hashes = [sorted_distinct(flat[offsets[i] : offsets[i + 1]]) for i in range(len(rows))]
