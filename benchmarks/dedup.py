@@ -19,12 +19,15 @@ frequent shingles plus a sparse product over the rest). Accidental near-duplicat
    reported as duplicates after verification (candidate kept when its verified Jaccard >= T;
    trident verifies with minhash.jaccard of its xxh64 shingle hashes, as fuzzy_dedup does;
    datasketch pairs with the exact sets) and, for comparison, with the MinHash estimate instead.
-3. The fuzzy_dedup stage end to end (4 shards, LocalExecutor(1)): documents/s, MB/s, documents
-   dropped against what the ground truth says (union-find of pairs >= its threshold 0.7).
+3. The fuzzy_dedup stage end to end against datasketch and rensa (benchmarks/dedup_end_to_end.py):
+   `--e2e-docs` unrelated documents of 170-480 words (1-3 KB) plus 10% planted copies, 4 JSONL.zst
+   shards in and out, one process; best CPU seconds of `--e2e-rounds` interleaved rounds, trident's
+   seconds per part, recall of planted J >= 0.8 pairs and drops with no J >= 0.7 partner.
 4. The whole curate-cc pipeline per core: runs benchmarks/curate_pipeline.py and reports its figures.
 
     python benchmarks/dedup.py [--quick] [--docs N] [--pairs N] [--speed-docs N] [--rounds N]
-Needs `pip install datasketch` (a benchmark-only dependency).
+                               [--e2e-docs N] [--e2e-rounds N] [--e2e-bands B] [--end-to-end-only]
+Needs `pip install -e .[bench]` (datasketch and rensa, benchmark-only dependencies).
 """
 from __future__ import annotations
 
@@ -36,7 +39,6 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 import argparse  # noqa: E402
 import collections  # noqa: E402
 import json  # noqa: E402
-import math  # noqa: E402
 import re  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
@@ -51,7 +53,7 @@ from common import Timer, emit_json, load_average, median, print_table  # noqa: 
 try:
     import datasketch
 except ImportError:
-    sys.exit("benchmarks/dedup.py compares against datasketch, which is not installed: pip install datasketch")
+    sys.exit("benchmarks/dedup.py compares against datasketch, which is not installed: pip install -e .[bench]")
 
 import xxhash  # noqa: E402
 
@@ -126,16 +128,24 @@ def edited_copy(words: list[str], level: float, rng, vocab, p) -> str:
     return apply(lo)
 
 
-def make_corpus(n_docs: int, pairs_per_level: int, seed: int = 0) -> list[str]:
+def make_corpus(n_docs: int, pairs_per_level: int, seed: int = 0, words: tuple[int, int] = (300, 600)):
+    """(texts, planted): `n_docs` originals of `words` words plus the edited copies, shuffled;
+    planted lists (original index, copy index, exact Jaccard) of every copy."""
     rng = np.random.default_rng(seed)
     vocab, p = vocabulary(rng)
-    originals = [[vocab[i] for i in rng.choice(len(vocab), size=int(rng.integers(300, 600)), p=p)]
+    originals = [[vocab[i] for i in rng.choice(len(vocab), size=int(rng.integers(*words)), p=p)]
                  for _ in range(n_docs)]
     docs = [" ".join(w) for w in originals]
     sources = rng.permutation(n_docs)[: pairs_per_level * len(LEVELS)]  # each original copied once at most
+    pairs = []
     for k, source in enumerate(sources.tolist()):
         docs.append(edited_copy(originals[source], LEVELS[k // pairs_per_level], rng, vocab, p))
-    return [docs[i] for i in rng.permutation(len(docs))]
+        pairs.append((source, len(docs) - 1))
+    order = rng.permutation(len(docs))
+    position = np.argsort(order)
+    planted = [(int(position[a]), int(position[b]), exact_jaccard(shingle_codes(docs[a]), shingle_codes(docs[b])))
+               for a, b in pairs]
+    return [docs[i] for i in order], planted
 
 
 def all_pairs_at_least(codes: list[np.ndarray], threshold: float) -> dict[tuple[int, int], float]:
@@ -253,53 +263,6 @@ def measure_quality(texts: list[str], codes: list[np.ndarray], truth: dict) -> d
     return results
 
 
-def expected_drops(truth: dict, threshold: float) -> set[int]:
-    """Documents a perfect fuzzy dedup drops: all but one (the first) of each connected component."""
-    parent: dict[int, int] = {}
-
-    def find(x: int) -> int:
-        parent.setdefault(x, x)
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    for (a, b), j in truth.items():
-        if j >= threshold:
-            parent[find(a)] = find(b)
-    groups = collections.defaultdict(list)
-    for x in list(parent):
-        groups[find(x)].append(x)
-    return {x for members in groups.values() for x in sorted(members)[1:]}
-
-
-def measure_stage(texts: list[str], truth: dict, work: Path) -> list[dict]:
-    """fuzzy_dedup over 4 shards in this process; which documents it dropped against the truth."""
-    from trident.curate.document import Document
-    from trident.curate.executors import LocalExecutor
-    from trident.curate.shards import read_shard, write_shard
-    from trident.curate.stage import build_stage
-
-    paths = [work / f"in{k}.jsonl.zst" for k in range(4)]
-    for k, path in enumerate(paths):
-        write_shard(path, [Document(f"d{i}", texts[i]) for i in range(k, len(texts), 4)])
-    megabytes = sum(len(t.encode()) for t in texts) / 1e6
-    out = []
-    for bands, _ in BANDINGS:
-        stage = build_stage("fuzzy_dedup", {"bands": bands})
-        with Timer() as timer:
-            outputs = stage.run(paths, work / f"out{bands}", LocalExecutor(1, progress=False))
-        kept = {int(d.id[1:]) for p in outputs for d in read_shard(p)}
-        dropped = set(range(len(texts))) - kept
-        # Which member of a group is kept depends on priority (length); compare counts per group.
-        want = expected_drops(truth, 0.7)
-        grouped = {x for pair, j in truth.items() if j >= 0.7 for x in pair}
-        out.append({"bands": bands, "docs_per_s": len(texts) / timer.cpu, "mb_per_s": megabytes / timer.cpu,
-                    "wall_s": timer.wall, "dropped": len(dropped), "should_drop": len(want),
-                    "dropped_outside_groups": len(dropped - grouped)})
-    return out
-
-
 def measure_pipeline(quick: bool) -> dict:
     """benchmarks/curate_pipeline.py (not modified): its final JSON line."""
     script = Path(__file__).resolve().parent / "curate_pipeline.py"
@@ -313,6 +276,28 @@ def measure_pipeline(quick: bool) -> dict:
     return json.loads(line) | {"command": f"python benchmarks/curate_pipeline.py {' '.join(args)}".strip()}
 
 
+def end_to_end(args) -> dict:
+    """Section 3: the stage against datasketch and rensa on 1-3 KB documents."""
+    import dedup_end_to_end
+
+    n_docs = args.e2e_docs or (1000 if args.quick else 10_000)
+    texts, planted = make_corpus(n_docs, max(1, n_docs // 100), seed=1, words=(170, 480))
+    codes = [shingle_codes(t) for t in texts]
+    with tempfile.TemporaryDirectory() as work:
+        e2e = dedup_end_to_end.measure(texts, codes, planted, Path(work), args.e2e_bands,
+                                       args.e2e_rounds or (1 if args.quick else 3), exact_jaccard)
+    title = (f"fuzzy_dedup end to end, {e2e['docs']} docs ({e2e['mb']:.1f} MB, mean {e2e['mb'] * 1e3 / e2e['docs']:.2f} KB) "
+             f"in 4 shards, {e2e['bands']} bands x 5 rows, one process, best CPU time of {e2e['rounds']} rounds")
+    rows = [[name, e2e[name]["docs_per_s"], e2e[name]["mb_per_s"],
+             e2e["speedup_vs_" + name] if name != "trident" else 1.0, e2e[name]["dropped"],
+             e2e[name]["recall_planted"], e2e[name]["unjustified_drops"]] for name in ("trident", "datasketch", "rensa")]
+    print_table(title, ["method", "docs/s", "MB/s", "trident speed-up", "dropped",
+                        f"recall planted J>=0.8 ({e2e['trident']['planted']})", "drops without a J>=0.7 partner"], rows)
+    parts = e2e["trident_parts_s"]
+    print_table("trident seconds per part (fastest round)", list(parts), [[parts[k] for k in parts]])
+    return e2e
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small corpus, 2 rounds, small pipeline run")
@@ -321,14 +306,21 @@ def main() -> None:
                         help="planted pairs per Jaccard level (default 50; quick 10)")
     parser.add_argument("--speed-docs", type=int, default=None, help="documents timed (default 300; quick 120)")
     parser.add_argument("--rounds", type=int, default=None, help="timing rounds (default 3; quick 2)")
+    parser.add_argument("--e2e-docs", type=int, default=None, help="end-to-end originals (default 10000; quick 1000)")
+    parser.add_argument("--e2e-rounds", type=int, default=None, help="end-to-end rounds (default 3; quick 1)")
+    parser.add_argument("--e2e-bands", type=int, default=20, help="LSH bands of the end-to-end run (5 rows each)")
+    parser.add_argument("--end-to-end-only", action="store_true", help="only section 3")
     parser.add_argument("--skip-pipeline", action="store_true", help="do not run benchmarks/curate_pipeline.py")
     args = parser.parse_args()
+    load_start = load_average()
+    if args.end_to_end_only:
+        emit_json("dedup", {"end_to_end": end_to_end(args), "machine_at_start": load_start})
+        return
     q = args.quick
     n_docs, pairs = args.docs or (300 if q else 1500), args.pairs or (10 if q else 50)
     speed_docs, rounds = args.speed_docs or (120 if q else 300), args.rounds or (2 if q else 3)
-    load_start = load_average()
 
-    texts = make_corpus(n_docs, pairs)
+    texts, _ = make_corpus(n_docs, pairs)
     codes = [shingle_codes(t) for t in texts]
     truth = all_pairs_at_least(codes, LEVELS[0])
     megabytes = sum(map(len, texts)) / 1e6
@@ -350,19 +342,13 @@ def main() -> None:
                 ["method", "T", "recall", "precision (verified)", "recall (estimate)", "precision (estimate)",
                  "true pairs"], rows)
 
-    with tempfile.TemporaryDirectory() as work:
-        stage = measure_stage(texts, truth, Path(work))
-    print_table(f"fuzzy_dedup stage, {len(texts)} docs in 4 shards, LocalExecutor(1), CPU time",
-                ["bands", "docs/s", "MB/s", "wall s", "dropped", "ground truth drops", "dropped outside groups"],
-                [[s["bands"], s["docs_per_s"], s["mb_per_s"], s["wall_s"], s["dropped"], s["should_drop"],
-                  s["dropped_outside_groups"]] for s in stage])
-
+    e2e = end_to_end(args)
     pipeline = None if args.skip_pipeline else measure_pipeline(q)
     if pipeline:
         print(f"\nwhole curate-cc pipeline, one core ({pipeline['command']}): {pipeline['records_per_s']:.1f} "
               f"records/s, {pipeline['html_mb_per_s']:.3f} MB/s of HTML, {pipeline['docs_out']} documents out")
     emit_json("dedup", {"docs": len(texts), "mb": megabytes, "speed_docs": speed_docs, "rounds": rounds,
-                        "speed": speed, "quality": qual, "stage": stage, "pipeline": pipeline,
+                        "speed": speed, "quality": qual, "end_to_end": e2e, "pipeline": pipeline,
                         "machine_at_start": load_start})
 
 

@@ -1,14 +1,15 @@
 """Fuzzy deduplication: MinHash + LSH candidates, verified by true Jaccard, union-find components.
 
 Steps (each a map over files, so no step needs more than one shard or partition in memory):
-  1. per shard: MinHash signature and LSH band keys of every document (trident.curate.minhash);
-     (band, key, doc) records go to ``partitions`` bucket files chosen by key;
+  1. per shard: MinHash signature and LSH band keys of every document (trident.curate.minhash),
+     shingled in batches (trident.curate.shingle_batch); (band, key, doc) records go to
+     ``partitions`` bucket files chosen by key, and every row's text size to a rows file;
   2. per partition: documents sharing a (band, key) bucket become candidate pairs;
   3. per shard holding candidates: their shingle hashes and keep-priority fields are saved;
      per batch of pairs: true Jaccard of the shingle sets; pairs >= ``threshold`` are verified;
   4. here: union-find over verified pairs; in each component the best document by
      ``trident.curate.dedup_shared.best_first`` is kept, the others dropped (``dropped:duplicate``);
-  5. per shard: the shard is copied without the dropped rows.
+  5. per shard: the kept lines are copied byte for byte (not decoded and encoded again).
 Counters: candidates (unique pairs), verified_pairs, components (of >= 2 documents),
 shared_buckets, no_shingles (empty texts, never bucketed), hist:cluster_size:<size>.
 """
@@ -22,20 +23,23 @@ from typing import Any
 import numpy as np
 
 from trident.curate.dedup_shared import (
-    apply_drops,
+    apply_drops_lines,
     best_first,
     concat_structured,
     dataset_salt,
-    doc_key,
+    doc_keys,
     load_partition,
+    parse_document,
     priority_array,
     priority_fields,
     save_partitioned,
+    shard_documents,
+    shard_lines,
     split_keys,
     validate_common,
 )
-from trident.curate.minhash import MinHasher, bucket_pairs, jaccard
-from trident.curate.shards import read_shard
+from trident.curate.minhash import MinHasher, bucket_pairs, jaccard, sorted_distinct
+from trident.curate.shingle_batch import shingle_hash_batch
 from trident.curate.stage import Executor, GlobalStage, register_stage
 
 _BUCKET_DTYPE = [("band", "u2"), ("key", "u8"), ("doc", "u8")]
@@ -80,38 +84,42 @@ class UnionFind:
 
 
 def _signature_task(job: dict) -> Counter:
-    """Map: LSH band keys of every document of one shard, written to bucket partition files."""
+    """Map: LSH band keys of every document of one shard, written to bucket partition files;
+    the text size of every row goes to work/rows/s<shard>.npy for the copy at the end."""
     hasher = MinHasher(**job["minhash"])
-    shard, counters, chunks = job["shard"], Counter(), []
-    batch_docs: list[int] = []
-    batch_hashes: list[np.ndarray] = []
+    shard, counters, chunks, sizes = job["shard"], Counter(), [], []
+    batch_rows: list[int] = []
+    batch_texts: list[str] = []
     batch_salts: list[int] = []
 
     def flush() -> None:
-        keys = hasher.band_keys(hasher.signatures_from_hashes(batch_hashes))
-        keys ^= np.array(batch_salts, dtype=np.uint64)[:, None]
+        flat, offsets = shingle_hash_batch(batch_texts, hasher.ngram, hasher.unit)
+        signed = np.diff(offsets) > 0
+        counters["no_shingles"] += int(np.count_nonzero(~signed))  # empty text: left to exact dedup
+        keys = hasher.band_keys(hasher.signatures_from_flat(flat, offsets)[signed])
+        keys ^= np.array(batch_salts, dtype=np.uint64)[signed][:, None]
+        docs = doc_keys(shard, batch_rows)[signed]
         records = np.empty(keys.size, dtype=_BUCKET_DTYPE)
-        records["band"] = np.tile(np.arange(hasher.bands), len(batch_docs))
+        records["band"] = np.tile(np.arange(hasher.bands), len(docs))
         records["key"] = keys.ravel()
-        records["doc"] = np.repeat(np.array(batch_docs, dtype=np.uint64), hasher.bands)
+        records["doc"] = np.repeat(docs, hasher.bands)
         chunks.append(records)
-        batch_docs.clear(), batch_hashes.clear(), batch_salts.clear()
+        batch_rows.clear(), batch_texts.clear(), batch_salts.clear()
 
-    for row, doc in enumerate(read_shard(Path(job["path"]))):
+    for row, doc in enumerate(shard_documents(Path(job["path"]))):
         counters["signed"] += 1
-        hashes = hasher.hashes(doc.text)
-        if hashes.size == 0:
-            counters["no_shingles"] += 1  # empty text: left to exact dedup, never bucketed
-            continue
-        batch_docs.append(doc_key(shard, row))
-        batch_hashes.append(hashes)
+        sizes.append(doc.nbytes)
+        batch_rows.append(row)
+        batch_texts.append(doc.text)
         batch_salts.append(dataset_salt(doc, job["scope"]))
-        if len(batch_docs) >= _SIGNATURE_BATCH:
+        if len(batch_rows) >= _SIGNATURE_BATCH:
             flush()
-    if batch_docs:
+    if batch_rows:
         flush()
     records = np.concatenate(chunks) if chunks else np.zeros(0, dtype=_BUCKET_DTYPE)
     save_partitioned(records, records["key"] % np.uint64(job["partitions"]), Path(job["work"]) / "buckets", shard)
+    (Path(job["work"]) / "rows").mkdir(parents=True, exist_ok=True)
+    np.save(Path(job["work"]) / "rows" / f"s{shard:06d}.npy", np.array(sizes, dtype=np.int64), allow_pickle=False)
     return counters
 
 
@@ -126,21 +134,33 @@ def _bucket_task(job: dict) -> tuple[int, int]:
 
 
 def _shingle_task(job: dict) -> None:
-    """Save shingle hashes and keep-priority fields of one shard's candidate rows (for verification)."""
+    """Save shingle hashes and keep-priority fields of one shard's candidate rows (for verification).
+
+    Only those rows' lines are decoded; the others are skipped as raw bytes.
+    """
     hasher = MinHasher(**job["minhash"])
-    wanted, shard = set(job["rows"]), job["shard"]
-    rows, hashes, fields = [], [], []
-    for row, doc in enumerate(read_shard(Path(job["path"]))):
+    wanted, shard, path = set(job["rows"]), job["shard"], Path(job["path"])
+    rows, texts, fields = [], [], []
+    for row, (number, data) in enumerate(shard_lines(path)):
         if row in wanted:
+            doc = parse_document(path, number, data)
             rows.append(row)
-            hashes.append(hasher.hashes(doc.text))
+            texts.append(doc.text)
             fields.append(priority_fields(doc, job["priority"], job["priority_field"]))
-    keys = np.array([doc_key(shard, r) for r in rows], dtype=np.uint64)
+    keys = doc_keys(shard, rows)
     prio = priority_array(fields, keys)
+    flat, offsets = shingle_hash_batch(texts, hasher.ngram, hasher.unit)
+    hashes = [sorted_distinct(flat[offsets[i] : offsets[i + 1]]) for i in range(len(rows))]
     offsets = np.cumsum([0] + [h.size for h in hashes]).astype(np.int64)
     flat = np.concatenate(hashes) if hashes else np.zeros(0, dtype=np.uint64)
-    np.savez(Path(job["out"]), keys=keys, offsets=offsets, hashes=flat,
+    np.save(_hashes_file(Path(job["out"])), flat, allow_pickle=False)  # .npy: no zip checksum over it
+    np.savez(Path(job["out"]), keys=keys, offsets=offsets,
              **{name: prio[name] for name in prio.dtype.names if name != "key"})
+
+
+def _hashes_file(npz: Path) -> Path:
+    """Where ``_shingle_task`` puts the flat shingle hashes beside its .npz of keys and offsets."""
+    return npz.with_name(npz.name.replace(".npz", ".hashes.npy"))
 
 
 def _verify_task(job: dict) -> np.ndarray:
@@ -150,9 +170,10 @@ def _verify_task(job: dict) -> np.ndarray:
     def hashes_of(key: int) -> np.ndarray:
         shard = key >> 32
         if shard not in loaded:
-            with np.load(Path(job["shingle_dir"]) / f"s{shard:06d}.npz", allow_pickle=False) as data:
+            path = Path(job["shingle_dir"]) / f"s{shard:06d}.npz"
+            with np.load(path, allow_pickle=False) as data:
                 index = {int(k): i for i, k in enumerate(data["keys"])}
-                loaded[shard] = (index, data["offsets"], data["hashes"])
+                loaded[shard] = (index, data["offsets"], np.load(_hashes_file(path), allow_pickle=False))
         index, offsets, flat = loaded[shard]
         i = index[key]
         return flat[offsets[i] : offsets[i + 1]]
@@ -199,7 +220,7 @@ class FuzzyDedup(GlobalStage):
         verified = pairs[similarity >= self.threshold]
         self.counters["verified_pairs"] += len(verified)
         dropped = self._choose_drops(verified, work / "shingles")
-        outputs = apply_drops(self, inputs, out_dir, executor, dropped, "duplicate")
+        outputs = apply_drops_lines(self, inputs, out_dir, executor, dropped, "duplicate", work / "rows")
         shutil.rmtree(work, ignore_errors=True)
         return outputs
 

@@ -67,8 +67,42 @@ _P4, _P5 = 0x85EBCA77C2B2AE63, 0x27D4EB2F165667C5
 _MASK64 = (1 << 64) - 1
 
 
-def _rotl(x: np.ndarray, r: int) -> np.ndarray:
-    return (x << np.uint64(r)) | (x >> np.uint64(64 - r))
+def _rotl(x: np.ndarray, r: int, spare: np.ndarray) -> np.ndarray:
+    """Rotate ``x`` left by ``r`` bits in place (``spare``: scratch of the same shape)."""
+    np.right_shift(x, np.uint64(64 - r), out=spare)
+    np.left_shift(x, np.uint64(r), out=x)
+    x |= spare
+    return x
+
+
+def _window_readers(data: bytes, starts: np.ndarray | None, width: int):
+    """(count, at, read): ``at(o)`` is byte o of every slice, ``read(o, n)`` its n-byte word (uint64)."""
+    if starts is None:
+        count = max(0, len(data) - width + 1)
+
+        def at(offset: int) -> np.ndarray:  # byte `offset` of every window: a contiguous slice
+            return np.frombuffer(data, dtype=np.uint8, count=count, offset=offset).astype(np.uint64)
+
+        def read(offset: int, nbytes: int) -> np.ndarray:  # overlapping unaligned view: one load
+            view = np.ndarray((count,), dtype=f"<u{nbytes}", buffer=data, offset=offset, strides=(1,))
+            return view.astype(np.uint64)
+
+        return count, at, read
+    buf = np.frombuffer(data, dtype=np.uint8).astype(np.uint64)
+    starts = np.asarray(starts, dtype=np.int64)
+    if len(starts) and (starts.min() < 0 or starts.max() + width > len(buf)):
+        raise ValueError(f"slices of width {width} run outside the {len(buf)}-byte buffer")
+
+    def gather(offset: int) -> np.ndarray:
+        return buf[starts + offset]
+
+    def word(offset: int, nbytes: int) -> np.ndarray:  # little-endian word at start + offset
+        out = gather(offset).copy()
+        for k in range(1, nbytes):
+            out |= gather(offset + k) << np.uint64(8 * k)
+        return out
+
+    return len(starts), gather, word
 
 
 def xxh64_slices(data: bytes, starts: np.ndarray | None, width: int, seed: int = 0) -> np.ndarray:
@@ -80,45 +114,42 @@ def xxh64_slices(data: bytes, starts: np.ndarray | None, width: int, seed: int =
     """
     if not 1 <= width < 32:
         raise ValueError(f"slice width must be in [1, 32), got {width}")
-    buf = np.frombuffer(data, dtype=np.uint8).astype(np.uint64)
-    if starts is None:
-        count = max(0, len(buf) - width + 1)
-
-        def at(offset: int) -> np.ndarray:  # byte `offset` of every window: a contiguous slice
-            return buf[offset : offset + count]
-    else:
-        starts = np.asarray(starts, dtype=np.int64)
-        count = len(starts)
-        if count and (starts.min() < 0 or starts.max() + width > len(buf)):
-            raise ValueError(f"slices of width {width} run outside the {len(buf)}-byte buffer")
-
-        def at(offset: int) -> np.ndarray:
-            return buf[starts + offset]
-
-    def read(offset: int, nbytes: int) -> np.ndarray:  # little-endian word at start + offset
-        word = at(offset).copy()
-        for k in range(1, nbytes):
-            word |= at(offset + k) << np.uint64(8 * k)
-        return word
-
+    count, at, read = _window_readers(data, starts, width)
+    if count == 0:
+        return np.zeros(0, dtype=np.uint64)
     p1, p2, p3, p4, p5 = (np.uint64(p) for p in (_P1, _P2, _P3, _P4, _P5))
     h = np.full(count, (seed + _P5 + width) & _MASK64, dtype=np.uint64)
-    pos = 0
+    pos, spare = 0, np.empty_like(h)  # every step in place: no temporary arrays
     while width - pos >= 8:
-        lane = _rotl(read(pos, 8) * p2, 31) * p1
-        h = _rotl(h ^ lane, 27) * p1 + p4
+        lane = read(pos, 8)
+        lane *= p2
+        lane = _rotl(lane, 31, spare)
+        lane *= p1
+        h ^= lane
+        _rotl(h, 27, spare)
+        h *= p1
+        h += p4
         pos += 8
     if width - pos >= 4:
-        h = _rotl(h ^ (read(pos, 4) * p1), 23) * p2 + p3
+        lane = read(pos, 4)
+        lane *= p1
+        h ^= lane
+        _rotl(h, 23, spare)
+        h *= p2
+        h += p3
         pos += 4
     while pos < width:
-        h = _rotl(h ^ (at(pos) * p5), 11) * p1
+        np.multiply(at(pos), p5, out=spare)
+        h ^= spare
+        _rotl(h, 11, spare)
+        h *= p1
         pos += 1
-    h ^= h >> np.uint64(33)
-    h *= p2
-    h ^= h >> np.uint64(29)
-    h *= p3
-    h ^= h >> np.uint64(32)
+    for shift, prime in ((33, p2), (29, p3)):
+        np.right_shift(h, np.uint64(shift), out=spare)
+        h ^= spare
+        h *= prime
+    np.right_shift(h, np.uint64(32), out=spare)
+    h ^= spare
     return h
 
 
@@ -159,15 +190,25 @@ def shingle_hashes(text: str, ngram: int = 5, unit: str = "char") -> np.ndarray:
         hashes = np.fromiter((xxhash.xxh64_intdigest(w.encode("utf-8")) for w in words), dtype=np.uint64)
     # Repeats dropped after hashing (a 64-bit collision inside one document is negligible);
     # memory stays 8 bytes per shingle however long the document.
-    hashes.sort()
-    return hashes[np.r_[True, hashes[1:] != hashes[:-1]]]
+    return sorted_distinct(hashes)
+
+
+def sorted_distinct(hashes: np.ndarray) -> np.ndarray:
+    """The distinct values of ``hashes`` in ascending order (a sorted copy; np.unique hashes first)."""
+    hashes = np.sort(hashes)
+    first = np.empty(hashes.size, dtype=bool)
+    first[:1] = True
+    np.not_equal(hashes[1:], hashes[:-1], out=first[1:])
+    return hashes[first]
 
 
 def jaccard(a: np.ndarray, b: np.ndarray) -> float:
     """Exact Jaccard similarity of two sorted distinct hash arrays (0.0 when both empty)."""
     if a.size == 0 and b.size == 0:
         return 0.0
-    inter = np.intersect1d(a, b, assume_unique=True).size
+    merged = np.concatenate((a, b))
+    merged.sort(kind="stable")  # two sorted runs: the stable sort (timsort) merges them in one pass
+    inter = int(np.count_nonzero(merged[1:] == merged[:-1]))
     return inter / (a.size + b.size - inter)
 
 
@@ -221,34 +262,47 @@ class MinHasher:
 
         An empty hash set gets all-0xFFFFFFFF; callers should not bucket it.
         """
-        n = len(hash_sets)
+        counts = np.fromiter((h.size for h in hash_sets), dtype=np.int64, count=len(hash_sets))
+        flat = np.concatenate(hash_sets).astype(np.uint64, copy=False) if len(hash_sets) else _EMPTY_HASHES
+        return self.signatures_from_flat(flat, np.r_[0, np.cumsum(counts)])
+
+    def signatures_from_flat(self, flat: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+        """Signatures (n, num_hashes) uint32 of n documents whose shingle hashes are
+        ``flat[offsets[i]:offsets[i+1]]`` (repeats allowed: they do not change a minimum).
+
+        An empty document gets all-0xFFFFFFFF; callers should not bucket it.
+        """
+        n = len(offsets) - 1
         sig = np.full((n, self.num_hashes), np.iinfo(np.uint64).max, dtype=np.uint64)
-        if n == 0:
+        if n <= 0:
             return np.zeros((0, self.num_hashes), dtype=np.uint32)
-        lengths = np.fromiter((h.size for h in hash_sets), dtype=np.int64, count=n)
-        total = int(lengths.sum())
-        if total == 0:
-            return (sig >> np.uint64(32)).astype(np.uint32)
-        flat = np.concatenate([h.astype(np.uint64, copy=False) for h in hash_sets])
-        owner = np.repeat(np.arange(n, dtype=np.int64), lengths)
+        offsets = np.asarray(offsets, dtype=np.int64)
+        signed = np.flatnonzero(np.diff(offsets) > 0)  # empty documents own no column
+        first = offsets[signed]
         chunk = max(1, _CHUNK_ELEMENTS // self.num_hashes)
+        product = np.empty((self.num_hashes, min(chunk, flat.size)), dtype=np.uint64)  # reused: no page faults
         a = self._a[:, None]
-        for start in range(0, total, chunk):
+        for start in range(0, flat.size, chunk):
             part = flat[start : start + chunk]
-            docs = owner[start : start + chunk]
+            # The documents this chunk overlaps, and where each begins inside it.
+            lo = np.searchsorted(first, start, "right") - 1
+            hi = np.searchsorted(first, start + part.size, "left")
+            local = first[lo:hi] - start
+            local[0] = 0
             # (hashes x shingles): each row's reduction runs over contiguous memory, about 2x
             # faster than the transpose. uint64 wraps modulo 2**64, the family's definition.
-            values = np.multiply(a, part[None, :])
-            starts = np.flatnonzero(np.r_[True, docs[1:] != docs[:-1]])
-            mins = np.minimum.reduceat(values, starts, axis=1)
-            seg_docs = docs[starts]
-            sig[seg_docs] = np.minimum(sig[seg_docs], mins.T)
+            values = np.multiply(a, part[None, :], out=product[:, : part.size])
+            mins = np.minimum.reduceat(values, local, axis=1)
+            docs = signed[lo:hi]
+            sig[docs] = np.minimum(sig[docs], mins.T)
         # The shift is monotonic, so shifting the minimum equals the minimum of shifts.
         return (sig >> np.uint64(32)).astype(np.uint32)
 
     def signatures(self, texts: Iterable[str]) -> np.ndarray:
-        """Signatures (n, num_hashes) uint32 for ``texts``."""
-        return self.signatures_from_hashes([self.hashes(t) for t in texts])
+        """Signatures (n, num_hashes) uint32 for ``texts`` (shingled in batches)."""
+        from trident.curate.shingle_batch import shingle_hash_batch  # it builds on this module
+
+        return self.signatures_from_flat(*shingle_hash_batch(list(texts), self.ngram, self.unit))
 
     def band_keys(self, signatures: np.ndarray) -> np.ndarray:
         """LSH keys (n, bands) uint64: band j's key is xxh3_64(rows of band j, seed=j)."""
@@ -257,13 +311,12 @@ class MinHasher:
             raise ValueError(f"signatures must have shape (n, {self.num_hashes}), got {sig.shape}")
         n, r = sig.shape[0], self.rows
         keys = np.empty((n, self.bands), dtype=np.uint64)
+        width, digest = 4 * r, xxhash.xxh3_64_intdigest
         for j in range(self.bands):
-            band = np.ascontiguousarray(sig[:, j * r : (j + 1) * r])
-            keys[:, j] = np.fromiter(
-                (xxhash.xxh3_64_intdigest(band[i].tobytes(), seed=j) for i in range(n)),
-                dtype=np.uint64,
-                count=n,
-            )
+            band = memoryview(np.ascontiguousarray(sig[:, j * r : (j + 1) * r]).tobytes())
+            # One bytes object per band, sliced by zero-copy views: no allocation per row.
+            keys[:, j] = np.fromiter((digest(band[o : o + width], j) for o in range(0, n * width, width)),
+                                     dtype=np.uint64, count=n)
         return keys
 
 
@@ -290,8 +343,12 @@ def bucket_pairs(band: np.ndarray, key: np.ndarray, doc: np.ndarray,
     same = (band[1:] == band[:-1]) & (key[1:] == key[:-1])
     starts = np.flatnonzero(np.r_[True, ~same])
     sizes = np.diff(np.r_[starts, len(doc)])
-    chunks = []
-    for start, size in zip(starts[sizes > 1].tolist(), sizes[sizes > 1].tolist()):
+    # Buckets of two entries (nearly all of them): one vectorised step instead of a loop.
+    first = starts[sizes == 2]
+    distinct = doc[first] != doc[first + 1]
+    chunks = [np.stack([doc[first[distinct]], doc[first[distinct] + 1]], axis=1)]
+    buckets = int(np.count_nonzero(distinct))
+    for start, size in zip(starts[sizes > 2].tolist(), sizes[sizes > 2].tolist()):
         members = np.unique(doc[start : start + size])
         m = len(members)
         if m < 2:
@@ -302,6 +359,6 @@ def bucket_pairs(band: np.ndarray, key: np.ndarray, doc: np.ndarray,
             i = np.r_[np.zeros(m - 1, dtype=np.int64), np.arange(1, m - 1)]
             j = np.r_[np.arange(1, m), np.arange(2, m)]
         chunks.append(np.stack([members[i], members[j]], axis=1))
-    if not chunks:
-        return np.zeros((0, 2), dtype=np.uint64), 0
-    return np.unique(np.concatenate(chunks).astype(np.uint64), axis=0), len(chunks)
+        buckets += 1
+    pairs = np.concatenate(chunks).astype(np.uint64)
+    return (np.unique(pairs, axis=0) if len(pairs) else pairs.reshape(0, 2)), buckets

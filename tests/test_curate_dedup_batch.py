@@ -1,0 +1,140 @@
+"""The batched fuzzy-dedup paths give exactly what the per-document ones gave: shingle hashes,
+signatures, candidate pairs, shard rows and the copied output."""
+import random
+
+import numpy as np
+import pytest
+
+from trident.curate.dedup_shared import (
+    filter_lines_task,
+    filter_shard_task,
+    parse_document,
+    shard_documents,
+    shard_lines,
+)
+from trident.curate.document import CurateError, Document
+from trident.curate.executors import LocalExecutor
+from trident.curate.fuzzy_dedup import FuzzyDedup
+from trident.curate.minhash import MinHasher, bucket_pairs, jaccard, shingle_hashes, sorted_distinct
+from trident.curate.shards import read_shard, write_shard
+from trident.curate.shingle_batch import shingle_hash_batch
+from trident.text.compressed import open_binary
+
+SERIAL = LocalExecutor(1, progress=False)
+
+
+def awkward_texts(seed: int = 0) -> list[str]:
+    """Short, empty, all-space, mixed-case, every ASCII whitespace kind, and non-ASCII texts."""
+    rng = random.Random(seed)
+    alphabet = "ab cD\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f  xyZé’—\x85\xa0"
+    fixed = ["", " ", "\x1f", "a", "ab", "abcd", "abcde", " abcde ", "  a  b  ", "abcdef", "Zé  xx", "ÀB"]
+    return fixed + ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30))) for _ in range(400)]
+
+
+@pytest.mark.parametrize("ngram,unit", [(1, "char"), (2, "char"), (5, "char"), (9, "char"), (2, "word")])
+def test_batched_shingle_hashes_equal_the_per_document_sets(ngram, unit):
+    texts = awkward_texts()
+    flat, offsets = shingle_hash_batch(texts, ngram, unit)
+    assert len(offsets) == len(texts) + 1 and offsets[-1] == flat.size and flat.dtype == np.uint64
+    for i, text in enumerate(texts):
+        got = sorted_distinct(flat[offsets[i] : offsets[i + 1]])
+        assert got.tolist() == shingle_hashes(text, ngram, unit).tolist(), repr(text)
+
+
+def test_flat_signatures_equal_per_set_signatures_and_ignore_repeats():
+    texts = awkward_texts(1)[:60] + [" ".join(f"w{i % 37}" for i in range(400))]
+    hasher = MinHasher(seed=3)
+    flat, offsets = shingle_hash_batch(texts, 5)
+    distinct = [shingle_hashes(t) for t in texts]
+    assert flat.size > sum(h.size for h in distinct)  # repeats were present
+    assert np.array_equal(hasher.signatures_from_flat(flat, offsets), hasher.signatures_from_hashes(distinct))
+    assert np.array_equal(hasher.signatures(texts), hasher.signatures_from_hashes(distinct))
+    assert (hasher.signatures(["", "   "]) == np.iinfo(np.uint32).max).all()
+
+
+def test_sorted_distinct_and_merge_jaccard():
+    values = np.array([5, 1, 5, 2**64 - 1, 1, 0], dtype=np.uint64)
+    assert sorted_distinct(values).tolist() == [0, 1, 5, 2**64 - 1]
+    assert sorted_distinct(np.zeros(0, dtype=np.uint64)).size == 0
+    a, b = np.array([1, 3, 5, 7], dtype=np.uint64), np.array([3, 4, 5], dtype=np.uint64)
+    assert jaccard(a, b) == 2 / 5 and jaccard(a, a) == 1.0 and jaccard(a, b[:0]) == 0.0
+
+
+def test_two_document_buckets_give_the_same_pairs_as_the_general_rule():
+    rng = np.random.default_rng(0)
+    band = rng.integers(0, 3, 400).astype(np.uint16)
+    key = rng.integers(0, 60, 400).astype(np.uint64)
+    doc = rng.integers(0, 90, 400).astype(np.uint64)
+    pairs, buckets = bucket_pairs(band, key, doc, all_pairs_up_to=4)
+    expected, groups = set(), 0
+    for b, k in set(zip(band.tolist(), key.tolist())):
+        members = np.unique(doc[(band == b) & (key == k)])
+        m = len(members)
+        if m < 2:
+            continue
+        groups += 1
+        if m <= 4:
+            expected |= {(int(members[i]), int(members[j])) for i in range(m) for j in range(i + 1, m)}
+        else:
+            expected |= {(int(members[0]), int(x)) for x in members[1:]}
+            expected |= {(int(members[i]), int(members[i + 1])) for i in range(1, m - 1)}
+    assert set(map(tuple, pairs.tolist())) == expected and buckets == groups
+    # the same document twice in one bucket is no pair
+    same = bucket_pairs(np.zeros(2, np.uint16), np.ones(2, np.uint64), np.array([7, 7], np.uint64))
+    assert same[0].shape == (0, 2) and same[1] == 0
+
+
+def write_raw(path, lines: list[bytes]) -> None:
+    import zstandard
+
+    path.write_bytes(zstandard.ZstdCompressor().compress(b"\n".join(lines) + b"\n"))
+
+
+def test_shard_rows_match_read_shard(tmp_path):
+    path = tmp_path / "s.jsonl.zst"
+    write_raw(path, [b'{"id": "a", "text": "x"}', b"", b"   ", "\u00a0".encode(), b'{"text": "no id", "k": 1}',
+                     b'  {"id": "c", "text": "lead"}'])
+    want = [(d.id, d.text, d.meta) for d in read_shard(path)]
+    assert [(d.id, d.text, d.meta) for d in shard_documents(path)] == want
+    assert [n for n, _ in shard_lines(path)] == [1, 5, 6]
+    assert want[1][0] == "s.jsonl.zst:5"  # the id read_shard makes up: same line number
+    for bad in (b'{"id": "x"}', b"{not json", b'{"text": "\\ud800"}', b'{"text": "\xff"}'):
+        with pytest.raises(CurateError, match="line 3"):
+            parse_document(path, 3, bad)
+
+
+def test_line_copy_equals_the_document_copy(tmp_path):
+    docs = [Document(f"d{i}", f"Text {i} é \u2028 " * (i % 5), {"dataset": "x", "q": [i, 0.5]}) for i in range(50)]
+    src = tmp_path / "in.jsonl.zst"
+    write_shard(src, docs)
+    drop = [0, 7, 8, 49]
+    sizes = tmp_path / "sizes.npy"
+    np.save(sizes, np.array([d.nbytes for d in docs], dtype=np.int64))
+    by_line = filter_lines_task({"src": str(src), "dst": str(tmp_path / "a.jsonl.zst"), "drop": drop,
+                                 "reason": "duplicate", "sizes": str(sizes)})
+    by_doc = filter_shard_task((str(src), str(tmp_path / "b.jsonl.zst"), drop, "duplicate"))
+    assert by_line == by_doc
+    assert open_binary(tmp_path / "a.jsonl.zst").read() == open_binary(tmp_path / "b.jsonl.zst").read()
+    np.save(sizes, np.ones(49, dtype=np.int64))  # the shard no longer has the rows it had
+    with pytest.raises(CurateError, match="changed"):
+        filter_lines_task({"src": str(src), "dst": str(tmp_path / "c.jsonl.zst"), "drop": [], "reason": "duplicate",
+                           "sizes": str(sizes)})
+
+
+def test_stage_output_is_the_kept_input_lines(tmp_path):
+    rng = random.Random(2)
+    base = [" ".join(f"w{rng.randrange(3000)}" for _ in range(200)) for _ in range(12)]
+    docs = [Document(f"o{i}", t, {"dataset": "cc"}) for i, t in enumerate(base)]
+    docs += [Document(f"c{i}", base[i].upper() + " end", {"dataset": "cc"}) for i in range(4)]
+    paths = [tmp_path / "in0.jsonl.zst", tmp_path / "in1.jsonl.zst"]
+    write_shard(paths[0], docs[::2])
+    write_shard(paths[1], docs[1::2])
+    stage = FuzzyDedup(bands=20)
+    outputs = stage.run(paths, tmp_path / "out", SERIAL)
+    kept = {d.id for p in outputs for d in read_shard(p)}
+    assert stage.counters["dropped:duplicate"] == 4 and len(kept) == 12
+    for src, out in zip(paths, outputs):
+        expected = tmp_path / ("expected_" + src.name)
+        write_shard(expected, [d for d in read_shard(src) if d.id in kept])
+        assert open_binary(out).read() == open_binary(expected).read()
+    assert stage.counters["bytes_in"] == sum(d.nbytes for d in docs)
