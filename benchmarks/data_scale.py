@@ -22,6 +22,8 @@ from __future__ import annotations
 import argparse
 import json
 import mmap
+import os
+import resource
 import shutil
 import struct
 import subprocess
@@ -92,22 +94,31 @@ def run_samples(scale: float) -> tuple[int, int]:
     return samples, 4 * GLOBAL_BATCH  # valid: eval_iters 4 x the global batch, as the trainer asks
 
 
-def role(root: Path, scale: float) -> dict:
+def role(root: Path, scale: float, role_name: str, workers: int) -> dict:
     """build_datasets as one rank does, in this process: seconds, peak RSS, what came from the cache."""
     from trident.config import DataConfig
     from trident.data.build import build_datasets
 
-    config = DataConfig(paths=make_sources(root, scale), valid_fraction=0.02, cache_dir=str(root / "cache"))
+    from trident.data.prebuild import index_workers
+
+    config = DataConfig(paths=make_sources(root, scale), valid_fraction=0.02, cache_dir=str(root / "cache"),
+                        index_workers=workers)
     train_samples, valid_samples = run_samples(scale)
-    start, cpu = time.perf_counter(), time.process_time()
+    start, cpu, before = time.perf_counter(), time.process_time(), os.times()
     train, valid = build_datasets(config, SEQ_LENGTH, train_samples, valid_samples, seed=1234)
-    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+    seconds, cpu, after = time.perf_counter() - start, time.process_time() - cpu, os.times()
+    # the index workers (rank 0 only): their CPU, and the largest one's peak RSS (ru_maxrss of the
+    # reaped children; it may count the parent's size at fork, so it errs high)
+    children_cpu = (after.children_user + after.children_system) - (before.children_user + before.children_system)
+    children_peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024 / GIB
     first, last = train[0], train[len(train) - 1]  # samples read through the (mapped) indices
     assert first.shape == last.shape == (SEQ_LENGTH + 1,) and len(valid) == valid_samples
     arrays = [train.dataset_index, train.dataset_sample_index]
     arrays += [getattr(d, a) for d in train.datasets for a in ("documents", "doc_idx", "sample_idx", "shuffle_idx")]
-    return {"seconds": round(seconds, 2), "cpu_s": round(cpu, 2),
-            "peak_gib": round(_peak_rss_kib() * 1024 / GIB, 3),
+    used = index_workers(config, sum(len(d.indexed) for d in train.datasets), len(train.datasets))
+    return {"seconds": round(seconds, 2), "cpu_s": round(cpu + children_cpu, 2),
+            "peak_gib": round(_peak_rss_kib() * 1024 / GIB, 3), "workers": used if role_name == "build" else 1,
+            "worker_peak_gib": round(children_peak, 3) if used > 1 and role_name == "build" else 0.0,
             "train_samples": train_samples, "valid_samples": valid_samples, "from_cache": train.from_cache,
             "memory_mapped": all(_is_mapped(a) for a in arrays)}
 
@@ -242,9 +253,11 @@ def main() -> None:
     parser.add_argument("--blend-subset", type=int, default=1_000_000)
     parser.add_argument("--compare-dataset", default="wikipedia", help="dataset for the old/new builder ratio")
     parser.add_argument("--blend-only", action="store_true", help="only the blend figures (no datasets)")
+    parser.add_argument("--index-workers", type=int, default=0,
+                        help="data.index_workers for rank 0's build (0: auto, one per source up to the cores)")
     args = parser.parse_args()
     if args.role:
-        print(json.dumps(role(Path(args.root), args.scale)))
+        print(json.dumps(role(Path(args.root), args.scale, args.role, args.index_workers)))
         return
     if args.blend_only:
         blend = blend_figures(run_samples(args.scale)[0], args.blend_subset)
@@ -260,7 +273,8 @@ def main() -> None:
         runs = {}
         for name in ("build", "read"):
             out = subprocess.run([sys.executable, __file__, "--role", name, "--root", str(root),
-                                  "--scale", str(args.scale)], check=True, capture_output=True, text=True)
+                                  "--scale", str(args.scale), "--index-workers", str(args.index_workers)],
+                                 check=True, capture_output=True, text=True)
             runs[name] = json.loads(out.stdout.strip().splitlines()[-1])
         blend = blend_figures(runs["build"]["train_samples"], args.blend_subset)
         builders = builder_figures(root, args.compare_dataset, runs["build"]["train_samples"])
@@ -268,13 +282,15 @@ def main() -> None:
         shutil.rmtree(root / "cache", ignore_errors=True)
         if not args.keep and not args.root:
             shutil.rmtree(root, ignore_errors=True)
-    rows = [[f"rank 0: build ({runs['build']['train_samples']:,} train samples)", runs["build"]["seconds"],
-             runs["build"]["cpu_s"], runs["build"]["peak_gib"], "< 120 s, < 8 GiB"],
+    build = runs["build"]
+    rows = [[f"rank 0: build ({build['train_samples']:,} train samples, {build['workers']} index workers; "
+             f"largest worker peak {build['worker_peak_gib']} GiB)", build["seconds"], build["cpu_s"],
+             build["peak_gib"], "< 120 s, < 8 GiB"],
             ["another rank: read the cache (memory-mapped: "
              f"{runs['read']['memory_mapped']})", runs["read"]["seconds"], runs["read"]["cpu_s"],
              runs["read"]["peak_gib"], "< 5 s"]]
     print_table("index building, MT-NLG blend (15 datasets), seq 2048",
-                ["role", "wall s", "CPU s", "peak RSS GiB", "target"], rows)
+                ["role", "wall s", "CPU s (incl. workers)", "peak RSS GiB", "target"], rows)
     print_table("blend (greedy, bit-identical)", ["what", "CPU s", "wall s"], [
         [f"old Python loop, {blend['subset']:,} samples", blend["python_cpu_s"], "-"],
         [f"compiled, {blend['subset']:,} samples (x{blend['speedup']} faster)", blend["compiled_cpu_s"], "-"],

@@ -75,6 +75,7 @@ class DataConfig:
     valid_fraction: float = 0.02  # fraction of documents held out (MT-NLG: 98/2)
     cache_dir: str = ""  # "": next to the data
     split_seed: int = 1234
+    index_workers: int = 0  # processes rank 0 builds the index cache with; 0: one per source (big data)
 
 
 @dataclass
@@ -162,7 +163,8 @@ RANGES = {
                  "train.eval_iters", "train.loss_scale_initial", "train.loss_scale_growth_interval",
                  "train.loss_scale_hysteresis", "logging.log_interval"),
     "non-negative": ("model.vocab_size", "model.ffn_hidden_size", "model.init_std", "parallel.dp",
-                     "data.split_seed", "train.min_lr", "train.warmup_tokens", "train.decay_tokens",
+                     "data.split_seed", "data.index_workers", "train.min_lr", "train.warmup_tokens",
+                     "train.decay_tokens",
                      "train.weight_decay", "train.clip_grad", "train.seed", "train.eval_interval",
                      "train.peak_tflops", "train.threads", "checkpoint.save_interval", "checkpoint.keep_last"),
     "in [0, 1)": ("model.hidden_dropout", "model.attention_dropout", "data.valid_fraction", "train.adam_beta1",

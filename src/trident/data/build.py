@@ -17,6 +17,7 @@ from trident.data.blend import BlendedDataset, blending_indices, normalize_weigh
 from trident.data.gpt_dataset import GPTDataset
 from trident.data.index_cache import load_or_build
 from trident.data.indexed import IndexedDataset
+from trident.data.prebuild import build_gpt_indices, build_splits, index_workers, open_pool
 from trident.data.tokenize_jsonl import tokenize_files  # noqa: F401  (public here: trident.data.build.tokenize_files)
 
 log = logging.getLogger("trident.data")
@@ -127,8 +128,10 @@ class _Empty:
         raise IndexError("empty dataset (no documents in this split)")
 
 
-def _build_split(name: str, sources, indexed, splits, data_config, seq_length, num_samples, seed, split_keys):
-    """One split (train or valid): a GPTDataset, or a blend of one per source that has documents."""
+def _build_split(name: str, sources, indexed, splits, data_config, seq_length, num_samples, seed, split_keys,
+                 pool=None):
+    """One split (train or valid): a GPTDataset, or a blend of one per source that has documents
+    (their indices built side by side in `pool`'s processes when given)."""
     usable = [k for k, docs in enumerate(splits) if len(docs) > 0]
     if num_samples == 0 or not usable:
         if num_samples and name == "train":
@@ -156,6 +159,9 @@ def _build_split(name: str, sources, indexed, splits, data_config, seq_length, n
     cache_dir = _cache_dir(data_config, sources[usable[0]].prefix)
     which, local, counts, from_cache = blending_indices(weights, num_samples, cache_dir, labels,
                                                         name=f"blend.{name}")
+    if pool is not None:
+        build_gpt_indices(pool, data_config, [(sources[k].prefix, name, int(count), seq_length, seed)
+                                              for k, count in zip(usable, counts)])
     datasets = [GPTDataset(indexed[k], splits[k], seq_length, int(count), seed,
                            cache_dir=_cache_dir(data_config, sources[k].prefix), name=name,
                            documents_key={**split_keys[k], "part": name})
@@ -163,28 +169,43 @@ def _build_split(name: str, sources, indexed, splits, data_config, seq_length, n
     return BlendedDataset(datasets, which, local, from_cache=from_cache, taken=counts)
 
 
-def build_datasets(data_config, seq_length: int, train_samples: int, valid_samples: int, seed: int):
+def build_datasets(data_config, seq_length: int, train_samples: int, valid_samples: int, seed: int,
+                   builder: bool = True):
     """(train, valid) datasets: `ds[i]` is an int64 array of seq_length+1 tokens, fixed by (seed, i).
 
-    `data_config` is trident.config.DataConfig (paths, valid_fraction, split_seed, cache_dir).
-    The valid set is empty (len 0) when valid_fraction is 0, valid_samples is 0, or no source has
-    two or more documents to split.
+    `data_config` is trident.config.DataConfig (paths, valid_fraction, split_seed, cache_dir,
+    index_workers). The valid set is empty (len 0) when valid_fraction is 0, valid_samples is 0, or
+    no source has two or more documents to split. `builder` (rank 0) may build the index cache in
+    worker processes (data/prebuild.py); the other ranks only read it.
     """
     sources = parse_data_paths(data_config.paths)
     indexed = [IndexedDataset(s.prefix) for s in sources]
-    train_splits, valid_splits, split_keys = [], [], []
     for source, ds in zip(sources, indexed):
         if len(ds) == 0:
             raise ValueError(f"{source.prefix}: indexed dataset has no documents")
+    workers = index_workers(data_config, sum(len(ds) for ds in indexed), len(sources)) if builder else 1
+    pool = open_pool(workers)
+    try:
+        if pool is not None:
+            build_splits(pool, data_config, [s.prefix for s in sources])
+        return _train_and_valid(sources, indexed, data_config, seq_length, train_samples, valid_samples, seed, pool)
+    finally:
+        if pool is not None:
+            pool.shutdown()
+
+
+def _train_and_valid(sources, indexed, data_config, seq_length, train_samples, valid_samples, seed, pool):
+    train_splits, valid_splits, split_keys = [], [], []
+    for source, ds in zip(sources, indexed):
         (train_docs, valid_docs), key = cached_split(len(ds), data_config, _cache_dir(data_config, source.prefix),
                                                      source.prefix.name)
         train_splits.append(train_docs)
         valid_splits.append(valid_docs)
         split_keys.append(key)
     train = _build_split("train", sources, indexed, train_splits, data_config, seq_length, train_samples, seed,
-                         split_keys)
+                         split_keys, pool)
     if data_config.valid_fraction == 0:
         return train, _Empty()  # asked for no validation: nothing to warn about
     valid = _build_split("valid", sources, indexed, valid_splits, data_config, seq_length, valid_samples, seed,
-                         split_keys)
+                         split_keys, pool)
     return train, valid

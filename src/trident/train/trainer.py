@@ -79,8 +79,8 @@ class Trainer:
             raise ConfigError(str(error)) from error
         train_samples = sum(self.schedule.batch_sizes())
         valid_samples = cfg.train.eval_iters * cfg.train.global_batch_size if cfg.train.eval_interval else 0
-        build = lambda: _user_input(lambda: build_datasets(cfg.data, cfg.model.seq_length, train_samples,
-                                                           valid_samples, cfg.train.seed), "data.paths")
+        build = lambda builder=True: _user_input(lambda: build_datasets(  # noqa: E731
+            cfg.data, cfg.model.seq_length, train_samples, valid_samples, cfg.train.seed, builder), "data.paths")
         if self.world == 1:
             return build()
         # Rank 0 builds the index caches; the others then read them instead of repeating the work.
@@ -95,7 +95,7 @@ class Trainer:
         if failure[0] is not None:
             kind, message = failure[0]
             raise (ConfigError if kind == "ConfigError" else TrainError)(message)
-        return datasets if datasets is not None else build()
+        return datasets if datasets is not None else build(builder=False)  # reads rank 0's cache
 
     # ---- one step ------------------------------------------------------------------------------
     def micro_batches(self, batch_size: int, dataset, start: int):
