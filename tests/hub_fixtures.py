@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import datasets
+import pytest
 from datasets import ClassLabel, Dataset, Features, Sequence, Value
 
 from eval_fixtures import FIXTURES
@@ -154,3 +156,20 @@ def write_hub_copies(root: Path) -> Path:
         if repo not in CONVERTED:
             (folder / "README.md").write_text("\n".join(card + ["---", ""]))
     return root
+
+
+@pytest.fixture(scope="module")
+def hub_root(tmp_path_factory):
+    return write_hub_copies(tmp_path_factory.mktemp("hub"))
+
+
+@pytest.fixture
+def offline_hub(hub_root, tmp_path, monkeypatch):
+    """TRIDENT_HUB_DIR at the local copies; datasets offline, caching under tmp_path."""
+    from trident.tasks.hub import HUB_DIR_ENV
+
+    monkeypatch.setenv(HUB_DIR_ENV, str(hub_root))
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "cache")
+    return hub_root

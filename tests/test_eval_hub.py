@@ -13,25 +13,10 @@ pytest.importorskip("datasets")
 import datasets  # noqa: E402
 
 from eval_fixtures import FIXTURES, tiny_lm, tiny_tokenizer  # noqa: E402
-from hub_fixtures import write_hub_copies  # noqa: E402
+from hub_fixtures import hub_root, offline_hub  # noqa: E402,F401 (fixtures)
 from trident.evaluate.harness import run_evaluation  # noqa: E402
 from trident.tasks import TASK_NAMES, TaskDataError, get_task  # noqa: E402
 from trident.tasks.hub import HUB_DIR_ENV  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def hub_root(tmp_path_factory):
-    return write_hub_copies(tmp_path_factory.mktemp("hub"))
-
-
-@pytest.fixture
-def offline_hub(hub_root, tmp_path, monkeypatch):
-    """TRIDENT_HUB_DIR at the local copies; datasets offline, caching under tmp_path."""
-    monkeypatch.setenv(HUB_DIR_ENV, str(hub_root))
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
-    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "cache")
-    return hub_root
 
 
 @pytest.fixture(scope="module")

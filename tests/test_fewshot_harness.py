@@ -13,17 +13,16 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("lm_eval")  # a dev dependency: installed whenever the tests are
-datasets = pytest.importorskip("datasets")
+pytest.importorskip("datasets")
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from hub_fixtures import write_hub_copies  # noqa: E402
+from hub_fixtures import hub_root, offline_hub  # noqa: E402,F401 (fixtures)
 
 import lm_eval  # noqa: E402
 from trident.evaluate import fewshot  # noqa: E402
 from trident.evaluate.harness import build_prompts  # noqa: E402
 from trident.tasks import get_task  # noqa: E402
-from trident.tasks.hub import HUB_DIR_ENV  # noqa: E402
 
 HARNESS_TASKS = Path(lm_eval.__file__).parent / "tasks"
 # trident task -> (the harness's YAML of the same task, hub repository it reads)
@@ -42,20 +41,6 @@ SHARED = {
     "race": ("race/race.yaml", "EleutherAI/race"),
 }
 SEED = 1234  # the harness's default fewshot_random_seed
-
-
-@pytest.fixture(scope="module")
-def hub_root(tmp_path_factory):
-    return write_hub_copies(tmp_path_factory.mktemp("hub"))
-
-
-@pytest.fixture
-def offline(hub_root, tmp_path, monkeypatch):
-    monkeypatch.setenv(HUB_DIR_ENV, str(hub_root))
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
-    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "cache")
-    return hub_root
 
 
 def harness_requests(name: str, k: int, hub_root: Path, folder: Path) -> list[tuple[str, str]]:
@@ -83,11 +68,11 @@ def trident_requests(name: str, k: int, construction: str) -> list[tuple[str, st
 
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("name", sorted(SHARED))
-def test_fewshot_prompts_equal_the_harness(name, offline, tmp_path):
+def test_fewshot_prompts_equal_the_harness(name, offline_hub, tmp_path):
     task = get_task(name)
     pool = fewshot.load_pool(task, None, task.load(None, task.eval_split))
     for k in range(min(3, len(pool.docs))):  # the harness draws k + 1 when it removes the scored document
-        theirs = harness_requests(name, k, offline, tmp_path)
+        theirs = harness_requests(name, k, offline_hub, tmp_path)
         ours = trident_requests(name, k, "harness")
         assert len(ours) == len(theirs), (name, k)
         for i, (mine, harness) in enumerate(zip(ours, theirs)):
@@ -95,10 +80,10 @@ def test_fewshot_prompts_equal_the_harness(name, offline, tmp_path):
 
 
 @pytest.mark.timeout(120)
-def test_per_document_construction_differs_as_documented(offline, tmp_path):
+def test_per_document_construction_differs_as_documented(offline_hub, tmp_path):
     """The named per-document option keeps trident's earlier prompts: LAMBADA shots with one space,
     and each document seeded on its own, so it is not the harness's prompt."""
     ours = trident_requests("lambada", 1, "per-document")
-    theirs = harness_requests("lambada", 1, offline, tmp_path)
+    theirs = harness_requests("lambada", 1, offline_hub, tmp_path)
     assert ours != theirs
     assert "  " in theirs[0][0] and all("  " not in context for context, _ in ours)

@@ -56,14 +56,20 @@ def _plain_name(name, manifest_path: Path) -> None:
         raise CheckpointError(f"{manifest_path}: file {name!r} is not a plain file name inside the checkpoint folder")
 
 
+def listed_file(directory: Path, manifest_path: Path, name: str, expected) -> Path:
+    """The path of a file the manifest lists, which must exist and have a size and digest there."""
+    path = directory / name
+    if not path.exists():
+        raise CheckpointError(f"{path}: missing (listed in {manifest_path.name})")
+    if not isinstance(expected, dict) or not {"bytes", "xxh64"} <= expected.keys():
+        raise CheckpointError(f"{path}: {manifest_path.name} gives no size and digest for it")
+    return path
+
+
 def verify_files(directory: Path, manifest_path: Path, manifest: dict) -> None:
     """Sizes and digests of the files this manifest vouches for, then every tensor it lists."""
     for name, expected in manifest["files"].items():
-        path = directory / name
-        if not path.exists():
-            raise CheckpointError(f"{path}: missing (listed in {manifest_path.name})")
-        if not isinstance(expected, dict) or not {"bytes", "xxh64"} <= expected.keys():
-            raise CheckpointError(f"{path}: {manifest_path.name} gives no size and digest for it")
+        path = listed_file(directory, manifest_path, name, expected)
         actual = file_digest(path)
         if actual["bytes"] != expected["bytes"]:
             raise CheckpointError(f"{path}: {actual['bytes']} bytes, manifest says {expected['bytes']} (truncated?)")
@@ -100,12 +106,7 @@ def check_entries(directory: Path, manifest_path: Path, manifest: dict) -> None:
 
     sizes = {}
     for name, expected in manifest["files"].items():
-        path = directory / name
-        if not path.exists():
-            raise CheckpointError(f"{path}: missing (listed in {manifest_path.name})")
-        if not isinstance(expected, dict) or not {"bytes", "xxh64"} <= expected.keys():
-            raise CheckpointError(f"{path}: {manifest_path.name} gives no size and digest for it")
-        sizes[name] = path.stat().st_size
+        sizes[name] = listed_file(directory, manifest_path, name, expected).stat().st_size
         if sizes[name] != expected["bytes"]:
             raise DamagedCheckpoint(f"{path}: {sizes[name]} bytes, manifest says {expected['bytes']} (truncated?)")
     for entry in manifest["tensors"]:
