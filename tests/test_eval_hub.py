@@ -10,8 +10,6 @@ import pytest
 
 pytest.importorskip("datasets")
 
-import datasets  # noqa: E402
-
 from eval_fixtures import FIXTURES, tiny_lm, tiny_tokenizer  # noqa: E402
 from hub_fixtures import hub_root, offline_hub  # noqa: E402,F401 (fixtures)
 from trident.evaluate.harness import run_evaluation  # noqa: E402
