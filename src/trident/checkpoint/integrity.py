@@ -106,7 +106,8 @@ def check_entries(directory: Path, manifest_path: Path, manifest: dict) -> None:
 
     sizes = {}
     for name, expected in manifest["files"].items():
-        sizes[name] = listed_file(directory, manifest_path, name, expected).stat().st_size
+        path = listed_file(directory, manifest_path, name, expected)
+        sizes[name] = path.stat().st_size
         if sizes[name] != expected["bytes"]:
             raise DamagedCheckpoint(f"{path}: {sizes[name]} bytes, manifest says {expected['bytes']} (truncated?)")
     for entry in manifest["tensors"]:
