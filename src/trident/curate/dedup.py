@@ -64,7 +64,7 @@ def _exact_hash_task(job: dict) -> int:
         records[name] = base[name]
     if rows:
         records["hi"], records["lo"] = zip(*hashes)
-    save_partitioned(records, records["lo"] % np.uint64(job["partitions"]), Path(job["work"]), shard)
+    save_partitioned(records, records["lo"] % np.uint64(job["partitions"]), Path(job["work"]), "p", f"s{shard:06d}")
     return len(rows)
 
 
@@ -104,7 +104,7 @@ class ExactDedup(GlobalStage):
                  "scope": self.scope, "priority": self.priority, "priority_field": self.priority_field}
                 for i, p in enumerate(inputs)]
         executor.map(_exact_hash_task, jobs, desc="exact_dedup: hash")
-        parts = [str(work / f"p{p:05d}") for p in range(self.partitions)]
+        parts = [str(work / f"p{p:06d}") for p in range(self.partitions)]
         results = executor.map(_exact_group_task, parts, desc="exact_dedup: group")
         dropped = np.concatenate([r[0] for r in results] + [np.zeros(0, dtype=np.uint64)])
         self.counters["duplicate_groups"] += sum(r[1] for r in results)

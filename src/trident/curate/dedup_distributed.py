@@ -38,12 +38,13 @@ from trident.curate.components import (
 )
 from trident.curate.dedup_shared import (
     best_first,
-    concat_structured,
     dataset_salt,
     doc_key,
     filter_shard_task,
+    load_partition,
     priority_array,
     priority_fields,
+    save_partitioned,
     split_keys,
 )
 from trident.curate.document import CurateError
@@ -56,23 +57,6 @@ log = logging.getLogger(__name__)
 _BUCKET_DTYPE = [("band", "u2"), ("key", "u8"), ("doc", "u8")]
 _SIGNATURE_BATCH = 256  # documents whose shingles are held at once while signing
 _MAX_ROUNDS = 200  # large-star / small-star needs O(log^2 n) rounds; far more means a defect
-
-
-def scatter(rows: np.ndarray, targets: np.ndarray, folder: Path, prefix: str, name: str) -> None:
-    """Write ``rows`` to folder/<prefix><target>/<name>.npy, one file per target present."""
-    for target in np.unique(targets).tolist():
-        part = folder / f"{prefix}{target:06d}"
-        part.mkdir(parents=True, exist_ok=True)
-        np.save(part / f"{name}.npy", rows[targets == target], allow_pickle=False)
-
-
-def gather(folder: Path) -> np.ndarray | None:
-    """Every .npy file of ``folder`` concatenated (in name order), or None when it holds none."""
-    files = sorted(folder.glob("*.npy"))
-    if not files:
-        return None
-    arrays = [np.load(f, allow_pickle=False) for f in files]
-    return concat_structured(arrays) if arrays[0].dtype.names else np.concatenate(arrays)
 
 
 def _sign_task(job: dict) -> Counter:
@@ -101,27 +85,27 @@ def _sign_task(job: dict) -> Counter:
         flush()
     if chunks:
         records = np.concatenate(chunks)
-        scatter(records, (records["key"] % np.uint64(job["partitions"])).astype(np.int64),
+        save_partitioned(records, (records["key"] % np.uint64(job["partitions"])).astype(np.int64),
                 Path(job["work"]) / "buckets", "p", f"s{job['shard']:06d}")
     return counters
 
 
 def _bucket_task(job: dict) -> tuple[int, int]:
     """Candidate pairs of one bucket partition, sent to the first document's shard; (buckets, pairs)."""
-    records = gather(Path(job["work"]) / "buckets" / f"p{job['part']:06d}")
+    records = load_partition(Path(job["work"]) / "buckets" / f"p{job['part']:06d}")
     if records is None:
         return 0, 0
     pairs, buckets = bucket_pairs(records["band"], records["key"], records["doc"], job["all_pairs_up_to"])
     name, work = f"p{job['part']:06d}", Path(job["work"])
-    scatter(pairs, split_keys(pairs[:, 0])[0], work / "pairs", "s", name)
+    save_partitioned(pairs, split_keys(pairs[:, 0])[0], work / "pairs", "s", name)
     needed = np.unique(pairs)
-    scatter(needed, split_keys(needed)[0], work / "needed", "s", name)
+    save_partitioned(needed, split_keys(needed)[0], work / "needed", "s", name)
     return buckets, len(pairs)
 
 
 def _shingle_task(job: dict) -> None:
     """Save shingle hashes and keep-priority fields of the shard's candidate documents (sorted keys)."""
-    needed = gather(Path(job["work"]) / "needed" / f"s{job['shard']:06d}")
+    needed = load_partition(Path(job["work"]) / "needed" / f"s{job['shard']:06d}")
     if needed is None:
         return
     hasher, wanted = MinHasher(**job["minhash"]), set(split_keys(np.unique(needed))[1].tolist())
@@ -150,7 +134,7 @@ def _verify_task(job: dict) -> tuple[int, int]:
     """Unique candidate pairs of one shard checked by true Jaccard; verified ones become neighbour
     records in graph/r000, partitioned by node. Returns (candidates, verified pairs)."""
     work, shard = Path(job["work"]), job["shard"]
-    pairs = gather(work / "pairs" / f"s{shard:06d}")
+    pairs = load_partition(work / "pairs" / f"s{shard:06d}")
     if pairs is None:
         return 0, 0
     pairs = np.unique(pairs, axis=0)  # every copy of a pair came here: same first document
@@ -164,7 +148,7 @@ def _verify_task(job: dict) -> tuple[int, int]:
         similar[chosen] = [jaccard(flat_a[offsets_a[i]:offsets_a[i + 1]], flat_b[offsets_b[j]:offsets_b[j + 1]])
                            >= job["threshold"] for i, j in zip(ia.tolist(), ib.tolist())]
     records = both_directions(pairs[similar])
-    scatter(records, node_partition(records[:, 0], job["partitions"]), work / "graph" / "r000", "p",
+    save_partitioned(records, node_partition(records[:, 0], job["partitions"]), work / "graph" / "r000", "p",
             f"s{shard:06d}")
     return len(pairs), int(similar.sum())
 
@@ -173,12 +157,12 @@ def _star_task(job: dict) -> int:
     """One large-star or small-star step over one node partition, output written to the next
     round's partitions; returns the number of unstable nodes of its input."""
     graph = Path(job["work"]) / "graph"
-    records = gather(graph / f"r{job['round']:03d}" / f"p{job['part']:06d}")
+    records = load_partition(graph / f"r{job['round']:03d}" / f"p{job['part']:06d}")
     if records is None:
         return 0
     step = large_star if job["round"] % 2 == 0 else small_star
     out = both_directions(step(records))
-    scatter(out, node_partition(out[:, 0], job["partitions"]), graph / f"r{job['round'] + 1:03d}", "p",
+    save_partitioned(out, node_partition(out[:, 0], job["partitions"]), graph / f"r{job['round'] + 1:03d}", "p",
             f"p{job['part']:06d}")
     return unstable_nodes(records)
 
@@ -186,18 +170,18 @@ def _star_task(job: dict) -> int:
 def _label_task(job: dict) -> None:
     """(document, component label) of every node of one converged partition, sent to its shard."""
     work = Path(job["work"])
-    records = gather(work / "graph" / f"r{job['round']:03d}" / f"p{job['part']:06d}")
+    records = load_partition(work / "graph" / f"r{job['round']:03d}" / f"p{job['part']:06d}")
     if records is None:
         return
     nodes, labels = star_labels(records)
-    scatter(np.stack([nodes, labels], axis=1), split_keys(nodes)[0], work / "labels", "s",
+    save_partitioned(np.stack([nodes, labels], axis=1), split_keys(nodes)[0], work / "labels", "s",
             f"p{job['part']:06d}")
 
 
 def _join_task(job: dict) -> None:
     """Keep-priority records of one shard's component members, with their labels, sent by label."""
     work, shard = Path(job["work"]), job["shard"]
-    labelled = gather(work / "labels" / f"s{shard:06d}")
+    labelled = load_partition(work / "labels" / f"s{shard:06d}")
     if labelled is None:
         return
     labelled = labelled[np.argsort(labelled[:, 0])]
@@ -210,7 +194,7 @@ def _join_task(job: dict) -> None:
     for name in prio.dtype.names:
         records[name] = prio[name]
     records["label"] = labelled[np.searchsorted(labelled[:, 0], prio["key"]), 1]
-    scatter(records, node_partition(records["label"], job["partitions"]), work / "groups", "p",
+    save_partitioned(records, node_partition(records["label"], job["partitions"]), work / "groups", "p",
             f"s{shard:06d}")
 
 
@@ -218,7 +202,7 @@ def _choose_task(job: dict) -> Counter:
     """Every component of one label partition keeps its ``best_first`` document; the others are
     sent to their shard's drop list. Counts components and their sizes."""
     work, counters = Path(job["work"]), Counter()
-    records = gather(work / "groups" / f"p{job['part']:06d}")
+    records = load_partition(work / "groups" / f"p{job['part']:06d}")
     if records is None:
         return counters
     order = best_first(records)
@@ -229,13 +213,13 @@ def _choose_task(job: dict) -> Counter:
         counters["components"] += 1
         counters[f"hist:cluster_size:{cluster_size_bin(size)}"] += 1
     dropped = records["key"][np.delete(order, starts)]
-    scatter(dropped, split_keys(dropped)[0], work / "drops", "s", f"p{job['part']:06d}")
+    save_partitioned(dropped, split_keys(dropped)[0], work / "drops", "s", f"p{job['part']:06d}")
     return counters
 
 
 def _write_task(job: dict) -> Counter:
     """The shard copied without the rows listed in its drop files (``dropped:duplicate``)."""
-    dropped = gather(Path(job["work"]) / "drops" / f"s{job['shard']:06d}")
+    dropped = load_partition(Path(job["work"]) / "drops" / f"s{job['shard']:06d}")
     rows = [] if dropped is None else sorted(split_keys(dropped)[1].tolist())
     return filter_shard_task((job["src"], job["dst"], rows, "duplicate"))
 

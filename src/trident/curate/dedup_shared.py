@@ -106,20 +106,21 @@ def validate_common(priority: Any, priority_field: Any, scope: Any, partitions: 
         raise ValueError(f"partitions must be an integer >= 1, got {partitions!r}")
 
 
-def save_partitioned(records: np.ndarray, part_of: np.ndarray, work: Path, shard: int) -> None:
-    """Write ``records`` to work/p<part>/s<shard>.npy, one file per partition present."""
-    for part in np.unique(part_of):
-        target = work / f"p{int(part):05d}"
+def save_partitioned(records: np.ndarray, part_of: np.ndarray, folder: Path, prefix: str, name: str) -> None:
+    """Write ``records`` to folder/<prefix><part>/<name>.npy, one file per partition present."""
+    for part in np.unique(part_of).tolist():
+        target = folder / f"{prefix}{int(part):06d}"
         target.mkdir(parents=True, exist_ok=True)
-        np.save(target / f"s{shard:06d}.npy", records[part_of == part], allow_pickle=False)
+        np.save(target / f"{name}.npy", records[part_of == part], allow_pickle=False)
 
 
-def load_partition(part_dir: Path) -> np.ndarray | None:
-    """All records of one partition folder concatenated, or None when it holds none."""
-    files = sorted(part_dir.glob("s*.npy"))
+def load_partition(folder: Path) -> np.ndarray | None:
+    """Every .npy file of one partition folder concatenated (in name order), or None when it holds none."""
+    files = sorted(folder.glob("*.npy"))
     if not files:
         return None
-    return concat_structured([np.load(f, allow_pickle=False) for f in files])
+    arrays = [np.load(f, allow_pickle=False) for f in files]
+    return concat_structured(arrays) if arrays[0].dtype.names else np.concatenate(arrays)
 
 
 def filter_shard_task(job: tuple[str, str, list[int], str]) -> Counter:

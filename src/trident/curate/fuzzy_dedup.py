@@ -117,7 +117,8 @@ def _signature_task(job: dict) -> Counter:
     if batch_rows:
         flush()
     records = np.concatenate(chunks) if chunks else np.zeros(0, dtype=_BUCKET_DTYPE)
-    save_partitioned(records, records["key"] % np.uint64(job["partitions"]), Path(job["work"]) / "buckets", shard)
+    save_partitioned(records, records["key"] % np.uint64(job["partitions"]), Path(job["work"]) / "buckets",
+                     "p", f"s{shard:06d}")
     (Path(job["work"]) / "rows").mkdir(parents=True, exist_ok=True)
     np.save(Path(job["work"]) / "rows" / f"s{shard:06d}.npy", np.array(sizes, dtype=np.int64), allow_pickle=False)
     return counters
@@ -231,7 +232,7 @@ class FuzzyDedup(GlobalStage):
         for counters in executor.map(_signature_task, jobs, desc="fuzzy_dedup: minhash"):
             self.counters["no_shingles"] += counters["no_shingles"]
         (work / "candidates").mkdir(parents=True, exist_ok=True)
-        jobs = [{"part_dir": str(work / "buckets" / f"p{p:05d}"), "all_pairs_up_to": self.all_pairs_up_to,
+        jobs = [{"part_dir": str(work / "buckets" / f"p{p:06d}"), "all_pairs_up_to": self.all_pairs_up_to,
                  "out": str(work / "candidates" / f"p{p:05d}.npy")} for p in range(self.partitions)]
         results = executor.map(_bucket_task, jobs, desc="fuzzy_dedup: buckets")
         self.counters["shared_buckets"] += sum(r[0] for r in results)
