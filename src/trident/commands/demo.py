@@ -24,8 +24,10 @@ def demo_flow(steps: int | None, max_docs: int | None, overrides: list[str]) -> 
     import yaml
 
     raw = yaml.safe_load(DEMO_FLOW.read_text())
-    if max_docs:
-        raw["sources"][0]["generate"]["max_docs"] = max_docs
+    if max_docs:  # the docstring corpus is the source big enough to limit
+        for source in raw["sources"]:
+            if source["generate"]["kind"] == "stdlib-docstrings":
+                source["generate"]["max_docs"] = max_docs
     raw["train"]["overrides"] = [*([f"train.steps={steps}"] if steps else []), *overrides]
     return raw
 

@@ -128,6 +128,14 @@ class _Empty:
         raise IndexError("empty dataset (no documents in this split)")
 
 
+def source_dataset(indexed: IndexedDataset, documents, split_key: dict, part: str, data_config, seq_length: int,
+                   num_samples: int, seed: int) -> GPTDataset:
+    """One source's part (train or valid) as a GPTDataset, its indices cached next to the source."""
+    return GPTDataset(indexed, documents, seq_length, num_samples, seed,
+                      cache_dir=_cache_dir(data_config, Path(indexed.prefix)), name=part,
+                      documents_key={**split_key, "part": part})
+
+
 def _build_split(name: str, sources, indexed, splits, data_config, seq_length, num_samples, seed, split_keys,
                  pool=None):
     """One split (train or valid): a GPTDataset, or a blend of one per source that has documents
@@ -145,9 +153,7 @@ def _build_split(name: str, sources, indexed, splits, data_config, seq_length, n
         log.warning("data: %s split has no documents from %s; blending the rest", name, ", ".join(dropped))
     if len(sources) == 1:
         k = usable[0]
-        return GPTDataset(indexed[k], splits[k], seq_length, num_samples, seed,
-                          cache_dir=_cache_dir(data_config, sources[k].prefix), name=name,
-                          documents_key={**split_keys[k], "part": name})
+        return source_dataset(indexed[k], splits[k], split_keys[k], name, data_config, seq_length, num_samples, seed)
     if any(s.weight is None for s in sources):
         # no weights: each source in proportion to its tokens, as if the files were concatenated
         weights = [float(indexed[k].sizes[splits[k]].sum()) for k in usable]
@@ -162,9 +168,7 @@ def _build_split(name: str, sources, indexed, splits, data_config, seq_length, n
     if pool is not None:
         build_gpt_indices(pool, data_config, [(sources[k].prefix, name, int(count), seq_length, seed)
                                               for k, count in zip(usable, counts)])
-    datasets = [GPTDataset(indexed[k], splits[k], seq_length, int(count), seed,
-                           cache_dir=_cache_dir(data_config, sources[k].prefix), name=name,
-                           documents_key={**split_keys[k], "part": name})
+    datasets = [source_dataset(indexed[k], splits[k], split_keys[k], name, data_config, seq_length, int(count), seed)
                 for k, count in zip(usable, counts)]
     return BlendedDataset(datasets, which, local, from_cache=from_cache, taken=counts)
 

@@ -52,13 +52,10 @@ def _split_task(args) -> None:
 
 
 def _gpt_task(args) -> None:
-    from trident.data.build import _cache_dir, cached_split
-    from trident.data.gpt_dataset import GPTDataset
+    from trident.data.build import _cache_dir, cached_split, source_dataset
     from trident.data.indexed import IndexedDataset
 
     data_config, prefix, part, num_samples, seq_length, seed = args
     indexed = IndexedDataset(prefix)
-    cache_dir = _cache_dir(data_config, prefix)
-    (train, valid), key = cached_split(len(indexed), data_config, cache_dir, prefix.name)
-    GPTDataset(indexed, train if part == "train" else valid, seq_length, num_samples, seed,
-               cache_dir=cache_dir, name=part, documents_key={**key, "part": part})
+    (train, valid), key = cached_split(len(indexed), data_config, _cache_dir(data_config, prefix), prefix.name)
+    source_dataset(indexed, train if part == "train" else valid, key, part, data_config, seq_length, num_samples, seed)
