@@ -119,10 +119,12 @@ def emit_json(benchmark: str, payload: dict) -> None:
 
 # ---- gloo worker processes (fork, 127.0.0.1, one thread each, hard timeout) -------------------------
 
-def _worker(fn, rank, world_size, port, threads, results, args):
+def _worker(fn, rank, world_size, port, threads, results, args, core):
     import torch
     import torch.distributed as dist
 
+    if core is not None:  # a core of its own (the kernel would otherwise move it and its gloo threads)
+        os.sched_setaffinity(0, {core})
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                       WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank))
     torch.set_num_threads(threads)
@@ -136,14 +138,19 @@ def _worker(fn, rank, world_size, port, threads, results, args):
         results.put((rank, "error", traceback.format_exc()))
 
 
-def run_ranks(fn, world_size: int, *args, threads: int = 1, timeout: float = 600.0) -> list:
+def run_ranks(fn, world_size: int, *args, threads: int = 1, timeout: float = 600.0, pin_cores: bool = False) -> list:
     """fn(rank, world_size, *args) on `world_size` gloo ranks; the per-rank results in rank order.
-    Raises with the failing rank's traceback, or if a rank is silent for `timeout` seconds."""
+    `pin_cores`: rank r runs on core r only (needs a core a rank). Raises with the failing rank's
+    traceback, or if a rank is silent for `timeout` seconds."""
+    cores = sorted(os.sched_getaffinity(0))
+    if pin_cores and world_size > len(cores):
+        raise ValueError(f"pin_cores needs a core a rank: {world_size} ranks, {len(cores)} cores")
     context = mp.get_context("fork")
     results = context.Queue()
     port = free_port()
-    procs = [context.Process(target=_worker, args=(fn, r, world_size, port, threads, results, args), daemon=True)
-             for r in range(world_size)]
+    procs = [context.Process(target=_worker, args=(fn, r, world_size, port, threads, results, args,
+                                                          cores[r] if pin_cores else None),
+                             daemon=True) for r in range(world_size)]
     for proc in procs:
         proc.start()
     collected: dict[int, object] = {}

@@ -43,10 +43,14 @@ import torch
 
 from common import RandomTokens, emit_json, load_average, make_config, median, print_table, run_ranks
 
-# A small vocabulary keeps the output head (on the last stage only) at ~3% of a layer, so the stages
-# do equal work, as (p-1)/(m v) assumes.
-MODEL = ["model.num_layers=4", "model.hidden_size=256", "model.num_heads=8", "model.seq_length=256",
-         "model.vocab_size=128", "train.micro_batch_size=4"]
+# A small vocabulary keeps the output head and loss (on the last stage only) at ~3% of a layer, so
+# the stages do nearly equal work, as (p-1)/(m v) assumes; 8 layers (the default, --layers) halve
+# that share of a stage again against the issue's 4.
+def model_overrides(layers: int) -> list[str]:
+    return [f"model.num_layers={layers}", "model.hidden_size=256", "model.num_heads=8", "model.seq_length=256",
+            "model.vocab_size=128", "train.micro_batch_size=4"]
+
+
 QUICK_MODEL = ["model.num_layers=4", "model.hidden_size=128", "model.num_heads=4", "model.seq_length=64",
                "model.vocab_size=512", "train.micro_batch_size=2"]
 PP = 2
@@ -154,13 +158,13 @@ def cpu_cost_of_each_box(executor, stage: int) -> dict:
 def replay(key, per_rank_step: list[dict]):
     """The step as it would run with a core a stage: each box's measured CPU cost through the
     simulator's model of the same plan (free messages)."""
-    from trident.parallel.pipeline.schedules import build_schedule
+    from trident.parallel.pipeline.overlap import schedule_for
     from trident.parallel.pipeline.simulate import simulate
 
     schedule, m, contract = key
     costs = {k: v for step in per_rank_step for k, v in step["costs"].items()}
-    return simulate(build_schedule(schedule, PP, m, 2 if schedule == "interleaved" else 1), durations=costs,
-                    contract=contract)
+    return simulate(schedule_for(schedule, PP, m, 2 if schedule == "interleaved" else 1, contract),
+                    durations=costs, contract=contract)
 
 
 def core_share(timeline, rank_steps: list[dict]) -> float:
@@ -203,9 +207,9 @@ def summarise(key, ranks: list[dict]) -> dict:
             "load_1m": [s["load"] for s in steps], "typical_timeline": steps[typical]["timeline"]}
 
 
-def measure_layouts(model: list[str], rounds: int) -> list[dict]:
+def measure_layouts(model: list[str], rounds: int, pin_cores: bool) -> list[dict]:
     with tempfile.TemporaryDirectory() as out:
-        ranks = run_ranks(_layouts_worker, PP, model, rounds, out)
+        ranks = run_ranks(_layouts_worker, PP, model, rounds, out, pin_cores=pin_cores)
     results, rows = [], []
     for key in ranks[0]:
         schedule, m, contract = key
@@ -219,7 +223,8 @@ def measure_layouts(model: list[str], rounds: int) -> list[dict]:
                      f"{entry['speedup_pipeline']:.3f}", f"{entry['bubble_replayed']:.3f}",
                      f"{entry['speedup_replayed']:.3f}"])
     loads = [x for entry in results for x in entry["load_1m"]]
-    print_table(f"pp={PP}, 2 gloo processes, median of {rounds} interleaved rounds (load 1m {min(loads)}-{max(loads)})",
+    print_table(f"pp={PP}, 2 gloo processes{' pinned to a core each' if pin_cores else ''}, median of {rounds} "
+                f"interleaved rounds (load 1m {min(loads)}-{max(loads)})",
                 ["schedule", "m", "v", "messages", "bubble", "theory (p-1)/(m v)", "vs theory", "waiting / step",
                  "fwd/bwd box ms", "core share", "step s", "speed-up vs 1F1B overlapped (step)", "(pipeline part)",
                  "replayed bubble", "replayed speed-up"], rows)
@@ -227,7 +232,8 @@ def measure_layouts(model: list[str], rounds: int) -> list[dict]:
 
 
 def _memory_worker(rank, world, overrides):
-    from trident.parallel.pipeline.schedules import build_schedule, peak_inflight
+    from trident.parallel.pipeline.overlap import schedule_for
+    from trident.parallel.pipeline.schedules import peak_inflight
     from trident.train.trainer import Trainer
 
     config = make_config("demo", overrides)
@@ -239,7 +245,8 @@ def _memory_worker(rank, world, overrides):
         with torch.autograd.graph.saved_tensors_hooks(tracker.pack, tracker.unpack):
             trainer.train_step()
     micro = config.train.global_batch_size // config.train.micro_batch_size
-    inflight = peak_inflight(build_schedule(config.parallel.schedule, config.parallel.pp, micro))[trainer.mesh.pp_rank]
+    schedule = schedule_for(config.parallel.schedule, config.parallel.pp, micro, 1, trainer.model.executor.contract)
+    inflight = peak_inflight(schedule)[trainer.mesh.pp_rank]
     return {"stage": trainer.mesh.pp_rank, "peak_saved_bytes": tracker.peak, "left_after_step": tracker.bytes,
             "peak_inflight": inflight}
 
@@ -279,9 +286,11 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=7, help="recorded steps of each layout (default 7)")
     parser.add_argument("--img-dir", default="docs/img", help="where the measured timeline PNGs go")
     parser.add_argument("--no-memory", action="store_true", help="skip the GPipe vs 1F1B memory part")
+    parser.add_argument("--layers", type=int, default=8, help="transformer layers (default 8; the issue's model: 4)")
+    parser.add_argument("--no-pin", action="store_true", help="let the kernel place the two ranks (default: a core each)")
     args = parser.parse_args()
-    model = QUICK_MODEL if args.quick else MODEL
-    layouts = measure_layouts(model, 2 if args.quick else args.rounds)
+    model = QUICK_MODEL if args.quick else model_overrides(args.layers)
+    layouts = measure_layouts(model, 2 if args.quick else args.rounds, pin_cores=not args.no_pin)
     memory = [] if args.no_memory or args.quick else measure_memory(model, PP, 8)
     from trident.parallel.pipeline.draw import draw_timeline
     from trident.parallel.pipeline.timeline import Timeline

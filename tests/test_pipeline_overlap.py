@@ -8,7 +8,8 @@ import pytest
 
 from distributed import run_distributed
 from test_tensor_parallel import VOCAB, RandomTokens, tiny_config
-from trident.parallel.pipeline.overlap import CONTRACTS, Post, Run, Wait, build_plan, consumer, last_backwards
+from trident.parallel.pipeline.overlap import (CONTRACTS, Post, Run, Wait, build_plan, consumer, last_backwards,
+                                               producer, schedule_for)
 from trident.parallel.pipeline.schedules import (COMMUNICATION, COMPUTE, RECVS, SENDS, Backward, Forward,
                                                  RecvActivation, RecvGrad, ScheduleError, SendActivation,
                                                  build_schedule, one_f_one_b)
@@ -47,7 +48,7 @@ def positions(plan):
 @pytest.mark.parametrize("contract", CONTRACTS)
 def test_plan_posts_and_waits_every_transfer_once_and_runs_compute_in_list_order(contract):
     for name, pp, m, v in LAYOUTS:
-        for ops in build_schedule(name, pp, m, v):
+        for ops in schedule_for(name, pp, m, v, contract):
             plan = build_plan(ops, contract)
             post, wait, run = positions(plan)
             transfers = [i for i, op in enumerate(ops) if isinstance(op, COMMUNICATION)]
@@ -58,7 +59,11 @@ def test_plan_posts_and_waits_every_transfer_once_and_runs_compute_in_list_order
                 assert post[i] < wait[i]
                 if isinstance(ops[i], RECVS):  # waited for before the compute that uses it
                     assert wait[i] < run[consumer(ops, i)]
-                else:  # posted only once the compute before it in the list produced its tensor
+                    continue
+                assert post[i] > run[producer(ops, i)]  # posted only once its tensor exists ...
+                following = [c for c in run if c > i]  # ... and no later than the list has it
+                assert not following or post[i] < run[min(following)]
+                if contract == "batched":  # batched: exactly where the list has it
                     assert post[i] > run[max(c for c in run if c < i)]
             # Posts keep list order per direction and peer: the i-th send still meets the i-th receive.
             for kind in (SENDS, RECVS):
@@ -85,9 +90,8 @@ def test_overlapped_plan_of_1f1b_by_hand():
 @pytest.mark.parametrize("comm_time", [0.0, 0.05, 0.3, 2.0])
 def test_no_layout_deadlocks_and_overlap_is_never_slower(comm_time):
     for name, pp, m, v in LAYOUTS:
-        schedule = build_schedule(name, pp, m, v)
-        overlapped = simulate(schedule, comm_time=comm_time, contract="overlapped")
-        batched = simulate(schedule, comm_time=comm_time, contract="batched")
+        overlapped = simulate(schedule_for(name, pp, m, v, "overlapped"), comm_time=comm_time, contract="overlapped")
+        batched = simulate(schedule_for(name, pp, m, v, "batched"), comm_time=comm_time, contract="batched")
         assert overlapped.makespan <= batched.makespan + 1e-9, (name, pp, m, v)
         if comm_time == 0:  # free messages: both reach the theoretical bubble
             assert overlapped.bubble_fraction == pytest.approx((pp - 1) / (m * v), abs=1e-9)
@@ -98,11 +102,35 @@ def test_no_layout_deadlocks_and_overlap_is_never_slower(comm_time):
 def test_overlap_hides_communication_that_batching_exposes(name, pp, m, v):
     # Batched, a stage also waits for its sends to be received before computing on; overlapped,
     # only the transfers the pipeline's own dependencies put on the critical path cost time.
-    schedule = build_schedule(name, pp, m, v)
-    free = simulate(schedule, comm_time=0.0).makespan
-    overlapped = simulate(schedule, comm_time=0.1, contract="overlapped").makespan - free
-    batched = simulate(schedule, comm_time=0.1, contract="batched").makespan - free
+    free = simulate(build_schedule(name, pp, m, v), comm_time=0.0).makespan
+    overlapped = simulate(schedule_for(name, pp, m, v, "overlapped"), comm_time=0.1).makespan - free
+    batched = simulate(schedule_for(name, pp, m, v, "batched"), comm_time=0.1, contract="batched").makespan - free
     assert 0 < overlapped < batched
+
+
+@pytest.mark.parametrize("name,pp,v", [("1f1b", 2, 1), ("1f1b", 4, 1), ("interleaved", 2, 2), ("interleaved", 4, 2)])
+def test_overlapped_messages_cost_the_fill_and_drain_only(name, pp, v):
+    # With overlapped messages (1F1B's slack, sends posted as soon as their tensor exists) only the
+    # hops of the pipeline's fill and drain wait for a transfer: the time messages add to a step is
+    # the same for 8 micro-batches as for 16. Batched, every micro-batch adds its own.
+    def added(m, contract):
+        schedule = schedule_for(name, pp, m, v, contract)
+        return (simulate(schedule, 1.0, 2.0, comm_time=0.05, contract=contract).makespan
+                - simulate(schedule, 1.0, 2.0, contract=contract).makespan)
+    assert added(16, "overlapped") == pytest.approx(added(8, "overlapped"), abs=1e-9)
+    assert added(16, "batched") > added(8, "batched") + 0.05
+
+
+def test_sends_are_posted_as_soon_as_their_tensor_exists():
+    # Interleaved 1F1B's steady step lists a forward's send after the backward that follows it (one
+    # batched exchange per step, as Megatron); overlapped, the send is posted before that backward.
+    ops = schedule_for("interleaved", 2, 4, 2, "overlapped")[0]
+    plan = build_plan(ops, "overlapped")
+    post, _, run = positions(plan)
+    late = [i for i, op in enumerate(ops) if isinstance(op, SendActivation) and not isinstance(ops[i - 1], Forward)]
+    assert late, "the list has no send after a later compute"
+    for i in late:
+        assert run[producer(ops, i)] < post[i] < run[i - 1]
 
 
 def _executor_rank(rank, world, schedule, virtual, m, out_dir):
@@ -156,7 +184,7 @@ def check_posts_match_the_simulator(results, schedule, virtual, m):
     # Times, not the executor's own trace: where the measured posts fall among the measured computes
     # is where the simulator of the same plan puts them.
     for contract in CONTRACTS:
-        simulated = simulate(build_schedule(schedule, len(results), m, virtual), contract=contract)
+        simulated = simulate(schedule_for(schedule, len(results), m, virtual, contract), contract=contract)
         for stage, by_contract in enumerate(results):
             assert post_positions(by_contract[contract]["boxes"], stage) == post_positions(simulated.boxes, stage)
 

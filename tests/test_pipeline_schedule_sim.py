@@ -58,7 +58,9 @@ def test_deadlock_is_detected_and_named():
     ]
     check_schedule(schedule)  # each list is fine on its own; only running them together hangs
     with pytest.raises(ScheduleError, match=r"deadlock: stage 0 waits at instruction 3 RecvGrad.*stage 1 waits"):
-        simulate(schedule)
+        simulate(schedule, contract="batched")
+    # Overlapped, stage 0 posts SendActivation(1) as soon as Forward(1) has run, before its wait.
+    assert simulate(schedule, contract="overlapped").makespan > 0
 
 
 def test_steady_state_pairs_send_and_receive_for_one_batch():
@@ -83,8 +85,11 @@ def test_transfers_out_of_order_between_two_stages_are_a_mismatch():
                                             r"\(microbatch=0.* meets stage 1 instruction 0 RecvActivation\(microbatch=1"):
         check_schedule([stage0, stage1])
     stage1[0], stage1[1] = stage1[1], stage1[0]
-    timeline = simulate([stage0, stage1])  # in order, the same lists run
+    timeline = simulate([stage0, stage1], contract="batched")  # in order, the same lists run
     assert timeline.makespan == pytest.approx(12.0)  # two forwards, then stage 1's 2+4, then 4
+    # Overlapped, each send leaves right after its compute: stage 1 starts at 1 and stage 0's
+    # backwards follow each gradient (1 + 6 on stage 1, then stage 0's last backward).
+    assert simulate([stage0, stage1]).makespan == pytest.approx(9.0)
 
 
 def test_mismatched_and_self_waiting_schedules_are_rejected():

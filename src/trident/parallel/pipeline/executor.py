@@ -20,9 +20,9 @@ import torch
 import torch.distributed as dist
 from torch.autograd import Variable
 
-from trident.parallel.pipeline.overlap import CONTRACTS, Post, Wait, build_plan, last_backwards
+from trident.parallel.pipeline.overlap import CONTRACTS, Post, Wait, build_plan, last_backwards, schedule_for
 from trident.parallel.pipeline.schedules import (SENDS, Forward, RecvActivation, RecvGrad, ScheduleError,
-                                                 SendActivation, SendGrad, build_schedule, forward_only)
+                                                 SendActivation, SendGrad, forward_only)
 from trident.parallel.pipeline.timeline import TimelineRecorder
 from trident.parallel.watch import watched
 
@@ -62,7 +62,7 @@ class PipelineExecutor:
         """(this stage's instruction list, its actions under self.contract), cached per shape of step."""
         key = (num_microbatches, backward)
         if key not in self._plans:
-            full = build_schedule(self.schedule_name, self.mesh.pp, num_microbatches, self.v)
+            full = schedule_for(self.schedule_name, self.mesh.pp, num_microbatches, self.v, self.contract)
             ops = (full if backward else forward_only(full))[self.mesh.pp_rank]
             self._plans[key] = (ops, build_plan(ops, self.contract))
         return self._plans[key]

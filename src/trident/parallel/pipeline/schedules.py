@@ -154,11 +154,18 @@ def gpipe(pp: int, num_microbatches: int) -> list[list[Instruction]]:
             for s in range(pp)]
 
 
-def one_f_one_b(pp: int, num_microbatches: int) -> list[list[Instruction]]:
+def one_f_one_b(pp: int, num_microbatches: int, extra_warmup: int = 0) -> list[list[Instruction]]:
     """1F1B (PipeDream-flush / Megatron non-interleaved): stage s runs pp - s - 1 warm-up forwards,
-    then alternates one forward and one backward, then drains; at most pp - s activations live."""
+    then alternates one forward and one backward, then drains; at most pp - s activations live.
+    `extra_warmup` more warm-up forwards on every stage but the last give each stage that many
+    micro-batches of slack: in the steady state a stage no longer waits, every micro-batch, for a
+    round trip of messages (send activation, receive gradient); each costs one activation set
+    more (overlap.schedule_for uses 1 under the overlapped contract)."""
     _check_args(pp, num_microbatches, 1)
-    return [_emit_one_chunk(pp, s, _one_f_one_b_order(num_microbatches, min(pp - s - 1, num_microbatches)))
+    if not is_int(extra_warmup) or extra_warmup < 0:
+        raise ScheduleError(f"extra_warmup must be a non-negative integer, got {extra_warmup!r}")
+    return [_emit_one_chunk(pp, s, _one_f_one_b_order(
+                num_microbatches, min(pp - s - 1 + (extra_warmup if s < pp - 1 else 0), num_microbatches)))
             for s in range(pp)]
 
 
@@ -303,8 +310,12 @@ class _InterleavedStage:
             self.recv_grad(next_backward_chunk)
 
 
-def build_schedule(name: str, pp: int, num_microbatches: int, virtual_stages: int = 1) -> list[list[Instruction]]:
-    """Schedule by name: gpipe | 1f1b | interleaved (the only one that takes virtual_stages > 1)."""
+def build_schedule(name: str, pp: int, num_microbatches: int, virtual_stages: int = 1,
+                   extra_warmup: int = 0) -> list[list[Instruction]]:
+    """Schedule by name: gpipe | 1f1b | interleaved (the only one that takes virtual_stages > 1;
+    `extra_warmup` is 1F1B's, see one_f_one_b)."""
+    if extra_warmup and name != "1f1b":
+        raise ScheduleError(f"extra_warmup is a 1f1b option; schedule {name!r} takes none")
     if name not in SCHEDULES:
         raise ScheduleError(f"unknown pipeline schedule {name!r}; choose one of {', '.join(SCHEDULES)}")
     if name == "interleaved":
@@ -312,7 +323,7 @@ def build_schedule(name: str, pp: int, num_microbatches: int, virtual_stages: in
     if virtual_stages != 1:
         raise ScheduleError(f"schedule {name!r} runs one chunk per stage; virtual_stages={virtual_stages} "
                             f"needs schedule 'interleaved'")
-    return gpipe(pp, num_microbatches) if name == "gpipe" else one_f_one_b(pp, num_microbatches)
+    return gpipe(pp, num_microbatches) if name == "gpipe" else one_f_one_b(pp, num_microbatches, extra_warmup)
 
 
 def forward_only(schedule: list[list[Instruction]]) -> list[list[Instruction]]:
