@@ -2,9 +2,9 @@
 a stage), m = 4 and 8, with overlapped and batched pipeline messages; the measured bubble of each
 beside (p-1)/(m v); and peak saved-activation memory per stage, GPipe vs 1F1B.
 
-Speed and bubble: 2 gloo processes (1 thread each) train the issue's GPT (4 layers x 256, 8 heads,
-seq 256, vocab 128, micro-batch 4, fp32; 1F1B: 2 layers a stage, interleaved: v = 2 chunks of 1
-layer). Every layout (schedule x m x contract) lives in the same two processes as its own
+Speed and bubble: 2 gloo processes (1 thread each, each pinned to a core of its own unless
+--no-pin) train a GPT of 8 layers x 256 (--layers 4: the issue's), 8 heads, seq 256, vocab 128,
+micro-batch 4, fp32 (1F1B: 4 layers a stage, interleaved: v = 2 chunks of 2 layers). Every layout (schedule x m x contract) lives in the same two processes as its own
 Trainer, and the rounds interleave them (one recorded step of each layout per round), so load from
 other jobs hits all of them alike; the table gives medians over the rounds. With
 `logging.record_timeline` the trainer times every compute box, every transfer (post to completion)
@@ -30,7 +30,7 @@ Also writes docs/img/pipeline-measured-pp2-m4-{1f1b,interleaved}.png: the measur
 makespan) of each schedule with overlapped messages: transfers in flight drawn under and over the
 compute boxes.
 
-    python benchmarks/pipeline.py [--quick] [--rounds N] [--img-dir docs/img] [--no-memory]
+    python benchmarks/pipeline.py [--quick] [--rounds N] [--img-dir docs/img] [--no-memory] [--layers 8] [--no-pin]
 """
 from __future__ import annotations
 

@@ -17,7 +17,8 @@ system rotates). Three figures per system: DeepSpeed's best round over the syste
 median over rounds of the ratio within a round (systems timed next to each other see the same load
 from other jobs); and the CPU seconds a step costs all ranks together (each rank's median over rounds), the work each
 engine does, which the load disturbs much less than the wall time.
-pp2 x dp2 is 4 processes on however many cores there are (2 here): time-shared.
+Where there is a core a rank (pp2 here) each rank is pinned to its own core; pp2 x dp2 is 4
+processes on however many cores there are (2 here): time-shared, unpinned.
 
     DS_ACCELERATOR=cpu python benchmarks/pipeline_deepspeed.py [--rounds 8] [--steps 1] [--layouts pp2,pp2xdp2]
 
@@ -186,7 +187,8 @@ def _worker(rank, world, pp, dp, rounds, steps):
 def measure(layout: str, rounds: int, steps: int) -> dict:
     pp, dp = LAYOUTS[layout]
     before = load_average()
-    ranks = run_ranks(_worker, pp * dp, pp, dp, rounds, steps, timeout=900)
+    pin = pp * dp <= len(os.sched_getaffinity(0))  # a core a rank where there are enough (pp2 here)
+    ranks = run_ranks(_worker, pp * dp, pp, dp, rounds, steps, timeout=900, pin_cores=pin)
     times, losses = ranks[0][0], ranks[0][2]
     best = {name: min(values) for name, values in times.items()}
     # CPU seconds a step costs the whole job (sum over ranks of each rank's median over rounds): the
@@ -196,7 +198,7 @@ def measure(layout: str, rounds: int, steps: int) -> dict:
     # per round, DeepSpeed over each system timed next to it: robust when the load drifts between rounds
     paired = {name: median([ds / t for ds, t in zip(times["DeepSpeed"], values)]) for name, values in times.items()}
     return {"layout": layout, "pp": pp, "dp": dp, "zero_stage": int(dp > 1), "processes": pp * dp,
-            "cpus": os.cpu_count(), "rounds_s": times, "best_s": best, "losses_steps_1_2": losses,
+            "cpus": os.cpu_count(), "pinned": pin, "rounds_s": times, "best_s": best, "losses_steps_1_2": losses,
             "cpu_s_per_step": cpu, "deepspeed_over_cpu": {name: cpu["DeepSpeed"] / cpu[name] for name in cpu},
             "deepspeed_over": {name: best["DeepSpeed"] / best[name] for name in SYSTEMS[:2]},
             "deepspeed_over_best_trident": best["DeepSpeed"] / trident_best, "deepspeed_over_per_round_median": paired,
