@@ -172,6 +172,19 @@ def test_cli_writes_png_and_reports_numbers(tmp_path, capsys):
     assert "multiple of pp" in capsys.readouterr().out
 
 
+def test_cli_draws_the_list_each_contract_runs(tmp_path, capsys):
+    # Overlapped 1F1B runs one extra warm-up forward on every stage but the last (its slack);
+    # batched runs plain 1F1B. With free messages both reach (p-1)/m.
+    peaks = {}
+    for messages in ("overlapped", "batched"):
+        assert main(["pipeline-diagram", "--pp", "4", "--micro-batches", "8", "--messages", messages,
+                     "--out", str(tmp_path / f"{messages}.png"), "--json"]) == 0
+        report = json.loads(capsys.readouterr().out)
+        assert report["bubble_fraction"] == pytest.approx(3 / 8)
+        peaks[messages] = report["peak_inflight_activations"]
+    assert peaks == {"overlapped": [5, 4, 3, 1], "batched": [4, 3, 2, 1]}
+
+
 def test_recorder_measures_boxes_against_the_step_origin():
     ticks = iter([100.0, 100.5, 101.5, 102.0, 104.0])
     recorder = TimelineRecorder(stage=1, clock=lambda: next(ticks))

@@ -5,8 +5,8 @@ import argparse
 import json
 
 from trident.parallel.pipeline.draw import draw_timeline
-from trident.parallel.pipeline.schedules import (SCHEDULES, ScheduleError, build_schedule, peak_inflight,
-                                                 theoretical_bubble)
+from trident.parallel.pipeline.overlap import CONTRACTS, schedule_for
+from trident.parallel.pipeline.schedules import SCHEDULES, ScheduleError, peak_inflight, theoretical_bubble
 from trident.parallel.pipeline.simulate import simulate
 from trident.parallel.pipeline.timeline import Timeline
 
@@ -22,6 +22,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backward-time", type=float, default=2.0,
                         help="time of one micro-batch backward through a whole stage (default 2)")
     parser.add_argument("--comm-time", type=float, default=0.0, help="time of one transfer (default 0)")
+    parser.add_argument("--messages", choices=CONTRACTS, default="overlapped",
+                        help="overlapped (gloo's default) or batched (NCCL's) pipeline messages (default overlapped)")
     parser.add_argument("--timeline", metavar="JSON",
                         help="draw this recorded timeline (e.g. measured by the trainer) instead of simulating")
     parser.add_argument("--save-timeline", metavar="JSON", help="also write the timeline as JSON here")
@@ -36,8 +38,9 @@ def run(args: argparse.Namespace) -> int:
             timeline = Timeline.load(args.timeline)
             peaks = None
         else:
-            schedule = build_schedule(args.schedule, args.pp, args.micro_batches, args.virtual_stages)
-            timeline = simulate(schedule, args.forward_time, args.backward_time, args.comm_time, name=args.schedule)
+            schedule = schedule_for(args.schedule, args.pp, args.micro_batches, args.virtual_stages, args.messages)
+            timeline = simulate(schedule, args.forward_time, args.backward_time, args.comm_time, name=args.schedule,
+                                contract=args.messages)
             peaks = peak_inflight(schedule)
     except (ScheduleError, ValueError, OSError) as err:
         print(f"error: {err}")

@@ -174,6 +174,8 @@ def in_flight(layout: Layout, stage: int, micro: int) -> float:
 
     gpipe: all of them; 1F1B: pp - stage (Narayanan et al. 2021); interleaved 1F1B: Megatron's warm-up
     (pp - stage - 1) * 2 + (v - 1) * pp chunk-micro-batches plus the one in flight, each 1/v of the stage.
+    These are the schedules NCCL runs (batched exchanges); on gloo, overlapped 1F1B holds one more on
+    every stage but the last (pipeline.overlap.schedule_for).
     """
     pp, v = layout.pp, layout.virtual_stages
     if layout.schedule == "gpipe":
