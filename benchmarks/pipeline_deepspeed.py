@@ -128,9 +128,9 @@ def trident_step(pp: int, dp: int, schedule: str, batches: list, overlap: bool =
     config = make_config("demo", MODEL + [f"parallel.pp={pp}", f"parallel.dp={dp}", f"parallel.schedule={schedule}",
                                           f"parallel.virtual_stages={v}", f"parallel.zero_stage={int(dp > 1)}",
                                           f"train.global_batch_size={GLOBAL_BATCH}",
-                                          f"train.micro_batch_size={GLOBAL_BATCH // MICRO_BATCHES // dp}"])
+                                          f"train.micro_batch_size={GLOBAL_BATCH // MICRO_BATCHES // dp}",
+                                          f"parallel.overlap_grad_reduce={str(overlap).lower()}"])
     model = parallelize(config, build_mesh(1, pp, dp, config.parallel.timeout_s), torch.device("cpu"))
-    model.buffers.overlap = overlap
     return lambda: float(model.train_step(batches, MICRO_BATCHES * dp, config.train.lr)[0])
 
 

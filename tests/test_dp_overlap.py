@@ -12,12 +12,11 @@ STEPS = ["train.global_batch_size=16", "train.micro_batch_size=2", "train.rampup
          "train.steps=2", "model.num_layers=4", "parallel.bucket_size_mb=0.01", "logging.record_timeline=true"]
 
 
-def _train(config, out_dir, overlap):
+def _train(config, out_dir):
     from trident.train.trainer import Trainer
 
     trainer = Trainer(config, out_dir, datasets=(RandomTokens(config.model.seq_length), None),
                       vocab_size=VOCAB, log=lambda *a: None)
-    trainer.model.buffers.overlap = overlap  # the same model with the reduction after the pipeline
     losses = [trainer.train_step()["loss"] for _ in range(config.train.steps)]
     params = {name: param.detach().numpy().copy() for name, param in trainer.model.named_params}
     return losses, params, len(trainer.model.buffers.buckets)
@@ -25,8 +24,9 @@ def _train(config, out_dir, overlap):
 
 def _both_paths(rank, world, overrides, out_dir):
     config = tiny_config(*STEPS, "parallel.pp=2", "parallel.dp=2", *overrides)
-    overlapped = _train(config, f"{out_dir}/overlap", overlap=True)
-    after = _train(config, f"{out_dir}/after", overlap=False)
+    overlapped = _train(config, f"{out_dir}/overlap")  # parallel.overlap_grad_reduce defaults to true
+    after = _train(tiny_config(*STEPS, "parallel.pp=2", "parallel.dp=2", *overrides,
+                               "parallel.overlap_grad_reduce=false"), f"{out_dir}/after")
     return overlapped, after
 
 

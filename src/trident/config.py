@@ -63,6 +63,7 @@ class ParallelConfig:
     zero_stage: int = 0
     sequence_parallel: bool = False
     bucket_size_mb: float = 25.0
+    overlap_grad_reduce: bool = True  # start each DP bucket's reduction once its gradients are final
     layer_partition: Optional[list] = None  # layers per (virtual) stage; None: balanced
     backend: str = "auto"  # auto | gloo | nccl
     timeout_s: int = 600  # a rank that waits this long on a dead or hung peer exits with an error

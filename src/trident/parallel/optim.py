@@ -21,13 +21,14 @@ def no_weight_decay(name: str, param: nn.Parameter) -> bool:
 
 def build_optimizer(named_params: list, config: Config, mesh, zero: bool, counted: dict[int, bool],
                     deferred: list = ()) -> tuple[GradBuffers, DistributedAdam]:
-    """Flat buffers over `named_params` (bucketed for DP; with dp > 1 each bucket's reduction
-    overlaps the backward once its gradients are final, except the buckets of `deferred`
-    parameters) and AdamW over the ranges this rank owns (1/dp of each bucket when `zero`); `counted`
+    """Flat buffers over `named_params` (bucketed for DP; with dp > 1 and parallel.overlap_grad_reduce
+    each bucket's reduction overlaps the backward once its gradients are final, except the buckets of
+    `deferred` parameters) and AdamW over the ranges this rank owns (1/dp of each bucket when `zero`); `counted`
     says, by id(param), which parameters this rank counts in the global gradient norm."""
     p, t = config.parallel, config.train
     buffers = GradBuffers(named_params, mesh.group("dp"), mesh.dp, mesh.dp_rank, int(p.bucket_size_mb * 2**20),
-                          shard=zero, overlap=mesh.dp > 1, timeout_s=p.timeout_s, deferred=deferred)
+                          shard=zero, overlap=mesh.dp > 1 and p.overlap_grad_reduce, timeout_s=p.timeout_s,
+                          deferred=deferred)
     decay = {id(param): not no_weight_decay(name, param) for name, param in named_params}
     optimizer = DistributedAdam(buffers, decay, counted, t.lr, (t.adam_beta1, t.adam_beta2), t.adam_eps,
                                 t.weight_decay)
