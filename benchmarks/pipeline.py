@@ -55,8 +55,10 @@ QUICK_MODEL = ["model.num_layers=4", "model.hidden_size=128", "model.num_heads=4
                "model.vocab_size=512", "train.micro_batch_size=2"]
 PP = 2
 # (schedule, m, contract); the first of each m is the baseline the others are compared with.
-LAYOUTS = [(schedule, m, contract) for m in (4, 8) for contract in ("overlapped", "batched")
-           for schedule in ("1f1b", "interleaved")]
+def layout_keys(schedules: list[str]) -> list[tuple[str, int, str]]:
+    """(schedule, m, contract) to measure; 1F1B overlapped first at each m (the baseline)."""
+    return [(schedule, m, contract) for m in (4, 8) for contract in ("overlapped", "batched")
+            for schedule in schedules if contract == "overlapped" or schedule != "zb-h1"]
 
 
 def overrides_for(model: list[str], pp: int, schedule: str, m: int) -> list[str]:
@@ -108,13 +110,13 @@ class _Held:
         self.tracker.release(self.key)
 
 
-def _layouts_worker(rank, world, model, rounds, out_dir):
+def _layouts_worker(rank, world, model, rounds, out_dir, schedules):
     """Every layout as its own Trainer in these processes; `rounds` recorded steps of each, interleaved."""
     from trident.parallel.pipeline.timeline import Timeline
     from trident.train.trainer import Trainer
 
     trainers = {}
-    for schedule, m, contract in LAYOUTS:
+    for schedule, m, contract in layout_keys(schedules):
         config = make_config("demo", overrides_for(model, PP, schedule, m) + ["logging.record_timeline=true"])
         trainer = Trainer(config, f"{out_dir}/{schedule}-{m}-{contract}", vocab_size=config.model.vocab_size,
                           datasets=(RandomTokens(config.model.seq_length, config.model.vocab_size), None),
@@ -142,14 +144,15 @@ def cpu_cost_of_each_box(executor, stage: int) -> dict:
     """Times the thread CPU seconds of every Forward/Backward the executor runs into the returned
     dict, keyed as simulate's `durations`: what each box costs on a core of its own, whatever the
     time-sharing around it."""
+    from trident.parallel.pipeline.schedules import COMPUTE_KIND
+
     costs: dict = {}
     run_compute = executor.compute
 
     def compute(op):
         start = time.thread_time()
         run_compute(op)
-        kind = "backward" if type(op).__name__ == "Backward" else "forward"
-        costs[(stage, kind, op.microbatch, op.chunk)] = time.thread_time() - start
+        costs[(stage, COMPUTE_KIND[type(op)], op.microbatch, op.chunk)] = time.thread_time() - start
 
     executor.compute = compute
     return costs
@@ -207,9 +210,9 @@ def summarise(key, ranks: list[dict]) -> dict:
             "load_1m": [s["load"] for s in steps], "typical_timeline": steps[typical]["timeline"]}
 
 
-def measure_layouts(model: list[str], rounds: int, pin_cores: bool) -> list[dict]:
+def measure_layouts(model: list[str], rounds: int, pin_cores: bool, schedules: list[str]) -> list[dict]:
     with tempfile.TemporaryDirectory() as out:
-        ranks = run_ranks(_layouts_worker, PP, model, rounds, out, pin_cores=pin_cores)
+        ranks = run_ranks(_layouts_worker, PP, model, rounds, out, schedules, pin_cores=pin_cores)
     results, rows = [], []
     for key in ranks[0]:
         schedule, m, contract = key
@@ -288,9 +291,12 @@ def main() -> int:
     parser.add_argument("--no-memory", action="store_true", help="skip the GPipe vs 1F1B memory part")
     parser.add_argument("--layers", type=int, default=8, help="transformer layers (default 8; the issue's model: 4)")
     parser.add_argument("--no-pin", action="store_true", help="let the kernel place the two ranks (default: a core each)")
+    parser.add_argument("--schedules", default="1f1b,interleaved",
+                        help="comma-separated, of 1f1b, interleaved, zb-h1 (overlapped only); 1f1b is the baseline")
     args = parser.parse_args()
     model = QUICK_MODEL if args.quick else model_overrides(args.layers)
-    layouts = measure_layouts(model, 2 if args.quick else args.rounds, pin_cores=not args.no_pin)
+    schedules = ["1f1b"] + [name for name in args.schedules.split(",") if name != "1f1b"]
+    layouts = measure_layouts(model, 2 if args.quick else args.rounds, pin_cores=not args.no_pin, schedules=schedules)
     memory = [] if args.no_memory or args.quick else measure_memory(model, PP, 8)
     from trident.parallel.pipeline.draw import draw_timeline
     from trident.parallel.pipeline.timeline import Timeline

@@ -43,7 +43,8 @@ MODEL = ["model.num_layers=4", "model.hidden_size=256", "model.num_heads=8", "mo
          "train.lr=1e-4", "train.weight_decay=0.01"]
 GLOBAL_BATCH, MICRO_BATCHES = 16, 4
 LAYOUTS = {"pp2": (2, 1), "pp2xdp2": (2, 2)}  # name -> (pp, dp); ZeRO-1 whenever dp > 1
-SYSTEMS = ("trident 1F1B", "trident interleaved", "DeepSpeed")
+SYSTEMS = ("trident 1F1B", "trident interleaved", "trident zero-bubble", "DeepSpeed")
+TRIDENT = SYSTEMS[:3]  # trident's schedules: its best is the one compared with DeepSpeed
 NO_OVERLAP = "trident 1F1B, DP reduction after the pipeline"  # with dp > 1: what the overlap gains
 
 
@@ -166,6 +167,7 @@ def _worker(rank, world, pp, dp, rounds, steps):
     batches = _batches(config, dp, rank // pp)  # trident: rank = dp_rank * pp + stage
     systems = {"trident 1F1B": trident_step(pp, dp, "1f1b", batches),
                "trident interleaved": trident_step(pp, dp, "interleaved", batches),
+               "trident zero-bubble": trident_step(pp, dp, "zb-h1", batches),
                "DeepSpeed": deepspeed_step(config, pp, dp, _batches(config, dp, rank % dp))}  # stage * dp + dp_rank
     if dp > 1:
         systems[NO_OVERLAP] = trident_step(pp, dp, "1f1b", batches, overlap=False)
@@ -194,13 +196,13 @@ def measure(layout: str, rounds: int, steps: int) -> dict:
     # CPU seconds a step costs the whole job (sum over ranks of each rank's median over rounds): the
     # work done, which other jobs on the machine disturb far less than the wall time
     cpu = {name: sum(median(rank[1][name]) for rank in ranks) for name in times}
-    trident_best = min(best["trident 1F1B"], best["trident interleaved"])
+    trident_best = min(best[name] for name in TRIDENT)
     # per round, DeepSpeed over each system timed next to it: robust when the load drifts between rounds
     paired = {name: median([ds / t for ds, t in zip(times["DeepSpeed"], values)]) for name, values in times.items()}
     return {"layout": layout, "pp": pp, "dp": dp, "zero_stage": int(dp > 1), "processes": pp * dp,
             "cpus": os.cpu_count(), "pinned": pin, "rounds_s": times, "best_s": best, "losses_steps_1_2": losses,
             "cpu_s_per_step": cpu, "deepspeed_over_cpu": {name: cpu["DeepSpeed"] / cpu[name] for name in cpu},
-            "deepspeed_over": {name: best["DeepSpeed"] / best[name] for name in SYSTEMS[:2]},
+            "deepspeed_over": {name: best["DeepSpeed"] / best[name] for name in TRIDENT},
             "deepspeed_over_best_trident": best["DeepSpeed"] / trident_best, "deepspeed_over_per_round_median": paired,
             "load_before": before, "load_after": load_average()}
 

@@ -31,14 +31,16 @@ def _both_paths(rank, world, overrides, out_dir):
 
 
 def _stage_times(timeline, stage):
-    """(first reduction launch, start and end of the last backward) on one stage."""
+    """(first reduction launch, start and end of the last backward, or weight-gradient box in a
+    zero-bubble schedule) on one stage."""
     reduces = [b.start for b in timeline.boxes if b.stage == stage and b.kind == "reduce"]
-    last = max((b for b in timeline.boxes if b.stage == stage and b.kind == "backward"), key=lambda b: b.end)
+    last = max((b for b in timeline.boxes if b.stage == stage and b.kind in ("backward", "weight")),
+               key=lambda b: b.end)
     return min(reduces), last.start, last.end
 
 
 @pytest.mark.timeout(150)
-@pytest.mark.parametrize("schedule,zero", [("1f1b", 0), ("1f1b", 1), ("interleaved", 1)])
+@pytest.mark.parametrize("schedule,zero", [("1f1b", 0), ("1f1b", 1), ("interleaved", 1), ("zb-h1", 1)])
 def test_pp2_dp2_reduction_overlaps_the_drain_with_identical_results(schedule, zero, tmp_path):
     from trident.parallel.pipeline.timeline import Timeline
 

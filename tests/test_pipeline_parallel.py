@@ -78,15 +78,17 @@ def assert_matches(results, reference):
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("pp,schedule,virtual", [(2, "1f1b", 1), (2, "gpipe", 1), (4, "1f1b", 1),
-                                                 (4, "gpipe", 1), (2, "interleaved", 2)])
+                                                 (4, "gpipe", 1), (2, "interleaved", 2), (2, "zb-h1", 1),
+                                                 (4, "zb-h1", 1)])
 def test_pipeline_matches_single_process(pp, schedule, virtual, reference, tmp_path):
     overrides = [f"parallel.pp={pp}", f"parallel.schedule={schedule}", f"parallel.virtual_stages={virtual}"]
     assert_matches(run_distributed(_rank, pp, overrides, str(tmp_path)), reference)
 
 
 @pytest.mark.timeout(120)
-def test_pipeline_times_tensor_parallel_matches_single_process(reference, tmp_path):
-    overrides = ["parallel.pp=2", "parallel.tp=2", "parallel.sequence_parallel=true"]
+@pytest.mark.parametrize("schedule", ["1f1b", "zb-h1"])
+def test_pipeline_times_tensor_parallel_matches_single_process(schedule, reference, tmp_path):
+    overrides = ["parallel.pp=2", "parallel.tp=2", "parallel.sequence_parallel=true", f"parallel.schedule={schedule}"]
     assert_matches(run_distributed(_rank, 4, overrides, str(tmp_path)), reference)
 
 

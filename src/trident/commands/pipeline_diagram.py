@@ -9,12 +9,14 @@ from trident.parallel.pipeline.overlap import CONTRACTS, schedule_for
 from trident.parallel.pipeline.schedules import SCHEDULES, ScheduleError, peak_inflight, theoretical_bubble
 from trident.parallel.pipeline.simulate import simulate
 from trident.parallel.pipeline.timeline import Timeline
+from trident.parallel.pipeline.zero_bubble import ZERO_BUBBLE_SCHEDULES, zero_bubble_theory
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pp", type=int, default=4, help="pipeline stages (default 4)")
     parser.add_argument("--micro-batches", type=int, default=8, help="micro-batches per step (default 8)")
-    parser.add_argument("--schedule", choices=SCHEDULES, default="1f1b", help="pipeline schedule (default 1f1b)")
+    parser.add_argument("--schedule", choices=SCHEDULES + ZERO_BUBBLE_SCHEDULES, default="1f1b",
+                        help="pipeline schedule (default 1f1b)")
     parser.add_argument("--virtual-stages", type=int, default=1,
                         help="model chunks per stage; > 1 needs --schedule interleaved (default 1)")
     parser.add_argument("--forward-time", type=float, default=1.0,
@@ -52,8 +54,10 @@ def run(args: argparse.Namespace) -> int:
         "schedule": timeline.schedule, "source": timeline.source, "pp": timeline.num_stages,
         "micro_batches": timeline.num_microbatches, "virtual_stages": timeline.virtual_stages,
         "makespan": timeline.makespan, "bubble_fraction": timeline.bubble_fraction,
-        "theoretical_bubble": theoretical_bubble(timeline.num_stages, timeline.num_microbatches,
-                                                 timeline.virtual_stages),
+        "theoretical_bubble": (zero_bubble_theory(timeline.num_stages, timeline.num_microbatches)
+                               if timeline.schedule in ZERO_BUBBLE_SCHEDULES else
+                               theoretical_bubble(timeline.num_stages, timeline.num_microbatches,
+                                                  timeline.virtual_stages)),
         "peak_inflight_activations": peaks, "out": str(args.out),
     }
     if args.json:
@@ -63,7 +67,8 @@ def run(args: argparse.Namespace) -> int:
               f"m={report['micro_batches']} v={report['virtual_stages']}")
         print(f"  makespan            {report['makespan']:.3f}")
         print(f"  bubble (measured)   {report['bubble_fraction']:.4f}")
-        print(f"  bubble (theory)     {report['theoretical_bubble']:.4f}  = (pp-1)/(m*v)")
+        formula = "(pp-1)/(3m), f = B = W" if timeline.schedule in ZERO_BUBBLE_SCHEDULES else "(pp-1)/(m*v)"
+        print(f"  bubble (theory)     {report['theoretical_bubble']:.4f}  = {formula}")
         if peaks is not None:
             print(f"  peak activations    {peaks}  (per stage, in (micro-batch, chunk) sets)")
         print(f"  wrote {report['out']}")

@@ -19,8 +19,9 @@ from torch import nn
 from torch._subclasses.fake_tensor import is_fake
 
 from trident.parallel.sharding import mark
-from trident.parallel.watch import watched
 from trident.parallel.token_ids import check_token_ids
+from trident.parallel.watch import watched
+from trident.parallel.weight_grad import linear
 
 
 @dataclass(frozen=True)
@@ -154,7 +155,7 @@ class ColumnParallelLinear(nn.Module):
         if x.shape[-1] != self.in_features:
             raise ValueError(f"ColumnParallelLinear expects {self.in_features} input features, got {tuple(x.shape)}")
         x = gather_from_sequence(x, self.tp) if self.tp.sequence_parallel else copy_to_tp(x, self.tp)
-        return F.linear(x, self.weight, self.bias)
+        return linear(x, self.weight, self.bias)  # weight gradient deferrable (zero-bubble schedules)
 
 
 class RowParallelLinear(nn.Module):
@@ -177,7 +178,7 @@ class RowParallelLinear(nn.Module):
         if x.shape[-1] != self.in_features_local:
             raise ValueError(f"RowParallelLinear expects {self.in_features_local} local input features, "
                              f"got {tuple(x.shape)}")
-        partial = F.linear(x, self.weight)
+        partial = linear(x, self.weight)
         if self.tp.sequence_parallel:
             out = reduce_scatter_to_sequence(partial, self.tp)
         else:

@@ -141,6 +141,7 @@ class Trainer:
         theoretical bubble fractions for the metrics line."""
         from trident.parallel.pipeline.schedules import theoretical_bubble
         from trident.parallel.pipeline.timeline import Timeline
+        from trident.parallel.pipeline.zero_bubble import ZERO_BUBBLE_SCHEDULES, zero_bubble_theory
 
         p = self.config.parallel
         boxes = self.model.finish_timeline()
@@ -148,8 +149,9 @@ class Trainer:
         if self.mesh.rank == 0:
             self.out.mkdir(parents=True, exist_ok=True)
             timeline.save(self.out / f"timeline_step{self.step}.json")
-        return {"bubble": timeline.bubble_fraction, "bubble_theory": theoretical_bubble(self.mesh.pp, micro,
-                                                                                         p.virtual_stages)}
+        theory = (zero_bubble_theory(self.mesh.pp, micro) if p.schedule in ZERO_BUBBLE_SCHEDULES
+                  else theoretical_bubble(self.mesh.pp, micro, p.virtual_stages))
+        return {"bubble": timeline.bubble_fraction, "bubble_theory": theory}
 
     def _record(self, loss: float, lr: float, grad_norm: float, batch_size: int, elapsed: float,
                 skipped: bool) -> dict:

@@ -6,12 +6,13 @@ from pathlib import Path
 from trident.parallel.pipeline.timeline import Timeline
 
 # Colour per kind; chunk c is drawn lighter as c grows so interleaved chunks are told apart.
-_BASE_RGB = {"forward": (0.16, 0.40, 0.75), "backward": (0.90, 0.45, 0.10), "comm": (0.55, 0.55, 0.55),
+_BASE_RGB = {"forward": (0.16, 0.40, 0.75), "backward": (0.90, 0.45, 0.10), "weight": (0.10, 0.55, 0.55),
+             "comm": (0.55, 0.55, 0.55),
              "send": (0.50, 0.20, 0.60), "recv": (0.15, 0.60, 0.30),
              "reduce": (0.75, 0.15, 0.15)}
 # (height, offset of the bottom from the row centre): compute fills the row, a blocked wait is a
 # bar in its middle, transfers in flight are thin lines above (send) and below (recv) the compute.
-_LANE = {"forward": (0.8, -0.4), "backward": (0.8, -0.4), "comm": (0.2, -0.1),
+_LANE = {"forward": (0.8, -0.4), "backward": (0.8, -0.4), "weight": (0.8, -0.4), "comm": (0.2, -0.1),
          "send": (0.07, 0.41), "recv": (0.07, -0.48), "reduce": (0.07, -0.56)}
 
 
@@ -44,7 +45,7 @@ def draw_timeline(timeline: Timeline, path: str | Path, title: str | None = None
         rectangles.append(Rectangle((box.start - origin, row + offset), box.end - box.start, height))
         colours.append(_shade(box.kind, box.chunk, timeline.virtual_stages))
         # Label only compute boxes wide enough to hold the number legibly.
-        if box.kind in ("forward", "backward") and (box.end - box.start) / span * width > 0.18:
+        if box.kind in ("forward", "backward", "weight") and (box.end - box.start) / span * width > 0.18:
             ax.text(box.start - origin + (box.end - box.start) / 2, row, str(box.microbatch),
                     ha="center", va="center", fontsize=7, color="white")
     # One collection for all boxes: per-box artists make large timelines slow to draw; thin
@@ -60,7 +61,8 @@ def draw_timeline(timeline: Timeline, path: str | Path, title: str | None = None
               Patch(color=_shade("backward", 0, 1), label="backward")]
     kinds = {box.kind for box in timeline.boxes}
     legend += [Patch(color=_BASE_RGB[kind], label=label) for kind, label in
-               (("comm", "waiting for a transfer"), ("send", "send in flight"), ("recv", "receive in flight"),
+               (("weight", "weight gradients"), ("comm", "waiting for a transfer"), ("send", "send in flight"),
+                ("recv", "receive in flight"),
                 ("reduce", "DP reduction (bucket)"))
                if kind in kinds]
     if timeline.virtual_stages > 1:

@@ -21,10 +21,13 @@ import torch.distributed as dist
 from torch.autograd import Variable
 
 from trident.parallel.pipeline.overlap import CONTRACTS, Post, Wait, build_plan, last_backwards, schedule_for
-from trident.parallel.pipeline.schedules import (SENDS, Forward, RecvActivation, RecvGrad, ScheduleError,
-                                                 SendActivation, SendGrad, forward_only)
+from trident.parallel.pipeline.schedules import (COMPUTE_KIND, SENDS, Backward, BackwardWeight, Forward,
+                                                 RecvActivation, RecvGrad, ScheduleError, SendActivation, SendGrad,
+                                                 forward_only)
+from trident.parallel.pipeline.zero_bubble import ZERO_BUBBLE_SCHEDULES
 from trident.parallel.pipeline.timeline import TimelineRecorder
 from trident.parallel.watch import watched
+from trident.parallel.weight_grad import deferring_weight_grads, flush
 
 
 def default_contract(group) -> str:
@@ -45,6 +48,7 @@ class PipelineExecutor:
                  dtype: torch.dtype, device: torch.device, autocast=nullcontext,
                  recorder: TimelineRecorder | None = None, contract: str | None = None):
         self.chunks, self.mesh, self.schedule_name = chunks, mesh, schedule
+        self.zero_bubble = schedule in ZERO_BUBBLE_SCHEDULES
         self.v = len(chunks)
         self.shape, self.dtype, self.device, self.autocast = activation_shape, dtype, device, autocast
         self.recorder = recorder
@@ -93,6 +97,7 @@ class PipelineExecutor:
         self.outputs: dict = {}
         self.input_grads: dict = {}
         self.pending: dict = {}  # list position -> (work, tensor, post time) of a transfer in flight
+        self.deferred: dict = {}  # (mb, chunk) -> weight gradients its Backward queued (zero-bubble)
         self.total = torch.zeros((), device=self.device)
         self.trace = []
         ops, plan = self.plan(len(batches), backward)
@@ -111,19 +116,21 @@ class PipelineExecutor:
 
     # ---- compute --------------------------------------------------------------------------------
     def compute(self, op) -> None:
-        """Run one Forward or Backward, timed into the recorder while it records."""
-        step = self.forward if isinstance(op, Forward) else self.backward
+        """Run one Forward, Backward or BackwardWeight, timed into the recorder while it records."""
+        step = {Forward: self.forward, Backward: self.backward, BackwardWeight: self.weight}[type(op)]
         if not self.recording:
             step(op)
             return
-        with self.recorder.record("forward" if isinstance(op, Forward) else "backward", op.microbatch, op.chunk):
+        with self.recorder.record(COMPUTE_KIND[type(op)], op.microbatch, op.chunk):
             step(op)
 
     def forward(self, op: Forward) -> None:
         mb, chunk = op.microbatch, op.chunk
         x = self.batches[mb][0] if self.is_first(chunk) else self.inputs.pop((mb, chunk))
         grad_enabled = torch.is_grad_enabled()
-        with self.autocast():
+        deferred = (deferring_weight_grads(self.deferred.setdefault((mb, chunk), []))
+                    if self.zero_bubble and grad_enabled else nullcontext())  # weight gradients wait for W
+        with self.autocast(), deferred:
             if self.is_last(chunk) and self.on_output is not None:
                 self.on_output(mb, self.chunks[chunk](x))
                 return
@@ -149,6 +156,10 @@ class PipelineExecutor:
                                                     False, False, (), True, True)
         if not self.is_first(chunk):
             self.input_grads[("in", mb, chunk)] = x.grad
+
+    def weight(self, op: BackwardWeight) -> None:
+        """Zero-bubble schedules: the weight gradients the Backward of (mb, chunk) deferred."""
+        flush(self.deferred.pop((op.microbatch, op.chunk)))
 
     # ---- communication --------------------------------------------------------------------------
     def post(self, ops: list, indices: tuple[int, ...]) -> None:

@@ -37,8 +37,10 @@ from bisect import bisect_left
 from dataclasses import dataclass
 from typing import Union
 
-from trident.parallel.pipeline.schedules import (COMMUNICATION, COMPUTE, RECVS, Backward, Forward, Instruction,
+from trident.parallel.pipeline.schedules import (COMMUNICATION, COMPUTE, RECVS, Backward, BackwardWeight, Forward,
+                                                 Instruction,
                                                  RecvActivation, ScheduleError, SendActivation, build_schedule)
+from trident.parallel.pipeline.zero_bubble import ZERO_BUBBLE_SCHEDULES, zb_h1
 
 CONTRACTS = ("batched", "overlapped")
 OVERLAPPED_EXTRA_WARMUP = 1  # 1F1B's slack under the overlapped contract (one activation set more)
@@ -89,10 +91,17 @@ def producer(ops: list[Instruction], index: int) -> int:
 
 def schedule_for(name: str, pp: int, num_microbatches: int, virtual_stages: int,
                  contract: str) -> list[list[Instruction]]:
-    """The schedule as `contract` runs it (see module docstring: 1F1B overlapped takes slack)."""
+    """The schedule as `contract` runs it (see module docstring: 1F1B overlapped takes slack, and so
+    does the zero-bubble ZB-H1, one more micro-batch in flight)."""
     if contract not in CONTRACTS:
         raise ScheduleError(f"unknown pipeline contract {contract!r}; choose one of {', '.join(CONTRACTS)}")
-    extra = OVERLAPPED_EXTRA_WARMUP if contract == "overlapped" and name == "1f1b" else 0
+    slack = OVERLAPPED_EXTRA_WARMUP if contract == "overlapped" else 0
+    if name in ZERO_BUBBLE_SCHEDULES:
+        if virtual_stages != 1:
+            raise ScheduleError(f"schedule {name!r} runs one chunk per stage; virtual_stages={virtual_stages} "
+                                f"needs schedule 'interleaved'")
+        return zb_h1(pp, num_microbatches, extra_inflight=slack)
+    extra = slack if name == "1f1b" else 0
     return build_schedule(name, pp, num_microbatches, virtual_stages, extra_warmup=extra)
 
 
@@ -151,6 +160,6 @@ def _overlapped(ops: list[Instruction]) -> list[Action]:
 
 
 def last_backwards(ops: list[Instruction]) -> dict[int, int]:
-    """chunk -> position of its last Backward in the list: after it, that chunk's gradients for
-    the step are final (the hook for overlapping the data-parallel reduction)."""
-    return {op.chunk: index for index, op in enumerate(ops) if isinstance(op, Backward)}
+    """chunk -> position of its last Backward (or BackwardWeight) in the list: after it, that chunk's
+    gradients for the step are final (the hook for overlapping the data-parallel reduction)."""
+    return {op.chunk: index for index, op in enumerate(ops) if isinstance(op, (Backward, BackwardWeight))}

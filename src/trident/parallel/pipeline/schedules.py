@@ -95,6 +95,14 @@ class Backward:
 
 
 @dataclass(frozen=True)
+class BackwardWeight:
+    """Zero-bubble schedules: the weight gradients of (microbatch, chunk)'s linear layers, deferred by
+    its Backward (which then computes only the input gradient and the small parameters' gradients)."""
+    microbatch: int
+    chunk: int
+
+
+@dataclass(frozen=True)
 class SendActivation:
     """Send the output of local (microbatch, chunk) to `to_stage` (the next virtual stage)."""
     microbatch: int
@@ -126,8 +134,9 @@ class RecvGrad:
     from_stage: int
 
 
-Instruction = Union[Forward, Backward, SendActivation, RecvActivation, SendGrad, RecvGrad]
-COMPUTE = (Forward, Backward)
+Instruction = Union[Forward, Backward, BackwardWeight, SendActivation, RecvActivation, SendGrad, RecvGrad]
+COMPUTE = (Forward, Backward, BackwardWeight)
+COMPUTE_KIND = {Forward: "forward", Backward: "backward", BackwardWeight: "weight"}  # -> timeline box kind
 SENDS = (SendActivation, SendGrad)
 RECVS = (RecvActivation, RecvGrad)
 COMMUNICATION = SENDS + RECVS
@@ -181,7 +190,9 @@ def _emit_one_chunk(pp: int, stage: int, order: list[Instruction]) -> list[Instr
     a send followed by the next receive forms one batch (Megatron's send_forward_recv_backward)."""
     out: list[Instruction] = []
     for op in order:
-        if isinstance(op, Forward):
+        if isinstance(op, BackwardWeight):  # local: no transfer
+            out.append(op)
+        elif isinstance(op, Forward):
             if stage > 0:
                 out.append(RecvActivation(op.microbatch, 0, stage - 1))
             out.append(op)
@@ -327,7 +338,7 @@ def build_schedule(name: str, pp: int, num_microbatches: int, virtual_stages: in
 
 
 def forward_only(schedule: list[list[Instruction]]) -> list[list[Instruction]]:
-    """The schedule without backward work (Backward, SendGrad, RecvGrad), e.g. for evaluation.
+    """The schedule without backward work (Backward(Weight), SendGrad, RecvGrad), e.g. for evaluation.
     Still deadlock-free: check with simulate(..., backward=False)."""
     return [[op for op in ops if isinstance(op, (Forward, SendActivation, RecvActivation))] for ops in schedule]
 
@@ -348,15 +359,17 @@ def theoretical_bubble(pp: int, num_microbatches: int, virtual_stages: int = 1) 
 
 def peak_inflight(schedule: list[list[Instruction]]) -> list[int]:
     """Per stage, the most (micro-batch, chunk) activation sets stored at once: a Forward stores
-    one, its Backward frees it. With v chunks each set is 1/v of the stage's layers."""
+    one, its Backward frees it (its BackwardWeight, in a zero-bubble schedule: the deferred weight
+    gradients keep the linear layers' inputs). With v chunks each set is 1/v of the stage's layers."""
     peaks = []
     for ops in schedule:
         live = peak = 0
+        frees = BackwardWeight if any(isinstance(op, BackwardWeight) for op in ops) else Backward
         for op in ops:
             if isinstance(op, Forward):
                 live += 1
                 peak = max(peak, live)
-            elif isinstance(op, Backward):
+            elif isinstance(op, frees):
                 live -= 1
         peaks.append(peak)
     return peaks

@@ -4,8 +4,8 @@ discrete-event timeline of the executor's plan (overlap.py: batched or overlappe
 from __future__ import annotations
 
 from trident.parallel.pipeline.overlap import Post, Wait, build_plan
-from trident.parallel.pipeline.schedules import (COMMUNICATION, COMPUTE, RECVS, SENDS, Backward, Forward,
-                                                 Instruction, RecvActivation, RecvGrad, ScheduleError,
+from trident.parallel.pipeline.schedules import (COMMUNICATION, COMPUTE, COMPUTE_KIND, RECVS, SENDS, Backward, BackwardWeight,
+                                                 Forward, Instruction, RecvActivation, RecvGrad, ScheduleError,
                                                  SendActivation, SendGrad, is_int, next_virtual_stage,
                                                  prev_virtual_stage)
 from trident.parallel.pipeline.timeline import Box, Timeline
@@ -27,12 +27,13 @@ def check_schedule(schedule: list[list[Instruction]], backward: bool = True) -> 
                 raise ScheduleError(f"stage {stage}, instruction {index}: {op!r} is not a pipeline instruction")
             if not (is_int(op.microbatch) and is_int(op.chunk) and op.microbatch >= 0 and op.chunk >= 0):
                 raise ScheduleError(f"{_at(stage, index, op)}: micro-batch and chunk must be non-negative integers")
-            if not backward and isinstance(op, (Backward, SendGrad, RecvGrad)):
+            if not backward and isinstance(op, (Backward, BackwardWeight, SendGrad, RecvGrad)):
                 raise ScheduleError(f"{_at(stage, index, op)}: backward work in a forward-only schedule")
     m = 1 + max(op.microbatch for ops in schedule for op in ops)
     v = 1 + max(op.chunk for ops in schedule for op in ops)
     for stage, ops in enumerate(schedule):
-        _check_stage(stage, ops, pp, m, v, COMPUTE if backward else (Forward,))
+        split = any(isinstance(op, BackwardWeight) for op in ops)  # zero-bubble: weight gradients apart
+        _check_stage(stage, ops, pp, m, v, (COMPUTE if split else (Forward, Backward)) if backward else (Forward,))
     _match_transfers(schedule, v)
     return m, v
 
@@ -52,6 +53,8 @@ def _check_stage(stage: int, ops: list[Instruction], pp: int, m: int, v: int, re
             needs = [(Forward, op.chunk)]
             if after is not None:
                 needs.append((Backward, op.chunk + 1) if after[0] == stage else (RecvGrad, op.chunk))
+        elif isinstance(op, BackwardWeight):
+            needs = [(Backward, op.chunk)]
         elif isinstance(op, SENDS):
             needs = [(Forward if isinstance(op, SendActivation) else Backward, op.chunk)]
         for kind, chunk in needs:
@@ -112,11 +115,14 @@ def _match_transfers(schedule: list[list[Instruction]], v: int) -> dict[tuple[in
 
 def simulate(schedule: list[list[Instruction]], forward_time: float = 1.0, backward_time: float = 2.0,
              comm_time: float = 0.0, name: str = "", backward: bool = True,
-             contract: str = "overlapped", durations: dict | None = None) -> Timeline:
+             contract: str = "overlapped", durations: dict | None = None,
+             weight_fraction: float = 0.5) -> Timeline:
     """Discrete-event run of `schedule` as the executor runs it: each stage's actions from
     overlap.build_plan(ops, contract), posts never blocking, every transfer a rendezvous that
     completes comm_time after both sides posted it, a Wait blocking until then. forward_time and
-    backward_time are one micro-batch through a whole stage; each of its v chunks takes 1/v of it.
+    backward_time are one micro-batch through a whole stage; each of its v chunks takes 1/v of it. In a
+    zero-bubble schedule (with BackwardWeight) a Backward takes 1 - weight_fraction of backward_time and
+    a BackwardWeight (box kind "weight") the rest.
     backward=False checks a forward-only schedule (see forward_only). `durations` maps
     (stage, "forward" | "backward", microbatch, chunk) to that box's own time (e.g. its measured
     cost, to replay a real step as if every stage had a core of its own); boxes it omits take the
@@ -129,8 +135,11 @@ def simulate(schedule: list[list[Instruction]], forward_time: float = 1.0, backw
                                 f" number, got {value!r}")
     m, v = check_schedule(schedule, backward)
     plans = [build_plan(ops, contract) for ops in schedule]
-    run = _Run(schedule, plans, _match_transfers(schedule, v), forward_time / v, backward_time / v, comm_time,
-               durations or {})
+    backward_time /= v
+    split = any(isinstance(op, BackwardWeight) for ops in schedule for op in ops)
+    times = {Forward: forward_time / v, Backward: backward_time * (1 - weight_fraction if split else 1),
+             BackwardWeight: backward_time * weight_fraction}
+    run = _Run(schedule, plans, _match_transfers(schedule, v), times, comm_time, durations or {})
     while any([run.advance(stage) for stage in range(len(schedule))]):
         pass  # each pass moves every stage as far as it can; stop when none can move
     blocked = [run.blocked_reason(s) for s in range(len(schedule)) if run.pc[s] < len(plans[s])]
@@ -143,10 +152,9 @@ def simulate(schedule: list[list[Instruction]], forward_time: float = 1.0, backw
 class _Run:
     """State of one simulation: per stage the next action, its clock, and when each transfer was posted."""
 
-    def __init__(self, schedule, plans, partner, chunk_forward: float, chunk_backward: float, comm_time: float,
-                 durations: dict):
+    def __init__(self, schedule, plans, partner, times: dict, comm_time: float, durations: dict):
         self.schedule, self.plans, self.partner, self.comm_time = schedule, plans, partner, comm_time
-        self.duration = {Forward: chunk_forward, Backward: chunk_backward}
+        self.duration = times  # instruction type -> time of one box
         self.durations = durations  # (stage, kind, microbatch, chunk) -> time of that box, if given
         self.posted: dict[tuple[int, int], float] = {}  # (stage, list position) -> post time
         self.pc = [0] * len(schedule)
@@ -165,7 +173,7 @@ class _Run:
                     return moved
             else:
                 op = self.schedule[s][action.index]
-                kind = "forward" if isinstance(op, Forward) else "backward"
+                kind = COMPUTE_KIND[type(op)]
                 took = self.durations.get((s, kind, op.microbatch, op.chunk), self.duration[type(op)])
                 end = self.clock[s] + took
                 self.boxes.append(Box(s, kind, op.microbatch, op.chunk, self.clock[s], end))

@@ -21,13 +21,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
-KINDS = ("forward", "backward", "comm", "send", "recv", "reduce")
-COMPUTE_KINDS = ("forward", "backward")
+KINDS = ("forward", "backward", "weight", "comm", "send", "recv", "reduce")
+COMPUTE_KINDS = ("forward", "backward", "weight")
 
 
 @dataclass(frozen=True)
 class Box:
-    """One interval on one stage. kind: forward | backward (compute); comm (the stage blocked waiting
+    """One interval on one stage. kind: forward | backward | weight (compute; weight: a zero-bubble
+    schedule's deferred weight gradients); comm (the stage blocked waiting
     for the transfer of this microbatch/chunk); send | recv (a transfer, from its post to its
     completion as this stage saw it: in flight, possibly behind compute); reduce (one DP gradient
     bucket, from the launch of its reduction to the end of its wait; microbatch holds the bucket

@@ -1,0 +1,81 @@
+"""Zero-bubble pipeline schedule ZB-H1 (Qi et al. 2023, "Zero Bubble Pipeline Parallelism").
+
+Each backward is split in two: `Backward` computes the input gradient (and the small parameters'),
+which the previous stage waits for, and `BackwardWeight` the linear layers' weight gradients, which
+nothing waits for, so they fill the time 1F1B leaves idle in its drain. With forward f, input
+gradient B and weight gradient W per micro-batch and stage, the step takes
+m (f + B + W) + (pp - 1)(f + B - W) instead of 1F1B's (m + pp - 1)(f + B + W): at B = W = f the
+bubble is (pp - 1) / (3 m) instead of (pp - 1) / m.
+
+The order of each stage's list is found once, by a list-scheduling pass under unit costs (f = B = W
+= 1, free messages): a stage runs a Backward when its gradient is there, else a Forward when its
+input is there and fewer than `pp - s + extra_inflight` micro-batches hold activations (counted
+until their BackwardWeight: the deferred weight gradients keep the linear layers' inputs), else its
+oldest pending BackwardWeight. With extra_inflight = 1 (as overlapped 1F1B's slack) that reaches the
+bound above; with 0 the memory is exactly 1F1B's and the bubble lies between the two. Transfers
+are placed as in 1F1B (pipeline.schedules._emit_one_chunk).
+"""
+from __future__ import annotations
+
+from trident.parallel.pipeline.schedules import (Backward, BackwardWeight, Forward, Instruction, ScheduleError,
+                                                 _check_args, _emit_one_chunk, is_int)
+
+ZERO_BUBBLE_SCHEDULES = ("zb-h1",)
+
+
+def zb_h1(pp: int, num_microbatches: int, extra_inflight: int = 1) -> list[list[Instruction]]:
+    """ZB-H1's instruction lists (see module docstring)."""
+    _check_args(pp, num_microbatches, 1)
+    if not is_int(extra_inflight) or extra_inflight < 0:
+        raise ScheduleError(f"extra_inflight must be a non-negative integer, got {extra_inflight!r}")
+    orders = _list_schedule(pp, num_microbatches, extra_inflight)
+    return [_emit_one_chunk(pp, s, orders[s]) for s in range(pp)]
+
+
+def zero_bubble_theory(pp: int, num_microbatches: int) -> float:
+    """ZB-H1's bubble at f = B = W: (pp - 1) / (3 m), idle time over compute as Timeline measures it."""
+    _check_args(pp, num_microbatches, 1)
+    return (pp - 1) / (3 * num_microbatches)
+
+
+def _list_schedule(pp: int, m: int, extra: int) -> list[list[Instruction]]:
+    """Each stage's compute order from an event-driven pass under unit costs (ties: earliest stage)."""
+    done: dict[tuple, float] = {}  # (stage, kind, microbatch) -> end time
+    clock = [0.0] * pp
+    forwards, backwards, weights = [0] * pp, [0] * pp, [0] * pp
+    orders: list[list[Instruction]] = [[] for _ in range(pp)]
+    for _ in range(3 * m * pp):
+        best = None
+        for s in range(pp):
+            choice = _next_op(s, pp, m, extra, clock[s], done, forwards[s], backwards[s], weights[s])
+            if choice is not None and (best is None or choice[0] < best[1][0]):
+                best = (s, choice)
+        if best is None:
+            raise ScheduleError(f"zero-bubble list scheduling stalled (pp={pp}, m={m})")
+        s, (start, kind, mb) = best
+        clock[s] = start + 1.0
+        done[(s, kind, mb)] = clock[s]
+        orders[s].append({"F": Forward, "B": Backward, "W": BackwardWeight}[kind](mb, 0))
+        counters = {"F": forwards, "B": backwards, "W": weights}[kind]
+        counters[s] += 1
+    return orders
+
+
+def _next_op(s, pp, m, extra, now, done, forwards, backwards, weights):
+    """(start time, kind, microbatch) of what stage s would run next, by priority B > F > W."""
+    options = []
+    if backwards < forwards:
+        ready = done.get((s + 1, "B", backwards)) if s < pp - 1 else done[(s, "F", backwards)]
+        if ready is not None:
+            options.append((max(now, ready), 0, "B", backwards))
+    if forwards < m and forwards - weights < pp - s + extra:
+        ready = done.get((s - 1, "F", forwards)) if s > 0 else 0.0
+        if ready is not None:
+            options.append((max(now, ready), 1, "F", forwards))
+    if weights < backwards:
+        options.append((now, 2, "W", weights))
+    if not options:
+        return None
+    start = min(option[0] for option in options)
+    _, _, kind, mb = min((o for o in options if o[0] <= start), key=lambda o: o[1])
+    return start, kind, mb

@@ -1,0 +1,98 @@
+"""Zero-bubble ZB-H1: the schedule (checked, deadlock-free, at the bound m(f+B+W) + (p-1)(f+B-W) at
+pp = 2), its memory (one micro-batch more than 1F1B, freed at the weight gradients), and the deferred
+weight gradients of the linear layers (the same numbers as a plain backward, every accumulation
+hook firing once, with a gradient). Equivalence with one process: tests/test_pipeline_parallel.py."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from trident.parallel.pipeline.overlap import CONTRACTS, last_backwards, schedule_for
+from trident.parallel.pipeline.schedules import Backward, BackwardWeight, ScheduleError, forward_only, peak_inflight
+from trident.parallel.pipeline.simulate import check_schedule, simulate
+from trident.parallel.pipeline.zero_bubble import zb_h1, zero_bubble_theory
+from trident.parallel.weight_grad import deferring_weight_grads, flush, linear
+
+
+@pytest.mark.parametrize("contract", CONTRACTS)
+def test_every_layout_is_valid_and_never_slower_than_1f1b(contract):
+    for pp in (2, 3, 4):
+        for m in range(1, 13):
+            schedule = schedule_for("zb-h1", pp, m, 1, contract)
+            check_schedule(schedule)
+            check_schedule(forward_only(schedule), backward=False)
+            for ops in schedule:  # each micro-batch: forward, then its backward, then its weight gradients
+                assert sum(isinstance(op, BackwardWeight) for op in ops) == m
+            zb = simulate(schedule, 1.0, 2.0, contract=contract)
+            if contract == "overlapped":
+                ofob = simulate(schedule_for("1f1b", pp, m, 1, contract), 1.0, 2.0, contract=contract)
+                assert zb.makespan <= ofob.makespan, (pp, m)
+
+
+def test_two_stages_reach_the_zero_bubble_bound():
+    # m (f + B + W) + (pp - 1)(f + B - W) with f = B = W = 1: bubble (pp - 1) / (3 m).
+    for m in range(2, 13):
+        timeline = simulate(schedule_for("zb-h1", 2, m, 1, "overlapped"), 1.0, 2.0)
+        assert timeline.makespan == pytest.approx(3 * m + 1)
+        assert timeline.bubble_fraction == pytest.approx(zero_bubble_theory(2, m))
+    four = simulate(schedule_for("zb-h1", 4, 8, 1, "overlapped"), 1.0, 2.0).makespan
+    assert 3 * 8 + 3 <= four < (8 + 3) * 3  # between the bound (27) and 1F1B (33)
+
+
+def test_memory_is_one_micro_batch_more_than_1f1b_and_freed_at_the_weight_gradients():
+    for pp, m in [(2, 4), (4, 8), (4, 2)]:
+        assert peak_inflight(zb_h1(pp, m, extra_inflight=1)) == [min(pp - s + 1, m) for s in range(pp)]
+        assert peak_inflight(zb_h1(pp, m, extra_inflight=0)) == [min(pp - s, m) for s in range(pp)]
+    ops = zb_h1(2, 4)[0]
+    assert last_backwards(ops)[0] == max(i for i, op in enumerate(ops) if isinstance(op, (Backward, BackwardWeight)))
+    with pytest.raises(ScheduleError, match="extra_inflight"):
+        zb_h1(2, 4, extra_inflight=-1)
+    with pytest.raises(ScheduleError, match="needs schedule 'interleaved'"):
+        schedule_for("zb-h1", 2, 4, 2, "overlapped")
+
+
+def _grads(deferred: bool, autocast: bool):
+    torch.manual_seed(0)
+    x = torch.randn(5, 3, 8, requires_grad=True)
+    weight, bias = torch.randn(6, 8, requires_grad=True), torch.randn(6, requires_grad=True)
+    fired = []
+    weight.register_post_accumulate_grad_hook(lambda p: fired.append(p.grad is not None))
+    queue: list = []
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast), deferring_weight_grads(queue):
+        y = linear(x, weight, bias) if deferred else F.linear(x, weight, bias)
+    (y.float() ** 2).sum().backward()
+    before_flush = weight.grad
+    flush(queue)
+    return x.grad, weight.grad, bias.grad, before_flush, fired
+
+
+@pytest.mark.parametrize("autocast", [False, True])
+def test_deferred_weight_gradients_equal_a_plain_backward(autocast):
+    x_ref, w_ref, b_ref, _, fired_ref = _grads(deferred=False, autocast=autocast)
+    x_grad, w_grad, b_grad, before_flush, fired = _grads(deferred=True, autocast=autocast)
+    assert before_flush is None  # the backward left the weight alone ...
+    assert torch.equal(x_grad, x_ref) and torch.equal(w_grad, w_ref)  # ... flush computed the same GEMM
+    torch.testing.assert_close(b_grad, b_ref)
+    assert fired == fired_ref == [True]  # one accumulation, with a gradient, as trident's hooks expect
+
+
+def test_zero_bubble_refuses_full_activation_checkpointing():
+    from test_tensor_parallel import tiny_config
+    from trident.config import ConfigError
+
+    with pytest.raises(ConfigError, match="train.activation_checkpointing"):
+        tiny_config("parallel.pp=2", "parallel.schedule=zb-h1", "train.activation_checkpointing=full").validate(2)
+
+
+def test_cli_draws_the_weight_gradient_boxes(tmp_path, capsys):
+    import json
+
+    from trident.cli import main
+    from trident.parallel.pipeline.timeline import Timeline
+
+    saved = tmp_path / "zb.json"
+    assert main(["pipeline-diagram", "--pp", "2", "--micro-batches", "4", "--schedule", "zb-h1", "--json",
+                 "--out", str(tmp_path / "zb.png"), "--save-timeline", str(saved)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["theoretical_bubble"] == pytest.approx(1 / 12) == report["bubble_fraction"]
+    assert report["peak_inflight_activations"] == [3, 2]
+    assert sum(b.kind == "weight" for b in Timeline.load(saved).compute_boxes) == 8
