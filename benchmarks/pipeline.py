@@ -54,7 +54,8 @@ def model_overrides(layers: int) -> list[str]:
 QUICK_MODEL = ["model.num_layers=4", "model.hidden_size=128", "model.num_heads=4", "model.seq_length=64",
                "model.vocab_size=512", "train.micro_batch_size=2"]
 PP = 2
-# (schedule, m, contract); the first of each m is the baseline the others are compared with.
+
+
 def layout_keys(schedules: list[str]) -> list[tuple[str, int, str]]:
     """(schedule, m, contract) to measure; 1F1B overlapped first at each m (the baseline)."""
     return [(schedule, m, contract) for m in (4, 8) for contract in ("overlapped", "batched")
