@@ -31,6 +31,7 @@ makespan) of each schedule with overlapped messages: transfers in flight drawn u
 compute boxes.
 
     python benchmarks/pipeline.py [--quick] [--rounds N] [--img-dir docs/img] [--no-memory] [--layers 8] [--no-pin]
+                                  [--schedules 1f1b,interleaved,zb-h1]
 """
 from __future__ import annotations
 

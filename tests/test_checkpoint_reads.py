@@ -6,19 +6,12 @@ import json
 import pytest
 
 from distributed import run_distributed
+from test_checkpoint import LAYOUTS
 from test_tensor_parallel import VOCAB, RandomTokens, tiny_config
 from trident.checkpoint import tensorfile
 from trident.checkpoint.integrity import CheckpointError, DamagedCheckpoint
 from trident.checkpoint.reader import CheckpointReader, complete_checkpoints, load_for_inference
 
-LAYOUTS = {
-    "single": (1, []),
-    "tp2_pp2": (4, ["parallel.tp=2", "parallel.pp=2"]),
-    "tp4": (4, ["parallel.tp=4"]),
-    "pp2_dp2_zero1": (4, ["parallel.pp=2", "parallel.dp=2", "parallel.zero_stage=1"]),
-    "tp2": (2, ["parallel.tp=2"]),
-    "tp2_pp2_dp2": (8, ["parallel.tp=2", "parallel.pp=2", "parallel.dp=2", "parallel.zero_stage=1"]),
-}
 BASE = ["train.global_batch_size=8", "train.micro_batch_size=2", "model.num_layers=4"]
 
 

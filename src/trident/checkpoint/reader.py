@@ -8,7 +8,6 @@ need not match. Nothing is unpickled: tensors come from safetensors, the rest is
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import torch

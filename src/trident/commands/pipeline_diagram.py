@@ -6,10 +6,10 @@ import json
 
 from trident.parallel.pipeline.draw import draw_timeline
 from trident.parallel.pipeline.overlap import CONTRACTS, schedule_for
-from trident.parallel.pipeline.schedules import SCHEDULES, ScheduleError, peak_inflight, theoretical_bubble
+from trident.parallel.pipeline.schedules import SCHEDULES, ScheduleError, peak_inflight
 from trident.parallel.pipeline.simulate import simulate
 from trident.parallel.pipeline.timeline import Timeline
-from trident.parallel.pipeline.zero_bubble import ZERO_BUBBLE_SCHEDULES, zero_bubble_theory
+from trident.parallel.pipeline.zero_bubble import ZERO_BUBBLE_SCHEDULES, bubble_theory
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -54,10 +54,8 @@ def run(args: argparse.Namespace) -> int:
         "schedule": timeline.schedule, "source": timeline.source, "pp": timeline.num_stages,
         "micro_batches": timeline.num_microbatches, "virtual_stages": timeline.virtual_stages,
         "makespan": timeline.makespan, "bubble_fraction": timeline.bubble_fraction,
-        "theoretical_bubble": (zero_bubble_theory(timeline.num_stages, timeline.num_microbatches)
-                               if timeline.schedule in ZERO_BUBBLE_SCHEDULES else
-                               theoretical_bubble(timeline.num_stages, timeline.num_microbatches,
-                                                  timeline.virtual_stages)),
+        "theoretical_bubble": bubble_theory(timeline.schedule, timeline.num_stages, timeline.num_microbatches,
+                                            timeline.virtual_stages),
         "peak_inflight_activations": peaks, "out": str(args.out),
     }
     if args.json:

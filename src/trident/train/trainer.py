@@ -139,9 +139,8 @@ class Trainer:
     def _finish_timeline(self, micro: int) -> dict:
         """Gather the stages' boxes; rank 0 writes OUT/timeline_stepN.json. Returns measured and
         theoretical bubble fractions for the metrics line."""
-        from trident.parallel.pipeline.schedules import theoretical_bubble
         from trident.parallel.pipeline.timeline import Timeline
-        from trident.parallel.pipeline.zero_bubble import ZERO_BUBBLE_SCHEDULES, zero_bubble_theory
+        from trident.parallel.pipeline.zero_bubble import bubble_theory
 
         p = self.config.parallel
         boxes = self.model.finish_timeline()
@@ -149,9 +148,8 @@ class Trainer:
         if self.mesh.rank == 0:
             self.out.mkdir(parents=True, exist_ok=True)
             timeline.save(self.out / f"timeline_step{self.step}.json")
-        theory = (zero_bubble_theory(self.mesh.pp, micro) if p.schedule in ZERO_BUBBLE_SCHEDULES
-                  else theoretical_bubble(self.mesh.pp, micro, p.virtual_stages))
-        return {"bubble": timeline.bubble_fraction, "bubble_theory": theory}
+        return {"bubble": timeline.bubble_fraction,
+                "bubble_theory": bubble_theory(p.schedule, self.mesh.pp, micro, p.virtual_stages)}
 
     def _record(self, loss: float, lr: float, grad_norm: float, batch_size: int, elapsed: float,
                 skipped: bool) -> dict:

@@ -20,9 +20,9 @@ import torch
 import torch.distributed as dist
 from torch.autograd import Variable
 
-from trident.parallel.pipeline.overlap import CONTRACTS, Post, Wait, build_plan, last_backwards, schedule_for
+from trident.parallel.pipeline.overlap import Post, Wait, build_plan, check_contract, last_backwards, schedule_for
 from trident.parallel.pipeline.schedules import (COMPUTE_KIND, SENDS, Backward, BackwardWeight, Forward,
-                                                 RecvActivation, RecvGrad, ScheduleError, SendActivation, SendGrad,
+                                                 RecvActivation, RecvGrad, SendActivation, SendGrad,
                                                  forward_only)
 from trident.parallel.pipeline.zero_bubble import ZERO_BUBBLE_SCHEDULES
 from trident.parallel.pipeline.timeline import TimelineRecorder
@@ -49,6 +49,7 @@ class PipelineExecutor:
                  recorder: TimelineRecorder | None = None, contract: str | None = None):
         self.chunks, self.mesh, self.schedule_name = chunks, mesh, schedule
         self.zero_bubble = schedule in ZERO_BUBBLE_SCHEDULES
+        self._steps = {Forward: self.forward, Backward: self.backward, BackwardWeight: self.weight}
         self.v = len(chunks)
         self.shape, self.dtype, self.device, self.autocast = activation_shape, dtype, device, autocast
         self.recorder = recorder
@@ -57,8 +58,7 @@ class PipelineExecutor:
 
     def set_contract(self, contract: str) -> None:
         """Run later steps under `contract` (one of overlap.CONTRACTS)."""
-        if contract not in CONTRACTS:
-            raise ScheduleError(f"unknown pipeline contract {contract!r}; choose one of {', '.join(CONTRACTS)}")
+        check_contract(contract)
         self.contract = contract
         self._plans: dict[tuple[int, bool], tuple[list, list]] = {}
 
@@ -117,7 +117,7 @@ class PipelineExecutor:
     # ---- compute --------------------------------------------------------------------------------
     def compute(self, op) -> None:
         """Run one Forward, Backward or BackwardWeight, timed into the recorder while it records."""
-        step = {Forward: self.forward, Backward: self.backward, BackwardWeight: self.weight}[type(op)]
+        step = self._steps[type(op)]
         if not self.recording:
             step(op)
             return

@@ -38,8 +38,8 @@ from dataclasses import dataclass
 from typing import Union
 
 from trident.parallel.pipeline.schedules import (COMMUNICATION, COMPUTE, RECVS, Backward, BackwardWeight, Forward,
-                                                 Instruction,
-                                                 RecvActivation, ScheduleError, SendActivation, build_schedule)
+                                                 Instruction, RecvActivation, ScheduleError, SendActivation,
+                                                 build_schedule, require_one_chunk)
 from trident.parallel.pipeline.zero_bubble import ZERO_BUBBLE_SCHEDULES, zb_h1
 
 CONTRACTS = ("batched", "overlapped")
@@ -78,6 +78,12 @@ def consumer(ops: list[Instruction], index: int) -> int:
     raise ScheduleError(f"instruction {index} {op}: nothing after it consumes {wanted}")
 
 
+def check_contract(contract: str) -> None:
+    """Raise ScheduleError unless `contract` is one of CONTRACTS."""
+    if contract not in CONTRACTS:
+        raise ScheduleError(f"unknown pipeline contract {contract!r}; choose one of {', '.join(CONTRACTS)}")
+
+
 def producer(ops: list[Instruction], index: int) -> int:
     """Position of the compute whose tensor the send at `index` carries (the Forward of its
     (micro-batch, chunk) for an activation, the Backward for a gradient)."""
@@ -93,13 +99,10 @@ def schedule_for(name: str, pp: int, num_microbatches: int, virtual_stages: int,
                  contract: str) -> list[list[Instruction]]:
     """The schedule as `contract` runs it (see module docstring: 1F1B overlapped takes slack, and so
     does the zero-bubble ZB-H1, one more micro-batch in flight)."""
-    if contract not in CONTRACTS:
-        raise ScheduleError(f"unknown pipeline contract {contract!r}; choose one of {', '.join(CONTRACTS)}")
+    check_contract(contract)
     slack = OVERLAPPED_EXTRA_WARMUP if contract == "overlapped" else 0
     if name in ZERO_BUBBLE_SCHEDULES:
-        if virtual_stages != 1:
-            raise ScheduleError(f"schedule {name!r} runs one chunk per stage; virtual_stages={virtual_stages} "
-                                f"needs schedule 'interleaved'")
+        require_one_chunk(name, virtual_stages)
         return zb_h1(pp, num_microbatches, extra_inflight=slack)
     extra = slack if name == "1f1b" else 0
     return build_schedule(name, pp, num_microbatches, virtual_stages, extra_warmup=extra)
@@ -108,8 +111,7 @@ def schedule_for(name: str, pp: int, num_microbatches: int, virtual_stages: int,
 def build_plan(ops: list[Instruction], contract: str = "overlapped") -> list[Action]:
     """One stage's instruction list as Post/Wait/Run actions under `contract` (see module docstring).
     Every transfer is posted once and waited for once; every compute is run once, in list order."""
-    if contract not in CONTRACTS:
-        raise ScheduleError(f"unknown pipeline contract {contract!r}; choose one of {', '.join(CONTRACTS)}")
+    check_contract(contract)
     return _batched(ops) if contract == "batched" else _overlapped(ops)
 
 

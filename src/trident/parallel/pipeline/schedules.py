@@ -331,10 +331,15 @@ def build_schedule(name: str, pp: int, num_microbatches: int, virtual_stages: in
         raise ScheduleError(f"unknown pipeline schedule {name!r}; choose one of {', '.join(SCHEDULES)}")
     if name == "interleaved":
         return interleaved_1f1b(pp, num_microbatches, virtual_stages)
+    require_one_chunk(name, virtual_stages)
+    return gpipe(pp, num_microbatches) if name == "gpipe" else one_f_one_b(pp, num_microbatches, extra_warmup)
+
+
+def require_one_chunk(name: str, virtual_stages: int) -> None:
+    """Every schedule but interleaved runs one model chunk per stage."""
     if virtual_stages != 1:
         raise ScheduleError(f"schedule {name!r} runs one chunk per stage; virtual_stages={virtual_stages} "
                             f"needs schedule 'interleaved'")
-    return gpipe(pp, num_microbatches) if name == "gpipe" else one_f_one_b(pp, num_microbatches, extra_warmup)
 
 
 def forward_only(schedule: list[list[Instruction]]) -> list[list[Instruction]]:

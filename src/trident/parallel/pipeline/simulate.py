@@ -4,9 +4,9 @@ discrete-event timeline of the executor's plan (overlap.py: batched or overlappe
 from __future__ import annotations
 
 from trident.parallel.pipeline.overlap import Post, Wait, build_plan
-from trident.parallel.pipeline.schedules import (COMMUNICATION, COMPUTE, COMPUTE_KIND, RECVS, SENDS, Backward, BackwardWeight,
-                                                 Forward, Instruction, RecvActivation, RecvGrad, ScheduleError,
-                                                 SendActivation, SendGrad, is_int, next_virtual_stage,
+from trident.parallel.pipeline.schedules import (COMMUNICATION, COMPUTE, COMPUTE_KIND, RECVS, SENDS, Backward,
+                                                 BackwardWeight, Forward, Instruction, RecvActivation, RecvGrad,
+                                                 ScheduleError, SendActivation, SendGrad, is_int, next_virtual_stage,
                                                  prev_virtual_stage)
 from trident.parallel.pipeline.timeline import Box, Timeline
 
@@ -124,7 +124,7 @@ def simulate(schedule: list[list[Instruction]], forward_time: float = 1.0, backw
     zero-bubble schedule (with BackwardWeight) a Backward takes 1 - weight_fraction of backward_time and
     a BackwardWeight (box kind "weight") the rest.
     backward=False checks a forward-only schedule (see forward_only). `durations` maps
-    (stage, "forward" | "backward", microbatch, chunk) to that box's own time (e.g. its measured
+    (stage, "forward" | "backward" | "weight", microbatch, chunk) to that box's own time (e.g. its measured
     cost, to replay a real step as if every stage had a core of its own); boxes it omits take the
     uniform times. Returns a timeline.Timeline (compute boxes; a `send`/`recv` box per transfer from its post to
     its completion; a `comm` box wherever a stage is blocked in a Wait); raises ScheduleError
@@ -135,10 +135,10 @@ def simulate(schedule: list[list[Instruction]], forward_time: float = 1.0, backw
                                 f" number, got {value!r}")
     m, v = check_schedule(schedule, backward)
     plans = [build_plan(ops, contract) for ops in schedule]
-    backward_time /= v
+    chunk_backward = backward_time / v
     split = any(isinstance(op, BackwardWeight) for ops in schedule for op in ops)
-    times = {Forward: forward_time / v, Backward: backward_time * (1 - weight_fraction if split else 1),
-             BackwardWeight: backward_time * weight_fraction}
+    times = {Forward: forward_time / v, Backward: chunk_backward * (1 - weight_fraction if split else 1),
+             BackwardWeight: chunk_backward * weight_fraction}
     run = _Run(schedule, plans, _match_transfers(schedule, v), times, comm_time, durations or {})
     while any([run.advance(stage) for stage in range(len(schedule))]):
         pass  # each pass moves every stage as far as it can; stop when none can move

@@ -18,7 +18,7 @@ are placed as in 1F1B (pipeline.schedules._emit_one_chunk).
 from __future__ import annotations
 
 from trident.parallel.pipeline.schedules import (Backward, BackwardWeight, Forward, Instruction, ScheduleError,
-                                                 _check_args, _emit_one_chunk, is_int)
+                                                 _check_args, _emit_one_chunk, is_int, theoretical_bubble)
 
 ZERO_BUBBLE_SCHEDULES = ("zb-h1",)
 
@@ -36,6 +36,14 @@ def zero_bubble_theory(pp: int, num_microbatches: int) -> float:
     """ZB-H1's bubble at f = B = W: (pp - 1) / (3 m), idle time over compute as Timeline measures it."""
     _check_args(pp, num_microbatches, 1)
     return (pp - 1) / (3 * num_microbatches)
+
+
+def bubble_theory(schedule: str, pp: int, num_microbatches: int, virtual_stages: int = 1) -> float:
+    """The bubble `schedule`'s theory predicts: zero_bubble_theory for zero-bubble schedules,
+    schedules.theoretical_bubble, (pp - 1) / (m v), for the others."""
+    if schedule in ZERO_BUBBLE_SCHEDULES:
+        return zero_bubble_theory(pp, num_microbatches)
+    return theoretical_bubble(pp, num_microbatches, virtual_stages)
 
 
 def _list_schedule(pp: int, m: int, extra: int) -> list[list[Instruction]]:
