@@ -14,6 +14,7 @@ from trident.parallel.pipeline.schedules import (COMMUNICATION, COMPUTE, RECVS, 
                                                  RecvActivation, RecvGrad, ScheduleError, SendActivation,
                                                  build_schedule, one_f_one_b)
 from trident.parallel.pipeline.simulate import simulate
+from trident.parallel.pipeline.timeline import COMPUTE_KINDS
 
 
 def layouts():
@@ -157,7 +158,7 @@ def _executor_rank(rank, world, schedule, virtual, m, out_dir):
 
 
 def spans_a_compute(recv, boxes) -> bool:
-    return any(b.kind in ("forward", "backward") and recv.start <= b.start and b.end <= recv.end for b in boxes)
+    return any(b.kind in COMPUTE_KINDS and recv.start <= b.start and b.end <= recv.end for b in boxes)
 
 
 def check_executor_follows_plan(results, v):
@@ -175,7 +176,7 @@ def check_executor_follows_plan(results, v):
 
 def post_positions(boxes, stage):
     """Each transfer of `stage` with the number of compute boxes that started before it was posted."""
-    starts = sorted(b.start for b in boxes if b.stage == stage and b.kind in ("forward", "backward"))
+    starts = sorted(b.start for b in boxes if b.stage == stage and b.kind in COMPUTE_KINDS)
     return sorted((b.kind, b.microbatch, b.chunk, bisect_left(starts, b.start)) for b in boxes
                   if b.stage == stage and b.kind in ("send", "recv"))
 
@@ -207,7 +208,7 @@ def check_overlap_is_visible(results):
 
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("pp,schedule,virtual,m", [(2, "1f1b", 1, 4), (2, "1f1b", 1, 5), (2, "interleaved", 2, 4),
-                                                   (4, "interleaved", 2, 4)])
+                                                   (4, "interleaved", 2, 4), (2, "zb-h1", 1, 4)])
 def test_executor_performs_the_plan_with_receives_in_flight_during_compute(pp, schedule, virtual, m, tmp_path):
     results = run_distributed(_executor_rank, pp, schedule, virtual, m, str(tmp_path), timeout=80)
     check_executor_follows_plan(results, virtual)

@@ -190,9 +190,7 @@ def _emit_one_chunk(pp: int, stage: int, order: list[Instruction]) -> list[Instr
     a send followed by the next receive forms one batch (Megatron's send_forward_recv_backward)."""
     out: list[Instruction] = []
     for op in order:
-        if isinstance(op, BackwardWeight):  # local: no transfer
-            out.append(op)
-        elif isinstance(op, Forward):
+        if isinstance(op, Forward):
             if stage > 0:
                 out.append(RecvActivation(op.microbatch, 0, stage - 1))
             out.append(op)

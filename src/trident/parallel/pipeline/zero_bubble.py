@@ -12,13 +12,23 @@ The order of each stage's list is found once, by a list-scheduling pass under un
 input is there and fewer than `pp - s + extra_inflight` micro-batches hold activations (counted
 until their BackwardWeight: the deferred weight gradients keep the linear layers' inputs), else its
 oldest pending BackwardWeight. With extra_inflight = 1 (as overlapped 1F1B's slack) that reaches the
-bound above; with 0 the memory is exactly 1F1B's and the bubble lies between the two. Transfers
-are placed as in 1F1B (pipeline.schedules._emit_one_chunk).
+bound above; with 0 the memory is exactly 1F1B's and the bubble lies between the two.
+
+Transfers are placed by the times of that same pass, so that batched exchanges (NCCL: each run of
+transfers posted and waited for together, a send done only when its receive is posted) pair up: a
+send goes right after the compute that produces it (at unit time t), and its receive into the
+peer's list at the gap that spans t (between the peer's compute ending at or before t and the one
+starting at or after it), so both sides post it at the same moment of the step. Placed right
+before the consumer instead (1F1B's rule), a send waited on until the peer had finished whatever
+weight gradients came first, and batched ZB-H1 was 4-16% slower than 1F1B in the simulator; paired,
+it is faster than 1F1B at every pp <= 8, m <= 16 tested. The overlapped contract posts each send
+after its producer and each receive one compute before its place anyway, so it runs as before.
 """
 from __future__ import annotations
 
-from trident.parallel.pipeline.schedules import (Backward, BackwardWeight, Forward, Instruction, ScheduleError,
-                                                 _check_args, _emit_one_chunk, is_int, theoretical_bubble)
+from trident.parallel.pipeline.schedules import (Backward, BackwardWeight, Forward, Instruction, RecvActivation,
+                                                 RecvGrad, ScheduleError, SendActivation, SendGrad, _check_args,
+                                                 is_int, theoretical_bubble)
 
 ZERO_BUBBLE_SCHEDULES = ("zb-h1",)
 
@@ -28,8 +38,8 @@ def zb_h1(pp: int, num_microbatches: int, extra_inflight: int = 1) -> list[list[
     _check_args(pp, num_microbatches, 1)
     if not is_int(extra_inflight) or extra_inflight < 0:
         raise ScheduleError(f"extra_inflight must be a non-negative integer, got {extra_inflight!r}")
-    orders = _list_schedule(pp, num_microbatches, extra_inflight)
-    return [_emit_one_chunk(pp, s, orders[s]) for s in range(pp)]
+    orders, spans = _list_schedule(pp, num_microbatches, extra_inflight)
+    return _emit_paired(orders, spans)
 
 
 def zero_bubble_theory(pp: int, num_microbatches: int) -> float:
@@ -46,12 +56,14 @@ def bubble_theory(schedule: str, pp: int, num_microbatches: int, virtual_stages:
     return theoretical_bubble(pp, num_microbatches, virtual_stages)
 
 
-def _list_schedule(pp: int, m: int, extra: int) -> list[list[Instruction]]:
-    """Each stage's compute order from an event-driven pass under unit costs (ties: earliest stage)."""
+def _list_schedule(pp: int, m: int, extra: int) -> tuple[list[list[Instruction]], list[list[tuple]]]:
+    """Each stage's compute order from an event-driven pass under unit costs (ties: earliest stage),
+    with each compute's (start, end) in that pass."""
     done: dict[tuple, float] = {}  # (stage, kind, microbatch) -> end time
     clock = [0.0] * pp
     forwards, backwards, weights = [0] * pp, [0] * pp, [0] * pp
     orders: list[list[Instruction]] = [[] for _ in range(pp)]
+    spans: list[list[tuple]] = [[] for _ in range(pp)]
     for _ in range(3 * m * pp):
         best = None
         for s in range(pp):
@@ -64,9 +76,44 @@ def _list_schedule(pp: int, m: int, extra: int) -> list[list[Instruction]]:
         clock[s] = start + 1.0
         done[(s, kind, mb)] = clock[s]
         orders[s].append({"F": Forward, "B": Backward, "W": BackwardWeight}[kind](mb, 0))
+        spans[s].append((start, clock[s]))
         counters = {"F": forwards, "B": backwards, "W": weights}[kind]
         counters[s] += 1
-    return orders
+    return orders, spans
+
+
+def _emit_paired(orders: list[list[Instruction]], spans: list[list[tuple]]) -> list[list[Instruction]]:
+    """The lists with transfers placed by time (module docstring): a send right after its producer,
+    its receive at the peer's gap spanning the send's time; within a gap, in time order, sends first."""
+    pp = len(orders)
+    gaps: list[list[list]] = [[[] for _ in range(len(order) + 1)] for order in orders]  # gap g: before compute g
+    for s in range(pp):
+        for k, op in enumerate(orders[s]):
+            peer = s + 1 if isinstance(op, Forward) else s - 1
+            if isinstance(op, BackwardWeight) or not 0 <= peer < pp:
+                continue  # weight gradients stay local; the ends of the pipeline send nothing further
+            send, recv = (SendActivation, RecvActivation) if isinstance(op, Forward) else (SendGrad, RecvGrad)
+            time = spans[s][k][1]
+            gaps[s][k + 1].append((time, 0, send(op.microbatch, 0, peer)))
+            gaps[peer][_gap_spanning(spans[peer], time)].append((time, 1, recv(op.microbatch, 0, s)))
+    out = []
+    for s in range(pp):
+        ops: list[Instruction] = []
+        for g, placed in enumerate(gaps[s]):
+            ops += [instruction for _, _, instruction in sorted(placed, key=lambda item: item[:2])]
+            ops += orders[s][g:g + 1]
+        out.append(ops)
+    return out
+
+
+def _gap_spanning(spans: list[tuple], time: float) -> int:
+    """The gap g (before compute g; len(spans): after the last) with end of g-1 <= time <= start of g."""
+    for g in range(len(spans) + 1):
+        after = spans[g - 1][1] if g else 0.0
+        before = spans[g][0] if g < len(spans) else float("inf")
+        if after <= time <= before:
+            return g
+    raise ScheduleError(f"no gap of this stage spans time {time}: a compute overlaps it")
 
 
 def _next_op(s, pp, m, extra, now, done, forwards, backwards, weights):
