@@ -31,7 +31,7 @@ makespan) of each schedule with overlapped messages: transfers in flight drawn u
 compute boxes.
 
     python benchmarks/pipeline.py [--quick] [--rounds N] [--img-dir docs/img] [--no-memory] [--layers 8] [--no-pin]
-                                  [--schedules 1f1b,interleaved,zb-h1]
+                                  [--schedules 1f1b,interleaved,zb-h1,zb-h2]
 """
 from __future__ import annotations
 
@@ -294,7 +294,7 @@ def main() -> int:
     parser.add_argument("--layers", type=int, default=8, help="transformer layers (default 8; the issue's model: 4)")
     parser.add_argument("--no-pin", action="store_true", help="let the kernel place the two ranks (default: a core each)")
     parser.add_argument("--schedules", default="1f1b,interleaved",
-                        help="comma-separated, of 1f1b, interleaved, zb-h1; 1f1b is the baseline")
+                        help="comma-separated, of 1f1b, interleaved, zb-h1, zb-h2; 1f1b is the baseline")
     args = parser.parse_args()
     model = QUICK_MODEL if args.quick else model_overrides(args.layers)
     schedules = ["1f1b"] + [name for name in args.schedules.split(",") if name != "1f1b"]

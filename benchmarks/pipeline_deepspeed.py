@@ -1,6 +1,9 @@
 """trident's pipeline beside DeepSpeed's pipeline engine on this CPU: step time of trident 1F1B,
-trident interleaved 1F1B (v=2) and DeepSpeed's PipelineEngine (1F1B) on the same model, at pp2 and
-at pp2 x dp2 with ZeRO-1, and DeepSpeed's time over trident's (> 1: trident is faster).
+trident interleaved 1F1B (v=2), trident's zero-bubble ZB-H1 and ZB-H2 and DeepSpeed's PipelineEngine
+(1F1B) on the same model, at pp2 and at pp2 x dp2 with ZeRO-1, and DeepSpeed's time over trident's
+(> 1: trident is faster). Beside each, the activation sets each stage holds at its peak (trident:
+pipeline.schedules.peak_inflight of the list gloo runs, interleaved in whole-stage units; DeepSpeed:
+its TrainSchedule's num_pipe_buffers): the schedules that fill more of the bubble hold more.
 
 The model is one GPT (4 layers x 256 hidden, 8 heads, seq 256, vocab 1024, fp32, no dropout), built
 by trident's own code: DeepSpeed's PipelineModule gets trident's embedding, blocks and final norm as
@@ -43,8 +46,10 @@ MODEL = ["model.num_layers=4", "model.hidden_size=256", "model.num_heads=8", "mo
          "train.lr=1e-4", "train.weight_decay=0.01"]
 GLOBAL_BATCH, MICRO_BATCHES = 16, 4
 LAYOUTS = {"pp2": (2, 1), "pp2xdp2": (2, 2)}  # name -> (pp, dp); ZeRO-1 whenever dp > 1
-SYSTEMS = ("trident 1F1B", "trident interleaved", "trident zero-bubble", "DeepSpeed")
-TRIDENT = SYSTEMS[:3]  # trident's schedules: its best is the one compared with DeepSpeed
+SCHEDULES = {"trident 1F1B": "1f1b", "trident interleaved": "interleaved", "trident ZB-H1": "zb-h1",
+             "trident ZB-H2": "zb-h2"}
+SYSTEMS = (*SCHEDULES, "DeepSpeed")
+TRIDENT = tuple(SCHEDULES)  # trident's schedules: its best is the one compared with DeepSpeed
 NO_OVERLAP = "trident 1F1B, DP reduction after the pipeline"  # with dp > 1: what the overlap gains
 
 
@@ -165,10 +170,8 @@ def _worker(rank, world, pp, dp, rounds, steps):
 
     config = make_config("demo", MODEL)
     batches = _batches(config, dp, rank // pp)  # trident: rank = dp_rank * pp + stage
-    systems = {"trident 1F1B": trident_step(pp, dp, "1f1b", batches),
-               "trident interleaved": trident_step(pp, dp, "interleaved", batches),
-               "trident zero-bubble": trident_step(pp, dp, "zb-h1", batches),
-               "DeepSpeed": deepspeed_step(config, pp, dp, _batches(config, dp, rank % dp))}  # stage * dp + dp_rank
+    systems = {name: trident_step(pp, dp, schedule, batches) for name, schedule in SCHEDULES.items()}
+    systems["DeepSpeed"] = deepspeed_step(config, pp, dp, _batches(config, dp, rank % dp))  # stage * dp + dp_rank
     if dp > 1:
         systems[NO_OVERLAP] = trident_step(pp, dp, "1f1b", batches, overlap=False)
     # warm-up step; the same weights and data give the same loss, and the same update the same next one
@@ -184,6 +187,21 @@ def _worker(rank, world, pp, dp, rounds, steps):
             losses[name].append(loss)
     dist.barrier()
     return times, cpu, {name: values[:2] for name, values in losses.items()}
+
+
+def activation_sets(pp: int) -> dict[str, list[float]]:
+    """Per system, the activation sets (whole-stage micro-batches) each stage holds at its peak."""
+    from deepspeed.runtime.pipe.schedule import TrainSchedule
+
+    from trident.parallel.pipeline.overlap import schedule_for
+    from trident.parallel.pipeline.schedules import peak_inflight
+
+    sets = {}
+    for name, schedule in SCHEDULES.items():
+        v = 2 if schedule == "interleaved" else 1
+        sets[name] = [peak / v for peak in peak_inflight(schedule_for(schedule, pp, MICRO_BATCHES, v, "overlapped"))]
+    sets["DeepSpeed"] = [float(TrainSchedule(MICRO_BATCHES, pp, s).num_pipe_buffers()) for s in range(pp)]
+    return sets
 
 
 def measure(layout: str, rounds: int, steps: int) -> dict:
@@ -204,7 +222,7 @@ def measure(layout: str, rounds: int, steps: int) -> dict:
             "cpu_s_per_step": cpu, "deepspeed_over_cpu": {name: cpu["DeepSpeed"] / cpu[name] for name in cpu},
             "deepspeed_over": {name: best["DeepSpeed"] / best[name] for name in TRIDENT},
             "deepspeed_over_best_trident": best["DeepSpeed"] / trident_best, "deepspeed_over_per_round_median": paired,
-            "load_before": before, "load_after": load_average()}
+            "activation_sets": activation_sets(pp), "load_before": before, "load_after": load_average()}
 
 
 def main() -> int:
@@ -223,6 +241,7 @@ def main() -> int:
                          " / ".join(f"{t:.2f}" for t in result["rounds_s"][name]), f"{ratio:.3f}x",
                          f"{result['deepspeed_over_per_round_median'][name]:.3f}x",
                          f"{result['cpu_s_per_step'][name]:.3f} ({result['deepspeed_over_cpu'][name]:.3f}x)",
+                         " / ".join(f"{n:g}" for n in result["activation_sets"].get(name, [])) or "as 1F1B",
                          " / ".join(f"{loss:.5f}" for loss in result["losses_steps_1_2"][name]),
                          f"{result['load_before']['load_1m']} -> {result['load_after']['load_1m']}"])
         print(f"{layout}: {result['processes']} processes on {result['cpus']} cores; DeepSpeed / best trident = "
@@ -230,7 +249,7 @@ def main() -> int:
     print_table(f"Step time (s): {args.rounds} interleaved rounds of median-of-{args.steps} steps; speed-up = "
                 "DeepSpeed's time / this system's (best: best rounds; median of rounds: ratio within each round)",
                 ["layout", "system", "best s", "rounds s", "speed-up (best)", "speed-up (median of rounds)",
-                 "CPU s/step, all ranks (DeepSpeed / this)",
+                 "CPU s/step, all ranks (DeepSpeed / this)", "activation sets per stage",
                  "loss steps 1 / 2", "load 1m"], rows)
     emit_json("pipeline_deepspeed", {"model": MODEL, "global_batch": GLOBAL_BATCH, "micro_batches": MICRO_BATCHES,
                                      "rounds": args.rounds, "steps": args.steps, "results": results})

@@ -40,7 +40,8 @@ def _stage_times(timeline, stage):
 
 
 @pytest.mark.timeout(150)
-@pytest.mark.parametrize("schedule,zero", [("1f1b", 0), ("1f1b", 1), ("interleaved", 1), ("zb-h1", 1)])
+@pytest.mark.parametrize("schedule,zero", [("1f1b", 0), ("1f1b", 1), ("interleaved", 1), ("zb-h1", 1),
+                                           ("zb-h2", 1)])
 def test_pp2_dp2_reduction_overlaps_the_drain_with_identical_results(schedule, zero, tmp_path):
     from trident.parallel.pipeline.timeline import Timeline
 

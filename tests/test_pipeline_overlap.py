@@ -208,7 +208,8 @@ def check_overlap_is_visible(results):
 
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("pp,schedule,virtual,m", [(2, "1f1b", 1, 4), (2, "1f1b", 1, 5), (2, "interleaved", 2, 4),
-                                                   (4, "interleaved", 2, 4), (2, "zb-h1", 1, 4)])
+                                                   (4, "interleaved", 2, 4), (2, "zb-h1", 1, 4),
+                                                   (2, "zb-h2", 1, 4)])
 def test_executor_performs_the_plan_with_receives_in_flight_during_compute(pp, schedule, virtual, m, tmp_path):
     results = run_distributed(_executor_rank, pp, schedule, virtual, m, str(tmp_path), timeout=80)
     check_executor_follows_plan(results, virtual)

@@ -79,7 +79,7 @@ def assert_matches(results, reference):
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("pp,schedule,virtual", [(2, "1f1b", 1), (2, "gpipe", 1), (4, "1f1b", 1),
                                                  (4, "gpipe", 1), (2, "interleaved", 2), (2, "zb-h1", 1),
-                                                 (4, "zb-h1", 1)])
+                                                 (4, "zb-h1", 1), (2, "zb-h2", 1), (4, "zb-h2", 1)])
 def test_pipeline_matches_single_process(pp, schedule, virtual, reference, tmp_path):
     overrides = [f"parallel.pp={pp}", f"parallel.schedule={schedule}", f"parallel.virtual_stages={virtual}"]
     assert_matches(run_distributed(_rank, pp, overrides, str(tmp_path)), reference)

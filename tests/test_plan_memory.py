@@ -4,7 +4,8 @@ from dataclasses import replace
 import pytest
 
 from trident.config import load_config
-from trident.parallel.pipeline.schedules import build_schedule, peak_inflight
+from trident.parallel.pipeline.overlap import schedule_for
+from trident.parallel.pipeline.schedules import peak_inflight
 from trident.plan.memory import (Layout, in_flight, layer_activation_bytes, layer_params, memory_per_gpu,
                                  stage_layers, stage_params)
 
@@ -84,10 +85,11 @@ def test_korthikanti_formula_with_dropout_in_bf16():
 
 
 @pytest.mark.parametrize("schedule,pp,micro,v", [("1f1b", 4, 8, 1), ("1f1b", 4, 2, 1), ("gpipe", 3, 5, 1),
-                                                  ("interleaved", 4, 8, 2), ("interleaved", 2, 4, 3)])
+                                                  ("interleaved", 4, 8, 2), ("interleaved", 2, 4, 3),
+                                                  ("zb-h1", 4, 8, 1), ("zb-h2", 4, 8, 1), ("zb-h2", 4, 3, 1)])
 def test_in_flight_matches_the_real_schedule(schedule, pp, micro, v):
     layout = Layout(tp=1, pp=pp, dp=1, micro_batch=1, virtual_stages=v, schedule=schedule)
-    peaks = peak_inflight(build_schedule(schedule, pp, micro, v))
+    peaks = peak_inflight(schedule_for(schedule, pp, micro, v, "batched"))  # the lists NCCL runs
     for stage in range(pp):
         assert in_flight(layout, stage, micro) == pytest.approx(peaks[stage] / v)
 

@@ -59,7 +59,7 @@ class ParallelConfig:
     pp: int = 1
     dp: int = 0  # 0: world_size / (tp * pp)
     virtual_stages: int = 1
-    schedule: str = "1f1b"  # gpipe | 1f1b | interleaved | zb-h1
+    schedule: str = "1f1b"  # gpipe | 1f1b | interleaved | zb-h1 | zb-h2
     zero_stage: int = 0
     sequence_parallel: bool = False
     bucket_size_mb: float = 25.0
@@ -146,7 +146,7 @@ class Config:
 
 CHOICES = {
     "model.activation": ("gelu", "gelu_tanh"),
-    "parallel.schedule": ("gpipe", "1f1b", "interleaved", "zb-h1"),
+    "parallel.schedule": ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2"),
     "parallel.zero_stage": (0, 1),
     "parallel.backend": ("auto", "gloo", "nccl"),
     "train.precision": ("fp32", "bf16", "fp16"),
@@ -343,9 +343,9 @@ def validate(config: Config, world_size: int | None = None) -> None:
     if p.virtual_stages > 1:
         _require(p.schedule == "interleaved", "parallel.schedule", "virtual_stages > 1 needs schedule=interleaved")
         _require(p.pp >= 2, "parallel.virtual_stages", "interleaving (virtual_stages > 1) needs pp >= 2")
-    if p.schedule == "zb-h1":  # its deferred weight gradients live outside a recomputed forward
+    if p.schedule in ("zb-h1", "zb-h2"):  # its deferred weight gradients live outside a recomputed forward
         _require(config.train.activation_checkpointing != "full", "train.activation_checkpointing",
-                 "schedule=zb-h1 defers weight gradients past the backward; use none or selective")
+                 f"schedule={p.schedule} defers weight gradients past the backward; use none or selective")
     if p.sequence_parallel:
         _require(m.seq_length % p.tp == 0, "parallel.sequence_parallel",
                  f"model.seq_length={m.seq_length} must be divisible by tp={p.tp}")

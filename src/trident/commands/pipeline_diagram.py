@@ -23,6 +23,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="time of one micro-batch forward through a whole stage (default 1)")
     parser.add_argument("--backward-time", type=float, default=2.0,
                         help="time of one micro-batch backward through a whole stage (default 2)")
+    parser.add_argument("--weight-fraction", type=float, default=0.5,
+                        help="share of the backward a zero-bubble schedule defers to BackwardWeight (default 0.5)")
     parser.add_argument("--comm-time", type=float, default=0.0, help="time of one transfer (default 0)")
     parser.add_argument("--messages", choices=CONTRACTS, default="overlapped",
                         help="overlapped (gloo's default) or batched (NCCL's) pipeline messages (default overlapped)")
@@ -42,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             schedule = schedule_for(args.schedule, args.pp, args.micro_batches, args.virtual_stages, args.messages)
             timeline = simulate(schedule, args.forward_time, args.backward_time, args.comm_time, name=args.schedule,
-                                contract=args.messages)
+                                contract=args.messages, weight_fraction=args.weight_fraction)
             peaks = peak_inflight(schedule)
     except (ScheduleError, ValueError, OSError) as err:
         print(f"error: {err}")

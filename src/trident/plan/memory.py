@@ -172,14 +172,17 @@ def layer_activation_bytes(config: Config, layout: Layout, mode: str, flash_atte
 def in_flight(layout: Layout, stage: int, micro: int) -> float:
     """Micro-batches whose activations stage `stage` holds at the peak, counted in whole-stage units.
 
-    gpipe: all of them; 1F1B: pp - stage (Narayanan et al. 2021); interleaved 1F1B: Megatron's warm-up
-    (pp - stage - 1) * 2 + (v - 1) * pp chunk-micro-batches plus the one in flight, each 1/v of the stage.
-    These are the schedules NCCL runs (batched exchanges); on gloo, overlapped 1F1B holds one more on
-    every stage but the last (pipeline.overlap.schedule_for).
+    gpipe: all of them; 1F1B and ZB-H1: pp - stage (Narayanan et al. 2021); ZB-H2: 2 pp - 1 - stage
+    (pipeline.zero_bubble); interleaved 1F1B: Megatron's warm-up (pp - stage - 1) * 2 + (v - 1) * pp
+    chunk-micro-batches plus the one in flight, each 1/v of the stage. These are the schedules NCCL
+    runs (batched exchanges); on gloo, overlapped 1F1B and the zero-bubble schedules hold one more
+    (1F1B: on every stage but the last; pipeline.overlap.schedule_for).
     """
     pp, v = layout.pp, layout.virtual_stages
     if layout.schedule == "gpipe":
         return float(micro)
+    if layout.schedule == "zb-h2":
+        return float(min(2 * pp - 1 - stage, micro))
     if v > 1:
         chunks = min((pp - stage - 1) * 2 + (v - 1) * pp + 1, micro * v)
         return chunks / v

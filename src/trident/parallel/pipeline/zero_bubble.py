@@ -1,18 +1,22 @@
-"""Zero-bubble pipeline schedule ZB-H1 (Qi et al. 2023, "Zero Bubble Pipeline Parallelism").
+"""Zero-bubble pipeline schedules ZB-H1 and ZB-H2 (Qi et al. 2023, "Zero Bubble Pipeline Parallelism").
 
 Each backward is split in two: `Backward` computes the input gradient (and the small parameters'),
 which the previous stage waits for, and `BackwardWeight` the linear layers' weight gradients, which
-nothing waits for, so they fill the time 1F1B leaves idle in its drain. With forward f, input
-gradient B and weight gradient W per micro-batch and stage, the step takes
-m (f + B + W) + (pp - 1)(f + B - W) instead of 1F1B's (m + pp - 1)(f + B + W): at B = W = f the
-bubble is (pp - 1) / (3 m) instead of (pp - 1) / m.
+nothing waits for, so they fill the time 1F1B leaves idle. With forward f, input gradient B and
+weight gradient W per micro-batch and stage, 1F1B takes (m + pp - 1)(f + B + W); ZB-H1, at 1F1B's
+memory plus the overlapped contract's slack, m (f + B + W) + (pp - 1)(f + B - W); ZB-H2, holding
+pp - 1 micro-batches more on every stage, m (f + B + W) + (pp - 1) f for m >= pp (only the fill of
+the first forwards is left). At f = B = W both are a bubble of (pp - 1) / (3 m) instead of
+(pp - 1) / m; with this CPU's f : B : W = 55 : 75 : 36 ms the simulator gives ZB-H1 1.095x and ZB-H2
+1.15x over 1F1B at pp 2, m 4.
 
 The order of each stage's list is found once, by a list-scheduling pass under unit costs (f = B = W
 = 1, free messages): a stage runs a Backward when its gradient is there, else a Forward when its
 input is there and fewer than `pp - s + extra_inflight` micro-batches hold activations (counted
 until their BackwardWeight: the deferred weight gradients keep the linear layers' inputs), else its
-oldest pending BackwardWeight. With extra_inflight = 1 (as overlapped 1F1B's slack) that reaches the
-bound above; with 0 the memory is exactly 1F1B's and the bubble lies between the two.
+oldest pending BackwardWeight. ZB-H1 is extra_inflight = the contract's slack (overlapped 1, as
+1F1B's; batched 0: exactly 1F1B's memory); it reaches its bound at pp = 2. ZB-H2 is pp - 1 more
+(stage 0 holds 2 pp - 1 + slack, the paper's H2 peak); it reaches its bound at every pp and m >= pp.
 
 Transfers are placed by the times of that same pass, so that batched exchanges (NCCL: each run of
 transfers posted and waited for together, a send done only when its receive is posted) pair up: a
@@ -21,8 +25,13 @@ peer's list at the gap that spans t (between the peer's compute ending at or bef
 starting at or after it), so both sides post it at the same moment of the step. Placed right
 before the consumer instead (1F1B's rule), a send waited on until the peer had finished whatever
 weight gradients came first, and batched ZB-H1 was 4-16% slower than 1F1B in the simulator; paired,
-it is faster than 1F1B at every pp <= 8, m <= 16 tested. The overlapped contract posts each send
-after its producer and each receive one compute before its place anyway, so it runs as before.
+it is faster than 1F1B at every pp in (2, 4, 8) and m in (pp, 2 pp, 16) tested. With unit costs no
+batched exchange waits for its peer, so both schedules reach their bounds batched too; with uneven
+costs the moments drift apart, which ZB-H2's fuller steady state cannot absorb over long steps:
+batched, at 55 : 75 : 36, ZB-H2 is 1.04x 1F1B at pp 2, m 4 and 0.92x at m 8 (overlapped: 1.15x and
+1.08x); at 1 : 1.1 : 0.9 it is 1.03-1.19x for pp 2-8, m 2pp-4pp. On NCCL with uneven costs, ZB-H1.
+The overlapped contract posts each send after its producer and each receive one compute before
+its place anyway.
 """
 from __future__ import annotations
 
@@ -30,11 +39,19 @@ from trident.parallel.pipeline.schedules import (Backward, BackwardWeight, Forwa
                                                  RecvGrad, ScheduleError, SendActivation, SendGrad, _check_args,
                                                  is_int, theoretical_bubble)
 
-ZERO_BUBBLE_SCHEDULES = ("zb-h1",)
+ZERO_BUBBLE_SCHEDULES = ("zb-h1", "zb-h2")
+
+
+def zero_bubble(name: str, pp: int, num_microbatches: int, slack: int) -> list[list[Instruction]]:
+    """The lists of zero-bubble schedule `name` with `slack` (the contract's) micro-batches in flight
+    beyond its memory: ZB-H1 pp - s on stage s, ZB-H2 2 pp - 1 - s."""
+    if name not in ZERO_BUBBLE_SCHEDULES:
+        raise ScheduleError(f"unknown zero-bubble schedule {name!r}; choose one of {', '.join(ZERO_BUBBLE_SCHEDULES)}")
+    return zb_h1(pp, num_microbatches, slack + (pp - 1 if name == "zb-h2" else 0))
 
 
 def zb_h1(pp: int, num_microbatches: int, extra_inflight: int = 1) -> list[list[Instruction]]:
-    """ZB-H1's instruction lists (see module docstring)."""
+    """The instruction lists of the list-scheduling pass with `extra_inflight` (see module docstring)."""
     _check_args(pp, num_microbatches, 1)
     if not is_int(extra_inflight) or extra_inflight < 0:
         raise ScheduleError(f"extra_inflight must be a non-negative integer, got {extra_inflight!r}")
@@ -43,7 +60,8 @@ def zb_h1(pp: int, num_microbatches: int, extra_inflight: int = 1) -> list[list[
 
 
 def zero_bubble_theory(pp: int, num_microbatches: int) -> float:
-    """ZB-H1's bubble at f = B = W: (pp - 1) / (3 m), idle time over compute as Timeline measures it."""
+    """The zero-bubble bound's bubble at f = B = W: (pp - 1) / (3 m), idle time over compute as
+    Timeline measures it (ZB-H1 reaches it at pp = 2, ZB-H2 at every pp for m >= pp)."""
     _check_args(pp, num_microbatches, 1)
     return (pp - 1) / (3 * num_microbatches)
 
@@ -107,13 +125,9 @@ def _emit_paired(orders: list[list[Instruction]], spans: list[list[tuple]]) -> l
 
 
 def _gap_spanning(spans: list[tuple], time: float) -> int:
-    """The gap g (before compute g; len(spans): after the last) with end of g-1 <= time <= start of g."""
-    for g in range(len(spans) + 1):
-        after = spans[g - 1][1] if g else 0.0
-        before = spans[g][0] if g < len(spans) else float("inf")
-        if after <= time <= before:
-            return g
-    raise ScheduleError(f"no gap of this stage spans time {time}: a compute overlaps it")
+    """The first gap g (before compute g; len(spans): after the last) the stage is in at or after
+    `time`: the one spanning it, or the one right after the compute running then."""
+    return next(g for g, (start, _) in enumerate(spans + [(float("inf"), None)]) if start >= time)
 
 
 def _next_op(s, pp, m, extra, now, done, forwards, backwards, weights):
