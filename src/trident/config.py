@@ -103,6 +103,7 @@ class TrainConfig:
     compile: bool = False
     peak_tflops: float = 0.0  # 0: known GPU default, or measured matmul peak on CPU
     threads: int = 0  # torch intra-op threads per process; 0: leave torch's default
+    malloc_keep_freed: bool = True  # CPU runs on glibc: reuse freed memory, no page faults each step (train/allocator.py)
     loss_scale_initial: float = 2.0**16
     loss_scale_growth_interval: int = 1000
     loss_scale_backoff: float = 0.5
