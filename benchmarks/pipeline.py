@@ -115,8 +115,10 @@ class _Held:
 def _layouts_worker(rank, world, model, rounds, out_dir, schedules):
     """Every layout as its own Trainer in these processes; `rounds` recorded steps of each, interleaved."""
     from trident.parallel.pipeline.timeline import Timeline
+    from trident.train.allocator import keep_freed_memory
     from trident.train.trainer import Trainer
 
+    keep_freed_memory()  # before any model, as `trident train` does (the trainers would apply it later)
     trainers = {}
     for schedule, m, contract in layout_keys(schedules):
         config = make_config("demo", overrides_for(model, PP, schedule, m) + ["logging.record_timeline=true"])

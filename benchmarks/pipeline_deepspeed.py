@@ -20,6 +20,8 @@ system rotates). Three figures per system: DeepSpeed's best round over the syste
 median over rounds of the ratio within a round (systems timed next to each other see the same load
 from other jobs); and the CPU seconds a step costs all ranks together (each rank's median over rounds), the work each
 engine does, which the load disturbs much less than the wall time.
+Each process keeps freed memory for reuse from its start (train.malloc_keep_freed, as `trident
+train` applies it), which DeepSpeed's engine in the same process shares.
 Where there is a core a rank (pp2 here) each rank is pinned to its own core; pp2 x dp2 is 4
 processes on however many cores there are (2 here): time-shared, unpinned.
 
@@ -167,6 +169,10 @@ def _batches(config, dp: int, dp_rank: int) -> list:
 
 def _worker(rank, world, pp, dp, rounds, steps):
     import torch.distributed as dist
+
+    from trident.train.allocator import keep_freed_memory
+
+    keep_freed_memory()  # before any model, as `trident train` does; DeepSpeed, in these processes, gets it too
 
     config = make_config("demo", MODEL)
     batches = _batches(config, dp, rank // pp)  # trident: rank = dp_rank * pp + stage

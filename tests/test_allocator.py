@@ -37,7 +37,7 @@ step()
 default = step()
 line = keep_freed_memory()
 step(), step()  # the heap grows to the step's size once
-kept = step()
+kept = [step() for _ in range(5)]
 print(json.dumps({"default": default, "kept": kept, "line": line}))
 """
 
@@ -51,8 +51,8 @@ def test_freed_memory_is_reused_instead_of_faulted_in_again():
     got = json.loads(out.strip().splitlines()[-1])
     default, kept = got["default"], got["kept"]
     assert default["mmapped_mib"] >= 80 and default["faults"] > 20000  # every page faulted in, every step
-    assert kept["mmapped_mib"] == 0 and kept["trimmed_mib"] == 0  # the heap serves it and keeps it ...
-    assert kept["faults"] < 500  # ... so the next step reuses the last step's pages
+    assert all(k["mmapped_mib"] == 0 and k["trimmed_mib"] == 0 for k in kept)  # the heap serves and keeps it
+    assert sorted(k["faults"] for k in kept)[2] < 500  # so a step reuses the last step's pages (median of 5)
     assert got["line"].startswith("malloc: freed memory kept for reuse")
 
 
@@ -66,3 +66,12 @@ def test_trainer_applies_it_on_cpu_unless_told_not_to(tmp_path):
         Trainer(config, tmp_path / str(keep), datasets=(RandomTokens(config.model.seq_length), None),
                 vocab_size=VOCAB, log=lambda *a, **k: lines.append(" ".join(map(str, a))))
         assert any(line.startswith("malloc:") for line in lines) == keep
+
+
+def test_only_cpu_runs_keep_freed_memory():
+    import torch
+
+    from trident.train.allocator import wanted
+
+    assert wanted(True, "cpu") and not wanted(False, "cpu") and not wanted(True, "cuda")
+    assert wanted(True, "auto") == (not torch.cuda.is_available())

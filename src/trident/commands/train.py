@@ -48,6 +48,10 @@ def run(args) -> int:
     from trident.parallel.token_ids import TokenOutOfRange
     from trident.train.trainer import RankFailure, Trainer, TrainError
 
+    from trident.train import allocator
+
+    if allocator.wanted(config.train.malloc_keep_freed, config.train.device):
+        allocator.keep_freed_memory()  # first: set after the process group and model, it gains less (measured)
     init_distributed(config.parallel.backend, config.parallel.timeout_s)
     try:
         trainer = Trainer(config, args.out)

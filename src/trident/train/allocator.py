@@ -7,7 +7,10 @@ kernel, every step. Setting the mmap threshold to its maximum (32 MiB on 64-bit)
 threshold to 1 GiB keeps that memory in the heap for reuse (GLIBC_TUNABLES' mmap_threshold and
 trim_threshold, applied at run time). Measured by benchmarks/allocator.py on one pipeline stage of
 the pp-2 benchmarks: ~7,500 minor page faults a step down to 0 and 3-4% less CPU a step, in 1F1B's
-order and in ZB-H2's. The cost: the process keeps its peak heap instead of shrinking between steps.
+order and in ZB-H2's. Applied as early as the process can (`trident train` does it before the
+process group and the model exist): set after them, the same setting left ZB-H2's CPU per step
+3-4% above DeepSpeed's in the same processes, against 1.5% when set first (docs/pipeline.md).
+The cost: the process keeps its peak heap instead of shrinking between steps.
 """
 from __future__ import annotations
 
@@ -18,6 +21,14 @@ import platform
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's <malloc.h>
 MMAP_THRESHOLD_MAX = 32 * 2**20  # glibc's DEFAULT_MMAP_THRESHOLD_MAX on 64-bit: larger values are refused
 TRIM_THRESHOLD = 2**30  # mallopt takes a C int: 4 GiB would wrap to 0 and trim on every free
+
+
+def wanted(keep: bool, device: str) -> bool:
+    """Whether a run with train.malloc_keep_freed=`keep` on train.device=`device` keeps freed memory:
+    CPU runs only (on GPUs the activations live in CUDA's caching allocator)."""
+    import torch
+
+    return keep and (device == "cpu" or (device == "auto" and not torch.cuda.is_available()))
 
 
 def keep_freed_memory() -> str:

@@ -30,7 +30,7 @@ from trident.parallel.precision import Precision
 from trident.parallel.sharding import full_shape
 from trident.parallel.token_ids import check_token_ids
 from trident.parallel.watch import failed_group
-from trident.train.allocator import keep_freed_memory
+from trident.train import allocator
 from trident.train.launch import chaos_kill_point
 from trident.train.loggers import build_loggers
 from trident.train.metrics import MetricsWriter, console_line, peak_memory_bytes
@@ -48,8 +48,8 @@ class Trainer:
         self.device = rank_device(config.train.device)
         self.mesh = build_mesh(config.parallel.tp, config.parallel.pp, config.parallel.dp, config.parallel.timeout_s)
         self.log = log if self.mesh.rank == 0 else (lambda *a, **k: None)
-        if config.train.malloc_keep_freed and self.device.type == "cpu":
-            self.log(keep_freed_memory())
+        if allocator.wanted(config.train.malloc_keep_freed, config.train.device):
+            self.log(allocator.keep_freed_memory())  # again if `trident train` did it first: the same values
         self.schedule = TrainSchedule(config.train, config.model.seq_length)
         self.tokenizer_file = None
         self.train_data, self.valid_data = datasets if datasets is not None else self._build_data()
