@@ -46,9 +46,8 @@ def run(args) -> int:
     from trident.checkpoint.integrity import CheckpointError
     from trident.checkpoint.writer import SaveError
     from trident.parallel.token_ids import TokenOutOfRange
-    from trident.train.trainer import RankFailure, Trainer, TrainError
-
     from trident.train import allocator
+    from trident.train.trainer import RankFailure, Trainer, TrainError
 
     if allocator.wanted(config.train.malloc_keep_freed, config.train.device):
         allocator.keep_freed_memory()  # first: set after the process group and model, it gains less (measured)
