@@ -5,8 +5,9 @@ activations and defers the weight gradients: the most memory churn).
 
 The stage is the one benchmarks/pipeline_deepspeed.py and pipeline.py measure at pp 2: 2 GPT blocks
 x 256, 8 heads, seq 256, micro-batch 4, fp32, one thread on one pinned core; a step is 4
-micro-batches, stage 0's order: 1F1B F0 F1 B0 F2 B1 F3 B2 B3 (plain backward), ZB-H2 F0-F3, then
-B i W i (input gradient, then the deferred weight gradients). Each (allocator, order) runs in a
+micro-batches in stage 0's compute order of the list gloo runs (overlap.schedule_for, overlapped):
+1F1B with its slack, plain backward; ZB-H2 with Backward (input gradient) and BackwardWeight (the
+deferred weight gradients) apart. No transfers: only what the stage computes. Each (allocator, order) runs in a
 fresh process (glibc's state cannot be reset in one), the variants alternate over the rounds, and
 the table gives the median per step with the minor page faults per step.
 
@@ -24,8 +25,17 @@ import time
 
 from common import emit_json, load_average, median, print_table
 
-ORDERS = {"1f1b": "F0 F1 B0 F2 B1 F3 B2 B3", "zb-h2": "F0 F1 F2 F3 B0 W0 B1 W1 B2 W2 B3 W3"}
+ORDERS = ("1f1b", "zb-h2")
 VARIANTS = ("default", "keep")
+
+
+def stage_order(schedule: str) -> list[tuple[str, int]]:
+    """Stage 0's computes at pp 2, m 4 under the overlapped contract: ("F" | "B" | "W", micro-batch)."""
+    from trident.parallel.pipeline.overlap import schedule_for
+    from trident.parallel.pipeline.schedules import COMPUTE, COMPUTE_KIND
+
+    ops = schedule_for(schedule, 2, 4, 1, "overlapped")[0]
+    return [(COMPUTE_KIND[type(op)][0].upper(), op.microbatch) for op in ops if isinstance(op, COMPUTE)]
 
 
 def child(variant: str, order: str, steps: int) -> dict:
@@ -49,11 +59,11 @@ def child(variant: str, order: str, steps: int) -> dict:
         torch.nn.init.normal_(p, std=0.02)
     inputs, grad = [torch.randn(256, 4, 256) for _ in range(4)], torch.randn(256, 4, 256)
     split = order == "zb-h2"
+    ops = stage_order(order)
 
     def step():
         outputs, queues = {}, {}
-        for op in ORDERS[order].split():
-            kind, mb = op[0], int(op[1:])
+        for kind, mb in ops:
             if kind == "F":
                 x, queues[mb] = inputs[mb].clone().requires_grad_(), []
                 with deferring_weight_grads(queues[mb]) if split else torch.enable_grad():

@@ -3,7 +3,8 @@ trident interleaved 1F1B (v=2), trident's zero-bubble ZB-H1 and ZB-H2 and DeepSp
 (1F1B) on the same model, at pp2 and at pp2 x dp2 with ZeRO-1, and DeepSpeed's time over trident's
 (> 1: trident is faster). Beside each, the activation sets each stage holds at its peak (trident:
 pipeline.schedules.peak_inflight of the list gloo runs, interleaved in whole-stage units; DeepSpeed:
-its TrainSchedule's num_pipe_buffers): the schedules that fill more of the bubble hold more.
+the buffers its TrainSchedule allocates, num_pipe_buffers, at least 2 a stage, so its last stage
+shows 2 where it holds 1): the schedules that fill more of the bubble hold more.
 
 The model is one GPT (4 layers x 256 hidden, 8 heads, seq 256, vocab 1024, fp32, no dropout), built
 by trident's own code: DeepSpeed's PipelineModule gets trident's embedding, blocks and final norm as
@@ -255,7 +256,7 @@ def main() -> int:
     print_table(f"Step time (s): {args.rounds} interleaved rounds of median-of-{args.steps} steps; speed-up = "
                 "DeepSpeed's time / this system's (best: best rounds; median of rounds: ratio within each round)",
                 ["layout", "system", "best s", "rounds s", "speed-up (best)", "speed-up (median of rounds)",
-                 "CPU s/step, all ranks (DeepSpeed / this)", "activation sets per stage",
+                 "CPU s/step, all ranks (DeepSpeed / this)", "activation sets per stage (DeepSpeed: buffers)",
                  "loss steps 1 / 2", "load 1m"], rows)
     emit_json("pipeline_deepspeed", {"model": MODEL, "global_batch": GLOBAL_BATCH, "micro_batches": MICRO_BATCHES,
                                      "rounds": args.rounds, "steps": args.steps, "results": results})

@@ -19,7 +19,10 @@ class MallInfo2(ctypes.Structure):
     _fields_ = [(name, ctypes.c_size_t) for name in
                 "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()]
 
-libc = ctypes.CDLL("libc.so.6")
+libc = ctypes.CDLL(None)
+if not hasattr(libc, "mallinfo2"):  # glibc < 2.33
+    print(json.dumps({"skip": "glibc without mallinfo2"}))
+    raise SystemExit(0)
 libc.mallinfo2.restype = MallInfo2
 
 def step():
@@ -49,10 +52,13 @@ def test_freed_memory_is_reused_instead_of_faulted_in_again():
     out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=50, check=True,
                          env={**os.environ, **initial}).stdout
     got = json.loads(out.strip().splitlines()[-1])
+    if "skip" in got:
+        pytest.skip(got["skip"])
     default, kept = got["default"], got["kept"]
-    assert default["mmapped_mib"] >= 80 and default["faults"] > 20000  # every page faulted in, every step
+    assert default["mmapped_mib"] >= 80  # each tensor mmapped afresh, its pages faulted in every step
     assert all(k["mmapped_mib"] == 0 and k["trimmed_mib"] == 0 for k in kept)  # the heap serves and keeps it
-    assert sorted(k["faults"] for k in kept)[2] < 500  # so a step reuses the last step's pages (median of 5)
+    # ... so a step reuses the last step's pages (median of 5; relative, whatever the page size or THP)
+    assert 20 * sorted(k["faults"] for k in kept)[2] < default["faults"]
     assert got["line"].startswith("malloc: freed memory kept for reuse")
 
 
@@ -68,10 +74,12 @@ def test_trainer_applies_it_on_cpu_unless_told_not_to(tmp_path):
         assert any(line.startswith("malloc:") for line in lines) == keep
 
 
-def test_only_cpu_runs_keep_freed_memory():
+def test_only_cpu_runs_keep_freed_memory(monkeypatch):
     import torch
 
     from trident.train.allocator import wanted
 
-    assert wanted(True, "cpu") and not wanted(False, "cpu") and not wanted(True, "cuda")
-    assert wanted(True, "auto") == (not torch.cuda.is_available())
+    for gpu in (False, True):
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu)
+        assert wanted(True, "cpu") and not wanted(False, "cpu") and not wanted(True, "cuda")
+        assert wanted(True, "auto") is not gpu and not wanted(False, "auto")

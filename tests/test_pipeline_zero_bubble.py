@@ -11,7 +11,8 @@ import torch.nn.functional as F
 from trident.parallel.pipeline.overlap import CONTRACTS, last_backwards, schedule_for
 from trident.parallel.pipeline.schedules import Backward, BackwardWeight, ScheduleError, forward_only, peak_inflight
 from trident.parallel.pipeline.simulate import check_schedule, simulate
-from trident.parallel.pipeline.zero_bubble import ZERO_BUBBLE_SCHEDULES, zb_h1, zero_bubble, zero_bubble_theory
+from trident.parallel.pipeline.zero_bubble import (ZERO_BUBBLE_SCHEDULES, _list_schedule, list_scheduled, zero_bubble,
+                                                   zero_bubble_theory)
 from trident.parallel.weight_grad import deferring_weight_grads, flush, linear
 
 
@@ -46,14 +47,13 @@ def test_batched_exchanges_pair_up_and_beat_1f1b(costs):
 def test_batched_exchanges_lose_nothing_to_pairing_with_free_messages():
     # Each receive sits in the gap of the peer's list spanning the moment its send is posted, so with
     # unit costs and free messages no batched exchange waits for its peer: the step takes exactly the
-    # unit-cost pass's time, as when every transfer is in flight on its own (overlapped).
+    # time of the list-scheduling pass (ZB-H1's memory and ZB-H2's).
     for pp in (2, 3, 4, 8):
         for m in (1, pp, 2 * pp + 1):
-            schedule = zb_h1(pp, m, extra_inflight=0)
-            batched = simulate(schedule, 1.0, 2.0, contract="batched")
-            assert batched.makespan == simulate(schedule, 1.0, 2.0, contract="overlapped").makespan, (pp, m)
-            assert sum(batched.wait_time(s) for s in range(pp)) == sum(
-                simulate(schedule, 1.0, 2.0, contract="overlapped").wait_time(s) for s in range(pp))
+            for extra in (0, pp - 1):
+                _, spans = _list_schedule(pp, m, extra)
+                batched = simulate(list_scheduled(pp, m, extra), 1.0, 2.0, contract="batched")
+                assert batched.makespan == max(end for stage in spans for _, end in stage), (pp, m, extra)
 
 
 def test_two_stages_reach_the_zero_bubble_bound():
@@ -80,6 +80,8 @@ def test_zb_h2_reaches_its_bound_at_every_depth(contract):
     assert h1 > 3 * 8 + 3
     with pytest.raises(ScheduleError, match="unknown zero-bubble schedule 'zb-v'"):
         zero_bubble("zb-v", 2, 4, 1)
+    with pytest.raises(ScheduleError, match="slack must be a non-negative integer"):
+        zero_bubble("zb-h2", 4, 8, -1)
 
 
 def test_zb_h2_gains_most_with_this_cpus_costs():
@@ -95,12 +97,12 @@ def test_zb_h2_gains_most_with_this_cpus_costs():
 
 def test_memory_is_one_micro_batch_more_than_1f1b_and_freed_at_the_weight_gradients():
     for pp, m in [(2, 4), (4, 8), (4, 2)]:
-        assert peak_inflight(zb_h1(pp, m, extra_inflight=1)) == [min(pp - s + 1, m) for s in range(pp)]
-        assert peak_inflight(zb_h1(pp, m, extra_inflight=0)) == [min(pp - s, m) for s in range(pp)]
-    ops = zb_h1(2, 4)[0]
+        assert peak_inflight(list_scheduled(pp, m, extra_inflight=1)) == [min(pp - s + 1, m) for s in range(pp)]
+        assert peak_inflight(list_scheduled(pp, m, extra_inflight=0)) == [min(pp - s, m) for s in range(pp)]
+    ops = list_scheduled(2, 4)[0]
     assert last_backwards(ops)[0] == max(i for i, op in enumerate(ops) if isinstance(op, (Backward, BackwardWeight)))
     with pytest.raises(ScheduleError, match="extra_inflight"):
-        zb_h1(2, 4, extra_inflight=-1)
+        list_scheduled(2, 4, extra_inflight=-1)
     with pytest.raises(ScheduleError, match="needs schedule 'interleaved'"):
         schedule_for("zb-h1", 2, 4, 2, "overlapped")
 

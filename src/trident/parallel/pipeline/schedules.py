@@ -187,7 +187,8 @@ def _one_f_one_b_order(m: int, warmup: int) -> list[Instruction]:
 
 def _emit_one_chunk(pp: int, stage: int, order: list[Instruction]) -> list[Instruction]:
     """Receive right before the compute that consumes, send right after the compute that produces;
-    a send followed by the next receive forms one batch (Megatron's send_forward_recv_backward)."""
+    a send followed by the next receive forms one batch (Megatron's send_forward_recv_backward).
+    `order` holds Forward and Backward only (zero-bubble lists are placed by zero_bubble.py)."""
     out: list[Instruction] = []
     for op in order:
         if isinstance(op, Forward):

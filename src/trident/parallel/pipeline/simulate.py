@@ -133,12 +133,12 @@ def simulate(schedule: list[list[Instruction]], forward_time: float = 1.0, backw
         if not isinstance(value, (int, float)) or value < 0 or (label != "comm_time" and value == 0):
             raise ScheduleError(f"{label} must be a {'non-negative' if label == 'comm_time' else 'positive'}"
                                 f" number, got {value!r}")
-    if not isinstance(weight_fraction, (int, float)) or not 0 < weight_fraction < 1:
-        raise ScheduleError(f"weight_fraction must be between 0 and 1 (exclusive), got {weight_fraction!r}")
     m, v = check_schedule(schedule, backward)
     plans = [build_plan(ops, contract) for ops in schedule]
     chunk_backward = backward_time / v
     split = any(isinstance(op, BackwardWeight) for ops in schedule for op in ops)
+    if split and (not isinstance(weight_fraction, (int, float)) or not 0 < weight_fraction < 1):
+        raise ScheduleError(f"weight_fraction must be between 0 and 1 (exclusive), got {weight_fraction!r}")
     times = {Forward: forward_time / v, Backward: chunk_backward * (1 - weight_fraction if split else 1),
              BackwardWeight: chunk_backward * weight_fraction}
     run = _Run(schedule, plans, _match_transfers(schedule, v), times, comm_time, durations or {})

@@ -35,6 +35,8 @@ its place anyway.
 """
 from __future__ import annotations
 
+from bisect import bisect_left
+
 from trident.parallel.pipeline.schedules import (Backward, BackwardWeight, Forward, Instruction, RecvActivation,
                                                  RecvGrad, ScheduleError, SendActivation, SendGrad, _check_args,
                                                  is_int, theoretical_bubble)
@@ -47,11 +49,14 @@ def zero_bubble(name: str, pp: int, num_microbatches: int, slack: int) -> list[l
     beyond its memory: ZB-H1 pp - s on stage s, ZB-H2 2 pp - 1 - s."""
     if name not in ZERO_BUBBLE_SCHEDULES:
         raise ScheduleError(f"unknown zero-bubble schedule {name!r}; choose one of {', '.join(ZERO_BUBBLE_SCHEDULES)}")
-    return zb_h1(pp, num_microbatches, slack + (pp - 1 if name == "zb-h2" else 0))
+    if not is_int(slack) or slack < 0:
+        raise ScheduleError(f"slack must be a non-negative integer, got {slack!r}")
+    return list_scheduled(pp, num_microbatches, slack + (pp - 1 if name == "zb-h2" else 0))
 
 
-def zb_h1(pp: int, num_microbatches: int, extra_inflight: int = 1) -> list[list[Instruction]]:
-    """The instruction lists of the list-scheduling pass with `extra_inflight` (see module docstring)."""
+def list_scheduled(pp: int, num_microbatches: int, extra_inflight: int = 1) -> list[list[Instruction]]:
+    """The instruction lists of the list-scheduling pass, stage s holding at most pp - s +
+    `extra_inflight` micro-batches (see module docstring)."""
     _check_args(pp, num_microbatches, 1)
     if not is_int(extra_inflight) or extra_inflight < 0:
         raise ScheduleError(f"extra_inflight must be a non-negative integer, got {extra_inflight!r}")
@@ -104,6 +109,7 @@ def _emit_paired(orders: list[list[Instruction]], spans: list[list[tuple]]) -> l
     """The lists with transfers placed by time (module docstring): a send right after its producer,
     its receive at the peer's gap spanning the send's time; within a gap, in time order, sends first."""
     pp = len(orders)
+    starts = [[start for start, _ in stage] for stage in spans]
     gaps: list[list[list]] = [[[] for _ in range(len(order) + 1)] for order in orders]  # gap g: before compute g
     for s in range(pp):
         for k, op in enumerate(orders[s]):
@@ -113,7 +119,7 @@ def _emit_paired(orders: list[list[Instruction]], spans: list[list[tuple]]) -> l
             send, recv = (SendActivation, RecvActivation) if isinstance(op, Forward) else (SendGrad, RecvGrad)
             time = spans[s][k][1]
             gaps[s][k + 1].append((time, 0, send(op.microbatch, 0, peer)))
-            gaps[peer][_gap_spanning(spans[peer], time)].append((time, 1, recv(op.microbatch, 0, s)))
+            gaps[peer][_gap_spanning(starts[peer], time)].append((time, 1, recv(op.microbatch, 0, s)))
     out = []
     for s in range(pp):
         ops: list[Instruction] = []
@@ -124,10 +130,10 @@ def _emit_paired(orders: list[list[Instruction]], spans: list[list[tuple]]) -> l
     return out
 
 
-def _gap_spanning(spans: list[tuple], time: float) -> int:
-    """The first gap g (before compute g; len(spans): after the last) the stage is in at or after
+def _gap_spanning(starts: list[float], time: float) -> int:
+    """The first gap g (before compute g; len(starts): after the last) the stage is in at or after
     `time`: the one spanning it, or the one right after the compute running then."""
-    return next(g for g, (start, _) in enumerate(spans + [(float("inf"), None)]) if start >= time)
+    return bisect_left(starts, time)
 
 
 def _next_op(s, pp, m, extra, now, done, forwards, backwards, weights):
