@@ -361,6 +361,11 @@ def theoretical_bubble(pp: int, num_microbatches: int, virtual_stages: int = 1) 
     return (pp - 1) / (num_microbatches * virtual_stages)
 
 
+def splits_weight_grads(ops: list[Instruction]) -> bool:
+    """Whether a stage's list is a zero-bubble one: its weight gradients run apart, as BackwardWeight."""
+    return any(isinstance(op, BackwardWeight) for op in ops)
+
+
 def peak_inflight(schedule: list[list[Instruction]]) -> list[int]:
     """Per stage, the most (micro-batch, chunk) activation sets stored at once: a Forward stores
     one, its Backward frees it (its BackwardWeight, in a zero-bubble schedule: the deferred weight
@@ -368,7 +373,7 @@ def peak_inflight(schedule: list[list[Instruction]]) -> list[int]:
     peaks = []
     for ops in schedule:
         live = peak = 0
-        frees = BackwardWeight if any(isinstance(op, BackwardWeight) for op in ops) else Backward
+        frees = BackwardWeight if splits_weight_grads(ops) else Backward
         for op in ops:
             if isinstance(op, Forward):
                 live += 1

@@ -7,7 +7,7 @@ from trident.parallel.pipeline.overlap import Post, Wait, build_plan
 from trident.parallel.pipeline.schedules import (COMMUNICATION, COMPUTE, COMPUTE_KIND, RECVS, SENDS, Backward,
                                                  BackwardWeight, Forward, Instruction, RecvActivation, RecvGrad,
                                                  ScheduleError, SendActivation, SendGrad, is_int, next_virtual_stage,
-                                                 prev_virtual_stage)
+                                                 prev_virtual_stage, splits_weight_grads)
 from trident.parallel.pipeline.timeline import Box, Timeline
 
 
@@ -32,8 +32,8 @@ def check_schedule(schedule: list[list[Instruction]], backward: bool = True) -> 
     m = 1 + max(op.microbatch for ops in schedule for op in ops)
     v = 1 + max(op.chunk for ops in schedule for op in ops)
     for stage, ops in enumerate(schedule):
-        split = any(isinstance(op, BackwardWeight) for op in ops)  # zero-bubble: weight gradients apart
-        _check_stage(stage, ops, pp, m, v, (COMPUTE if split else (Forward, Backward)) if backward else (Forward,))
+        required = COMPUTE if splits_weight_grads(ops) else (Forward, Backward)
+        _check_stage(stage, ops, pp, m, v, required if backward else (Forward,))
     _match_transfers(schedule, v)
     return m, v
 
@@ -136,7 +136,7 @@ def simulate(schedule: list[list[Instruction]], forward_time: float = 1.0, backw
     m, v = check_schedule(schedule, backward)
     plans = [build_plan(ops, contract) for ops in schedule]
     chunk_backward = backward_time / v
-    split = any(isinstance(op, BackwardWeight) for ops in schedule for op in ops)
+    split = any(splits_weight_grads(ops) for ops in schedule)
     if split and (not isinstance(weight_fraction, (int, float)) or not 0 < weight_fraction < 1):
         raise ScheduleError(f"weight_fraction must be between 0 and 1 (exclusive), got {weight_fraction!r}")
     times = {Forward: forward_time / v, Backward: chunk_backward * (1 - weight_fraction if split else 1),

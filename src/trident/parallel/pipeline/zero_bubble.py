@@ -42,6 +42,7 @@ from trident.parallel.pipeline.schedules import (Backward, BackwardWeight, Forwa
                                                  is_int, theoretical_bubble)
 
 ZERO_BUBBLE_SCHEDULES = ("zb-h1", "zb-h2")
+_INSTRUCTION = {"F": Forward, "B": Backward, "W": BackwardWeight}  # the list pass's kinds
 
 
 def zero_bubble(name: str, pp: int, num_microbatches: int, slack: int) -> list[list[Instruction]]:
@@ -85,6 +86,7 @@ def _list_schedule(pp: int, m: int, extra: int) -> tuple[list[list[Instruction]]
     done: dict[tuple, float] = {}  # (stage, kind, microbatch) -> end time
     clock = [0.0] * pp
     forwards, backwards, weights = [0] * pp, [0] * pp, [0] * pp
+    count = {"F": forwards, "B": backwards, "W": weights}  # kind -> per-stage count of those run
     orders: list[list[Instruction]] = [[] for _ in range(pp)]
     spans: list[list[tuple]] = [[] for _ in range(pp)]
     for _ in range(3 * m * pp):
@@ -98,10 +100,9 @@ def _list_schedule(pp: int, m: int, extra: int) -> tuple[list[list[Instruction]]
         s, (start, kind, mb) = best
         clock[s] = start + 1.0
         done[(s, kind, mb)] = clock[s]
-        orders[s].append({"F": Forward, "B": Backward, "W": BackwardWeight}[kind](mb, 0))
+        orders[s].append(_INSTRUCTION[kind](mb, 0))
         spans[s].append((start, clock[s]))
-        counters = {"F": forwards, "B": backwards, "W": weights}[kind]
-        counters[s] += 1
+        count[kind][s] += 1
     return orders, spans
 
 
