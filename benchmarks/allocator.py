@@ -30,12 +30,12 @@ VARIANTS = ("default", "keep")
 
 
 def stage_order(schedule: str) -> list[tuple[str, int]]:
-    """Stage 0's computes at pp 2, m 4 under the overlapped contract: ("F" | "B" | "W", micro-batch)."""
+    """Stage 0's computes at pp 2, m 4 under the overlapped contract: (timeline kind, micro-batch)."""
     from trident.parallel.pipeline.overlap import schedule_for
     from trident.parallel.pipeline.schedules import COMPUTE, COMPUTE_KIND
 
     ops = schedule_for(schedule, 2, 4, 1, "overlapped")[0]
-    return [(COMPUTE_KIND[type(op)][0].upper(), op.microbatch) for op in ops if isinstance(op, COMPUTE)]
+    return [(COMPUTE_KIND[type(op)], op.microbatch) for op in ops if isinstance(op, COMPUTE)]
 
 
 def child(variant: str, order: str, steps: int) -> dict:
@@ -58,17 +58,17 @@ def child(variant: str, order: str, steps: int) -> dict:
     for p in stage.parameters():
         torch.nn.init.normal_(p, std=0.02)
     inputs, grad = [torch.randn(256, 4, 256) for _ in range(4)], torch.randn(256, 4, 256)
-    split = order == "zb-h2"
     ops = stage_order(order)
+    split = any(kind == "weight" for kind, _ in ops)  # zero-bubble: weight gradients deferred
 
     def step():
         outputs, queues = {}, {}
         for kind, mb in ops:
-            if kind == "F":
+            if kind == "forward":
                 x, queues[mb] = inputs[mb].clone().requires_grad_(), []
                 with deferring_weight_grads(queues[mb]) if split else torch.enable_grad():
                     outputs[mb] = stage(x)
-            elif kind == "B":
+            elif kind == "backward":
                 outputs.pop(mb).backward(grad)
             else:
                 flush(queues.pop(mb))
