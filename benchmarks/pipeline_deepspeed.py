@@ -25,6 +25,8 @@ Each process keeps freed memory for reuse from its start (train.malloc_keep_free
 train` applies it), which DeepSpeed's engine in the same process shares.
 Where there is a core a rank (pp2 here) each rank is pinned to its own core; pp2 x dp2 is 4
 processes on however many cores there are (2 here): time-shared, unpinned.
+Where pp2 x dp2's processes outnumber the cores it also prints the ceiling of that layout: DeepSpeed's
+best step over trident's cheapest pp2 round's CPU seconds per core (shared_core_ceiling).
 
     DS_ACCELERATOR=cpu python benchmarks/pipeline_deepspeed.py [--rounds 8] [--steps 1] [--layouts pp2,pp2xdp2]
 
@@ -221,15 +223,34 @@ def measure(layout: str, rounds: int, steps: int) -> dict:
     # CPU seconds a step costs the whole job (sum over ranks of each rank's median over rounds): the
     # work done, which other jobs on the machine disturb far less than the wall time
     cpu = {name: sum(median(rank[1][name]) for rank in ranks) for name in times}
+    # the cheapest round's CPU seconds, all ranks together: the least work a step of the system has taken
+    cpu_least = {name: min(map(sum, zip(*(rank[1][name] for rank in ranks)))) for name in times}
     trident_best = min(best[name] for name in TRIDENT)
     # per round, DeepSpeed over each system timed next to it: robust when the load drifts between rounds
     paired = {name: median([ds / t for ds, t in zip(times["DeepSpeed"], values)]) for name, values in times.items()}
     return {"layout": layout, "pp": pp, "dp": dp, "zero_stage": int(dp > 1), "processes": pp * dp,
             "cpus": os.cpu_count(), "pinned": pin, "rounds_s": times, "best_s": best, "losses_steps_1_2": losses,
-            "cpu_s_per_step": cpu, "deepspeed_over_cpu": {name: cpu["DeepSpeed"] / cpu[name] for name in cpu},
+            "cpu_s_per_step": cpu, "cpu_s_least_round": cpu_least, "deepspeed_over_cpu": {name: cpu["DeepSpeed"] / cpu[name] for name in cpu},
             "deepspeed_over": {name: best["DeepSpeed"] / best[name] for name in TRIDENT},
             "deepspeed_over_best_trident": best["DeepSpeed"] / trident_best, "deepspeed_over_per_round_median": paired,
             "activation_sets": activation_sets(pp), "load_before": before, "load_after": load_average()}
+
+
+def shared_core_ceiling(results: list[dict]) -> dict | None:
+    """The most trident can gain over DeepSpeed at pp2 x dp2 on this machine, from the same run's pp2.
+    pp2 x dp2 does the pp2 step's arithmetic (same model, global batch and optimizer work, micro-batches
+    of 2 instead of 4) plus the DP collectives, on processes that share the cores: its step takes at
+    least the CPU seconds of trident's cheapest pp2 round over the cores, even were the collectives and
+    the time sharing free. DeepSpeed's best pp2 x dp2 step over that floor is the ceiling."""
+    by_layout = {result["layout"]: result for result in results}
+    if not {"pp2", "pp2xdp2"} <= by_layout.keys() or by_layout["pp2xdp2"]["processes"] <= by_layout["pp2xdp2"]["cpus"]:
+        return None  # only where the processes share the cores
+    pp2, shared = by_layout["pp2"], by_layout["pp2xdp2"]
+    cpu = min(pp2["cpu_s_least_round"][name] for name in TRIDENT)
+    floor = cpu / shared["cpus"]
+    return {"trident_pp2_cpu_s": cpu, "pp2xdp2_floor_s": floor,
+            "deepspeed_pp2xdp2_best_s": shared["best_s"]["DeepSpeed"],
+            "ceiling": shared["best_s"]["DeepSpeed"] / floor}
 
 
 def main() -> int:
@@ -258,8 +279,15 @@ def main() -> int:
                 ["layout", "system", "best s", "rounds s", "speed-up (best)", "speed-up (median of rounds)",
                  "CPU s/step, all ranks (DeepSpeed / this)", "activation sets per stage (DeepSpeed: buffers)",
                  "loss steps 1 / 2", "load 1m"], rows)
+    ceiling = shared_core_ceiling(results)
+    if ceiling:
+        print(f"pp2 x dp2 ceiling on {results[-1]['cpus']} cores: trident's cheapest pp2 round cost "
+              f"{ceiling['trident_pp2_cpu_s']:.3f} CPU s, so no pp2 x dp2 step can take under "
+              f"{ceiling['pp2xdp2_floor_s']:.3f} s; DeepSpeed's took {ceiling['deepspeed_pp2xdp2_best_s']:.3f} s: "
+              f"at most {ceiling['ceiling']:.3f}x", flush=True)
     emit_json("pipeline_deepspeed", {"model": MODEL, "global_batch": GLOBAL_BATCH, "micro_batches": MICRO_BATCHES,
-                                     "rounds": args.rounds, "steps": args.steps, "results": results})
+                                     "rounds": args.rounds, "steps": args.steps, "results": results,
+                                     "pp2xdp2_ceiling": ceiling})
     return 0
 
 
