@@ -230,7 +230,8 @@ def measure(layout: str, rounds: int, steps: int) -> dict:
     paired = {name: median([ds / t for ds, t in zip(times["DeepSpeed"], values)]) for name, values in times.items()}
     return {"layout": layout, "pp": pp, "dp": dp, "zero_stage": int(dp > 1), "processes": pp * dp,
             "cpus": os.cpu_count(), "pinned": pin, "rounds_s": times, "best_s": best, "losses_steps_1_2": losses,
-            "cpu_s_per_step": cpu, "cpu_s_least_round": cpu_least, "deepspeed_over_cpu": {name: cpu["DeepSpeed"] / cpu[name] for name in cpu},
+            "cpu_s_per_step": cpu, "cpu_s_least_round": cpu_least,
+            "deepspeed_over_cpu": {name: cpu["DeepSpeed"] / cpu[name] for name in cpu},
             "deepspeed_over": {name: best["DeepSpeed"] / best[name] for name in TRIDENT},
             "deepspeed_over_best_trident": best["DeepSpeed"] / trident_best, "deepspeed_over_per_round_median": paired,
             "activation_sets": activation_sets(pp), "load_before": before, "load_after": load_average()}
@@ -243,12 +244,12 @@ def shared_core_ceiling(results: list[dict]) -> dict | None:
     least the CPU seconds of trident's cheapest pp2 round over the cores, even were the collectives and
     the time sharing free. DeepSpeed's best pp2 x dp2 step over that floor is the ceiling."""
     by_layout = {result["layout"]: result for result in results}
-    if not {"pp2", "pp2xdp2"} <= by_layout.keys() or by_layout["pp2xdp2"]["processes"] <= by_layout["pp2xdp2"]["cpus"]:
+    pp2, shared = by_layout.get("pp2"), by_layout.get("pp2xdp2")
+    if pp2 is None or shared is None or shared["processes"] <= shared["cpus"]:
         return None  # only where the processes share the cores
-    pp2, shared = by_layout["pp2"], by_layout["pp2xdp2"]
     cpu = min(pp2["cpu_s_least_round"][name] for name in TRIDENT)
     floor = cpu / shared["cpus"]
-    return {"trident_pp2_cpu_s": cpu, "pp2xdp2_floor_s": floor,
+    return {"cpus": shared["cpus"], "trident_pp2_cpu_s": cpu, "pp2xdp2_floor_s": floor,
             "deepspeed_pp2xdp2_best_s": shared["best_s"]["DeepSpeed"],
             "ceiling": shared["best_s"]["DeepSpeed"] / floor}
 
@@ -281,7 +282,7 @@ def main() -> int:
                  "loss steps 1 / 2", "load 1m"], rows)
     ceiling = shared_core_ceiling(results)
     if ceiling:
-        print(f"pp2 x dp2 ceiling on {results[-1]['cpus']} cores: trident's cheapest pp2 round cost "
+        print(f"pp2 x dp2 ceiling on {ceiling['cpus']} cores: trident's cheapest pp2 round cost "
               f"{ceiling['trident_pp2_cpu_s']:.3f} CPU s, so no pp2 x dp2 step can take under "
               f"{ceiling['pp2xdp2_floor_s']:.3f} s; DeepSpeed's took {ceiling['deepspeed_pp2xdp2_best_s']:.3f} s: "
               f"at most {ceiling['ceiling']:.3f}x", flush=True)

@@ -85,14 +85,13 @@ def _list_schedule(pp: int, m: int, extra: int) -> tuple[list[list[Instruction]]
     with each compute's (start, end) in that pass."""
     done: dict[tuple, float] = {}  # (stage, kind, microbatch) -> end time
     clock = [0.0] * pp
-    forwards, backwards, weights = [0] * pp, [0] * pp, [0] * pp
-    count = {"F": forwards, "B": backwards, "W": weights}  # kind -> per-stage count of those run
+    count = {kind: [0] * pp for kind in _INSTRUCTION}  # kind -> per-stage count of those run
     orders: list[list[Instruction]] = [[] for _ in range(pp)]
     spans: list[list[tuple]] = [[] for _ in range(pp)]
     for _ in range(3 * m * pp):
         best = None
         for s in range(pp):
-            choice = _next_op(s, pp, m, extra, clock[s], done, forwards[s], backwards[s], weights[s])
+            choice = _next_op(s, pp, m, extra, clock[s], done, count["F"][s], count["B"][s], count["W"][s])
             if choice is not None and (best is None or choice[0] < best[1][0]):
                 best = (s, choice)
         if best is None:
