@@ -9,6 +9,7 @@ import time
 import pytest
 
 from distributed import run_distributed
+from run_fixtures import tiny_corpus
 from test_tensor_parallel import VOCAB, RandomTokens, tiny_config
 from trident.checkpoint.format import FORMAT_VERSION
 from trident.checkpoint.integrity import CheckpointError
@@ -40,21 +41,11 @@ def test_other_ranks_exit_with_a_clear_message(fault):
     assert seconds < 30  # pg timeout 5 s: a hang is detected, not waited on forever
 
 
-def _corpus(tmp_path):
-    from trident.data.build import tokenize_files
-    from trident.data.tokenizer import train_tokenizer
-
-    words = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
-    lines = [json.dumps({"text": " ".join(words[(i * 7 + j) % len(words)] for j in range(60))}) for i in range(80)]
-    (tmp_path / "c.jsonl").write_text("\n".join(lines) + "\n")
-    train_tokenizer([tmp_path / "c.jsonl"], 300, tmp_path / "tok.json")
-    tokenize_files([tmp_path / "c.jsonl"], tmp_path / "data", tmp_path / "tok.json", progress=False)
-
-
 @pytest.mark.timeout(180)
 def test_torchrun_restart_resumes_from_the_last_complete_checkpoint(tmp_path):
-    _corpus(tmp_path)
-    env = dict(os.environ, TRIDENT_CHAOS_KILL="1:3", OMP_NUM_THREADS="1")
+    tiny_corpus(tmp_path)
+    # rank 1 SIGKILLs itself before step 4 on the first attempt only (TRIDENT_INJECT's default attempt=0)
+    env = dict(os.environ, TRIDENT_INJECT="rank=1,step=4,kind=kill", OMP_NUM_THREADS="1")
     command = [sys.executable, "-m", "trident", "train", "tiny", f"data.paths=[{tmp_path / 'data'}]",
                f"data.tokenizer={tmp_path / 'tok.json'}", "train.steps=6", "checkpoint.save_interval=2",
                "checkpoint.load=auto", "parallel.dp=2", "parallel.timeout_s=20", "--nproc", "2",
@@ -149,7 +140,7 @@ def _bad_data_rank(rank, world, root):
 
 @pytest.mark.timeout(120)
 def test_a_data_error_on_rank_zero_stops_every_rank_at_once(tmp_path):
-    _corpus(tmp_path)
+    tiny_corpus(tmp_path)
     index = tmp_path / "data.idx"
     index.write_bytes(index.read_bytes()[:20])  # rank 0 builds the index caches and meets the damage
     results = run_distributed(_bad_data_rank, 2, tmp_path, pg_timeout=120, timeout=100)

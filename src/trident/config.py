@@ -67,6 +67,7 @@ class ParallelConfig:
     layer_partition: Optional[list] = None  # layers per (virtual) stage; None: balanced
     backend: str = "auto"  # auto | gloo | nccl
     timeout_s: int = 600  # a rank that waits this long on a dead or hung peer exits with an error
+    allow_tp_across_hosts: bool = False  # a TP group spanning hosts is refused at start unless this is set
 
 
 @dataclass
@@ -112,7 +113,8 @@ class TrainConfig:
 
 @dataclass
 class CheckpointConfig:
-    save_interval: int = 0  # 0: only at the end
+    save_interval: int = 0  # 0: only at the end (and on a stop signal, and by save_interval_minutes)
+    save_interval_minutes: float = 30.0  # also save when this long passed since the last save; 0: never
     load: str = ""  # "" | auto | a checkpoint path
     dir: str = ""  # "": OUT/checkpoints
     keep_last: int = 3
@@ -168,7 +170,8 @@ RANGES = {
                      "data.split_seed", "data.index_workers", "train.min_lr", "train.warmup_tokens",
                      "train.decay_tokens",
                      "train.weight_decay", "train.clip_grad", "train.seed", "train.eval_interval",
-                     "train.peak_tflops", "train.threads", "checkpoint.save_interval", "checkpoint.keep_last"),
+                     "train.peak_tflops", "train.threads", "checkpoint.save_interval", "checkpoint.keep_last",
+                     "checkpoint.save_interval_minutes"),
     "in [0, 1)": ("model.hidden_dropout", "model.attention_dropout", "data.valid_fraction", "train.adam_beta1",
                   "train.adam_beta2"),
     "in (0, 1)": ("train.loss_scale_backoff",),

@@ -105,14 +105,15 @@ class CheckpointWriter:
         self.error: tuple[int, BaseException] | None = None  # (step, what failed) of a background save
 
     def save(self, step: int, named_params: list, optimizer_pieces: list[dict], rng: dict[str, torch.Tensor],
-             trainer_state: dict, extra_files: dict[str, Path] | None = None) -> Path:
-        """Collective. Returns the final folder (complete once `wait()` returns, for async saves)."""
+             trainer_state: dict, extra_files: dict[str, Path] | None = None, blocking: bool = False) -> Path:
+        """Collective. Returns the final folder (complete once `wait()` returns, for async saves;
+        `blocking` writes synchronously even with async_save, as a save before stopping must)."""
         self.wait()
         tmp = self.root / f".tmp_step_{step:07d}_{_agree_nonce()}"
         model, optim, entries = snapshot(named_params, optimizer_pieces, self.mesh)
         rng = {k: v.detach().cpu().clone() for k, v in rng.items()}
         args = (step, tmp, model, optim, entries, rng, trainer_state, extra_files or {})
-        if self.async_save:
+        if self.async_save and not blocking:
             self.thread = threading.Thread(target=self._run, args=args, name=f"checkpoint-{step}", daemon=True)
             self.thread.start()
         else:

@@ -126,7 +126,8 @@ def _run_parallel(args) -> int:
     from trident.evaluate.harness import run_evaluation
     from trident.evaluate.parallel_lm import checkpoint_layout, load_parallel
     from trident.tasks import TaskDataError
-    from trident.train.launch import init_distributed, relaunch_with_torchrun, shutdown_distributed, under_torchrun
+    from trident.train.launch import (init_distributed, relaunch_with_torchrun, shutdown_distributed,
+                                      torchrun_command, under_torchrun)
 
     world = _world_size() if under_torchrun() else args.nproc
     try:  # a layout that does not fit the model fails here, before any rank starts
@@ -135,7 +136,7 @@ def _run_parallel(args) -> int:
         print(f"trident eval: {error}", file=sys.stderr)
         return 2
     if args.nproc > 1 and not under_torchrun():
-        return relaunch_with_torchrun(args.nproc, forwarded_argv(args))
+        return relaunch_with_torchrun(torchrun_command(args.nproc, forwarded_argv(args)))[0]
     init_distributed("gloo" if args.device == "cpu" else "nccl")
     rank = int(os.environ.get("RANK", "0"))
     try:

@@ -13,6 +13,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nproc", type=int, default=1, help="local processes to start (torchrun underneath)")
     parser.add_argument("--max-restarts", type=int, default=0,
                         help="with --nproc: restart all ranks after a failure (use checkpoint.load=auto to resume)")
+    parser.add_argument("--nnodes", default="1",
+                        help="nodes of the job: N, or MIN:MAX for an elastic job that goes on with fewer nodes after "
+                             "one is lost (torchrun elastic, c10d rendezvous at --rdzv-endpoint)")
+    parser.add_argument("--rdzv-endpoint", default="",
+                        help="HOST:PORT where the nodes' agents meet (the first node); default: a free local port")
+    parser.add_argument("--rdzv-id", default="", help="the job's id, the same on every node (e.g. $SLURM_JOB_ID)")
     parser.add_argument("--out", default="runs/train", help="output folder (config.yaml, metrics.jsonl, checkpoints/)")
     parser.add_argument("--overwrite", action="store_true",
                         help="write into a non-empty --out that is not this run's resume (an earlier trident "
@@ -20,33 +26,68 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the final step's metrics as JSON")
 
 
+def _launch(args, rid: str) -> int:
+    """The launching process: torchrun with this command's arguments; a stop on a signal (OUT/preempted.json
+    written by this launch's ranks) is printed as one line and exits EXIT_PREEMPTED."""
+    from trident.train.launch import relaunch_with_torchrun, torchrun_command
+    from trident.train.preemption import EXIT_PREEMPTED, read_marker, stop_message
+    from trident.train.run_folder import RUN_ID_ENV
+
+    forwarded = ["train", args.config, *args.overrides, "--out", args.out] + (["--json"] if args.json else [])
+    command = torchrun_command(args.nproc, forwarded, args.max_restarts, args.nnodes, args.rdzv_endpoint,
+                               args.rdzv_id)
+    os.environ[RUN_ID_ENV] = rid  # every rank and restart of this launch shares the folder's run id
+    try:
+        code, started = relaunch_with_torchrun(command)
+    finally:
+        del os.environ[RUN_ID_ENV]
+    stopped = read_marker(args.out, since=started)
+    if stopped is not None:
+        print(stop_message(stopped["signal"], stopped["step"], stopped["checkpoint"]), file=sys.stderr)
+        return EXIT_PREEMPTED
+    return code
+
+
+def _leave_process_group() -> None:
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
 def run(args) -> int:
     from trident.config import ConfigError, load_config
     from trident.data.output_folder import OutputFolderError
-    from trident.train.launch import init_distributed, relaunch_with_torchrun, shutdown_distributed, under_torchrun
+    from trident.parallel.inject import ENV as INJECT_ENV, InjectError, parse
+    from trident.train.launch import under_torchrun
     from trident.train.run_folder import RUN_ID_ENV, claim_train_folder, run_id
 
+    launching = (args.nproc > 1 or args.nnodes != "1") and not under_torchrun()
     try:
+        parse(os.environ.get(INJECT_ENV, ""))  # a malformed fault drill fails here, not at its step
         config = load_config(args.config, args.overrides)
-        config.validate(args.nproc if not under_torchrun() else None)
+        config.validate(args.nproc if not under_torchrun() and args.nnodes == "1" else None)
         # one process stamps the folder: the launcher, or rank 0 of a torchrun started by hand
         writer = not under_torchrun() or (os.environ.get("RANK") == "0" and RUN_ID_ENV not in os.environ)
-        rid = run_id()
+        rid = f"rdzv:{args.rdzv_id}" if launching and args.rdzv_id else run_id()  # the same on every node
         claim_train_folder(config, args.out, args.overwrite, writer, rid)
-    except (ConfigError, OutputFolderError) as error:
+    except (ConfigError, OutputFolderError, InjectError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    if args.nproc > 1 and not under_torchrun():
-        forwarded = ["train", args.config, *args.overrides, "--out", args.out] + (["--json"] if args.json else [])
-        os.environ[RUN_ID_ENV] = rid  # every rank and restart of this launch shares the folder's run id
-        try:
-            return relaunch_with_torchrun(args.nproc, forwarded, args.max_restarts)
-        finally:
-            del os.environ[RUN_ID_ENV]
+    if launching:
+        return _launch(args, rid)
+    return _train(args, config)
+
+
+def _train(args, config) -> int:
+    """This process's rank (or the only process): train, and turn each way of ending into an exit code."""
     from trident.checkpoint.integrity import CheckpointError
+    from trident.config import ConfigError
     from trident.checkpoint.writer import SaveError
     from trident.parallel.token_ids import TokenOutOfRange
     from trident.train import allocator
+    from trident.train.launch import LAUNCHED_ENV, init_distributed, shutdown_distributed, under_torchrun
+    from trident.train.preemption import EXIT_PREEMPTED, Preempted, resume_command
     from trident.train.trainer import RankFailure, Trainer, TrainError
 
     if allocator.wanted(config.train.malloc_keep_freed, config.train.device):
@@ -61,6 +102,18 @@ def run(args) -> int:
     except RankFailure as error:
         print(f"error: {error}", file=sys.stderr)
         return 3
+    except Preempted as stopped:
+        # under torchrun a preempted rank exits 0, so that torchrun neither restarts nor reports it:
+        # the launcher (or a script reading OUT/preempted.json) turns the stop into EXIT_PREEMPTED
+        if os.environ.get("RANK", "0") == "0" and LAUNCHED_ENV not in os.environ:
+            print(stopped, file=sys.stderr)
+        _leave_process_group()
+        return 0 if under_torchrun() else EXIT_PREEMPTED
+    except KeyboardInterrupt:
+        if os.environ.get("RANK", "0") == "0":
+            print(f"interrupted without saving (a second Ctrl-C); resume from the last complete checkpoint with: "
+                  f"{resume_command()}", file=sys.stderr)
+        return 130
     except (TrainError, CheckpointError, SaveError, FileNotFoundError, TimeoutError) as error:
         # bad data, an unusable checkpoint, a failed save or validation: one line, no traceback
         print(f"error: {error}", file=sys.stderr)

@@ -2,11 +2,15 @@
 started by torchrun (or a single process) initialises torch.distributed from the environment."""
 from __future__ import annotations
 
+import ctypes
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 from datetime import timedelta
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -22,21 +26,95 @@ def under_torchrun() -> bool:
     return "LOCAL_RANK" in os.environ and "WORLD_SIZE" in os.environ
 
 
-def relaunch_with_torchrun(nproc: int, module_args: list[str], max_restarts: int = 0) -> int:
-    """Run `python -m trident <module_args>` as `nproc` local processes; returns the exit code.
-    With max_restarts, torchrun restarts every rank after a failure (resume with checkpoint.load=auto)."""
+def torchrun_command(nproc: int, module_args: list[str], max_restarts: int = 0, nnodes: str = "1",
+                     rdzv_endpoint: str = "", rdzv_id: str = "", last_call_s: int = 5) -> list[str]:
+    """torchrun's command line: c10d rendezvous always (a restarted round gets fresh store keys; static
+    rendezvous reuses stale ones); `nnodes` MIN:MAX makes the job elastic, its agents meeting at
+    `rdzv_endpoint` (default: a free local port, one node)."""
     command = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
-               f"--max-restarts={max_restarts}",
-               # c10d rendezvous: a restarted round gets fresh store keys (static rendezvous reuses stale ones)
-               "--nnodes=1", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{free_port()}",
-               "-m", "trident", *module_args]
+               f"--max-restarts={max_restarts}", f"--nnodes={nnodes}", "--rdzv-backend=c10d",
+               f"--rdzv-endpoint={rdzv_endpoint or f'127.0.0.1:{free_port()}'}"]
+    if rdzv_id:
+        command.append(f"--rdzv-id={rdzv_id}")
+    if ":" in nnodes:  # elastic: after a node is lost, the survivors go on once no more join for last_call_s
+        command.append(f"--rdzv-conf=last_call_timeout={last_call_s}")
+    return command + ["-m", "trident", *module_args]
+
+
+def relaunch_with_torchrun(command: list[str]) -> tuple[int, float]:
+    """Run torchrun `command` and return (its exit code, the launch time). The launcher's SIGTERM,
+    SIGUSR1 and SIGINT go to the ranks themselves, which stop together after saving; torchrun, in a
+    session of its own, sees them exit and ends. torchrun (and through it every rank) dies with the
+    launcher, so no child outlives it; a second Ctrl-C stops the ranks without saving."""
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")  # one thread a rank: N ranks share the cores
-    return subprocess.call(command, env=env)
+    env[LAUNCHED_ENV] = "1"
+    started = time.time()
+    proc = subprocess.Popen(command, env=env, start_new_session=True, preexec_fn=_torchrun_preexec)
+    interrupts = [0]
+
+    def forward(signum, frame):
+        interrupts[0] += signum == signal.SIGINT
+        if interrupts[0] > 1:
+            os.killpg(proc.pid, signal.SIGKILL)  # the ranks die with torchrun (PDEATHSIG)
+            return
+        for pid in _children(proc.pid) or [proc.pid]:
+            _send(pid, signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in FORWARDED}
+    try:
+        return proc.wait(), started
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+LAUNCHED_ENV = "TRIDENT_LAUNCHER"  # set for ranks started by `trident train --nproc`: it prints the stop line
+FORWARDED = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
+
+
+def _torchrun_preexec() -> None:
+    """In torchrun before exec: die with the launcher; ignore SIGUSR1 (Slurm signals every process of a
+    job step; torchrun has no handler for it and would die, while the ranks handle it themselves)."""
+    die_with_parent(signal.SIGTERM)
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+
+
+def die_with_parent(sig: int = signal.SIGKILL) -> None:
+    """Linux: receive `sig` when the parent process dies (no orphaned rank keeps a job's GPUs busy)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return  # not Linux: processes may outlive their launcher
+    PR_SET_PDEATHSIG = 1
+    if libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0 and os.getppid() == 1:
+        os.kill(os.getpid(), sig)  # the parent was gone before the request took effect
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (Linux /proc; [] elsewhere)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # the process ended while we looked
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _send(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        return  # it ended on its own meanwhile
 
 
 def init_distributed(backend: str = "auto", timeout_s: int = 600) -> None:
     """Join the process group described by torchrun's environment (nothing to do for one process)."""
+    if under_torchrun():
+        die_with_parent()  # torchrun gone (a lost node, a killed launcher): this rank goes too
     if dist.is_initialized() or int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return
     if backend == "auto":
@@ -57,14 +135,3 @@ def shutdown_distributed() -> None:
     if dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()
-
-
-def chaos_kill_point(rank: int, step: int) -> None:
-    """Fault drill: TRIDENT_CHAOS_KILL="RANK:STEP" SIGKILLs that rank before that step, on a job's
-    first attempt only (torchrun's restart count 0), to rehearse crash-and-resume for real."""
-    spec = os.environ.get("TRIDENT_CHAOS_KILL")
-    if not spec or os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0":
-        return
-    kill_rank, kill_step = (int(part) for part in spec.split(":"))
-    if rank == kill_rank and step == kill_step:
-        os.kill(os.getpid(), 9)

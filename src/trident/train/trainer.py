@@ -24,6 +24,8 @@ from trident.checkpoint.writer import CheckpointWriter
 from trident.config import Config, ConfigError, save_config
 from trident.flops import model_flops
 from trident.hardware import describe_peak, peak_tflops
+from trident.parallel.hosts import check_tp_hosts
+from trident.parallel.inject import Injector
 from trident.parallel.mesh import barrier, build_mesh, rank_device
 from trident.parallel.parallelize import ParallelModel, parallelize
 from trident.parallel.precision import Precision
@@ -31,9 +33,9 @@ from trident.parallel.sharding import full_shape
 from trident.parallel.token_ids import check_token_ids
 from trident.parallel.watch import failed_group
 from trident.train import allocator
-from trident.train.launch import chaos_kill_point
 from trident.train.loggers import build_loggers
 from trident.train.metrics import MetricsWriter, console_line, peak_memory_bytes
+from trident.train.preemption import Preempted, StopRequests, stop_message, write_marker
 from trident.train.schedules import TrainSchedule
 
 
@@ -48,6 +50,8 @@ class Trainer:
         self.device = rank_device(config.train.device)
         self.mesh = build_mesh(config.parallel.tp, config.parallel.pp, config.parallel.dp, config.parallel.timeout_s)
         self.log = log if self.mesh.rank == 0 else (lambda *a, **k: None)
+        check_tp_hosts(self.mesh, config.parallel.allow_tp_across_hosts, self.log)
+        self.injector = Injector.from_env(self.mesh.rank)
         if allocator.wanted(config.train.malloc_keep_freed, config.train.device):
             self.log(allocator.keep_freed_memory())  # again if `trident train` did it first: the same values
         self.schedule = TrainSchedule(config.train, config.model.seq_length)
@@ -205,22 +209,47 @@ class Trainer:
             self.log(f"model: {sum(math.prod(full_shape(p)) for _, p in self.model.named_params):,} parameters on stage 0; "
                      f"layout dp={self.mesh.dp} pp={self.mesh.pp} tp={self.mesh.tp}; {cfg.train.steps} steps")
         records = []
-        while self.step < cfg.train.steps:
-            chaos_kill_point(self.mesh.rank, self.step)
-            record = self._guarded_step()
-            if cfg.train.eval_interval and self.step % cfg.train.eval_interval == 0:
-                record["val_loss"] = _user_input(self.evaluate, f"validation at step {self.step}")
-            metrics.write(record)
-            records.append(record)
-            if self.step % cfg.logging.log_interval == 0 or self.step == cfg.train.steps:
-                self.log(console_line(record))
-            interval = cfg.checkpoint.save_interval
-            if (interval and self.step % interval == 0) or self.step == cfg.train.steps:
-                self.save()
-        self.writer.wait()  # a background save must be complete before the run counts as done
-        barrier()
-        metrics.close()
+        stops = StopRequests(None, self.device, cfg.checkpoint.save_interval_minutes, self.log).install()
+        try:
+            while self.step < cfg.train.steps:
+                records.append(self._loop_step(metrics, stops))
+            self.writer.wait()  # a background save must be complete before the run counts as done
+            barrier()
+        finally:
+            stops.uninstall()
+            metrics.close()
         return records
+
+    def _loop_step(self, metrics: MetricsWriter, stops: StopRequests) -> dict:
+        """One step with what follows it: faults due, validation, metrics, and the checkpoint that the
+        interval, the clock (checkpoint.save_interval_minutes) or a stop signal on any rank asks for."""
+        cfg = self.config
+        self.injector.before_step(self.step + 1)
+        record = self._guarded_step()
+        self.injector.after_update(self.step, self.model.named_params)
+        if cfg.train.eval_interval and self.step % cfg.train.eval_interval == 0:
+            record["val_loss"] = _user_input(self.evaluate, f"validation at step {self.step}")
+        metrics.write(record)
+        if self.step % cfg.logging.log_interval == 0 or self.step == cfg.train.steps:
+            self.log(console_line(record))
+        stop, due = stops.agree()
+        interval = cfg.checkpoint.save_interval
+        if stop:
+            self._stop(stop)
+        if (interval and self.step % interval == 0) or self.step == cfg.train.steps or due:
+            self.save()
+            stops.saved()
+        return record
+
+    def _stop(self, signal_name: str) -> None:
+        """Every rank: finish any background save, save this step synchronously, leave OUT/preempted.json."""
+        self.writer.wait()
+        path = self.save(blocking=True)
+        message = stop_message(signal_name, self.step, path)
+        if self.mesh.rank == 0:
+            write_marker(self.out, signal_name, self.step, path, message)
+        barrier()
+        raise Preempted(message)
 
     def _guarded_step(self) -> dict:
         """A step; with several ranks, a failed or timed-out collective becomes one clear error."""
@@ -243,15 +272,15 @@ class Trainer:
                                    consumed_tokens=self.consumed_tokens, optimizer_steps=self.model.optimizer.steps,
                                    scaler=self.model.scaler.state_dict(), config=self.config)
 
-    def save(self) -> Path:
+    def save(self, blocking: bool = False) -> Path:
         extra = {"tokenizer.json": self.tokenizer_file} if self.tokenizer_file else None
         # Without ZeRO every DP rank holds the same optimizer state: DP rank 0 writes it.
         model = self.model
         owns_state = model.zero or self.mesh.dp_rank == 0
         pieces = optimizer_pieces(model.named_params, model.buffers, model.optimizer) if owns_state else []
         path = self.writer.save(self.step, model.named_params, pieces, rng_state(self.device),
-                                self.trainer_state(), extra)
-        self.log(f"{'saving' if self.config.checkpoint.async_save else 'saved'} checkpoint {path}")
+                                self.trainer_state(), extra, blocking)
+        self.log(f"{'saving' if self.config.checkpoint.async_save and not blocking else 'saved'} checkpoint {path}")
         return path
 
     def _maybe_resume(self) -> None:

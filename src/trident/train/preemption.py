@@ -1,0 +1,103 @@
+"""Stopping cleanly: a scheduler's SIGTERM or SIGUSR1 (Slurm's warning ahead of the time limit), or
+Ctrl-C's SIGINT, reaching any one rank stops every rank at the same step boundary with a checkpoint.
+
+A signal only sets a flag. After every step the ranks all-reduce (MAX) two small integers, the flag and
+"a time-based save is due", so they agree on what to do without any rank acting on a signal alone.
+The stop itself (wait for a background save, save synchronously, write OUT/preempted.json) is the
+trainer's; this module only decides when.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+EXIT_PREEMPTED = 75  # sysexits' EX_TEMPFAIL: stopped on request after saving; run again to resume
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
+MARKER = "preempted.json"
+
+
+class Preempted(Exception):
+    """Every rank stopped on a signal after writing a checkpoint; the message is the one line to print."""
+
+
+class StopRequests:
+    """Catches the stop signals while installed; `agree()` is the per-step collective decision."""
+
+    def __init__(self, world_group=None, device: torch.device | None = None, save_interval_minutes: float = 0.0,
+                 log=print):
+        self.group, self.device = world_group, device or torch.device("cpu")
+        self.several = dist.is_initialized() and dist.get_world_size() > 1
+        self.interval_s = save_interval_minutes * 60.0
+        self.log, self.signal_name, self.last_save = log, None, time.monotonic()
+        self.previous: dict = {}
+
+    def install(self) -> "StopRequests":
+        if threading.current_thread() is threading.main_thread():  # Python delivers signals there only
+            for sig in STOP_SIGNALS:
+                self.previous[sig] = signal.signal(sig, self._on_signal)
+        return self
+
+    def uninstall(self) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+        self.previous = {}
+
+    def _on_signal(self, signum, frame) -> None:
+        name = signal.Signals(signum).name
+        if self.signal_name is None:
+            self.signal_name = name
+            self.log(f"{name}: every rank stops after this step and saves a checkpoint"
+                     + (" (Ctrl-C again to stop without saving)" if signum == signal.SIGINT else ""))
+        elif signum == signal.SIGINT:  # a second Ctrl-C: the user wants out now
+            raise KeyboardInterrupt
+
+    def saved(self) -> None:
+        self.last_save = time.monotonic()
+
+    def agree(self) -> tuple[str | None, bool]:
+        """Collective: (the signal that stops every rank, or None; whether a time-based save is due)."""
+        code = 0 if self.signal_name is None else 1 + [s.name for s in STOP_SIGNALS].index(self.signal_name)
+        due = int(self.interval_s > 0 and time.monotonic() - self.last_save >= self.interval_s)
+        if self.several:
+            flags = torch.tensor([code, due], dtype=torch.int32, device=self.device)
+            dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=self.group)
+            code, due = (int(v) for v in flags.tolist())
+        return (STOP_SIGNALS[code - 1].name if code else None), bool(due)
+
+
+def resume_command(argv: list[str] | None = None) -> str:
+    """The command that resumes this run: the one that started it, with checkpoint.load=auto."""
+    args = [a for a in (sys.argv[1:] if argv is None else argv) if not a.startswith("checkpoint.load=")]
+    return "trident " + " ".join(shlex.quote(a) for a in args + ["checkpoint.load=auto"])
+
+
+def stop_message(signal_name: str, step: int, checkpoint: Path) -> str:
+    return (f"stopped by {signal_name} after step {step}: checkpoint {checkpoint}; "
+            f"resume with: {resume_command()}")
+
+
+def write_marker(out: Path, signal_name: str, step: int, checkpoint: Path, message: str) -> None:
+    """OUT/preempted.json: what the launcher reads to exit with EXIT_PREEMPTED and print `message`."""
+    record = {"signal": signal_name, "step": step, "checkpoint": str(checkpoint), "message": message,
+              "written_at": time.time(), "pid": os.getpid()}
+    tmp = out / f".{MARKER}.tmp"
+    tmp.write_text(json.dumps(record, indent=1))
+    os.replace(tmp, out / MARKER)
+
+
+def read_marker(out: Path, since: float) -> dict | None:
+    """The preemption record a run in `out` wrote after `since` (a launcher's start time), if any."""
+    try:
+        record = json.loads((Path(out) / MARKER).read_text())
+    except (OSError, ValueError):
+        return None
+    return record if record.get("written_at", 0) >= since else None

@@ -1,0 +1,97 @@
+"""Preemption: a stop signal reaching the launcher or any one rank stops every rank at the same step
+boundary with a complete checkpoint and exit 75; the resumed run continues bit-exactly; no child
+outlives the launcher; a time-based save bounds what a hard kill loses."""
+import json
+import os
+import signal
+
+import pytest
+
+from run_fixtures import (kill_all, losses, processes_mentioning, start, tiny_corpus, train_command, wait_for_steps,
+                          wait_until_gone)
+from trident.checkpoint.reader import complete_checkpoints
+from trident.train.preemption import EXIT_PREEMPTED, StopRequests
+
+DP2 = ("parallel.dp=2",)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    return tiny_corpus(tmp_path_factory.mktemp("preempt"))
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(corpus):
+    """Six steps at dp 2 without a stop: the losses a stopped-and-resumed run must reproduce."""
+    out = corpus / "uninterrupted"
+    proc = start(train_command(corpus, out, *DP2, "train.steps=6", nproc=2))
+    assert proc.wait(timeout=120) == 0, proc.stderr.read()
+    return losses(out)
+
+
+@pytest.mark.timeout(240)
+def test_signal_to_one_rank_stops_all_and_the_resume_is_exact(corpus, uninterrupted):
+    out = corpus / "rank-signal"
+    # a save every step in the background: the stop must wait for it, then save synchronously
+    overrides = (*DP2, "train.steps=6", "checkpoint.async_save=true", "checkpoint.save_interval=1")
+    proc = start(train_command(corpus, out, *overrides, nproc=2), TRIDENT_INJECT="rank=1,step=3,kind=sigterm")
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == EXIT_PREEMPTED, err
+    assert "stopped by SIGTERM after step 3" in err and "checkpoint.load=auto" in err and "Traceback" not in err
+    assert complete_checkpoints(out / "checkpoints")[-1].name == "step_0000003"
+    assert json.loads((out / "preempted.json").read_text())["step"] == 3
+    resumed = start(train_command(corpus, out, *overrides, "checkpoint.load=auto", nproc=2))
+    _, err = resumed.communicate(timeout=120)
+    assert resumed.returncode == 0, err
+    assert losses(out) == uninterrupted  # bit-exact, steps 1-3 before the stop and 4-6 after
+
+
+@pytest.mark.timeout(180)
+def test_ctrl_c_to_the_launcher_saves_prints_one_line_and_leaves_no_process(corpus):
+    out = corpus / "ctrl-c"
+    proc = start(train_command(corpus, out, *DP2, "train.steps=1000", nproc=2),
+                 TRIDENT_INJECT="rank=0,step=1,kind=slow:0.3")  # steps slow enough to stop early
+    try:
+        wait_for_steps(out, 2, proc)
+        proc.send_signal(signal.SIGINT)  # what a terminal's Ctrl-C sends the launcher
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == EXIT_PREEMPTED, err
+        assert "Traceback" not in err
+        line = next(line for line in err.splitlines() if line.startswith("stopped by SIGINT"))
+        step = int(line.split("after step ")[1].split(":")[0])
+        assert "--nproc 2" in line and line.endswith("checkpoint.load=auto")  # the launcher's own command
+        assert complete_checkpoints(out / "checkpoints")[-1].name == f"step_{step:07d}"
+        assert 2 <= step < 1000 and not processes_mentioning(str(out))
+    finally:
+        kill_all(str(out))
+
+
+@pytest.mark.timeout(120)
+def test_no_rank_outlives_a_killed_launcher(corpus):
+    out = corpus / "killed"
+    proc = start(train_command(corpus, out, *DP2, "train.steps=1000", nproc=2),
+                 TRIDENT_INJECT="rank=0,step=1,kind=slow:0.2")
+    try:
+        wait_for_steps(out, 1, proc)
+        os.kill(proc.pid, signal.SIGKILL)  # no handler runs in the launcher
+        assert wait_until_gone(str(out), timeout=60) == []
+    finally:
+        kill_all(str(out))
+
+
+@pytest.mark.timeout(60)
+def test_time_based_save_and_sigusr1_agreed_in_one_process(tmp_path):
+    from test_tensor_parallel import VOCAB, RandomTokens, tiny_config
+    from trident.train.trainer import Trainer
+
+    config = tiny_config("train.steps=3", "checkpoint.save_interval_minutes=1e-9", f"checkpoint.dir={tmp_path}",
+                         "checkpoint.keep_last=0")
+    Trainer(config, tmp_path, datasets=(RandomTokens(32), None), vocab_size=VOCAB, log=lambda *a: None).train()
+    assert [p.name for p in complete_checkpoints(tmp_path)] == [f"step_000000{i}" for i in (1, 2, 3)]
+    stops = StopRequests(log=lambda *a: None).install()
+    try:
+        assert stops.agree() == (None, False)
+        os.kill(os.getpid(), signal.SIGUSR1)  # Slurm's warning ahead of the time limit
+        assert stops.agree() == ("SIGUSR1", False)
+    finally:
+        stops.uninstall()
