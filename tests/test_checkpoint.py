@@ -76,6 +76,7 @@ LAYOUTS = {
     "tp2_pp2_dp2": (8, ["parallel.tp=2", "parallel.pp=2", "parallel.dp=2", "parallel.zero_stage=1"]),
     "dp2_zero1": (2, ["parallel.dp=2", "parallel.zero_stage=1"]),
     "dp2": (2, ["parallel.dp=2"]),
+    "pp2": (2, ["parallel.pp=2"]),
 }
 
 
@@ -139,3 +140,14 @@ def test_keep_last_and_incomplete_checkpoints_are_ignored(tmp_path):
     prune_checkpoints(tmp_path, keep_last=0)  # 0 keeps everything; the newest is never deleted
     prune_checkpoints(tmp_path, keep_last=1)
     assert [p.name for p in complete_checkpoints(tmp_path)] == ["step_0000004"]
+
+
+@pytest.mark.timeout(200)
+def test_resume_on_fewer_data_parallel_ranks_continues_the_same_run(tmp_path):
+    """What an elastic restart on fewer nodes does: the global batch, the sample order and the LR
+    schedule carry over, so the losses after the resume equal the uninterrupted run's (same TP/PP)."""
+    whole = _run_layout("pp2_dp2_zero1", tmp_path / "whole")
+    first = _run_layout("pp2_dp2_zero1", tmp_path / "a", stop=STOP)
+    second = _run_layout("pp2", tmp_path / "b", load=str(complete_checkpoints(tmp_path / "a" / "ckpt")[-1]))
+    assert first == whole[:STOP]
+    np.testing.assert_allclose(second, whole[STOP:], rtol=1e-6)

@@ -18,6 +18,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "one is lost (torchrun elastic, c10d rendezvous at --rdzv-endpoint)")
     parser.add_argument("--rdzv-endpoint", default="",
                         help="HOST:PORT where the nodes' agents meet (the first node); default: a free local port")
+    parser.add_argument("--rdzv-conf", default="",
+                        help="torchrun's rendezvous settings, e.g. keep_alive_interval=5,keep_alive_max_attempt=3 "
+                             "(a lost node's place is given up after their product in seconds)")
     parser.add_argument("--rdzv-id", default="", help="the job's id, the same on every node (e.g. $SLURM_JOB_ID)")
     parser.add_argument("--out", default="runs/train", help="output folder (config.yaml, metrics.jsonl, checkpoints/)")
     parser.add_argument("--overwrite", action="store_true",
@@ -35,7 +38,7 @@ def _launch(args, rid: str) -> int:
 
     forwarded = ["train", args.config, *args.overrides, "--out", args.out] + (["--json"] if args.json else [])
     command = torchrun_command(args.nproc, forwarded, args.max_restarts, args.nnodes, args.rdzv_endpoint,
-                               args.rdzv_id)
+                               args.rdzv_id, args.rdzv_conf)
     os.environ[RUN_ID_ENV] = rid  # every rank and restart of this launch shares the folder's run id
     try:
         code, started = relaunch_with_torchrun(command)

@@ -27,17 +27,20 @@ def under_torchrun() -> bool:
 
 
 def torchrun_command(nproc: int, module_args: list[str], max_restarts: int = 0, nnodes: str = "1",
-                     rdzv_endpoint: str = "", rdzv_id: str = "", last_call_s: int = 5) -> list[str]:
+                     rdzv_endpoint: str = "", rdzv_id: str = "", rdzv_conf: str = "") -> list[str]:
     """torchrun's command line: c10d rendezvous always (a restarted round gets fresh store keys; static
     rendezvous reuses stale ones); `nnodes` MIN:MAX makes the job elastic, its agents meeting at
-    `rdzv_endpoint` (default: a free local port, one node)."""
+    `rdzv_endpoint` (default: a free local port, one node); `rdzv_conf` is torchrun's --rdzv-conf
+    (e.g. keep_alive_interval=1,keep_alive_max_attempt=2: how soon a lost node's place is given up)."""
     command = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
                f"--max-restarts={max_restarts}", f"--nnodes={nnodes}", "--rdzv-backend=c10d",
                f"--rdzv-endpoint={rdzv_endpoint or f'127.0.0.1:{free_port()}'}"]
     if rdzv_id:
         command.append(f"--rdzv-id={rdzv_id}")
-    if ":" in nnodes:  # elastic: after a node is lost, the survivors go on once no more join for last_call_s
-        command.append(f"--rdzv-conf=last_call_timeout={last_call_s}")
+    if ":" in nnodes:  # elastic: after a node is lost, the survivors go on once none joined for 5 s
+        rdzv_conf = ",".join(filter(None, ["last_call_timeout=5", rdzv_conf]))
+    if rdzv_conf:
+        command.append(f"--rdzv-conf={rdzv_conf}")
     return command + ["-m", "trident", *module_args]
 
 
@@ -58,7 +61,7 @@ def relaunch_with_torchrun(command: list[str]) -> tuple[int, float]:
         if interrupts[0] > 1:
             os.killpg(proc.pid, signal.SIGKILL)  # the ranks die with torchrun (PDEATHSIG)
             return
-        for pid in _children(proc.pid) or [proc.pid]:
+        for pid in child_processes(proc.pid) or [proc.pid]:
             _send(pid, signum)
 
     previous = {sig: signal.signal(sig, forward) for sig in FORWARDED}
@@ -91,7 +94,7 @@ def die_with_parent(sig: int = signal.SIGKILL) -> None:
         os.kill(os.getpid(), sig)  # the parent was gone before the request took effect
 
 
-def _children(pid: int) -> list[int]:
+def child_processes(pid: int) -> list[int]:
     """The processes whose parent is `pid` (Linux /proc; [] elsewhere)."""
     found = []
     for stat in Path("/proc").glob("[0-9]*/stat"):

@@ -1,0 +1,57 @@
+"""An elastic job (`trident train --nnodes 1:2`, torchrun's c10d rendezvous) loses one of its two
+agents: the survivor re-rendezvouses, resumes from the last checkpoint with the smaller DP, and
+finishes; the steps it re-ran after the loss match their first run within 1e-6."""
+import json
+import os
+import signal
+import socket
+import time
+
+import numpy as np
+import pytest
+
+from run_fixtures import kill_all, start, tiny_corpus, train_command, wait_for_steps
+from trident.train.launch import child_processes, free_port
+
+
+def _wait_for_port(port: int, timeout: float = 30) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.1)
+    raise AssertionError(f"no rendezvous on port {port} within {timeout}s")
+
+
+@pytest.mark.timeout(240)
+def test_a_lost_node_leaves_the_survivor_to_finish_on_a_smaller_dp(tmp_path):
+    corpus, out, port = tiny_corpus(tmp_path), tmp_path / "run", free_port()
+    elastic = ("--nnodes", "1:2", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "lost-node",
+               "--rdzv-conf", "keep_alive_interval=1,keep_alive_max_attempt=2",
+               "--max-restarts", "2")
+    command = train_command(corpus, out, "train.steps=24", "checkpoint.save_interval=4", "checkpoint.load=auto",
+                            "parallel.timeout_s=15", nproc=1, extra=elastic)
+    slow = {"TRIDENT_INJECT": "rank=0,step=1,kind=slow:0.15,attempt=any"}  # room to kill a node mid-run
+    first = start(command, **slow)
+    try:
+        _wait_for_port(port)  # the first agent hosts the rendezvous store: the node that stays
+        second = start(command, **slow)
+        wait_for_steps(out, 6, first)
+        for agent in child_processes(second.pid):  # the second node's torchrun agent dies, its rank with it
+            os.kill(agent, signal.SIGKILL)
+        second.wait(timeout=30)
+        stdout, stderr = first.communicate(timeout=180)
+        assert first.returncode == 0, stderr[-3000:]
+        log = stdout + stderr
+        assert "layout dp=2" in log and "layout dp=1" in log and "resumed from" in log
+        rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+        steps = [r["step"] for r in rows]
+        restart = next(i for i in range(1, len(steps)) if steps[i] <= steps[i - 1])
+        assert steps[-1] == 24 and steps[restart] % 4 == 1  # resumed right after a checkpoint
+        rerun = {r["step"]: r["loss"] for r in rows[restart:]}
+        before = [(r["loss"], rerun[r["step"]]) for r in rows[:restart] if r["step"] in rerun]
+        assert before  # the steps run at dp 2 before the loss and again at dp 1 after it
+        np.testing.assert_allclose(*zip(*before), rtol=1e-6)
+    finally:
+        kill_all(str(out))

@@ -1,0 +1,35 @@
+"""`trident launch`: the sbatch script a multi-node run needs, derived from the config and its plan."""
+from trident.cli import main
+
+MTNLG = ["mtnlg-530b", "model.vocab_size=50257"]
+
+
+def test_script_has_rendezvous_signal_requeue_and_the_train_command(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["launch", *MTNLG, "--nodes", "280", "--gpus-per-node", "8", "--partition", "batch",
+                 "--time", "2-00:00:00", "--out", str(out)]) == 0
+    script = (out / "launch.sbatch").read_text()
+    assert f"sbatch {out / 'launch.sbatch'}" in capsys.readouterr().out
+    for line in ("#SBATCH --nodes=280", "#SBATCH --gpus-per-node=8", "#SBATCH --partition=batch",
+                 "#SBATCH --time=2-00:00:00", "#SBATCH --requeue", "export TORCH_NCCL_ASYNC_ERROR_HANDLING=1",
+                 '--rdzv-endpoint "$HEAD:29500" --rdzv-id "$SLURM_JOB_ID"', 'scontrol requeue "$SLURM_JOB_ID"'):
+        assert line in script, line
+    assert "trident train mtnlg-530b model.vocab_size=50257 checkpoint.load=auto" in script
+    assert "--nproc 8 --nnodes 280 --max-restarts 3" in script and "tp8 pp35 dp8" in script
+    lead = int(script.split("#SBATCH --signal=USR1@")[1].split()[0])
+    assert lead >= 120 and lead % 60 == 0  # two plan steps and a save ahead of the time limit
+
+
+def test_elastic_script_keeps_the_job_when_a_node_is_lost(capsys):
+    assert main(["launch", "gpt-125m", "model.vocab_size=50257", "--nodes", "4", "--min-nodes", "2",
+                 "--gpus-per-node", "8", "--dry-run"]) == 0
+    script = capsys.readouterr().out
+    assert "--nnodes 2:4" in script and "#SBATCH --no-kill" in script and "--kill-on-bad-exit=0" in script
+
+
+def test_refuses_tp_across_nodes_and_layouts_that_do_not_fit(capsys):
+    assert main(["launch", *MTNLG, "--nodes", "280", "--gpus-per-node", "4", "--dry-run"]) == 2
+    assert "parallel.tp=8 does not divide --gpus-per-node 4" in capsys.readouterr().err
+    assert main(["launch", *MTNLG, "parallel.pp=1", "parallel.tp=8", "--nodes", "1", "--gpus-per-node", "8",
+                 "--dry-run"]) == 2
+    assert "GiB per GPU" in capsys.readouterr().err
