@@ -17,14 +17,13 @@ from trident.checkpoint.reader import CheckpointReader, complete_checkpoints
 
 
 def _faulty_rank(rank, world, fault, layout="parallel.dp=2"):
-    """Rank 1 dies or hangs after one step; rank 0 trains on: (its error message, seconds to it)."""
+    """Rank 1 dies or hangs before step 2 (TRIDENT_INJECT); rank 0 trains on: (its error message, seconds to it)."""
     from trident.train.trainer import RankFailure, Trainer
 
-    trainer = Trainer(tiny_config(layout, "train.steps=50", "parallel.timeout_s=5"), "/tmp/unused-faults",
+    os.environ["TRIDENT_INJECT"] = f"rank=1,step=2,kind={'exit' if fault == 'dies' else 'hang'}"
+    trainer = Trainer(tiny_config(layout, "train.steps=50", "parallel.timeout_s=5"), f"/tmp/unused-faults-{rank}",
                       datasets=(RandomTokens(32), None), vocab_size=VOCAB, log=lambda *a: None)
     trainer.train_step()
-    if rank == 1:
-        os._exit(1) if fault == "dies" else time.sleep(300)
     start = time.time()
     try:
         trainer.train()
