@@ -90,6 +90,7 @@ def _train(args, config) -> int:
     from trident.parallel.token_ids import TokenOutOfRange
     from trident.train import allocator
     from trident.train.launch import LAUNCHED_ENV, init_distributed, shutdown_distributed, under_torchrun
+    from trident.train.diagnostics import CorruptionError
     from trident.train.preemption import EXIT_PREEMPTED, Preempted, resume_command
     from trident.train.trainer import RankFailure, Trainer, TrainError
 
@@ -105,6 +106,9 @@ def _train(args, config) -> int:
     except RankFailure as error:
         print(f"error: {error}", file=sys.stderr)
         return 3
+    except CorruptionError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 4
     except Preempted as stopped:
         # under torchrun a preempted rank exits 0, so that torchrun neither restarts nor reports it:
         # the launcher (or a script reading OUT/preempted.json) turns the stop into EXIT_PREEMPTED

@@ -150,7 +150,7 @@ class GradBuffers:
                 self._launch(bucket, async_op=True)
         for index, bucket in enumerate(self.buckets):
             if bucket.handle is not None:
-                with watched(self.group):
+                with watched(self.group, f"wait gradient bucket {index}"):
                     bucket.handle.wait(self.timeout)
             if bucket.scattered is not None:
                 lo, hi = bucket.owned(self.dp_rank, self.dp, True)
@@ -171,7 +171,7 @@ class GradBuffers:
             pending.append((mine, dist.all_gather_into_tensor(self.params[bucket.start:bucket.end], mine,
                                                               group=self.group, async_op=True)))
         for _, handle in pending:
-            with watched(self.group):
+            with watched(self.group, "wait parameter all_gather"):
                 handle.wait(self.timeout)
 
     def param_range(self, param) -> tuple[int, int]:
@@ -184,7 +184,7 @@ def all_reduce_coalesced(tensors: list[torch.Tensor], group, op=dist.ReduceOp.SU
     if group is None or not tensors:
         return
     flat = _flatten_dense_tensors(tensors)
-    with watched(group):
+    with watched(group, "all_reduce"):
         dist.all_reduce(flat, op=op, group=group)
     for tensor, reduced in zip(tensors, _unflatten_dense_tensors(flat, tensors)):
         tensor.copy_(reduced)

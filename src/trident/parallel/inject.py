@@ -6,12 +6,14 @@ for tests, benchmarks and fire drills on a real cluster. Nothing happens when it
 
 Keys: `rank` (global rank), `step` (the step about to run, as numbered in metrics.jsonl), `kind`, and
 optionally `attempt` (the torchrun restart the fault belongs to: 0, the default, fires on a job's first
-attempt only so a restarted job can recover; `any` fires on every attempt). Kinds:
-  sigterm | sigusr1 | sigint | sigusr2   the rank signals itself before the step (preemption drills)
+attempt only so a restarted job can recover; `any` fires on every attempt) and `at` (`step`, the default:
+before the step; `send`: before the rank's first pipeline send of the step, for pp > 1). Kinds:
+  sigterm | sigusr1 | sigint | sigusr2   the rank signals itself (preemption drills, a flight dump)
   exit[:CODE]                            the rank exits at once (default code 1), as a crashed process
   kill                                   the rank SIGKILLs itself (no handler, no cleanup)
-  hang                                   the rank stops making progress before the step
-  slow:SECONDS                           the rank sleeps SECONDS before every step from `step` on
+  hang                                   the rank stops making progress
+  slow:SECONDS                           every forward of the rank's model chunks takes SECONDS longer
+                                         from `step` on: a slow GPU
   bitflip                                after the step's update the rank flips one bit of its first
                                          parameter (`param=NAME` picks another): silent corruption
 The value is parsed and checked once, at start; a malformed one is a configuration error (exit 2).
@@ -28,7 +30,8 @@ import torch
 ENV = "TRIDENT_INJECT"
 SIGNALS = {"sigterm": signal.SIGTERM, "sigusr1": signal.SIGUSR1, "sigint": signal.SIGINT, "sigusr2": signal.SIGUSR2}
 KINDS = (*SIGNALS, "exit", "kill", "hang", "slow", "bitflip")
-KEYS = ("rank", "step", "kind", "attempt", "param")
+KEYS = ("rank", "step", "kind", "attempt", "param", "at")
+POINTS = ("step", "send")
 
 
 class InjectError(ValueError):
@@ -43,6 +46,7 @@ class Fault:
     value: float = 0.0  # slow: seconds a step; exit: the exit code
     attempt: int | None = 0  # None: every attempt
     param: str = ""  # bitflip: which parameter ("" = this rank's first)
+    at: str = "step"  # step | send: where a signal, exit, kill or hang strikes
 
 
 def _integer(text: str, key: str, part: str) -> int:
@@ -75,10 +79,12 @@ def _fault(part: str) -> Fault:
         value = _integer(argument or "1", "the exit code", part)
     elif argument:
         raise InjectError(f"{ENV}: '{part}': kind {kind} takes no argument")
-    attempt = fields.get("attempt", "0")
+    attempt, at = fields.get("attempt", "0"), fields.get("at", "step")
+    if at not in POINTS or (at != "step" and kind in ("slow", "bitflip")):
+        raise InjectError(f"{ENV}: '{part}': at must be one of {', '.join(POINTS)} (slow and bitflip: step)")
     return Fault(rank=_integer(fields["rank"], "rank", part), step=_integer(fields["step"], "step", part),
                  kind=kind, value=value, attempt=None if attempt == "any" else _integer(attempt, "attempt", part),
-                 param=fields.get("param", ""))
+                 param=fields.get("param", ""), at=at)
 
 
 def parse(text: str) -> list[Fault]:
@@ -101,12 +107,24 @@ class Injector:
 
     def before_step(self, step: int) -> None:
         """Inflict this rank's faults due before `step` runs."""
+        self._strike(step, "step")
+
+    def before_send(self, step: int) -> None:
+        """Inflict this rank's faults due before its first pipeline send of `step`."""
+        self._strike(step, "send")
+
+    def wants(self, at: str) -> bool:
+        return any(f.at == at for f in self.faults)
+
+    def slow_seconds(self, step: int) -> float:
+        """Extra seconds each forward of this rank takes during `step`."""
+        return sum(f.value for f in self.faults if f.kind == "slow" and step >= f.step)
+
+    def _strike(self, step: int, at: str) -> None:
         for fault in self.faults:
-            if fault.kind == "slow" and step >= fault.step:
-                time.sleep(fault.value)
-            elif fault.step != step:
+            if fault.step != step or fault.at != at:
                 continue
-            elif fault.kind in SIGNALS:
+            if fault.kind in SIGNALS:
                 os.kill(os.getpid(), SIGNALS[fault.kind])
             elif fault.kind == "exit":
                 os._exit(int(fault.value))

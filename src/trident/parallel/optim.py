@@ -41,7 +41,7 @@ def global_grad_norm_squared(optimizer: DistributedAdam, mesh, zero: bool) -> to
     total = optimizer.grad_norm_squared()
     group = None if zero else mesh.group("mp")
     if (zero and mesh.world_size > 1) or group is not None:
-        with watched(group):
+        with watched(group, "all_reduce grad norm"):
             dist.all_reduce(total, group=group)
     return total
 

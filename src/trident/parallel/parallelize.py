@@ -169,7 +169,7 @@ class ParallelModel:
         """Global-batch mean loss, on every rank (sum of the DP partial means, from the last stage)."""
         for kind in ("pp", "dp"):
             if self.mesh.group(kind) is not None:
-                with watched(self.mesh.group(kind)):
+                with watched(self.mesh.group(kind), "all_reduce loss"):
                     dist.all_reduce(loss, group=self.mesh.group(kind))
         return loss
 

@@ -55,7 +55,7 @@ def _divide(total: int, parts: int, what: str) -> int:
 
 def _all_reduce(x: torch.Tensor, tp: TPContext) -> torch.Tensor:
     x = x.contiguous()
-    with watched(tp.group):
+    with watched(tp.group, "all_reduce"):
         dist.all_reduce(x, group=tp.group)
     return x
 
@@ -64,7 +64,7 @@ def _gather(x: torch.Tensor, tp: TPContext, dim: int) -> torch.Tensor:
     """All-gather along `dim` (concatenated in rank order)."""
     moved = x.movedim(dim, 0).contiguous()
     out = torch.empty((moved.shape[0] * tp.size,) + moved.shape[1:], dtype=x.dtype, device=x.device)
-    with watched(tp.group):
+    with watched(tp.group, "all_gather"):
         dist.all_gather_into_tensor(out, moved, group=tp.group)
     return out.movedim(0, dim)
 
@@ -78,7 +78,7 @@ def _reduce_scatter(x: torch.Tensor, tp: TPContext, dim: int) -> torch.Tensor:
     moved = x.movedim(dim, 0).contiguous()
     size = _divide(moved.shape[0], tp.size, f"dimension {dim} of shape {tuple(x.shape)}")
     out = torch.empty((size,) + moved.shape[1:], dtype=x.dtype, device=x.device)
-    with watched(tp.group):
+    with watched(tp.group, "reduce_scatter"):
         dist.reduce_scatter_tensor(out, moved, group=tp.group)
     return out.movedim(0, dim)
 
@@ -218,7 +218,7 @@ class VocabParallelEmbedding(nn.Module):
 
 def _tp_reduce(x: torch.Tensor, tp: TPContext, op=dist.ReduceOp.SUM) -> torch.Tensor:
     if tp.size > 1:
-        with watched(tp.group):
+        with watched(tp.group, "all_reduce"):
             dist.all_reduce(x, op=op, group=tp.group)
     return x
 

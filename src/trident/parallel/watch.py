@@ -10,28 +10,39 @@ from __future__ import annotations
 
 import torch.distributed as dist
 
+from trident.parallel.flight import FLIGHT
+
 _ATTRIBUTE = "trident_process_group"
 
 
 class watched:
     """Context manager: an exception leaving the block is tagged with `group`'s description
-    (`None` is the default group, as in torch.distributed calls). The innermost tag wins."""
+    (`None` is the default group, as in torch.distributed calls). The innermost tag wins.
+    With `op` (e.g. "all_reduce"), the call is also an event of the flight recorder (flight.py)."""
 
-    __slots__ = ("group",)
+    __slots__ = ("group", "op", "peer", "event")
 
-    def __init__(self, group):
-        self.group = group
+    def __init__(self, group, op: str | None = None, peer: int | None = None):
+        self.group, self.op, self.peer, self.event = group, op, peer, None
 
     def __enter__(self) -> None:
-        return None
+        if self.op is not None:
+            self.event = FLIGHT.begin(self.op, _short_name(self.group), self.peer)
 
     def __exit__(self, kind, error, traceback) -> bool:
+        if self.event is not None:
+            FLIGHT.end(self.event, failed=error is not None)
         if error is not None and not hasattr(error, _ATTRIBUTE):
             try:
                 setattr(error, _ATTRIBUTE, describe_group(self.group))
             except AttributeError:  # an exception type without a __dict__: left untagged
                 pass
         return False
+
+
+def _short_name(group) -> str:
+    """The group's description without looking up ranks (cheap enough for every collective)."""
+    return "default group" if group is None else getattr(group, "group_desc", "") or "group"
 
 
 def describe_group(group) -> str:

@@ -25,7 +25,6 @@ from trident.config import Config, ConfigError, save_config
 from trident.flops import model_flops
 from trident.hardware import describe_peak, peak_tflops
 from trident.parallel.hosts import check_tp_hosts
-from trident.parallel.inject import Injector
 from trident.parallel.mesh import barrier, build_mesh, rank_device
 from trident.parallel.parallelize import ParallelModel, parallelize
 from trident.parallel.precision import Precision
@@ -33,6 +32,7 @@ from trident.parallel.sharding import full_shape
 from trident.parallel.token_ids import check_token_ids
 from trident.parallel.watch import failed_group
 from trident.train import allocator
+from trident.train.diagnostics import RunDiagnostics
 from trident.train.loggers import build_loggers
 from trident.train.metrics import MetricsWriter, console_line, peak_memory_bytes
 from trident.train.preemption import Preempted, StopRequests, stop_message, write_marker
@@ -51,7 +51,6 @@ class Trainer:
         self.mesh = build_mesh(config.parallel.tp, config.parallel.pp, config.parallel.dp, config.parallel.timeout_s)
         self.log = log if self.mesh.rank == 0 else (lambda *a, **k: None)
         check_tp_hosts(self.mesh, config.parallel.allow_tp_across_hosts, self.log)
-        self.injector = Injector.from_env(self.mesh.rank)
         if allocator.wanted(config.train.malloc_keep_freed, config.train.device):
             self.log(allocator.keep_freed_memory())  # again if `trident train` did it first: the same values
         self.schedule = TrainSchedule(config.train, config.model.seq_length)
@@ -61,6 +60,7 @@ class Trainer:
             config.model.vocab_size = vocab_size
         self.precision = Precision.from_config(config.train, self.device)
         self.model: ParallelModel = parallelize(config, self.mesh, self.device, self.precision)
+        self.diagnostics = RunDiagnostics(config, self.mesh, self.model, self.out, self.device, self.log)
         self.step, self.consumed_samples, self.consumed_tokens = 0, 0, 0
         self.checkpoint_root = Path(config.checkpoint.dir) if config.checkpoint.dir else self.out / "checkpoints"
         self.writer = CheckpointWriter(self.checkpoint_root, self.mesh, config.checkpoint.keep_last,
@@ -210,6 +210,7 @@ class Trainer:
                      f"layout dp={self.mesh.dp} pp={self.mesh.pp} tp={self.mesh.tp}; {cfg.train.steps} steps")
         records = []
         stops = StopRequests(None, self.device, cfg.checkpoint.save_interval_minutes, self.log).install()
+        self.diagnostics.start()
         try:
             while self.step < cfg.train.steps:
                 records.append(self._loop_step(metrics, stops))
@@ -217,6 +218,7 @@ class Trainer:
             barrier()
         finally:
             stops.uninstall()
+            self.diagnostics.stop()
             metrics.close()
         return records
 
@@ -224,9 +226,10 @@ class Trainer:
         """One step with what follows it: faults due, validation, metrics, and the checkpoint that the
         interval, the clock (checkpoint.save_interval_minutes) or a stop signal on any rank asks for."""
         cfg = self.config
-        self.injector.before_step(self.step + 1)
+        marker = self.diagnostics.before_step(self.step + 1)
         record = self._guarded_step()
-        self.injector.after_update(self.step, self.model.named_params)
+        self.diagnostics.after_update(self.step, marker)
+        self.diagnostics.after_step(self.step, record)
         if cfg.train.eval_interval and self.step % cfg.train.eval_interval == 0:
             record["val_loss"] = _user_input(self.evaluate, f"validation at step {self.step}")
         metrics.write(record)
@@ -259,6 +262,7 @@ class Trainer:
             return self.train_step()
         except (RuntimeError, dist.DistBackendError) as error:
             group = failed_group(error)  # which group's exchange failed, when one did
+            self.diagnostics.on_failure(f"step {self.step + 1} failed: {type(error).__name__} in {group or 'a collective'}")
             raise RankFailure(
                 f"rank {self.mesh.rank} ({self.mesh.describe()}): step {self.step + 1} failed while exchanging "
                 f"data with other ranks{f' in the {group}' if group else ''}: another rank probably died or hung "
@@ -273,6 +277,7 @@ class Trainer:
                                    scaler=self.model.scaler.state_dict(), config=self.config)
 
     def save(self, blocking: bool = False) -> Path:
+        self.diagnostics.before_save(self.step)
         extra = {"tokenizer.json": self.tokenizer_file} if self.tokenizer_file else None
         # Without ZeRO every DP rank holds the same optimizer state: DP rank 0 writes it.
         model = self.model

@@ -20,6 +20,7 @@ import torch
 import torch.distributed as dist
 from torch.autograd import Variable
 
+from trident.parallel.flight import FLIGHT
 from trident.parallel.pipeline.overlap import Post, Wait, build_plan, check_contract, last_backwards, schedule_for
 from trident.parallel.pipeline.schedules import (COMPUTE_KIND, SENDS, Backward, BackwardWeight, Forward,
                                                  RecvActivation, RecvGrad, SendActivation, SendGrad,
@@ -53,6 +54,7 @@ class PipelineExecutor:
         self.v = len(chunks)
         self.shape, self.dtype, self.device, self.autocast = activation_shape, dtype, device, autocast
         self.recorder = recorder
+        self.before_send = None  # called before any send is posted (a fault drill's hook: TRIDENT_INJECT)
         self.set_contract(contract or default_contract(mesh.group("pp")))
         self.trace: list = []  # the Post/Wait/Run actions of the last run, in the order performed
 
@@ -118,11 +120,13 @@ class PipelineExecutor:
     def compute(self, op) -> None:
         """Run one Forward, Backward or BackwardWeight, timed into the recorder while it records."""
         step = self._steps[type(op)]
+        event = FLIGHT.begin(COMPUTE_KIND[type(op)], "", None, op.microbatch, op.chunk)
         if not self.recording:
             step(op)
-            return
-        with self.recorder.record(COMPUTE_KIND[type(op)], op.microbatch, op.chunk):
-            step(op)
+        else:
+            with self.recorder.record(COMPUTE_KIND[type(op)], op.microbatch, op.chunk):
+                step(op)
+        FLIGHT.end(event)
 
     def forward(self, op: Forward) -> None:
         mb, chunk = op.microbatch, op.chunk
@@ -165,9 +169,12 @@ class PipelineExecutor:
     def post(self, ops: list, indices: tuple[int, ...]) -> None:
         """Start the transfers at these list positions together; never waits."""
         p2p, group = [], self.mesh.group("pp")
+        # receives first: a rank stuck before its sends shows a send as its innermost open event
+        events = [FLIGHT.begin(f"post {_name(ops[i])}", "pp group", self.peer(ops[i]), ops[i].microbatch, ops[i].chunk)
+                  for i in sorted(indices, key=lambda i: isinstance(ops[i], SENDS))]
         for i in indices:
             op = ops[i]
-            peer = self.mesh.stage_rank(op.to_stage if isinstance(op, SENDS) else op.from_stage)
+            peer = self.peer(op)
             if isinstance(op, SendActivation):
                 key = (op.microbatch, op.chunk)  # kept for backward; without it, sent and forgotten
                 out = self.outputs[key] if torch.is_grad_enabled() else self.outputs.pop(key)
@@ -178,14 +185,22 @@ class PipelineExecutor:
             else:
                 buffer = torch.empty(self.shapes[op.microbatch], dtype=self.dtype, device=self.device)
                 p2p.append(dist.P2POp(dist.irecv, buffer, peer, group))
+        if self.before_send is not None and any(isinstance(ops[i], SENDS) for i in indices):
+            self.before_send()
         with watched(group):
             works = self._start(p2p)
+        for event in events:
+            FLIGHT.end(event)
         posted = self.recorder.now() if self.recording else 0.0
         for i, request, work in zip(indices, p2p, works):
             self.pending[i] = (work, request.tensor, posted)  # the tensor lives until the transfer is done
         if torch.is_grad_enabled():
             self._release_sent([ops[i] for i in indices])
         self.trace.append(Post(indices))
+
+    def peer(self, op) -> int:
+        """The global rank at the other end of a send or receive."""
+        return self.mesh.stage_rank(op.to_stage if isinstance(op, SENDS) else op.from_stage)
 
     def _start(self, p2p: list) -> list:
         """One work per op. Batched exchanges go out as one batch_isend_irecv (a send and the receive
@@ -199,10 +214,12 @@ class PipelineExecutor:
     def wait(self, ops: list, i: int) -> None:
         """Block until transfer i is done; a received tensor goes where its consumer looks for it."""
         work, tensor, posted = self.pending.pop(i)
+        op = ops[i]
         begin = self.recorder.now() if self.recording else 0.0
+        event = FLIGHT.begin(f"wait {_name(op)}", "pp group", self.peer(op), op.microbatch, op.chunk)
         with watched(self.mesh.group("pp")):  # the pp group's timeout bounds the wait
             work.wait()
-        op = ops[i]
+        FLIGHT.end(event)
         if self.recording:
             end = self.recorder.now()
             self.recorder.add("comm", op.microbatch, op.chunk, begin, end)
@@ -221,3 +238,8 @@ class PipelineExecutor:
             if isinstance(op, SendActivation):
                 out = self.outputs[(op.microbatch, op.chunk)]
                 out.data = torch.empty((1,), dtype=out.dtype, device=out.device)
+
+
+def _name(op) -> str:
+    """SendActivation -> send_activation: an instruction's name in flight-recorder events."""
+    return "".join(f"_{c.lower()}" if c.isupper() else c for c in type(op).__name__).lstrip("_")

@@ -1,0 +1,1 @@
+"""`trident diagnose`: what stopped a run, from the ranks' flight-recorder dumps."""

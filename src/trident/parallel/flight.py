@@ -1,0 +1,130 @@
+"""The flight recorder: every rank keeps a ring buffer of its last pipeline instructions and
+collectives, to be dumped to OUT/debug/flight/rank_R.json when something stops (as torch's NCCL
+flight recorder, but schedule-aware: an event names the instruction, micro-batch, chunk and peer).
+
+An event is begun when a rank starts an instruction or a collective and ended when it returns, so a
+dump's open events say exactly where each rank is stuck. `parallel/watch.py`'s `watched(group, op)`
+records every collective; the pipeline executor records its computes, posts and waits. A watchdog
+thread dumps the buffer when the rank has made no progress for `stall_s` seconds (a hung rank writes
+its own dump while its peers time out) and on SIGUSR2 (read from a wakeup pipe, so even a rank blocked
+inside a collective answers at once). `trident diagnose OUT` merges the dumps.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import threading
+import time
+from collections import deque
+from pathlib import Path
+
+DEFAULT_EVENTS = 2000
+FIELDS = ("seq", "step", "op", "group", "peer", "microbatch", "chunk", "started", "ended", "failed")
+
+
+class FlightRecorder:
+    """One per process (FLIGHT). Recording costs a list append and two clock reads per event."""
+
+    def __init__(self, size: int = DEFAULT_EVENTS):
+        self.events: deque = deque(maxlen=size)
+        self.seq, self.step, self.last_progress = 0, 0, time.time()
+        self.folder: Path | None = None
+        self.identity: dict = {}
+        self.watchdog: _Watchdog | None = None
+        self.lock = threading.Lock()  # the watchdog thread and the training thread may dump at once
+
+    def configure(self, folder: Path | str, rank: int, identity: dict, size: int = DEFAULT_EVENTS) -> None:
+        """Dump into `folder` as rank_<rank>.json; `identity` (layout coordinates...) goes into every dump."""
+        self.folder = Path(folder)
+        self.identity = {"rank": rank, "host": socket.gethostname(), "pid": os.getpid(), **identity}
+        if size != self.events.maxlen:
+            self.events = deque(self.events, maxlen=size)
+
+    def begin(self, op: str, group: str = "", peer: int | None = None, microbatch: int | None = None,
+              chunk: int | None = None) -> list:
+        self.seq += 1
+        self.last_progress = now = time.time()
+        event = [self.seq, self.step, op, group, peer, microbatch, chunk, now, None, False]
+        self.events.append(event)
+        return event
+
+    def end(self, event: list, failed: bool = False) -> None:
+        self.last_progress = event[8] = time.time()
+        event[9] = failed
+
+    def snapshot(self) -> list[dict]:
+        return [dict(zip(FIELDS, event)) for event in list(self.events)]  # list(): atomic under the GIL
+
+    def dump(self, reason: str) -> Path | None:
+        """Write this rank's buffer (None when no folder was configured); never raises."""
+        if self.folder is None:
+            return None
+        path = self.folder / f"rank_{self.identity.get('rank', 0)}.json"
+        record = {**self.identity, "reason": reason, "time": time.time(), "step": self.step,
+                  "last_progress": self.last_progress, "events": self.snapshot()}
+        try:
+            with self.lock:
+                self.folder.mkdir(parents=True, exist_ok=True)
+                tmp = path.with_suffix(".json.tmp")
+                tmp.write_text(json.dumps(record))
+                os.replace(tmp, path)
+        except OSError:
+            return None  # diagnosis must never be what kills a run
+        return path
+
+    def start_watchdog(self, stall_s: float) -> None:
+        """Dump after `stall_s` seconds without progress (once per stall) and on every SIGUSR2."""
+        if self.watchdog is None and threading.current_thread() is threading.main_thread():
+            self.watchdog = _Watchdog(self, stall_s)
+
+    def stop_watchdog(self) -> None:
+        if self.watchdog is not None:
+            self.watchdog.stop()
+            self.watchdog = None
+
+
+class _Watchdog:
+    def __init__(self, recorder: FlightRecorder, stall_s: float):
+        self.recorder, self.stall_s, self.stopping = recorder, stall_s, threading.Event()
+        self.read_fd, write_fd = os.pipe()
+        os.set_blocking(write_fd, False)
+        self.write_fd = write_fd
+        # the C-level handler writes the signal number to the pipe even while the main thread is
+        # blocked in a collective; the Python-level handler has nothing left to do
+        self.previous_handler = signal.signal(signal.SIGUSR2, _dumped_by_watchdog)
+        self.previous_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+        self.thread = threading.Thread(target=self._run, name="flight-recorder", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        import select
+
+        dumped_stall = False
+        while not self.stopping.is_set():
+            ready, _, _ = select.select([self.read_fd], [], [], 0.5)
+            if ready:
+                data = os.read(self.read_fd, 64)
+                if signal.SIGUSR2 in data:
+                    self.recorder.dump("SIGUSR2")
+            stalled = time.time() - self.recorder.last_progress > self.stall_s
+            if stalled and not dumped_stall:
+                self.recorder.dump(f"no progress for {self.stall_s:.0f} s")
+            dumped_stall = stalled
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.thread.join(timeout=2)
+        signal.set_wakeup_fd(self.previous_fd)
+        signal.signal(signal.SIGUSR2, self.previous_handler)
+        os.close(self.read_fd)
+        os.close(self.write_fd)
+
+
+def _dumped_by_watchdog(signum, frame) -> None:
+    """SIGUSR2's Python handler: the watchdog thread writes the dump (see _Watchdog)."""
+    return None
+
+
+FLIGHT = FlightRecorder()

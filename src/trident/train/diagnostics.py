@@ -1,0 +1,101 @@
+"""What the training loop does to keep a large run understood when it goes wrong: the flight recorder
+(step marks, a watchdog, a dump when a step fails), the fault drills of TRIDENT_INJECT, the DP replica
+digest check, straggler attribution and loss spikes. The trainer calls `before_step`, `after_update`,
+`after_step` and `before_save`; each does nothing between its intervals.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from collections import deque
+from pathlib import Path
+
+from trident.parallel.flight import FLIGHT
+from trident.parallel.inject import Injector
+from trident.parallel.replicas import agree_on_findings, replica_mismatches
+
+SPIKE_WINDOW = 20  # steps whose median loss a spike is measured against
+
+
+class CorruptionError(RuntimeError):
+    """DP replicas of a parameter differ: the job stops before a checkpoint could keep the damage."""
+
+
+class RunDiagnostics:
+    def __init__(self, config, mesh, model, out: Path, device, log=print):
+        self.cfg, self.mesh, self.model, self.device, self.log = config.diagnostics, mesh, model, device, log
+        # a rank stalled a little longer than the collectives' timeout: its peers have dumped by then
+        self.stall_s = 1.25 * config.parallel.timeout_s
+        self.injector = Injector.from_env(mesh.rank)
+        self.recent: deque = deque(maxlen=SPIKE_WINDOW)
+        FLIGHT.configure(Path(out) / "debug" / "flight", mesh.rank,
+                         {"world_size": mesh.world_size, "dp": mesh.dp, "pp": mesh.pp, "tp": mesh.tp,
+                          "dp_rank": mesh.dp_rank, "pp_rank": mesh.pp_rank, "tp_rank": mesh.tp_rank},
+                         self.cfg.flight_events)
+        self.step = 0
+        if self.injector.slow_seconds(10**12):  # a slow-GPU drill: every forward of this rank's chunks
+            for chunk in model.chunks:
+                chunk.register_forward_pre_hook(self._slow_forward)
+        if model.executor is not None and self.injector.wants("send"):
+            model.executor.before_send = lambda: self.injector.before_send(self.step)
+
+    def _slow_forward(self, module, args) -> None:
+        time.sleep(self.injector.slow_seconds(self.step))
+
+    # ---- the loop's hooks ------------------------------------------------------------------------
+    def start(self) -> None:
+        FLIGHT.start_watchdog(self.stall_s)
+
+    def stop(self) -> None:
+        FLIGHT.stop_watchdog()
+
+    def before_step(self, step: int) -> list:
+        """Mark the step (an open `step` event says a rank is between instructions) and strike faults due."""
+        self.step = FLIGHT.step = step
+        event = FLIGHT.begin("step")
+        self.injector.before_step(step)
+        return event
+
+    def after_update(self, step: int, event: list) -> None:
+        FLIGHT.end(event)
+        self.injector.after_update(step, self.model.named_params)
+
+    def after_step(self, step: int, record: dict) -> None:
+        """Interval checks: replica digests, loss spikes (adds `spike` to the record)."""
+        interval = self.cfg.weight_check_interval
+        if interval and step % interval == 0:
+            self.check_replicas(step)
+        self._spike(step, record)
+
+    def before_save(self, step: int) -> None:
+        """A checkpoint never keeps a corrupted replica: check right before writing one."""
+        if self.cfg.weight_check_interval:
+            self.check_replicas(step)
+
+    def on_failure(self, reason: str) -> None:
+        FLIGHT.dump(reason)
+
+    # ---- checks ----------------------------------------------------------------------------------
+    def check_replicas(self, step: int) -> None:
+        findings = agree_on_findings(replica_mismatches(self.model.named_params, self.mesh), self.mesh, self.device)
+        if not findings:
+            return
+        first = findings[0]
+        who = " or ".join(f"rank {r}" for r in first["ranks"])
+        FLIGHT.dump(f"replica digests differ at step {step}")
+        raise CorruptionError(
+            f"silent corruption at step {step}: parameter {first['param']} differs between data-parallel "
+            f"replicas, {who} at fault (digests {first['digests']}){f'; {len(findings) - 1} more' if len(findings) > 1 else ''}"
+            f". Stopped before the next checkpoint: resume from the last one (checkpoint.load=auto) after "
+            f"excluding the faulty device")
+
+    def _spike(self, step: int, record: dict) -> None:
+        loss = record["loss"]
+        if self.cfg.spike_factor and len(self.recent) == self.recent.maxlen:
+            median = statistics.median(self.recent)
+            if loss > self.cfg.spike_factor * median:
+                record["spike"] = {"step": step, "loss": loss, "median": median}
+                self.log(f"loss spike at step {step}: {loss:.4f} > {self.cfg.spike_factor:g} x the median "
+                         f"{median:.4f} of the last {len(self.recent)} steps")
+        if loss == loss:  # a NaN loss (skipped step) is not part of the baseline
+            self.recent.append(loss)
