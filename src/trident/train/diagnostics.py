@@ -13,6 +13,7 @@ from pathlib import Path
 from trident.parallel.flight import FLIGHT
 from trident.parallel.inject import Injector
 from trident.parallel.replicas import agree_on_findings, replica_mismatches
+from trident.train.stragglers import find_stragglers, gather_reports, rank_report
 
 SPIKE_WINDOW = 20  # steps whose median loss a spike is measured against
 
@@ -21,9 +22,26 @@ class CorruptionError(RuntimeError):
     """DP replicas of a parameter differ: the job stops before a checkpoint could keep the damage."""
 
 
+class PhaseClock:
+    """Seconds of each phase of ParallelModel.train_step (forward_backward, finalize, step)."""
+
+    def __init__(self):
+        self.times: dict[str, float] = {}
+        self.last = 0.0
+
+    def start(self) -> None:
+        self.times, self.last = {}, time.perf_counter()
+
+    def mark(self, phase: str) -> None:
+        now = time.perf_counter()
+        self.times[phase], self.last = now - self.last, now
+
+
 class RunDiagnostics:
     def __init__(self, config, mesh, model, out: Path, device, log=print):
         self.cfg, self.mesh, self.model, self.device, self.log = config.diagnostics, mesh, model, device, log
+        self.parallel = config.parallel
+        self.phases, self.boxes = PhaseClock(), None
         # a rank stalled a little longer than the collectives' timeout: its peers have dumped by then
         self.stall_s = 1.25 * config.parallel.timeout_s
         self.injector = Injector.from_env(mesh.rank)
@@ -60,12 +78,18 @@ class RunDiagnostics:
         FLIGHT.end(event)
         self.injector.after_update(step, self.model.named_params)
 
-    def after_step(self, step: int, record: dict) -> None:
-        """Interval checks: replica digests, loss spikes (adds `spike` to the record)."""
+    def after_step(self, step: int, record: dict, micro_batches: int) -> None:
+        """Interval checks: replica digests, stragglers (adds `stragglers`), loss spikes (adds `spike`)."""
         interval = self.cfg.weight_check_interval
         if interval and step % interval == 0:
             self.check_replicas(step)
+        if self.straggler_step(step):
+            self._stragglers(step, record, micro_batches)
         self._spike(step, record)
+
+    def straggler_step(self, step: int) -> bool:
+        interval = self.cfg.straggler_interval
+        return bool(interval) and step % interval == 0 and self.mesh.world_size > 1
 
     def before_save(self, step: int) -> None:
         """A checkpoint never keeps a corrupted replica: check right before writing one."""
@@ -88,6 +112,21 @@ class RunDiagnostics:
             f"replicas, {who} at fault (digests {first['digests']}){f'; {len(findings) - 1} more' if len(findings) > 1 else ''}"
             f". Stopped before the next checkpoint: resume from the last one (checkpoint.load=auto) after "
             f"excluding the faulty device")
+
+    def _stragglers(self, step: int, record: dict, micro_batches: int) -> None:
+        reports = gather_reports(rank_report(self.mesh, self.phases.times, self.boxes), self.mesh)
+        self.boxes = None
+        if reports is None:
+            return
+        executor = self.model.executor
+        found = find_stragglers(reports, self.cfg.straggler_pct, self.parallel.schedule, micro_batches,
+                                self.parallel.virtual_stages, executor.contract if executor else "overlapped")
+        record["stragglers"] = found
+        record["straggler_seconds_lost"] = sum(f["seconds_lost_per_step"] for f in found)
+        for straggler in found:
+            self.log(f"straggler at step {step}: rank {straggler['rank']}, {straggler['section']} "
+                     f"{straggler['slower_by']:.0%} slower than its peers' median; about "
+                     f"{straggler['seconds_lost_per_step']:.3f} s lost per step")
 
     def _spike(self, step: int, record: dict) -> None:
         loss = record["loss"]

@@ -124,7 +124,8 @@ class Trainer:
         micro = batch_size // (cfg.train.micro_batch_size * mesh.dp)
         batches = list(self.micro_batches(batch_size, self.train_data, self.consumed_samples))
         recording = self._start_timeline()
-        loss, grad_norm, overflow = model.train_step(batches, micro * mesh.dp, lr)
+        self.diagnostics.phases.start()
+        loss, grad_norm, overflow = model.train_step(batches, micro * mesh.dp, lr, self.diagnostics.phases.mark)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         elapsed = time.perf_counter() - start
@@ -137,8 +138,10 @@ class Trainer:
         return record
 
     def _start_timeline(self) -> bool:
-        """With logging.record_timeline and a pipeline: time this step's compute on every stage."""
-        if not (self.config.logging.record_timeline and self.model.executor is not None):
+        """With a pipeline, under logging.record_timeline or on a straggler check's step: time this
+        step's compute on every stage."""
+        wanted = self.config.logging.record_timeline or self.diagnostics.straggler_step(self.step + 1)
+        if not (wanted and self.model.executor is not None):
             return False
         self.model.start_timeline()
         return True
@@ -151,6 +154,9 @@ class Trainer:
 
         p = self.config.parallel
         boxes = self.model.finish_timeline()
+        self.diagnostics.boxes = [b for b in boxes if b.stage == self.mesh.pp_rank]
+        if not self.config.logging.record_timeline:
+            return {}
         timeline = Timeline(self.mesh.pp, micro, p.virtual_stages, p.schedule, "measured", boxes)
         if self.mesh.rank == 0:
             self.out.mkdir(parents=True, exist_ok=True)
@@ -229,7 +235,7 @@ class Trainer:
         marker = self.diagnostics.before_step(self.step + 1)
         record = self._guarded_step()
         self.diagnostics.after_update(self.step, marker)
-        self.diagnostics.after_step(self.step, record)
+        self.diagnostics.after_step(self.step, record, record["batch_size"] // (cfg.train.micro_batch_size * self.mesh.dp))
         if cfg.train.eval_interval and self.step % cfg.train.eval_interval == 0:
             record["val_loss"] = _user_input(self.evaluate, f"validation at step {self.step}")
         metrics.write(record)
