@@ -20,6 +20,7 @@ COMMANDS = {
     "lm-eval": ("harness", "EleutherAI lm-evaluation-harness with trident checkpoints (--model trident)"),
     "launch": ("launch", "write a Slurm batch script for a multi-node run (preemption, requeue, elastic restart)"),
     "diagnose": ("diagnose", "name the rank that stopped a run first and where, from its flight-recorder dumps"),
+    "replay": ("replay", "re-run one step of a run from the checkpoint before it, on any layout"),
     "plan": ("plan", "predict memory and step time of parallel layouts"),
     "rehearse": ("rehearse", "run chosen ranks of a real layout on one CPU (fake process group and tensors)"),
     "pipeline-diagram": ("pipeline_diagram", "draw a pipeline schedule as a PNG timeline"),

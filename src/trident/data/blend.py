@@ -135,3 +135,7 @@ class BlendedDataset:
         if not 0 <= i < len(self):
             raise IndexError(f"sample {i} out of range for {len(self)} samples")
         return self.datasets[int(self.dataset_index[i])][int(self.dataset_sample_index[i])]
+
+    def source(self, i: int) -> tuple:
+        """(the dataset sample i comes from, its index there)."""
+        return self.datasets[int(self.dataset_index[i])], int(self.dataset_sample_index[i])

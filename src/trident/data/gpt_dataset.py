@@ -236,3 +236,16 @@ class GPTDataset:
         if not 0 <= i < self.num_samples:
             raise IndexError(f"sample {i} out of range for {self.num_samples} samples")
         return self.window(int(self.shuffle_idx[i]))
+
+    def sample_spans(self, i: int) -> list[tuple[int, int, int]]:
+        """Sample i's documents as (document index in the .bin/.idx, first token, end token): the
+        token span of each document the window holds."""
+        j = int(self.shuffle_idx[i])
+        (first, start), (last, stop) = self.sample_idx[j], self.sample_idx[j + 1]
+        spans = []
+        for k in range(int(first), int(last) + 1):
+            doc = int(self.doc_idx[k])
+            begin = int(start) if k == first else 0
+            end = int(stop) + 1 if k == last else int(self.indexed.sizes[doc])
+            spans.append((doc, begin, end))
+        return spans

@@ -21,6 +21,7 @@ from typing import Iterator
 import numpy as np
 
 from trident.data.indexed import IndexedDatasetBuilder, best_dtype
+from trident.data.lineage import DocumentLines
 from trident.data.tokenizer import Tokenizer
 from trident.text.jsonl import (DEFAULT_MAX_DOC_BYTES, LineResult, UnreadableFile, is_jsonl,
                                 iter_raw_lines, parse_line)
@@ -89,23 +90,25 @@ def _chunks(inputs: list[Path], max_doc_bytes: int | None) -> Iterator[tuple[str
             yield str(path), lines
 
 
-def _encoded(inputs, tokenizer_path: str, json_key: str, workers: int, max_doc_bytes: int | None) -> Iterator[list]:
-    """Encoded chunks in input order; at most a few chunks per worker in flight."""
+def _encoded(inputs, tokenizer_path: str, json_key: str, workers: int, max_doc_bytes: int | None) -> Iterator[tuple]:
+    """(input path, encoded chunk) in input order; at most a few chunks per worker in flight."""
     if workers <= 1:
         _load_encoder(tokenizer_path, json_key)  # in-process: Rust's own threads do the batches
         for chunk in _chunks(inputs, max_doc_bytes):
-            yield _encode_chunk(chunk)
+            yield chunk[0], _encode_chunk(chunk)
         return
     # spawn: a fork would inherit the parent's tokenizer thread pool (and torch), which can deadlock
     context = multiprocessing.get_context("spawn")
     with context.Pool(workers, initializer=_init_worker, initargs=(tokenizer_path, json_key)) as pool:
         pending: deque = deque()
         for chunk in _chunks(inputs, max_doc_bytes):
-            pending.append(pool.apply_async(_encode_chunk, (chunk,)))
+            pending.append((chunk[0], pool.apply_async(_encode_chunk, (chunk,))))
             if len(pending) >= 4 * workers:
-                yield pending.popleft().get()
+                path, work = pending.popleft()
+                yield path, work.get()
         while pending:
-            yield pending.popleft().get()
+            path, work = pending.popleft()
+            yield path, work.get()
 
 
 def _check_inputs(inputs) -> list[Path]:
@@ -172,8 +175,9 @@ def tokenize_files(inputs, output_prefix, tokenizer_path, json_key: str = "text"
     lines, max_id = 0, -1
     start = time.perf_counter()
     bar = tqdm(desc=f"tokenize -> {prefix.name}", unit=" docs", disable=not progress, mininterval=0.5)
+    lineage = DocumentLines(prefix, paths)
     try:
-        for results in _encoded(paths, str(tokenizer.source), json_key, max(1, int(workers)), max_doc_bytes):
+        for path, results in _encoded(paths, str(tokenizer.source), json_key, max(1, int(workers)), max_doc_bytes):
             for result in results:
                 lines += 1
                 if not isinstance(result, tuple):
@@ -185,8 +189,10 @@ def tokenize_files(inputs, output_prefix, tokenizer_path, json_key: str = "text"
                 else:
                     max_id = max(max_id, int(result[1].max()))
                     builder.add_document(np.concatenate([result[1], eod]))
+                    lineage.add(path, result[0])
             bar.update(len(results))
         builder.finalize()
+        lineage.save()
     except BaseException:
         builder.abort()
         raise

@@ -40,7 +40,7 @@ class PhaseClock:
 class RunDiagnostics:
     def __init__(self, config, mesh, model, out: Path, device, log=print):
         self.cfg, self.mesh, self.model, self.device, self.log = config.diagnostics, mesh, model, device, log
-        self.parallel = config.parallel
+        self.parallel, self.out = config.parallel, out
         self.phases, self.boxes = PhaseClock(), None
         # a rank stalled a little longer than the collectives' timeout: its peers have dumped by then
         self.stall_s = 1.25 * config.parallel.timeout_s
@@ -78,14 +78,14 @@ class RunDiagnostics:
         FLIGHT.end(event)
         self.injector.after_update(step, self.model.named_params)
 
-    def after_step(self, step: int, record: dict, micro_batches: int) -> None:
+    def after_step(self, step: int, record: dict, micro_batches: int, documents=lambda: []) -> None:
         """Interval checks: replica digests, stragglers (adds `stragglers`), loss spikes (adds `spike`)."""
         interval = self.cfg.weight_check_interval
         if interval and step % interval == 0:
             self.check_replicas(step)
         if self.straggler_step(step):
             self._stragglers(step, record, micro_batches)
-        self._spike(step, record)
+        self._spike(step, record, documents)
 
     def straggler_step(self, step: int) -> bool:
         interval = self.cfg.straggler_interval
@@ -128,13 +128,18 @@ class RunDiagnostics:
                      f"{straggler['slower_by']:.0%} slower than its peers' median; about "
                      f"{straggler['seconds_lost_per_step']:.3f} s lost per step")
 
-    def _spike(self, step: int, record: dict) -> None:
+    def _spike(self, step: int, record: dict, documents) -> None:
+        """A loss over spike_factor x the recent median: named with its batch's documents (rank 0 logs)."""
         loss = record["loss"]
         if self.cfg.spike_factor and len(self.recent) == self.recent.maxlen:
             median = statistics.median(self.recent)
             if loss > self.cfg.spike_factor * median:
-                record["spike"] = {"step": step, "loss": loss, "median": median}
+                docs = documents() if self.mesh.rank == 0 else []
+                record["spike"] = {"loss": loss, "median": median, "documents": docs}
+                shown = ", ".join(d["source"] or f"{d['prefix']} document {d['document']}" for d in docs[:5])
                 self.log(f"loss spike at step {step}: {loss:.4f} > {self.cfg.spike_factor:g} x the median "
-                         f"{median:.4f} of the last {len(self.recent)} steps")
+                         f"{median:.4f} of the last {len(self.recent)} steps; samples {record['samples']}"
+                         f"{f', documents {shown}' if shown else ''}{' ...' if len(docs) > 5 else ''}; "
+                         f"re-run it with: trident replay {self.out} --step {step}")
         if loss == loss:  # a NaN loss (skipped step) is not part of the baseline
             self.recent.append(loss)

@@ -22,6 +22,7 @@ from trident.checkpoint.resume import load_checkpoint
 from trident.checkpoint.state import optimizer_pieces, rng_state, set_rng_state
 from trident.checkpoint.writer import CheckpointWriter
 from trident.config import Config, ConfigError, save_config
+from trident.data.lineage import batch_documents
 from trident.flops import model_flops
 from trident.hardware import describe_peak, peak_tflops
 from trident.parallel.hosts import check_tp_hosts
@@ -133,6 +134,8 @@ class Trainer:
         self.consumed_samples += batch_size
         self.consumed_tokens += batch_size * cfg.model.seq_length
         record = self._record(loss.item(), lr, grad_norm, batch_size, elapsed, overflow)
+        # what `trident replay` needs to re-run this step: its global sample indices [start, start + count)
+        record["samples"] = [self.consumed_samples - batch_size, batch_size]
         if recording:
             record |= self._finish_timeline(micro)
         return record
@@ -235,7 +238,8 @@ class Trainer:
         marker = self.diagnostics.before_step(self.step + 1)
         record = self._guarded_step()
         self.diagnostics.after_update(self.step, marker)
-        self.diagnostics.after_step(self.step, record, record["batch_size"] // (cfg.train.micro_batch_size * self.mesh.dp))
+        micro = record["batch_size"] // (cfg.train.micro_batch_size * self.mesh.dp)
+        self.diagnostics.after_step(self.step, record, micro, lambda: batch_documents(self.train_data, *record["samples"]))
         if cfg.train.eval_interval and self.step % cfg.train.eval_interval == 0:
             record["val_loss"] = _user_input(self.evaluate, f"validation at step {self.step}")
         metrics.write(record)

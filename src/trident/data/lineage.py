@@ -1,0 +1,84 @@
+"""Where each document of an indexed dataset came from, and which documents a training sample holds.
+
+`trident tokenize` writes PREFIX.doc_lines.npy beside PREFIX.bin/.idx: one row per document, (index of
+its input file in PREFIX.stats.json's `inputs`, 1-based line), 12 bytes a document. With it a sample
+(a global index of the training stream) resolves to its documents and their source lines: a loss spike
+names what it trained on, and a person can look at the data.
+"""
+from __future__ import annotations
+
+import json
+import os
+from array import array
+from pathlib import Path
+
+import numpy as np
+
+SUFFIX = "doc_lines.npy"
+
+
+def lines_file(prefix) -> Path:
+    return Path(f"{prefix}.{SUFFIX}")
+
+
+class DocumentLines:
+    """Collects (input file, line) per document while tokenizing; `save()` writes the sidecar atomically."""
+
+    def __init__(self, prefix, inputs: list):
+        self.prefix, self.index = Path(prefix), {str(path): k for k, path in enumerate(inputs)}
+        self.files, self.lines = array("i"), array("q")
+
+    def add(self, path, line: int) -> None:
+        self.files.append(self.index[str(path)])
+        self.lines.append(line)
+
+    def save(self) -> None:
+        table = np.stack([np.frombuffer(self.files, dtype=np.int32).astype(np.int64),
+                          np.frombuffer(self.lines, dtype=np.int64)], axis=1) if self.lines else np.zeros((0, 2), np.int64)
+        final = lines_file(self.prefix)
+        tmp = final.with_name(final.name + ".tmp.npy")
+        np.save(tmp, table)
+        os.replace(tmp, final)
+
+
+class DocumentSources:
+    """Reads a prefix's sidecar; `where(doc)` is "FILE:LINE", or None for data tokenized without one."""
+
+    def __init__(self, prefix):
+        self.prefix = Path(prefix)
+        path, stats = lines_file(prefix), Path(f"{prefix}.stats.json")
+        self.table = np.load(path, mmap_mode="r", allow_pickle=False) if path.exists() else None
+        self.inputs = json.loads(stats.read_text()).get("inputs", []) if stats.exists() else []
+
+    def where(self, doc: int) -> str | None:
+        if self.table is None or not 0 <= doc < len(self.table):
+            return None
+        file, line = (int(v) for v in self.table[doc])
+        return f"{self.inputs[file] if file < len(self.inputs) else f'input {file}'}:{line}"
+
+
+def sample_documents(dataset, index: int, sources: dict | None = None) -> list[dict]:
+    """The documents of training sample `index`: [{sample, prefix, document, tokens: [first, end], source}].
+    `dataset` is a GPTDataset or a BlendedDataset of them; `sources` caches DocumentSources by prefix."""
+    sources = {} if sources is None else sources
+    sample = index
+    if hasattr(dataset, "source"):  # a blend: find the dataset and its own index
+        dataset, index = dataset.source(index)
+    prefix = str(dataset.indexed.prefix)
+    if prefix not in sources:
+        sources[prefix] = DocumentSources(prefix)
+    return [{"sample": sample, "prefix": prefix, "document": doc, "tokens": [begin, end],
+             "source": sources[prefix].where(doc)} for doc, begin, end in dataset.sample_spans(index)]
+
+
+def batch_documents(dataset, start: int, count: int, limit: int = 64) -> list[dict]:
+    """The documents of samples [start, start + count), at most `limit` of them (in sample order);
+    [] for a dataset that cannot tell (e.g. synthetic samples)."""
+    if not (hasattr(dataset, "sample_spans") or hasattr(dataset, "source")):
+        return []
+    found, sources = [], {}
+    for index in range(start, start + count):
+        found.extend(sample_documents(dataset, index, sources))
+        if len(found) >= limit:
+            return found[:limit]
+    return found

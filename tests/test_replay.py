@@ -1,0 +1,86 @@
+"""Exact step replay: a logged step re-run from the checkpoint before it is bit-exact on the run's
+layout and within 1e-6 on one CPU process; metrics.jsonl says which samples each step read."""
+import json
+
+import pytest
+
+from distributed import run_distributed
+from run_fixtures import tiny_corpus
+from trident.cli import main
+
+
+def _train(rank, world, root, out):
+    from trident.config import load_config
+    from trident.train.trainer import Trainer
+
+    config = load_config("tiny", [f"data.paths=[{root}/data]", f"data.tokenizer={root}/tok.json", "parallel.dp=2",
+                                  "train.steps=5", "checkpoint.save_interval=2", "train.peak_tflops=1"])
+    Trainer(config, out, log=lambda *a: None).train()
+
+
+def _replay(rank, world, out, step):
+    from trident.train.replay import replay
+
+    return replay(out, step, log=lambda *a: None)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    root = tiny_corpus(tmp_path_factory.mktemp("replay"))
+    run_distributed(_train, 2, str(root), str(root / "run"), timeout=90)
+    return root / "run"
+
+
+@pytest.mark.timeout(90)
+def test_same_layout_is_bit_exact(run):
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["samples"] for r in records] == [[8 * i, 8] for i in range(5)]  # what each step read
+    result = run_distributed(_replay, 2, str(run), 4, timeout=60)[0]
+    assert result["from_checkpoint"].endswith("step_0000002") and [r["step"] for r in result["steps"]] == [3, 4]
+    assert result["bit_exact"] and result["same_samples"] and result["loss"] == records[3]["loss"]
+
+
+@pytest.mark.timeout(60)
+def test_one_process_replays_a_dp2_step_within_1e_6(run, capsys):
+    assert main(["replay", str(run), "--step", "5", "parallel.dp=0", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["layout"] == {"dp": 1, "pp": 1, "tp": 1} and result["same_samples"]
+    assert result["max_relative_difference"] < 1e-6
+    assert result["loss"] == pytest.approx(result["logged_loss"], rel=1e-6)
+
+
+def test_replay_refuses_what_it_cannot_do(run, capsys):
+    assert main(["replay", str(run), "--step", "4"]) == 2  # a dp2 run on one process, no layout given
+    assert "--nproc 2" in capsys.readouterr().err
+    assert main(["replay", str(run), "--step", "9", "parallel.dp=0"]) == 2
+    assert "no step 9" in capsys.readouterr().err
+
+
+@pytest.mark.timeout(60)
+def test_a_loss_spike_names_its_batch_documents_and_their_source_lines(tmp_path):
+    import numpy as np
+
+    from trident.config import load_config
+    from trident.data.indexed import IndexedDataset
+    from trident.train.trainer import Trainer
+
+    root = tiny_corpus(tmp_path)
+    # a factor of 0.5 treats every step after the 20-step window as a spike: the naming is what is tested
+    config = load_config("tiny", [f"data.paths=[{root}/data]", f"data.tokenizer={root}/tok.json", "train.steps=21",
+                                  "diagnostics.spike_factor=0.5", "train.peak_tflops=1"])
+    logs = []
+    trainer = Trainer(config, tmp_path / "run", log=logs.append)
+    records = trainer.train()
+    assert "spike" not in records[19] and "spike" in records[20]  # the first step with a full window
+    spike = records[20]["spike"]
+    first, count = records[20]["samples"]
+    assert {d["sample"] for d in spike["documents"]} == set(range(first, first + count))
+    lines = (root / "c.jsonl").read_text().splitlines()
+    for doc in spike["documents"]:
+        path, line = doc["source"].rsplit(":", 1)
+        assert path == str(root / "c.jsonl") and 1 <= int(line) <= len(lines)
+    sample = np.concatenate([IndexedDataset(d["prefix"]).get(d["document"], d["tokens"][0], d["tokens"][1] - d["tokens"][0])
+                             for d in spike["documents"] if d["sample"] == first])
+    assert (sample == trainer.train_data[first]).all()  # the spans are exactly the sample's tokens
+    message = next(line for line in logs if line.startswith("loss spike at step 21"))
+    assert f"{root / 'c.jsonl'}:" in message and f"trident replay {tmp_path / 'run'} --step 21" in message
