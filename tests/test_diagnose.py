@@ -34,7 +34,8 @@ def _hung_before_send(rank, world, out):
 
 
 @pytest.mark.timeout(90)
-def test_a_rank_hung_before_a_send_is_named_with_its_instruction(tmp_path, capsys):
+def test_a_rank_hung_before_a_send_is_named_with_its_instruction(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("TORCH_FR_BUFFER_SIZE", "2000")  # torch's flight recorder, as init_distributed turns it on
     seconds = run_distributed(_hung_before_send, 4, str(tmp_path), pg_timeout=TIMEOUT_S, timeout=60,
                               expect_dead=(0,))
     assert all(s is not None and s < 3 * TIMEOUT_S for s in seconds[1:]), seconds
@@ -48,6 +49,8 @@ def test_a_rank_hung_before_a_send_is_named_with_its_instruction(tmp_path, capsy
     waiting = {w["rank"]: w["event"]["op"] for w in verdict["waiting_on_first"]}
     assert waiting[1] == "wait recv_activation"  # its pipeline neighbour
     assert waiting[2].startswith("wait gradient bucket")  # its DP peer, in the gradient reduction
+    behind = {g["group"]: g["behind"] for g in verdict["torch"]}  # torch's own recorder agrees
+    assert behind["dp group (ranks [0, 2])"] == [0]
     assert main(["diagnose", str(tmp_path)]) == 0
     text = capsys.readouterr().out
     assert "first rank to stop: rank 0 (dp 0 pp 0 tp 0" in text

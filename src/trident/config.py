@@ -132,7 +132,7 @@ class LoggingConfig:
 
 @dataclass
 class DiagnosticsConfig:
-    flight_events: int = 2000  # instructions and collectives each rank keeps for OUT/debug/flight/rank_R.json
+    flight_events: int = 2000  # instructions and collectives each rank keeps for OUT/debug/flight/rank_R.json; 0: off
     straggler_interval: int = 100  # steps between exchanges of per-section times; 0: never
     straggler_pct: float = 10.0  # a rank this much slower than its peers' median compute is a straggler
     weight_check_interval: int = 100  # steps between DP replica digest checks (and before every save); 0: never
@@ -174,14 +174,14 @@ RANGES = {
                  "model.make_vocab_size_divisible_by", "model.layernorm_epsilon", "parallel.tp", "parallel.pp",
                  "parallel.virtual_stages", "parallel.bucket_size_mb", "parallel.timeout_s", "train.steps",
                  "train.global_batch_size", "train.micro_batch_size", "train.lr", "train.adam_eps",
-                 "train.eval_iters", "diagnostics.flight_events", "train.loss_scale_initial", "train.loss_scale_growth_interval",
+                 "train.eval_iters", "train.loss_scale_initial", "train.loss_scale_growth_interval",
                  "train.loss_scale_hysteresis", "logging.log_interval"),
     "non-negative": ("model.vocab_size", "model.ffn_hidden_size", "model.init_std", "parallel.dp",
                      "data.split_seed", "data.index_workers", "train.min_lr", "train.warmup_tokens",
                      "train.decay_tokens",
                      "train.weight_decay", "train.clip_grad", "train.seed", "train.eval_interval",
                      "train.peak_tflops", "train.threads", "checkpoint.save_interval", "checkpoint.keep_last",
-                     "checkpoint.save_interval_minutes", "diagnostics.straggler_interval",
+                     "checkpoint.save_interval_minutes", "diagnostics.flight_events", "diagnostics.straggler_interval",
                      "diagnostics.straggler_pct", "diagnostics.weight_check_interval", "diagnostics.spike_factor"),
     "in [0, 1)": ("model.hidden_dropout", "model.attention_dropout", "data.valid_fraction", "train.adam_beta1",
                   "train.adam_beta2"),

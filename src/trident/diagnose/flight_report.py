@@ -99,9 +99,35 @@ def diagnose(folder: Path) -> dict:
                   "event": states[first].open if first in states else None,
                   "coordinates": _coordinates(dumps.get(first)), "host": (dumps.get(first) or {}).get("host")},
         "waiting_on_first": [{"rank": s.rank, "event": s.open} for s in sorted(waiters, key=lambda s: s.rank)],
+        "torch": torch_groups(folder, sorted(dumps)),
         "ranks": [{"rank": s.rank, "reason": s.dump.get("reason"), "step": s.dump.get("step"), "since": s.since,
                    "waiting": s.waiting, "waiting_on": s.waiting_on, "event": s.open} for s in states.values()],
     }
+
+
+def torch_groups(folder: Path, ranks: list[int]) -> list[dict]:
+    """torch's flight recorder traces (torch_rank_R.json, NCCL or gloo), folded by process group: how far
+    each member got in the group's collective sequence; the members behind the others are named."""
+    reached: dict[str, dict[int, int]] = {}
+    for rank in ranks:
+        path = folder / f"torch_rank_{rank}.json"
+        try:
+            entries = json.loads(path.read_text()).get("entries", []) if path.exists() else []
+        except (OSError, ValueError):
+            continue
+        for entry in entries:
+            if entry.get("is_p2p"):
+                continue
+            desc = entry["process_group"][1]
+            seen = reached.setdefault(desc, {})
+            seen[rank] = max(seen.get(rank, 0), int(entry.get("collective_seq_id", 0)))
+    folded = []
+    for desc, positions in sorted(reached.items()):
+        if len(set(positions.values())) > 1:
+            lowest = min(positions.values())
+            folded.append({"group": desc, "reached": positions,
+                           "behind": sorted(r for r, seq in positions.items() if seq == lowest)})
+    return folded
 
 
 def _first_to_stop(states: dict[int, RankState], missing: list[int]) -> tuple[int, str]:
@@ -135,5 +161,9 @@ def format_report(verdict: dict) -> str:
               r["rank"] not in {w["rank"] for w in verdict["waiting_on_first"]}]
     for state in sorted(others, key=lambda r: r["rank"]):
         lines.append(f"  rank {state['rank']}: {describe_event(state['event'])}")
+    for group in verdict["torch"]:
+        reached = ", ".join(f"rank {r} #{seq}" for r, seq in sorted(group["reached"].items()))
+        lines.append(f"torch flight recorder, {group['group']}: collectives reached {reached}; "
+                     f"behind: {', '.join(f'rank {r}' for r in group['behind'])}")
     lines += [f"note: {problem}" for problem in verdict["problems"]]
     return "\n".join(lines)

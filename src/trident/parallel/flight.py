@@ -34,16 +34,20 @@ class FlightRecorder:
         self.identity: dict = {}
         self.watchdog: _Watchdog | None = None
         self.lock = threading.Lock()  # the watchdog thread and the training thread may dump at once
+        self.enabled = True
 
     def configure(self, folder: Path | str, rank: int, identity: dict, size: int = DEFAULT_EVENTS) -> None:
-        """Dump into `folder` as rank_<rank>.json; `identity` (layout coordinates...) goes into every dump."""
-        self.folder = Path(folder)
+        """Dump into `folder` as rank_<rank>.json; `identity` (layout coordinates...) goes into every dump.
+        size 0 turns recording off (begin/end do nothing; a dump holds no events)."""
+        self.folder, self.enabled = Path(folder), size > 0
         self.identity = {"rank": rank, "host": socket.gethostname(), "pid": os.getpid(), **identity}
-        if size != self.events.maxlen:
+        if size and size != self.events.maxlen:
             self.events = deque(self.events, maxlen=size)
 
     def begin(self, op: str, group: str = "", peer: int | None = None, microbatch: int | None = None,
               chunk: int | None = None) -> list:
+        if not self.enabled:
+            return _OFF
         self.seq += 1
         self.last_progress = now = time.time()
         event = [self.seq, self.step, op, group, peer, microbatch, chunk, now, None, False]
@@ -51,6 +55,8 @@ class FlightRecorder:
         return event
 
     def end(self, event: list, failed: bool = False) -> None:
+        if event is _OFF:
+            return
         self.last_progress = event[8] = time.time()
         event[9] = failed
 
@@ -64,12 +70,13 @@ class FlightRecorder:
         path = self.folder / f"rank_{self.identity.get('rank', 0)}.json"
         record = {**self.identity, "reason": reason, "time": time.time(), "step": self.step,
                   "last_progress": self.last_progress, "events": self.snapshot()}
+        torch_trace = torch_flight_recorder()
         try:
             with self.lock:
                 self.folder.mkdir(parents=True, exist_ok=True)
-                tmp = path.with_suffix(".json.tmp")
-                tmp.write_text(json.dumps(record))
-                os.replace(tmp, path)
+                _write(path, record)
+                if torch_trace is not None:
+                    _write(self.folder / f"torch_rank_{self.identity.get('rank', 0)}.json", torch_trace)
         except OSError:
             return None  # diagnosis must never be what kills a run
         return path
@@ -83,6 +90,26 @@ class FlightRecorder:
         if self.watchdog is not None:
             self.watchdog.stop()
             self.watchdog = None
+
+
+def _write(path: Path, record: dict) -> None:
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(record))
+    os.replace(tmp, path)
+
+
+def torch_flight_recorder() -> dict | None:
+    """torch's own flight recorder (its collectives by process group, NCCL or gloo), as JSON, when it is
+    on (TORCH_FR_BUFFER_SIZE > 0, which init_distributed sets) and this torch has it."""
+    try:
+        from torch._C._distributed_c10d import _dump_fr_trace_json
+    except ImportError:
+        return None
+    try:
+        trace = json.loads(_dump_fr_trace_json(True, False))
+    except (RuntimeError, ValueError):
+        return None
+    return trace if trace.get("entries") else None
 
 
 class _Watchdog:
@@ -127,4 +154,5 @@ def _dumped_by_watchdog(signum, frame) -> None:
     return None
 
 
+_OFF: list = [0, 0, "", "", None, None, None, 0.0, None, False]  # what begin returns while recording is off
 FLIGHT = FlightRecorder()

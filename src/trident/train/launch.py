@@ -122,6 +122,8 @@ def init_distributed(backend: str = "auto", timeout_s: int = 600) -> None:
         return
     if backend == "auto":
         backend = "nccl" if torch.cuda.is_available() else "gloo"
+    # torch's flight recorder (NCCL and gloo): its trace goes beside trident's own dumps (parallel/flight.py)
+    os.environ.setdefault("TORCH_FR_BUFFER_SIZE", "2000")
     timeout = timedelta(seconds=timeout_s)
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     # Every process group's keys go under this attempt's prefix: after a torchrun restart the
