@@ -56,7 +56,7 @@ def _rank(rank, world, layout, steps, quick):
         "train.steps=1000000", "train.rampup_batch_size=null", "train.peak_tflops=1"])
     trainer = Trainer(config, "/tmp/trident-resilience-bench", datasets=(RandomTokens(config.model.seq_length, 4096), None),
                       vocab_size=4096, log=lambda *a: None)
-    diag, stops = trainer.diagnostics, StopRequests(None, trainer.device, 30.0, log=lambda *a: None)
+    diag, stops = trainer.diagnostics, StopRequests(30.0, log=lambda *a: None)
     interval = dict(straggler=diag.cfg.straggler_interval, digests=diag.cfg.weight_check_interval)
     diag.cfg.straggler_interval = 0
     for _ in range(2):
@@ -68,7 +68,7 @@ def _rank(rank, world, layout, steps, quick):
         start = time.perf_counter()
         trainer.train_step()
         if on:
-            times["agree"].append(_timed(stops.agree))
+            times["agree"].append(_timed(lambda: stops.agree(trainer.device)))
             times["events"].append(FLIGHT.seq - seq)
         times["on" if on else "off"].append(time.perf_counter() - start)
     FLIGHT.enabled = True

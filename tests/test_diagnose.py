@@ -27,7 +27,7 @@ def _hung_before_send(rank, world, out):
     except RankFailure:
         failed = time.time() - start
         hung_dump = Path(out) / "debug" / "flight" / "rank_0.json"
-        while not hung_dump.exists() and time.time() - start < 3 * TIMEOUT_S:
+        while not hung_dump.exists() and time.time() - start < failed + 3 * TIMEOUT_S:
             time.sleep(0.1)  # the hung rank's watchdog writes its own dump; keep it alive until then
         return failed
     return None

@@ -41,6 +41,16 @@ def test_faults_belong_to_their_rank_and_attempt():
     Injector(faults, rank=1, attempt=0).before_step(1)  # not its step: nothing happens
 
 
+def test_a_fault_strikes_once(monkeypatch):
+    sent = []
+    monkeypatch.setattr("os.kill", lambda pid, sig: sent.append(sig))
+    injector = Injector(parse("rank=0,step=2,kind=sigusr2,at=send"), rank=0)
+    for step in (1, 2, 2, 2, 3):  # before each send of steps 1-3: only step 2's first send signals
+        injector.before_send(step)
+    injector.before_step(2)  # not its point
+    assert len(sent) == 1
+
+
 def test_bitflip_changes_one_bit_of_the_named_parameter():
     first, second = torch.ones(4), torch.ones(3, dtype=torch.bfloat16)
     params = [("a", first), ("b", second)]

@@ -11,8 +11,8 @@ def test_script_has_rendezvous_signal_requeue_and_the_train_command(tmp_path, ca
     script = (out / "launch.sbatch").read_text()
     assert f"sbatch {out / 'launch.sbatch'}" in capsys.readouterr().out
     for line in ("#SBATCH --nodes=280", "#SBATCH --gpus-per-node=8", "#SBATCH --partition=batch",
-                 "#SBATCH --time=2-00:00:00", "#SBATCH --requeue", "export TORCH_NCCL_ASYNC_ERROR_HANDLING=1",
-                 '--rdzv-endpoint "$HEAD:29500" --rdzv-id "$SLURM_JOB_ID"', 'scontrol requeue "$SLURM_JOB_ID"'):
+                 "#SBATCH --time=2-00:00:00", "#SBATCH --requeue", "export TORCH_NCCL_ASYNC_ERROR_HANDLING=2",
+                 '--rdzv-endpoint "$HEAD:29500" --rdzv-id "$SLURM_JOB_ID"', 'scontrol requeue "$SLURM_JOB_ID"', f'[ {out}/preempted.json -nt "$STARTED" ]'):
         assert line in script, line
     assert "trident train mtnlg-530b model.vocab_size=50257 checkpoint.load=auto" in script
     assert "--nproc 8 --nnodes 280 --max-restarts 3" in script and "tp8 pp35 dp8" in script
@@ -24,7 +24,7 @@ def test_elastic_script_keeps_the_job_when_a_node_is_lost(capsys):
     assert main(["launch", "gpt-125m", "model.vocab_size=50257", "--nodes", "4", "--min-nodes", "2",
                  "--gpus-per-node", "8", "--dry-run"]) == 0
     script = capsys.readouterr().out
-    assert "--nnodes 2:4" in script and "#SBATCH --no-kill" in script and "--kill-on-bad-exit=0" in script
+    assert "--nnodes 2:4" in script and "#SBATCH --no-kill" in script and "srun --no-kill --kill-on-bad-exit=0" in script
 
 
 def test_refuses_tp_across_nodes_and_layouts_that_do_not_fit(capsys):
@@ -33,3 +33,21 @@ def test_refuses_tp_across_nodes_and_layouts_that_do_not_fit(capsys):
     assert main(["launch", *MTNLG, "parallel.pp=1", "parallel.tp=8", "--nodes", "1", "--gpus-per-node", "8",
                  "--dry-run"]) == 2
     assert "GiB per GPU" in capsys.readouterr().err
+
+
+def test_the_folder_the_script_prepared_is_one_train_accepts(tmp_path, capsys):
+    """launch.sbatch, Slurm's log and NCCL's dump folder are in OUT before the first rank starts."""
+    from trident.train.run_folder import claim_train_folder
+    from trident.config import load_config
+
+    out = tmp_path / "run"
+    assert main(["launch", *MTNLG, "--nodes", "280", "--gpus-per-node", "8", "--out", str(out)]) == 0
+    (out / "slurm-123.out").write_text("")
+    (out / "debug" / "nccl").mkdir(parents=True)
+    config = load_config("mtnlg-530b", ["model.vocab_size=50257", "checkpoint.load=auto"])
+    claim_train_folder(config, out, overwrite=False, writer=True, rid="rdzv:123")  # no OutputFolderError
+
+
+def test_multi_node_train_needs_a_rendezvous(tmp_path, capsys):
+    assert main(["train", "tiny", "--nnodes", "2", "--out", str(tmp_path / "run")]) == 2
+    assert "--rdzv-endpoint" in capsys.readouterr().err

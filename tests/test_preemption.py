@@ -88,7 +88,14 @@ def test_time_based_save_and_sigusr1_agreed_in_one_process(tmp_path):
                          "checkpoint.keep_last=0")
     Trainer(config, tmp_path, datasets=(RandomTokens(32), None), vocab_size=VOCAB, log=lambda *a: None).train()
     assert [p.name for p in complete_checkpoints(tmp_path)] == [f"step_000000{i}" for i in (1, 2, 3)]
-    stops = StopRequests(log=lambda *a: None).install()
+    os.environ["TRIDENT_INJECT"] = "rank=0,step=3,kind=sigterm"  # during the last step: the run just ends, saved
+    try:
+        last = Trainer(tiny_config("train.steps=3", f"checkpoint.dir={tmp_path}/last"), tmp_path / "last",
+                       datasets=(RandomTokens(32), None), vocab_size=VOCAB, log=lambda *a: None)
+        assert len(last.train()) == 3 and not (tmp_path / "last" / "preempted.json").exists()
+    finally:
+        del os.environ["TRIDENT_INJECT"]
+    stops = StopRequests().install()
     try:
         assert stops.agree() == (None, False)
         os.kill(os.getpid(), signal.SIGUSR1)  # Slurm's warning ahead of the time limit

@@ -33,7 +33,7 @@ def _launch(args, rid: str) -> int:
     """The launching process: torchrun with this command's arguments; a stop on a signal (OUT/preempted.json
     written by this launch's ranks) is printed as one line and exits EXIT_PREEMPTED."""
     from trident.train.launch import relaunch_with_torchrun, torchrun_command
-    from trident.train.preemption import EXIT_PREEMPTED, read_marker, stop_message
+    from trident.train.preemption import EXIT_MARKER, EXIT_PREEMPTED, read_marker, stop_message
     from trident.train.run_folder import RUN_ID_ENV
 
     forwarded = ["train", args.config, *args.overrides, "--out", args.out] + (["--json"] if args.json else [])
@@ -48,7 +48,8 @@ def _launch(args, rid: str) -> int:
     if stopped is not None:
         print(stop_message(stopped["signal"], stopped["step"], stopped["checkpoint"]), file=sys.stderr)
         return EXIT_PREEMPTED
-    return code
+    failed = read_marker(args.out, since=started, name=EXIT_MARKER) if code else None
+    return failed["code"] if failed else code
 
 
 def _leave_process_group() -> None:
@@ -67,6 +68,9 @@ def run(args) -> int:
 
     launching = (args.nproc > 1 or args.nnodes != "1") and not under_torchrun()
     try:
+        if args.nnodes != "1" and launching and not (args.rdzv_endpoint and args.rdzv_id):
+            raise ConfigError(f"--nnodes {args.nnodes} needs --rdzv-endpoint HOST:PORT (the first node) and --rdzv-id "
+                              f"(the same on every node), or each node would start a job of its own")
         parse(os.environ.get(INJECT_ENV, ""))  # a malformed fault drill fails here, not at its step
         config = load_config(args.config, args.overrides)
         config.validate(args.nproc if not under_torchrun() and args.nnodes == "1" else None)
@@ -91,24 +95,26 @@ def _train(args, config) -> int:
     from trident.train import allocator
     from trident.train.launch import LAUNCHED_ENV, init_distributed, shutdown_distributed, under_torchrun
     from trident.train.diagnostics import CorruptionError
-    from trident.train.preemption import EXIT_PREEMPTED, Preempted, resume_command
+    from trident.train.preemption import (EXIT_MARKER, EXIT_PREEMPTED, Preempted, StopRequests, resume_command,
+                                          write_marker)
     from trident.train.trainer import RankFailure, Trainer, TrainError
 
+    stops = StopRequests().install()  # from here a stop signal waits for the first step boundary
     if allocator.wanted(config.train.malloc_keep_freed, config.train.device):
         allocator.keep_freed_memory()  # first: set after the process group and model, it gains less (measured)
     init_distributed(config.parallel.backend, config.parallel.timeout_s)
+    # bad config or data 2, a dead or hung peer 3, silent corruption 4, anything else named 1 (one line each)
+    codes = [((ConfigError, TokenOutOfRange), 2), ((RankFailure,), 3), ((CorruptionError,), 4),
+             ((TrainError, CheckpointError, SaveError, FileNotFoundError, TimeoutError), 1)]
     try:
         trainer = Trainer(config, args.out)
-        records = trainer.train()
-    except (ConfigError, TokenOutOfRange) as error:
+        records = trainer.train(stops)
+    except tuple(kind for kinds, _ in codes for kind in kinds) as error:
+        code = next(c for kinds, c in codes if isinstance(error, kinds))
         print(f"error: {error}", file=sys.stderr)
-        return 2
-    except RankFailure as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 3
-    except CorruptionError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 4
+        if under_torchrun():  # torchrun exits 1 for any failed rank: the launcher takes the code from here
+            write_marker(args.out, {"code": code, "rank": int(os.environ.get("RANK", "0"))}, EXIT_MARKER)
+        return code
     except Preempted as stopped:
         # under torchrun a preempted rank exits 0, so that torchrun neither restarts nor reports it:
         # the launcher (or a script reading OUT/preempted.json) turns the stop into EXIT_PREEMPTED
@@ -121,10 +127,6 @@ def _train(args, config) -> int:
             print(f"interrupted without saving (a second Ctrl-C); resume from the last complete checkpoint with: "
                   f"{resume_command()}", file=sys.stderr)
         return 130
-    except (TrainError, CheckpointError, SaveError, FileNotFoundError, TimeoutError) as error:
-        # bad data, an unusable checkpoint, a failed save or validation: one line, no traceback
-        print(f"error: {error}", file=sys.stderr)
-        return 1
     else:
         shutdown_distributed()
     if args.json and trainer.mesh.rank == 0 and records:

@@ -4,6 +4,7 @@ Every folder trident writes carries a marker (OUT/.trident-run.json) naming the 
 trident only ever deletes what a marker says trident wrote."""
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import shutil
@@ -35,17 +36,20 @@ def write_marker(folder: str | Path, record: dict) -> None:
 
 
 def claim_output_folder(folder: str | Path, command: str, overwrite: bool,
-                        same_run: Callable[[dict], bool] = lambda marker: False, resume_hint: str = "") -> dict | None:
+                        same_run: Callable[[dict], bool] = lambda marker: False, resume_hint: str = "",
+                        prepared: tuple[str, ...] = ()) -> dict | None:
     """Check that `command` may write into `folder`; returns the folder's earlier marker (or None).
 
     Allowed: a missing or empty folder; a folder whose marker was written by `command` and that
     `same_run(marker)` accepts (a resume, a restart); anything with overwrite. Otherwise raises
-    OutputFolderError naming the folder and a few of its entries."""
+    OutputFolderError naming the folder and a few of its entries. Entries matching `prepared` (glob
+    patterns: what was put there for the run before it started, e.g. its launch script) count as empty."""
     folder = Path(folder)
     if folder.exists() and not folder.is_dir():
         raise OutputFolderError(f"{folder}: exists and is not a folder")
     # a folder holding nothing but a marker (a run that stopped before writing) counts as empty
-    entries = sorted(p.name for p in folder.iterdir() if p.name != MARKER) if folder.is_dir() else []
+    entries = sorted(p.name for p in folder.iterdir() if p.name != MARKER and not any(
+        fnmatch.fnmatch(p.name, pattern) for pattern in prepared)) if folder.is_dir() else []
     marker = read_marker(folder)
     if not entries or overwrite:
         return marker

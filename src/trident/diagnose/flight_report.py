@@ -64,8 +64,8 @@ def rank_state(rank: int, dump: dict) -> RankState:
     event = max(standing, key=lambda e: e["seq"]) if standing else None
     state = RankState(rank, dump, event)
     if state.waiting:
-        state.waiting_on = [event["peer"]] if event.get("peer") is not None else \
-            [r for r in _group_ranks(event["group"]) if r != rank]
+        members = _group_ranks(event["group"]) or list(range(int(dump.get("world_size", 1))))  # default group: all
+        state.waiting_on = [event["peer"]] if event.get("peer") is not None else [r for r in members if r != rank]
     return state
 
 

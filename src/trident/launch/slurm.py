@@ -15,11 +15,12 @@ from trident.config import Config
 from trident.plan.search import Plan
 
 RDZV_PORT = 29500
-# What a 2,240-GPU job needs from NCCL and torch: a failed collective raises instead of hanging, and
-# torch's NCCL flight recorder keeps the last collectives and dumps them on a timeout.
+# What a 2,240-GPU job needs from NCCL and torch: a failed or timed-out collective aborts its
+# communicator and raises (2: the rank then names the failure and dumps its flight recorder, instead of
+# being torn down), and torch's flight recorder keeps the last collectives and dumps them on a timeout.
 NCCL_ENV = {
-    "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
-    "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING": "2",
+    "TORCH_FR_BUFFER_SIZE": "2000",
     "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
     "NCCL_DEBUG": "WARN",
 }
@@ -46,10 +47,11 @@ def checkpoint_bytes_per_node(plan: Plan, gpus_per_node: int) -> float:
     return 0.0 if memory is None else gpus_per_node * (memory.weights + memory.optimizer)
 
 
-def signal_lead_seconds(plan: Plan, job: Job) -> int:
-    """Seconds before the time limit at which Slurm sends USR1: two steps, a save, one minute of slack."""
+def signal_lead_seconds(plan: Plan, job: Job, async_save: bool = False) -> int:
+    """Seconds before the time limit at which Slurm sends USR1: two steps, the background save a stop
+    waits for (with async_save), the stop's own save, one minute of slack."""
     step = plan.time.total if plan.time else 0.0
-    save = checkpoint_bytes_per_node(plan, job.gpus_per_node) / (job.write_gbs * 1e9)
+    save = checkpoint_bytes_per_node(plan, job.gpus_per_node) / (job.write_gbs * 1e9) * (2 if async_save else 1)
     return max(120, int(math.ceil((2 * step + save + 60) / 60.0)) * 60)
 
 
@@ -58,7 +60,8 @@ def _quote(args: list[str]) -> str:
 
 
 def sbatch_script(job: Job, config: Config, plan: Plan) -> str:
-    lead = signal_lead_seconds(plan, job)
+    lead = signal_lead_seconds(plan, job, config.checkpoint.async_save)
+    out = shlex.quote(job.out)
     elastic = 0 < job.min_nodes < job.nodes
     nnodes = f"{job.min_nodes}:{job.nodes}" if elastic else str(job.nodes)
     overrides = [o for o in job.overrides if not o.startswith("checkpoint.load=")] + ["checkpoint.load=auto"]
@@ -87,17 +90,19 @@ def sbatch_script(job: Job, config: Config, plan: Plan) -> str:
         "",
         "set -u",
         *[f"export {key}={value}" for key, value in NCCL_ENV.items()],
-        f"export TORCH_NCCL_DEBUG_INFO_TEMP_FILE={shlex.quote(job.out)}/debug/nccl/rank_",
-        f"mkdir -p {shlex.quote(job.out)}/debug/nccl",
+        f"export TORCH_NCCL_DEBUG_INFO_TEMP_FILE={out}/debug/nccl/rank_",
+        f"mkdir -p {out}/debug/nccl",
         'HEAD=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+        "STARTED=$(mktemp)  # OUT/preempted.json newer than this: the ranks stopped on a signal this time",
         "",
-        f"srun --kill-on-bad-exit={0 if elastic else 1} \\",
+        f"srun {'--no-kill ' if elastic else ''}--kill-on-bad-exit={0 if elastic else 1} \\",
         f"  {_quote(train)} \\",
         f'  --rdzv-endpoint "$HEAD:{RDZV_PORT}" --rdzv-id "$SLURM_JOB_ID"',
         "code=$?",
-        "if [ $code -eq 75 ]; then  # stopped on a signal after saving: run again from that checkpoint",
+        f'if [ $code -eq 75 ] || [ {out}/preempted.json -nt "$STARTED" ]; then  # saved after a signal: run on',
         '  scontrol requeue "$SLURM_JOB_ID"',
         "fi",
+        'rm -f "$STARTED"',
         "exit $code",
         "",
     ]

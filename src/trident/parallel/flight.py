@@ -46,16 +46,17 @@ class FlightRecorder:
 
     def begin(self, op: str, group: str = "", peer: int | None = None, microbatch: int | None = None,
               chunk: int | None = None) -> list:
+        self.last_progress = now = time.time()
         if not self.enabled:
             return _OFF
         self.seq += 1
-        self.last_progress = now = time.time()
         event = [self.seq, self.step, op, group, peer, microbatch, chunk, now, None, False]
         self.events.append(event)
         return event
 
     def end(self, event: list, failed: bool = False) -> None:
         if event is _OFF:
+            self.last_progress = time.time()
             return
         self.last_progress = event[8] = time.time()
         event[9] = failed
@@ -84,6 +85,7 @@ class FlightRecorder:
     def start_watchdog(self, stall_s: float) -> None:
         """Dump after `stall_s` seconds without progress (once per stall) and on every SIGUSR2."""
         if self.watchdog is None and threading.current_thread() is threading.main_thread():
+            self.last_progress = time.time()
             self.watchdog = _Watchdog(self, stall_s)
 
     def stop_watchdog(self) -> None:

@@ -97,6 +97,7 @@ class Injector:
 
     def __init__(self, faults: list[Fault], rank: int, attempt: int = 0):
         self.faults = [f for f in faults if f.rank == rank and f.attempt in (None, attempt)]
+        self.fired: set[Fault] = set()  # a fault strikes once (at=send: before the step's first send)
 
     @classmethod
     def from_env(cls, rank: int) -> "Injector":
@@ -122,8 +123,9 @@ class Injector:
 
     def _strike(self, step: int, at: str) -> None:
         for fault in self.faults:
-            if fault.step != step or fault.at != at:
+            if fault.step != step or fault.at != at or fault in self.fired:
                 continue
+            self.fired.add(fault)
             if fault.kind in SIGNALS:
                 os.kill(os.getpid(), SIGNALS[fault.kind])
             elif fault.kind == "exit":

@@ -41,7 +41,15 @@ def torchrun_command(nproc: int, module_args: list[str], max_restarts: int = 0, 
         rdzv_conf = ",".join(filter(None, ["last_call_timeout=5", rdzv_conf]))
     if rdzv_conf:
         command.append(f"--rdzv-conf={rdzv_conf}")
+    if _torchrun_has("--signals-to-handle"):  # the ranks handle the stop signals themselves (preemption.py):
+        command.append("--signals-to-handle=SIGHUP,SIGQUIT")  # torchrun would SIGKILL them 30 s into a save
     return command + ["-m", "trident", *module_args]
+
+
+def _torchrun_has(option: str) -> bool:
+    from torch.distributed.run import get_args_parser
+
+    return any(option in action.option_strings for action in get_args_parser()._actions)
 
 
 def relaunch_with_torchrun(command: list[str]) -> tuple[int, float]:
@@ -77,10 +85,11 @@ FORWARDED = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
 
 
 def _torchrun_preexec() -> None:
-    """In torchrun before exec: die with the launcher; ignore SIGUSR1 (Slurm signals every process of a
-    job step; torchrun has no handler for it and would die, while the ranks handle it themselves)."""
-    die_with_parent(signal.SIGTERM)
-    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+    """In torchrun before exec: die with the launcher (its ranks then die with it); ignore the stop
+    signals, which Slurm sends every process of a job step and which the ranks handle themselves."""
+    die_with_parent(signal.SIGKILL)
+    for sig in (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, signal.SIG_IGN)
 
 
 def die_with_parent(sig: int = signal.SIGKILL) -> None:

@@ -20,9 +20,12 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from trident.parallel.watch import watched
+
 EXIT_PREEMPTED = 75  # sysexits' EX_TEMPFAIL: stopped on request after saving; run again to resume
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
 MARKER = "preempted.json"
+EXIT_MARKER = "exit.json"  # a rank's error exit code, for the launcher (torchrun's own code is 1 for any failure)
 
 
 class Preempted(Exception):
@@ -30,14 +33,12 @@ class Preempted(Exception):
 
 
 class StopRequests:
-    """Catches the stop signals while installed; `agree()` is the per-step collective decision."""
+    """Catches the stop signals while installed (from process start: a signal during start-up is kept
+    for the first step boundary); `agree()` is the per-step collective decision."""
 
-    def __init__(self, world_group=None, device: torch.device | None = None, save_interval_minutes: float = 0.0,
-                 log=print):
-        self.group, self.device = world_group, device or torch.device("cpu")
-        self.several = dist.is_initialized() and dist.get_world_size() > 1
-        self.interval_s = save_interval_minutes * 60.0
-        self.log, self.signal_name, self.last_save = log, None, time.monotonic()
+    def __init__(self, save_interval_minutes: float = 0.0, log=print):
+        self.interval_s, self.log = save_interval_minutes * 60.0, log
+        self.signal_name, self.announced, self.last_save = None, False, time.monotonic()
         self.previous: dict = {}
 
     def install(self) -> "StopRequests":
@@ -52,24 +53,28 @@ class StopRequests:
         self.previous = {}
 
     def _on_signal(self, signum, frame) -> None:
-        name = signal.Signals(signum).name
+        """Only a flag (printing here could re-enter a print the signal interrupted)."""
         if self.signal_name is None:
-            self.signal_name = name
-            self.log(f"{name}: every rank stops after this step and saves a checkpoint"
-                     + (" (Ctrl-C again to stop without saving)" if signum == signal.SIGINT else ""))
+            self.signal_name = signal.Signals(signum).name
         elif signum == signal.SIGINT:  # a second Ctrl-C: the user wants out now
             raise KeyboardInterrupt
 
     def saved(self) -> None:
         self.last_save = time.monotonic()
 
-    def agree(self) -> tuple[str | None, bool]:
-        """Collective: (the signal that stops every rank, or None; whether a time-based save is due)."""
+    def agree(self, device: torch.device | None = None) -> tuple[str | None, bool]:
+        """Collective over the world: (the signal that stops every rank, or None; whether a time-based
+        save is due)."""
+        if self.signal_name is not None and not self.announced:
+            self.announced = True
+            self.log(f"{self.signal_name}: every rank stops after this step and saves a checkpoint"
+                     + (" (Ctrl-C again to stop without saving)" if self.signal_name == "SIGINT" else ""))
         code = 0 if self.signal_name is None else 1 + [s.name for s in STOP_SIGNALS].index(self.signal_name)
         due = int(self.interval_s > 0 and time.monotonic() - self.last_save >= self.interval_s)
-        if self.several:
-            flags = torch.tensor([code, due], dtype=torch.int32, device=self.device)
-            dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=self.group)
+        if dist.is_initialized() and dist.get_world_size() > 1:
+            flags = torch.tensor([code, due], dtype=torch.int32, device=device or torch.device("cpu"))
+            with watched(None, "all_reduce stop flags"):
+                dist.all_reduce(flags, op=dist.ReduceOp.MAX)
             code, due = (int(v) for v in flags.tolist())
         return (STOP_SIGNALS[code - 1].name if code else None), bool(due)
 
@@ -85,19 +90,19 @@ def stop_message(signal_name: str, step: int, checkpoint: Path) -> str:
             f"resume with: {resume_command()}")
 
 
-def write_marker(out: Path, signal_name: str, step: int, checkpoint: Path, message: str) -> None:
-    """OUT/preempted.json: what the launcher reads to exit with EXIT_PREEMPTED and print `message`."""
-    record = {"signal": signal_name, "step": step, "checkpoint": str(checkpoint), "message": message,
-              "written_at": time.time(), "pid": os.getpid()}
-    tmp = out / f".{MARKER}.tmp"
+def write_marker(out: Path, record: dict, name: str = MARKER) -> None:
+    """OUT/preempted.json (a stop: the launcher exits EXIT_PREEMPTED) or OUT/exit.json (an error's code)."""
+    record = record | {"written_at": time.time(), "pid": os.getpid()}
+    Path(out).mkdir(parents=True, exist_ok=True)
+    tmp = Path(out) / f".{name}.tmp{os.getpid()}"
     tmp.write_text(json.dumps(record, indent=1))
-    os.replace(tmp, out / MARKER)
+    os.replace(tmp, Path(out) / name)
 
 
-def read_marker(out: Path, since: float) -> dict | None:
-    """The preemption record a run in `out` wrote after `since` (a launcher's start time), if any."""
+def read_marker(out: Path, since: float, name: str = MARKER) -> dict | None:
+    """The record a run in `out` wrote after `since` (a launcher's start time), if any."""
     try:
-        record = json.loads((Path(out) / MARKER).read_text())
+        record = json.loads((Path(out) / name).read_text())
     except (OSError, ValueError):
         return None
     return record if record.get("written_at", 0) >= since else None

@@ -17,7 +17,10 @@ from trident.data.output_folder import claim_output_folder, remove_own_outputs, 
 
 RUN_ID_ENV = "TRIDENT_RUN_ID"
 # what `trident train` writes into its folder; --overwrite removes these when a marker says so
-TRAIN_OUTPUTS = ["metrics.jsonl", "config.yaml", "tokenizer.json", "timeline_step*.json", "checkpoints"]
+TRAIN_OUTPUTS = ["metrics.jsonl", "config.yaml", "tokenizer.json", "timeline_step*.json", "checkpoints",
+                 "preempted.json", "debug"]
+# what `trident launch` and Slurm put into the folder before the first rank starts (debug/: NCCL's dumps)
+PREPARED = ("launch.sbatch", "slurm-*.out", "debug")
 
 
 def run_id() -> str:
@@ -45,7 +48,7 @@ def claim_train_folder(config: Config, out: str | Path, overwrite: bool, writer:
     marker = claim_output_folder(
         out, "train", overwrite,
         same_run=lambda m: m.get("run_id") == rid or (resuming and m.get("resume") == key),
-        resume_hint="" if resuming else " and checkpoint.load is not auto (a resume)")
+        resume_hint="" if resuming else " and checkpoint.load is not auto (a resume)", prepared=PREPARED)
     if not writer:
         return
     if overwrite and (marker or {}).get("run_id") != rid:

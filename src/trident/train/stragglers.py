@@ -3,9 +3,10 @@ every step that costs the whole job.
 
 Every `diagnostics.straggler_interval` steps each rank reports its sections (forward, backward,
 pipeline waits, DP reduction, optimizer; with one pipeline stage forward and backward are one
-`compute` section) and, with pp > 1, its measured timeline boxes. Peers are the ranks of the same
-pipeline stage (the same work). A rank whose compute exceeds its peers' median by more than
-`straggler_pct` is a straggler. The seconds it costs are estimated by replaying the measured step
+`compute` section) and, with pp > 1, its measured timeline boxes. Peers are the ranks holding the same
+shard of the same stage in the other DP replicas (the same work). A rank whose compute exceeds its
+peers' median by more than `straggler_pct` is a straggler; of a TP group (whose members wait for
+each other inside every layer, so all look slow) the slowest is named. The seconds it costs are estimated by replaying the measured step
 through the pipeline simulator (each DP replica's pipeline from its own boxes; the step ends with the
 slowest replica) with that rank's boxes replaced by its peers' median, and taking the difference.
 """
@@ -49,31 +50,39 @@ def compute_time(report: dict) -> float:
 def find_stragglers(reports: list[dict], pct: float, schedule: str = "1f1b", micro_batches: int = 1,
                     virtual_stages: int = 1, contract: str = "overlapped") -> list[dict]:
     """The stragglers among one step's reports, each {rank, section, slower_by, seconds_lost_per_step}."""
-    found = []
+    slowest: dict[tuple[int, int], dict] = {}  # (replica, stage) -> its slowest straggler
     for report in reports:
-        peers = [compute_time(r) for r in reports if r["pp_rank"] == report["pp_rank"] and r["rank"] != report["rank"]]
+        peers = _peers(report, reports)
         if not peers:
             continue
-        median = statistics.median(peers)
+        median = statistics.median(compute_time(r) for r in peers)
         if median <= 0 or compute_time(report) <= (1 + pct / 100) * median:
             continue
-        found.append({"rank": report["rank"], "section": _worst_section(report, reports),
-                      "slower_by": compute_time(report) / median - 1,
-                      "seconds_lost_per_step": _seconds_lost(report, reports, schedule, micro_batches,
-                                                             virtual_stages, contract)})
-    return found
+        key, slower_by = (report["dp_rank"], report["pp_rank"]), compute_time(report) / median - 1
+        if key not in slowest or slower_by > slowest[key]["slower_by"]:
+            slowest[key] = {"rank": report["rank"], "section": _worst_section(report, peers), "slower_by": slower_by}
+    for straggler in slowest.values():
+        report = next(r for r in reports if r["rank"] == straggler["rank"])
+        straggler["seconds_lost_per_step"] = _seconds_lost(report, reports, schedule, micro_batches, virtual_stages,
+                                                           contract)
+    return sorted(slowest.values(), key=lambda s: s["rank"])
 
 
-def _worst_section(report: dict, reports: list[dict]) -> str:
+def _peers(report: dict, reports: list[dict]) -> list[dict]:
+    """The same stage and TP shard in the other DP replicas."""
+    return [r for r in reports if (r["pp_rank"], r["tp_rank"]) == (report["pp_rank"], report["tp_rank"])
+            and r["dp_rank"] != report["dp_rank"]]
+
+
+def _worst_section(report: dict, peers: list[dict]) -> str:
     sections = ("compute",) if "compute" in report else ("forward", "backward")
-    peers = [r for r in reports if r["pp_rank"] == report["pp_rank"] and r["rank"] != report["rank"]]
     return max(sections, key=lambda s: report[s] - statistics.median(r[s] for r in peers))
 
 
 def _seconds_lost(straggler: dict, reports: list[dict], schedule: str, m: int, v: int, contract: str) -> float:
-    if "boxes" not in straggler:  # one stage: the step waits for the slowest rank's compute
-        healed = statistics.median(compute_time(r) for r in reports if r["rank"] != straggler["rank"])
-        others = [compute_time(r) for r in reports if r["rank"] != straggler["rank"]]
+    if "boxes" not in straggler:  # one stage: the step waits for the slowest replica's compute
+        healed = statistics.median(compute_time(r) for r in _peers(straggler, reports))
+        others = [compute_time(r) for r in reports if r["dp_rank"] != straggler["dp_rank"]]
         return max(0.0, max(map(compute_time, reports)) - max(others + [healed]))
     pp = 1 + max(r["pp_rank"] for r in reports)
     ops = schedule_for(schedule, pp, m, v, contract)

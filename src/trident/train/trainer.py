@@ -20,7 +20,7 @@ from trident.checkpoint.format import build_trainer_state
 from trident.checkpoint.reader import load_model_weights, load_optimizer
 from trident.checkpoint.resume import load_checkpoint
 from trident.checkpoint.state import optimizer_pieces, rng_state, set_rng_state
-from trident.checkpoint.writer import CheckpointWriter
+from trident.checkpoint.writer import CheckpointWriter, SaveError
 from trident.config import Config, ConfigError, save_config
 from trident.data.lineage import batch_documents
 from trident.flops import model_flops
@@ -33,7 +33,7 @@ from trident.parallel.sharding import full_shape
 from trident.parallel.token_ids import check_token_ids
 from trident.parallel.watch import failed_group
 from trident.train import allocator
-from trident.train.diagnostics import RunDiagnostics
+from trident.train.diagnostics import CorruptionError, RunDiagnostics
 from trident.train.loggers import build_loggers
 from trident.train.metrics import MetricsWriter, console_line, peak_memory_bytes
 from trident.train.preemption import Preempted, StopRequests, stop_message, write_marker
@@ -204,7 +204,9 @@ class Trainer:
         return total / iters
 
     # ---- the loop ------------------------------------------------------------------------------
-    def train(self) -> list[dict]:
+    def train(self, stops: StopRequests | None = None) -> list[dict]:
+        """Train to train.steps. `stops`: the stop-signal catcher installed at process start (else one
+        is installed for the loop); a stop on a signal raises Preempted after the checkpoint."""
         cfg = self.config
         if self.mesh.rank == 0:
             self.out.mkdir(parents=True, exist_ok=True)
@@ -217,16 +219,19 @@ class Trainer:
             self.log(f"MFU is measured against {describe_peak(self.device, self.precision.dtype, cfg.train.peak_tflops)}")
             self.log(f"model: {sum(math.prod(full_shape(p)) for _, p in self.model.named_params):,} parameters on stage 0; "
                      f"layout dp={self.mesh.dp} pp={self.mesh.pp} tp={self.mesh.tp}; {cfg.train.steps} steps")
-        records = []
-        stops = StopRequests(None, self.device, cfg.checkpoint.save_interval_minutes, self.log).install()
+        records, own = [], stops is None
+        stops = StopRequests().install() if own else stops
+        stops.interval_s, stops.log = cfg.checkpoint.save_interval_minutes * 60.0, self.log
+        stops.saved()  # the clock of time-based saves starts with the loop
         self.diagnostics.start()
         try:
             while self.step < cfg.train.steps:
-                records.append(self._loop_step(metrics, stops))
+                records.append(self._guarded(lambda: self._loop_step(metrics, stops)))
             self.writer.wait()  # a background save must be complete before the run counts as done
             barrier()
         finally:
-            stops.uninstall()
+            if own:
+                stops.uninstall()
             self.diagnostics.stop()
             metrics.close()
         return records
@@ -236,7 +241,7 @@ class Trainer:
         interval, the clock (checkpoint.save_interval_minutes) or a stop signal on any rank asks for."""
         cfg = self.config
         marker = self.diagnostics.before_step(self.step + 1)
-        record = self._guarded_step()
+        record = self.train_step()
         self.diagnostics.after_update(self.step, marker)
         micro = record["batch_size"] // (cfg.train.micro_batch_size * self.mesh.dp)
         self.diagnostics.after_step(self.step, record, micro, lambda: batch_documents(self.train_data, *record["samples"]))
@@ -245,9 +250,9 @@ class Trainer:
         metrics.write(record)
         if self.step % cfg.logging.log_interval == 0 or self.step == cfg.train.steps:
             self.log(console_line(record))
-        stop, due = stops.agree()
+        stop, due = stops.agree(self.device)
         interval = cfg.checkpoint.save_interval
-        if stop:
+        if stop and self.step < cfg.train.steps:  # on the last step the run simply ends, saved
             self._stop(stop)
         if (interval and self.step % interval == 0) or self.step == cfg.train.steps or due:
             self.save()
@@ -260,17 +265,20 @@ class Trainer:
         path = self.save(blocking=True)
         message = stop_message(signal_name, self.step, path)
         if self.mesh.rank == 0:
-            write_marker(self.out, signal_name, self.step, path, message)
+            write_marker(self.out, {"signal": signal_name, "step": self.step, "checkpoint": str(path)})
         barrier()
         raise Preempted(message)
 
-    def _guarded_step(self) -> dict:
-        """A step; with several ranks, a failed or timed-out collective becomes one clear error."""
+    def _guarded(self, work):
+        """work(); with several ranks, a failed or timed-out exchange (in the step, the stop agreement,
+        a digest check, a save) becomes one clear error, after this rank's flight recorder is dumped."""
         if self.world == 1:
-            return self.train_step()
+            return work()
         try:
-            return self.train_step()
+            return work()
         except (RuntimeError, dist.DistBackendError) as error:
+            if isinstance(error, OWN_ERRORS):
+                raise
             group = failed_group(error)  # which group's exchange failed, when one did
             self.diagnostics.on_failure(f"step {self.step + 1} failed: {type(error).__name__} in {group or 'a collective'}")
             raise RankFailure(
@@ -352,3 +360,6 @@ def _tokenizer_json(source: str, tokenizer, out: Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     tokenizer.save(out / "tokenizer.json")
     return out / "tokenizer.json"
+
+
+OWN_ERRORS = (RankFailure, TrainError, CorruptionError, SaveError)  # pass through Trainer._guarded unchanged
