@@ -52,3 +52,9 @@ def test_report_failure_is_one_logged_line_not_a_failed_run(tmp_path, monkeypatc
     assert stats["output"]["documents"] == 2 and (tmp_path / "out" / "stats.json").exists()
     lines = [r.getMessage() for r in caplog.records if "report" in r.getMessage()]
     assert len(lines) == 1 and "plotting backend missing" in lines[0] and "\n" not in lines[0]
+
+
+def test_a_damaged_record_is_shown_escaped_in_one_table_cell():
+    cell = report._cell("bad \x00\x1b[31m | json\nline")
+    assert cell == "bad \\x00\\x1b[31m \\| json\\nline" and "\n" not in cell
+    assert report._cell("x" * 500).endswith("...") and len(report._cell("x" * 500)) == 163

@@ -35,3 +35,16 @@ def test_model_flops_are_three_quarters_of_the_recomputed_count():
     # Counted without recomputation the layers take exactly 3/4; only the head differs.
     layers_only = hand_count(2, 8, 3, 16, 64, 3) - 3 * matmul(16, 16, 64)
     assert layers_only == 0.75 * (full - 3 * matmul(16, 16, 64))
+
+
+def test_mfu_never_passes_100_percent_when_the_start_up_peak_was_measured_under_load(tmp_path):
+    from test_tensor_parallel import VOCAB, RandomTokens, tiny_config
+    from trident.train.trainer import Trainer
+
+    logs = []
+    trainer = Trainer(tiny_config("train.peak_tflops=0"), tmp_path, datasets=(RandomTokens(32), None),
+                      vocab_size=VOCAB, log=logs.append)
+    trainer._peak_tflops = 1e-12  # as if the start-up measurement had run on a machine busy with other work
+    first, second = trainer.train_step(), trainer.train_step()
+    assert first["mfu"] == 1.0 and second["mfu"] <= 1.0
+    assert sum("above the CPU matmul peak measured at start" in line for line in logs) >= 1

@@ -80,3 +80,26 @@ def test_weights_must_be_positive(tmp_path, weight):
     (tmp_path / "f.yaml").write_text(yaml.safe_dump({"sources": [{"paths": "a.jsonl", "weight": weight}]}))
     with pytest.raises(FlowError, match="weight"):
         load_flow(tmp_path / "f.yaml")
+
+
+def test_report_counts_each_step_once_after_a_resume(tmp_path):
+    from trident.demo.report import write_report
+
+    logged = [{"step": s, "tokens": 64 * s, "loss": 5.0 - s / 10} for s in (1, 2, 3, 4, 3, 4, 5)]  # resumed at 2
+    summary = {"metrics": logged, "documents": 1, "tokens": 320, "vocab_size": 300, "parameters": 10,
+               "config": "tiny", "train_seconds": 1.0, "prompt": "a", "sample": "b"}
+    text = write_report(tmp_path, summary).read_text()
+    assert "5 steps in" in text and "| last | 5 | 320 |" in text
+
+
+def test_unknown_flow_keys_are_refused_naming_key_and_file(tmp_path, capsys):
+    from trident.cli import main
+
+    (tmp_path / "a.jsonl").write_text("{}\n")
+    for flow, named in (({"sources": [{"paths": "a.jsonl"}], "trian": {}}, "unknown key 'trian'"),
+                        ({"sources": [{"paths": "a.jsonl", "wieght": 2}]}, "unknown key 'sources.wieght'"),
+                        ({"sources": [{"paths": "a.jsonl"}], "train": {"nprocs": 2}}, "unknown key 'train.nprocs'")):
+        (tmp_path / "f.yaml").write_text(yaml.safe_dump(flow))
+        assert main(["run", str(tmp_path / "f.yaml"), "--out", str(tmp_path / "out")]) == 2
+        err = capsys.readouterr().err
+        assert named in err and str(tmp_path / "f.yaml") in err

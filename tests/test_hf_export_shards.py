@@ -26,7 +26,8 @@ def test_sharded_export_loads_in_transformers_and_imports_back(trained_checkpoin
     shards = sorted(set(index["weight_map"].values()))
     assert len(shards) > 2 and shards == [f for f in sharded["files"] if f.startswith("model-")]
     assert index["metadata"]["total_size"] == 4 * whole["parameters"] == 4 * sharded["parameters"]
-    for shard in shards:  # none over the limit unless it is one tensor alone
+    for shard in shards:  # none over the limit unless it is one tensor alone; readable as any file (not 0600)
+        assert (tmp_path / "sharded" / shard).stat().st_mode & 0o777 == 0o666 & ~_umask()
         size = (tmp_path / "sharded" / shard).stat().st_size
         assert size < 40_000 + 10_000 or list(index["weight_map"].values()).count(shard) == 1
     ids = torch.tensor([tokenizer.encode(text)[:32]])
@@ -38,3 +39,11 @@ def test_sharded_export_loads_in_transformers_and_imports_back(trained_checkpoin
     vocab = tokenizer.vocab_size  # the padding rows are dropped on export and zero on import
     for (name, x), (_, y) in zip(back.named_parameters(), original.named_parameters()):
         assert torch.equal(x[:vocab], y[:vocab]) if name == "embedding.word.weight" else torch.equal(x, y), name
+
+
+def _umask() -> int:
+    import os
+
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

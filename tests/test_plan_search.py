@@ -96,3 +96,10 @@ def test_less_memory_leaves_a_subset_of_the_layouts():
     fitting = lambda ranking: {p.layout for p in ranking.plans}  # noqa: E731
     assert fitting(small) < fitting(big)  # strictly fewer: some layouts need more than 37 GiB
     assert small.examined == big.examined
+
+
+def test_rejection_kinds_group_numbers_but_keep_hardware_names():
+    from trident.plan.search import _reason_kind
+
+    assert _reason_kind("needs 88.0 GiB per GPU (stage 3), more than the 77.0 GiB usable on a100-80gb") == \
+        "needs N GiB per GPU (stage N), more than the N GiB usable on a100-80gb"

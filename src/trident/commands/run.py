@@ -7,6 +7,11 @@ import sys
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from trident.demo.flow.spec import KEYS
+
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = ("flow file keys (src/trident/demo/demo.flow.yaml is a complete example):\n"
+                     + "\n".join(f"  {section}: {', '.join(keys)}" for section, keys in KEYS.items()))
     parser.add_argument("flow", help="flow file: sources (paths/globs, weights), curate, tokenizer, train, eval")
     parser.add_argument("--out", default="runs/flow",
                         help="output folder; a rerun skips every stage whose settings and inputs are unchanged")
@@ -17,13 +22,13 @@ def run(args) -> int:
     from trident.curate.document import CurateError
     from trident.data.output_folder import OutputFolderError
     from trident.demo.flow.run import run_flow
-    from trident.demo.flow.spec import FlowError
+    from trident.demo.flow.spec import FlowError, FlowKeyError
 
     try:
         summary = run_flow(args.flow, args.out)
     except (FlowError, CurateError, OutputFolderError) as error:
         print(f"trident run: error: {error}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(error, FlowKeyError) else 1
     if args.json:
         print(json.dumps(summary))
     return 0

@@ -87,6 +87,13 @@ def _other_counters(stats: dict) -> list[str]:
     return lines
 
 
+def _cell(value, limit: int = 160) -> str:
+    """Text safe in one Markdown table cell: a damaged record's bytes (control characters, newlines,
+    pipes) shown escaped, and cut at `limit` characters."""
+    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(value)).replace("|", "\\|")
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
 def write_report(stats: dict, out_dir: Path) -> Path:
     """Write OUT/report.md plus funnel.png (and quality_scores.png / cluster_sizes.png when the run
     produced those histograms); returns the report path."""
@@ -116,7 +123,7 @@ def write_report(stats: dict, out_dir: Path) -> Path:
     if stats["errors"]:
         lines += ["", f"## Bad input records (first {len(stats['errors'])})", "",
                   "| file | position | reason | detail |", "|---|---|---|---|"]
-        lines += [f"| {e['file']} | {e['position']} | {e['reason']} | {e['detail'].replace('|', '/')} |"
+        lines += [f"| {_cell(e['file'])} | {_cell(e['position'])} | {_cell(e['reason'])} | {_cell(e['detail'])} |"
                   for e in stats["errors"][:50]]
     path = out_dir / "report.md"
     path.write_text("\n".join(lines) + "\n")

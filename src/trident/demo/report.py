@@ -4,12 +4,18 @@ from __future__ import annotations
 from pathlib import Path
 
 
+def latest_per_step(metrics: list[dict]) -> list[dict]:
+    """One record per step, in step order: a resumed run logs the steps after its checkpoint again."""
+    return sorted({m["step"]: m for m in metrics}.values(), key=lambda m: m["step"])
+
+
 def plot_loss(metrics: list[dict], path: Path, title: str = "trident demo: loss") -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    metrics = latest_per_step(metrics)
     fig, ax = plt.subplots(figsize=(7, 4))
     ax.plot([m["tokens"] for m in metrics], [m["loss"] for m in metrics], label="train loss", lw=1)
     val = [(m["tokens"], m["val_loss"]) for m in metrics if m.get("val_loss") is not None]
@@ -27,7 +33,7 @@ def plot_loss(metrics: list[dict], path: Path, title: str = "trident demo: loss"
 
 
 def write_report(out: Path, summary: dict) -> Path:
-    m = summary["metrics"]
+    m = latest_per_step(summary["metrics"])
     corpus = summary.get("corpus") or f"{summary['documents']} standard-library documents plus curated web text"
     lines = [f"# {summary.get('title', 'trident demo report')}", "",
              f"Corpus: {corpus}, {summary['tokens']:,} tokens "

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 from safetensors.torch import save_file
@@ -47,6 +48,13 @@ def _write_tokenizer(tokenizer, out: Path, seq_length: int) -> list[str]:
     (out / "special_tokens_map.json").write_text(json.dumps(
         {"bos_token": special, "eos_token": special, "unk_token": special}, indent=1))
     return ["tokenizer.json", "vocab.json", "merges.txt", "tokenizer_config.json", "special_tokens_map.json"]
+
+
+def _as_umask_allows(path: Path) -> None:
+    """safetensors writes its files 0600; an export is for others to read, as any file this user writes."""
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(path, 0o666 & ~mask)
 
 
 def plan_shards(sizes: dict[str, int], max_shard_bytes: int) -> list[list[str]]:
@@ -91,6 +99,7 @@ def _write_shards(reader, cfg, vocab: int, out: Path, max_shard_bytes: int) -> t
         tensors = {hf: to_gpt2(reader.read(names[hf][0]), names[hf][1], cfg.num_heads, vocab).contiguous()
                    for hf in shard}
         save_file(tensors, out / file, metadata={"format": "pt"})
+        _as_umask_allows(out / file)
     if len(shards) > 1:
         weight_map = {hf: file for file, shard in zip(files, shards) for hf in shard}
         index = {"metadata": {"total_size": sum(sizes.values())}, "weight_map": weight_map}

@@ -155,7 +155,7 @@ class Ranking:
 
 def _reason_kind(reason: str) -> str:
     """Group messages that differ only in numbers (for the rejected-layout counts)."""
-    return re.sub(r"(?<![A-Za-z-])\d+(\.\d+)?", "N", reason)
+    return re.sub(r"(?<![\w.-])\d+(\.\d+)?(?![\w.])", "N", reason)  # not inside names such as a100-80gb
 
 
 def rank_layouts(config: Config, hardware: Hardware, gpus: int, gpus_per_node: int,

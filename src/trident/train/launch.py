@@ -92,6 +92,15 @@ def _torchrun_preexec() -> None:
         signal.signal(sig, signal.SIG_IGN)
 
 
+def _default_stop_signals() -> None:
+    """A rank inherits the stop signals ignored from its torchrun (see _torchrun_preexec): give them back
+    their default meaning unless this process handles them itself (`trident train` does, from start)."""
+    defaults = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL, signal.SIGUSR1: signal.SIG_DFL}
+    for sig, default in defaults.items():
+        if signal.getsignal(sig) == signal.SIG_IGN:
+            signal.signal(sig, default)
+
+
 def die_with_parent(sig: int = signal.SIGKILL) -> None:
     """Linux: receive `sig` when the parent process dies (no orphaned rank keeps a job's GPUs busy)."""
     try:
@@ -127,6 +136,7 @@ def init_distributed(backend: str = "auto", timeout_s: int = 600) -> None:
     """Join the process group described by torchrun's environment (nothing to do for one process)."""
     if under_torchrun():
         die_with_parent()  # torchrun gone (a lost node, a killed launcher): this rank goes too
+        _default_stop_signals()
     if dist.is_initialized() or int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return
     if backend == "auto":

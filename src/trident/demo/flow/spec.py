@@ -12,7 +12,34 @@ class FlowError(ValueError):
     """A flow file that cannot run: a missing key, an input that matches no file, a bad weight."""
 
 
+class FlowKeyError(FlowError):
+    """A key no flow file has: a configuration mistake (`trident run` exits 2)."""
+
+
 GENERATORS = ("stdlib-docstrings", "sample-warc")  # inputs a flow can make itself (trident.demo.flow.inputs)
+# every key a flow file may hold, by section (`trident run --help` prints this; anything else is refused)
+KEYS = {
+    "sources": ("name", "paths", "path", "weight", "generate", "curate", "decontaminate"),
+    "curate": ("config", "overrides", "workers", "progress"),
+    "tokenizer": ("path", "vocab_size"),
+    "train": ("config", "overrides", "nproc"),
+    "eval": ("tasks", "shots", "data_dir", "heldout", "limit", "batch_size", "untrained", "fewshot_construction"),
+    "sample": ("prompt", "max_new_tokens", "seed"),
+}
+
+
+def check_keys(raw: dict, where: str) -> None:
+    """FlowError naming the file and the first key no flow file has (a typo would otherwise pass silently)."""
+    if not isinstance(raw, dict):
+        raise FlowKeyError(f"{where}: a flow file is a mapping of {', '.join(KEYS)}")
+    for section, value in raw.items():
+        if section not in KEYS:
+            raise FlowKeyError(f"{where}: unknown key {section!r} (a flow file has {', '.join(KEYS)})")
+        entries = value if section == "sources" and isinstance(value, list) else [value]
+        for entry in entries:
+            unknown = [k for k in (entry or {}) if k not in KEYS[section]] if isinstance(entry, dict) else []
+            if unknown:
+                raise FlowKeyError(f"{where}: unknown key '{section}.{unknown[0]}' (known: {', '.join(KEYS[section])})")
 
 
 @dataclass
@@ -105,6 +132,7 @@ def load_flow(path: str | Path, raw: dict | None = None) -> Flow:
         if not path.is_file():
             raise FlowError(f"{path}: no such flow file")
         raw = yaml.safe_load(path.read_text()) or {}
+    check_keys(raw, str(path))
     base = path.resolve().parent
     tokenizer = dict(raw.get("tokenizer") or {"vocab_size": 2048})
     if "path" in tokenizer:
