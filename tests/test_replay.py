@@ -84,3 +84,24 @@ def test_a_loss_spike_names_its_batch_documents_and_their_source_lines(tmp_path)
     assert (sample == trainer.train_data[first]).all()  # the spans are exactly the sample's tokens
     message = next(line for line in logs if line.startswith("loss spike at step 21"))
     assert f"{root / 'c.jsonl'}:" in message and f"trident replay {tmp_path / 'run'} --step 21" in message
+
+
+@pytest.mark.timeout(60)
+def test_data_which_traces_a_step_to_documents_and_a_document_to_steps(run, capsys):
+    from trident.data.lineage import sample_documents
+    from trident.train.which import training_stream
+
+    assert main(["data", "which", str(run), "--step", "3", "--json"]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["samples"] == [16, 8] and {d["sample"] for d in answer["documents"]} == set(range(16, 24))
+    source = answer["documents"][0]["source"]
+    assert main(["data", "which", str(run), "--doc", source, "--json"]) == 0
+    steps = {s["step"]: s["samples"] for s in json.loads(capsys.readouterr().out)["steps"]}
+    stream = training_stream(run)  # brute force: every logged sample's documents
+    expected = {}
+    for step in range(1, 6):
+        for sample in range(8 * (step - 1), 8 * step):
+            if any(d["source"] == source for d in sample_documents(stream, sample)):
+                expected.setdefault(step, []).append(sample)
+    assert steps == expected and 3 in steps
+    assert main(["data", "which", str(run), "--doc", "nowhere.jsonl:1"]) == 2

@@ -13,6 +13,7 @@ COMMANDS = {
     "run": ("run", "raw text to an evaluated model from a flow file (resumable: unchanged stages are skipped)"),
     "train": ("train", "train a GPT from a config (--nproc N for local multi-process)"),
     "tokenizer": ("tokenizer", "train a byte-level BPE tokenizer"),
+    "data": ("data", "trace a run's data: the documents of a step, the steps that read a document"),
     "tokenize": ("tokenize", "JSONL -> Megatron indexed dataset (PREFIX.bin/.idx)"),
     "generate": ("generate", "sample text from a checkpoint"),
     "curate": ("curate", "curation pipeline: WARC/HTML/JSONL -> clean deduplicated shards"),

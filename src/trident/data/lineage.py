@@ -71,14 +71,14 @@ def sample_documents(dataset, index: int, sources: dict | None = None) -> list[d
              "source": sources[prefix].where(doc)} for doc, begin, end in dataset.sample_spans(index)]
 
 
-def batch_documents(dataset, start: int, count: int, limit: int = 64) -> list[dict]:
-    """The documents of samples [start, start + count), at most `limit` of them (in sample order);
-    [] for a dataset that cannot tell (e.g. synthetic samples)."""
+def batch_documents(dataset, start: int, count: int, limit: int | None = 64) -> list[dict]:
+    """The documents of samples [start, start + count), at most `limit` of them (None: all; in sample
+    order); [] for a dataset that cannot tell (e.g. synthetic samples)."""
     if not (hasattr(dataset, "sample_spans") or hasattr(dataset, "source")):
         return []
     found, sources = [], {}
     for index in range(start, start + count):
         found.extend(sample_documents(dataset, index, sources))
-        if len(found) >= limit:
+        if limit is not None and len(found) >= limit:
             return found[:limit]
     return found
