@@ -132,7 +132,7 @@ def _bad_data_rank(rank, world, root):
     except TrainError as error:
         seconds = time.time() - start
         if rank == 0:
-            time.sleep(20)  # rank 0 stays busy: the others must not be waiting for it to come back
+            time.sleep(12)  # rank 0 stays busy: the others must not be waiting for it to come back
         return str(error), seconds
     return "no error", time.time() - start
 
