@@ -105,3 +105,33 @@ def test_data_which_traces_a_step_to_documents_and_a_document_to_steps(run, caps
                 expected.setdefault(step, []).append(sample)
     assert steps == expected and 3 in steps
     assert main(["data", "which", str(run), "--doc", "nowhere.jsonl:1"]) == 2
+
+
+@pytest.mark.timeout(60)
+def test_a_takedown_removes_documents_and_training_never_sees_them(run, capsys):
+    import numpy as np
+
+    from trident.config import load_config
+    from trident.data.build import build_datasets
+    from trident.data.indexed import IndexedDataset
+    from trident.data.lineage import batch_documents
+
+    root = run.parent
+    (root / "ids.txt").write_text(f"# takedown request 7\n{root / 'c.jsonl'}:3\n{root / 'data'}:5\n7\nnowhere.jsonl:1\n")
+    assert main(["data", "remove", "--prefix", str(root / "data"), "--ids", str(root / "ids.txt"),
+                 "--out", str(root / "clean"), "--run", str(run), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    before, after = IndexedDataset(root / "data"), IndexedDataset(root / "clean")
+    assert report["removed_documents"] == [2, 5, 7] and report["not_found_ids"] == ["nowhere.jsonl:1"]
+    assert report["tokens_removed"] == int(before.sizes[[2, 5, 7]].sum()) and len(after) == len(before) - 3
+    kept = [d for d in range(len(before)) if d not in (2, 5, 7)]
+    assert all(np.array_equal(after.get(i), before.get(d)) for i, d in enumerate(kept))
+    assert set(report["run_steps"]) == {"2", "5", "7"}  # the steps of the run that read each one
+    gone = {f"{root / 'c.jsonl'}:{d + 1}" for d in (2, 5, 7)}  # one document a line in this corpus
+    config = load_config("tiny", [f"data.paths=[{root / 'clean'}]", f"data.tokenizer={root / 'tok.json'}"])
+    train, _ = build_datasets(config.data, 32, 400, 0, 1234)
+    seen = {d["source"] for d in batch_documents(train, 0, 400, limit=None)}
+    assert len(seen) > 50 and not seen & gone  # the new prefix's indices hold no removed document
+    assert main(["data", "remove", "--prefix", str(root / "data"), "--ids", str(root / "ids.txt"),
+                 "--out", str(root / "clean")]) == 2  # never overwrites
+    assert "already exists" in capsys.readouterr().err

@@ -14,9 +14,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     what.add_argument("--step", type=int, help="list every sample of this step with its documents and sources")
     what.add_argument("--doc", help="FILE:LINE (a source line) or PREFIX:INDEX (a document of PREFIX.bin)")
     which.add_argument("--json", action="store_true", help="print the answer as JSON")
+    remove = sub.add_parser("remove", help="write a copy of a dataset without some documents (a takedown)")
+    remove.add_argument("--prefix", required=True, help="the dataset: PREFIX.bin/.idx")
+    remove.add_argument("--ids", required=True, help="file of ids, one a line: FILE:LINE, PREFIX:INDEX or INDEX")
+    remove.add_argument("--out", required=True, help="the new prefix (OUT.bin/.idx, .doc_lines.npy, .stats.json, "
+                                                     ".removal.json)")
+    remove.add_argument("--run", help="also list the steps of this run whose batches held a removed document")
+    remove.add_argument("--json", action="store_true", help="print the removal report as JSON")
 
 
 def run(args) -> int:
+    if args.action == "remove":
+        return _remove(args)
     from trident.config import ConfigError
     from trident.train.which import which_doc, which_step
 
@@ -26,6 +35,28 @@ def run(args) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     print(json.dumps(answer, indent=1) if args.json else _text(answer))
+    return 0
+
+
+def _remove(args) -> int:
+    from trident.config import ConfigError
+    from trident.data.takedown import TakedownError, remove_documents
+    from trident.train.which import which_doc
+
+    try:
+        report = remove_documents(args.prefix, args.ids, args.out)
+        if args.run:  # which steps of a run read what was taken down
+            report["run_steps"] = {doc: [s["step"] for s in which_doc(args.run, f"{args.prefix}:{doc}")["steps"]]
+                                   for doc in report["removed_documents"]}
+    except (TakedownError, ConfigError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(report, indent=1))
+        return 0
+    print(f"wrote {args.out}.bin/.idx: {report['documents']} documents, {report['tokens']} tokens; removed "
+          f"{report['documents_removed']} documents ({report['tokens_removed']} tokens); {report['not_found']} ids "
+          f"matched nothing; report: {args.out}.removal.json")
     return 0
 
 

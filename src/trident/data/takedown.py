@@ -1,0 +1,95 @@
+"""Takedown: a copy of an indexed dataset without some documents, and a report of what changed.
+
+`trident data remove --prefix P --ids FILE --out P2` reads ids (one a line: `FILE:LINE` of a
+tokenized source line, `P:INDEX`, or a bare document index; `#` comments), writes P2.bin/.idx,
+P2.doc_lines.npy and P2.stats.json without those documents, and P2.removal.json: documents and
+tokens removed, every id that matched nothing (counted and listed, never dropped silently), and the
+first document whose index changed. P2 is a new prefix: its split, sample and blend indices are built
+for it on first use, so training on P2 cannot reach a removed document.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from trident.data.indexed import IndexedDataset, IndexedDatasetBuilder
+from trident.data.lineage import DocumentLines, DocumentSources, lines_file
+
+OUTPUT_SUFFIXES = ("bin", "idx", "stats.json", "doc_lines.npy", "removal.json")
+
+
+class TakedownError(ValueError):
+    """An unusable request: a missing prefix, an unreadable id file, outputs that already exist."""
+
+
+def read_ids(path: Path) -> list[str]:
+    try:
+        lines = Path(path).read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as error:
+        raise TakedownError(f"{path}: cannot read the ids ({error})") from error
+    return [line.split("#", 1)[0].strip() for line in lines if line.split("#", 1)[0].strip()]
+
+
+def resolve_ids(prefix: Path, ids: list[str], num_documents: int) -> tuple[set[int], list[str]]:
+    """(document indices to remove, the ids that matched no document)."""
+    sources = DocumentSources(prefix)
+    by_line = {}
+    if sources.table is not None:
+        by_line = {f"{sources.inputs[f] if f < len(sources.inputs) else f}:{line}": doc
+                   for doc, (f, line) in enumerate(np.asarray(sources.table).tolist())}
+    found, missing = set(), []
+    for doc_id in ids:
+        name, _, number = doc_id.rpartition(":")
+        if doc_id in by_line:
+            found.add(by_line[doc_id])
+        elif (not name or name == str(prefix)) and number.isdigit() and int(number) < num_documents:
+            found.add(int(number))
+        else:
+            missing.append(doc_id)
+    return found, missing
+
+
+def remove_documents(prefix: str | Path, ids_file: str | Path, out: str | Path) -> dict:
+    """Write OUT without the documents `ids_file` names; returns (and writes) the removal report."""
+    prefix, out = Path(prefix), Path(out)
+    existing = [f"{out}.{s}" for s in OUTPUT_SUFFIXES if Path(f"{out}.{s}").exists()]
+    if existing:
+        raise TakedownError(f"{existing[0]} already exists; choose another --out")
+    try:
+        source = IndexedDataset(prefix)
+    except (OSError, ValueError) as error:
+        raise TakedownError(f"--prefix {prefix}: {error}") from error
+    ids = read_ids(ids_file)
+    removed, missing = resolve_ids(prefix, ids, len(source))
+    stats_path = Path(f"{prefix}.stats.json")
+    stats = json.loads(stats_path.read_text()) if stats_path.exists() else {}
+    lines = DocumentSources(prefix).table
+    builder, kept_lines = IndexedDatasetBuilder(out, source.dtype), DocumentLines(out, stats.get("inputs", []))
+    try:
+        for doc in range(len(source)):
+            if doc in removed:
+                continue
+            builder.add_document(source.get(doc))
+            if lines is not None:
+                kept_lines.files.append(int(lines[doc][0]))
+                kept_lines.lines.append(int(lines[doc][1]))
+        builder.finalize()
+    except BaseException:
+        builder.abort()
+        raise
+    if lines is not None:
+        kept_lines.save()
+    tokens_removed = int(sum(int(source.sizes[d]) for d in removed))
+    report = {"prefix": str(prefix), "out": str(out), "ids": len(ids),
+              "documents_removed": len(removed), "tokens_removed": tokens_removed,
+              "not_found": len(missing), "not_found_ids": missing[:1000],
+              "documents": builder.num_documents, "tokens": builder.num_tokens,
+              # documents from here on have new indices (and every sample index built over them changes)
+              "first_changed_document": min(removed) if removed else None, "removed_documents": sorted(removed)}
+    Path(f"{out}.stats.json").write_text(json.dumps(
+        stats | {"output_prefix": str(out), "documents": builder.num_documents, "tokens": builder.num_tokens,
+                 "removed_from": str(prefix), "has_doc_lines": lines_file(out).exists()}, indent=2) + "\n")
+    Path(f"{out}.removal.json").write_text(json.dumps(report, indent=1) + "\n")
+    return report
