@@ -55,17 +55,18 @@ def test_signal_to_one_rank_stops_all_and_the_resume_is_exact(corpus, uninterrup
 
 
 @pytest.mark.timeout(180)
-def test_ctrl_c_to_the_launcher_saves_prints_one_line_and_leaves_no_process(corpus):
-    out = corpus / "ctrl-c"
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])  # a terminal's Ctrl-C; a scheduler's preemption
+def test_a_signal_to_the_launcher_saves_prints_one_line_and_leaves_no_process(corpus, sig):
+    out = corpus / f"launcher-{sig.name}"
     proc = start(train_command(corpus, out, *DP2, "train.steps=1000", nproc=2),
-                 TRIDENT_INJECT="rank=0,step=1,kind=slow:0.3")  # steps slow enough to stop early
+                 TRIDENT_INJECT="rank=0,step=1,kind=slow:0.15")  # steps slow enough to stop early
     try:
         wait_for_steps(out, 2, proc)
-        proc.send_signal(signal.SIGINT)  # what a terminal's Ctrl-C sends the launcher
+        proc.send_signal(sig)
         _, err = proc.communicate(timeout=60)
         assert proc.returncode == EXIT_PREEMPTED, err
         assert "Traceback" not in err
-        line = next(line for line in err.splitlines() if line.startswith("stopped by SIGINT"))
+        line = next(line for line in err.splitlines() if line.startswith(f"stopped by {sig.name}"))
         step = int(line.split("after step ")[1].split(":")[0])
         assert "--nproc 2" in line and line.endswith("checkpoint.load=auto")  # the launcher's own command
         assert complete_checkpoints(out / "checkpoints")[-1].name == f"step_{step:07d}"
