@@ -135,3 +135,23 @@ def test_a_takedown_removes_documents_and_training_never_sees_them(run, capsys):
     assert main(["data", "remove", "--prefix", str(root / "data"), "--ids", str(root / "ids.txt"),
                  "--out", str(root / "clean")]) == 2  # never overwrites
     assert "already exists" in capsys.readouterr().err
+
+
+def test_curation_ids_and_urls_name_documents_from_tokenize_to_takedown(tmp_path, capsys):
+    from trident.data.build import tokenize_files
+    from trident.data.indexed import IndexedDataset
+    from trident.data.lineage import find_document
+
+    root = tiny_corpus(tmp_path)
+    records = [{"id": f"crawl.warc.gz:{i}", "url": f"https://example.org/{i}", "text": f"alpha beta {i} " * 30}
+               for i in range(6)]
+    (root / "curated.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    tokenize_files([root / "curated.jsonl"], root / "cur", root / "tok.json", progress=False)
+    assert find_document(root / "cur", "crawl.warc.gz:4") == 4
+    assert find_document(root / "cur", "https://example.org/2") == 2
+    assert find_document(root / "cur", f"{root / 'curated.jsonl'}:6") == 5 and find_document(root / "cur", "x:y") is None
+    (root / "ids.txt").write_text("crawl.warc.gz:1\nhttps://example.org/3\n")
+    assert main(["data", "remove", "--prefix", str(root / "cur"), "--ids", str(root / "ids.txt"),
+                 "--out", str(root / "cur2"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["removed_documents"] == [1, 3]
+    assert len(IndexedDataset(root / "cur2")) == 4 and find_document(root / "cur2", "crawl.warc.gz:4") == 2

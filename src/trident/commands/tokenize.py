@@ -32,7 +32,7 @@ def run(args) -> int:
     from trident.data.build import tokenize_files
     from trident.data.tokenize_jsonl import TokenizeError
 
-    existing = [p for p in (f"{args.output_prefix}.{ext}" for ext in ("bin", "idx", "stats.json", "doc_lines.npy")) if os.path.exists(p)]
+    existing = [p for p in (f"{args.output_prefix}.{ext}" for ext in ("bin", "idx", "stats.json", "doc_lines.npy", "doc_ids.jsonl")) if os.path.exists(p)]
     if existing and not args.overwrite:  # an earlier dataset is never silently replaced
         print(f"trident tokenize: error: {existing[0]} already exists; choose another --output-prefix, "
               f"or pass --overwrite", file=sys.stderr)

@@ -1,9 +1,11 @@
 """Where each document of an indexed dataset came from, and which documents a training sample holds.
 
 `trident tokenize` writes PREFIX.doc_lines.npy beside PREFIX.bin/.idx: one row per document, (index of
-its input file in PREFIX.stats.json's `inputs`, 1-based line), 12 bytes a document. With it a sample
-(a global index of the training stream) resolves to its documents and their source lines: a loss spike
-names what it trained on, and a person can look at the data.
+its input file in PREFIX.stats.json's `inputs`, 1-based line), 12 bytes a document; and, when the
+records carry them (curation's output does: its stable id, source file and record or WARC record id,
+and the URL), PREFIX.doc_ids.jsonl, one `{"id", "url"}` line per document. With them a sample (a
+global index of the training stream) resolves to its documents, their ids and source lines: a loss
+spike names what it trained on, and a takedown request can name documents by id.
 """
 from __future__ import annotations
 
@@ -14,11 +16,15 @@ from pathlib import Path
 
 import numpy as np
 
-SUFFIX = "doc_lines.npy"
+SUFFIX, IDS_SUFFIX = "doc_lines.npy", "doc_ids.jsonl"
 
 
 def lines_file(prefix) -> Path:
     return Path(f"{prefix}.{SUFFIX}")
+
+
+def ids_file(prefix) -> Path:
+    return Path(f"{prefix}.{IDS_SUFFIX}")
 
 
 class DocumentLines:
@@ -26,11 +32,12 @@ class DocumentLines:
 
     def __init__(self, prefix, inputs: list):
         self.prefix, self.index = Path(prefix), {str(path): k for k, path in enumerate(inputs)}
-        self.files, self.lines = array("i"), array("q")
+        self.files, self.lines, self.ids = array("i"), array("q"), []
 
-    def add(self, path, line: int) -> None:
+    def add(self, path, line: int, identity: dict | None = None) -> None:
         self.files.append(self.index[str(path)])
         self.lines.append(line)
+        self.ids.append(identity)
 
     def save(self) -> None:
         table = np.stack([np.frombuffer(self.files, dtype=np.int32).astype(np.int64),
@@ -39,6 +46,10 @@ class DocumentLines:
         tmp = final.with_name(final.name + ".tmp.npy")
         np.save(tmp, table)
         os.replace(tmp, final)
+        if any(self.ids):
+            ids, tmp = ids_file(self.prefix), ids_file(self.prefix).with_suffix(".tmp")
+            tmp.write_text("".join(json.dumps(i or {}) + "\n" for i in self.ids))
+            os.replace(tmp, ids)
 
 
 class DocumentSources:
@@ -49,12 +60,41 @@ class DocumentSources:
         path, stats = lines_file(prefix), Path(f"{prefix}.stats.json")
         self.table = np.load(path, mmap_mode="r", allow_pickle=False) if path.exists() else None
         self.inputs = json.loads(stats.read_text()).get("inputs", []) if stats.exists() else []
+        self._ids: list | None = None
+
+    @property
+    def ids(self) -> list[dict]:
+        """Per document its record's {"id", "url"} ([] without PREFIX.doc_ids.jsonl); read on first use."""
+        if self._ids is None:
+            path = ids_file(self.prefix)
+            self._ids = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+        return self._ids
+
+    def identity(self, doc: int) -> dict:
+        """The document's own id and URL, when its record had them ({} otherwise)."""
+        return self.ids[doc] if 0 <= doc < len(self.ids) else {}
 
     def where(self, doc: int) -> str | None:
         if self.table is None or not 0 <= doc < len(self.table):
             return None
         file, line = (int(v) for v in self.table[doc])
         return f"{self.inputs[file] if file < len(self.inputs) else f'input {file}'}:{line}"
+
+
+def find_document(prefix, doc_id: str) -> int | None:
+    """The index of the document `doc_id` names in PREFIX: its record id or URL, its `FILE:LINE`, or
+    `PREFIX:INDEX` / a bare index."""
+    sources = DocumentSources(prefix)
+    count = len(sources.table) if sources.table is not None else None
+    name, _, number = doc_id.rpartition(":")
+    if number.isdigit() and name in ("", str(prefix)):
+        return int(number) if count is None or int(number) < count else None
+    if sources.table is not None and number.isdigit():
+        files = [k for k, path in enumerate(sources.inputs) if path == name]
+        rows = np.nonzero(np.isin(sources.table[:, 0], files) & (sources.table[:, 1] == int(number)))[0]
+        if len(rows):
+            return int(rows[0])
+    return next((doc for doc, ident in enumerate(sources.ids) if doc_id in ident.values()), None)
 
 
 def sample_documents(dataset, index: int, sources: dict | None = None) -> list[dict]:
@@ -68,7 +108,8 @@ def sample_documents(dataset, index: int, sources: dict | None = None) -> list[d
     if prefix not in sources:
         sources[prefix] = DocumentSources(prefix)
     return [{"sample": sample, "prefix": prefix, "document": doc, "tokens": [begin, end],
-             "source": sources[prefix].where(doc)} for doc, begin, end in dataset.sample_spans(index)]
+             "source": sources[prefix].where(doc), **sources[prefix].identity(doc)}
+            for doc, begin, end in dataset.sample_spans(index)]
 
 
 def batch_documents(dataset, start: int, count: int, limit: int | None = 64) -> list[dict]:

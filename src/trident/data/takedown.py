@@ -1,8 +1,8 @@
 """Takedown: a copy of an indexed dataset without some documents, and a report of what changed.
 
-`trident data remove --prefix P --ids FILE --out P2` reads ids (one a line: `FILE:LINE` of a
-tokenized source line, `P:INDEX`, or a bare document index; `#` comments), writes P2.bin/.idx,
-P2.doc_lines.npy and P2.stats.json without those documents, and P2.removal.json: documents and
+`trident data remove --prefix P --ids FILE --out P2` reads ids (one a line: a record id
+or URL as curation wrote them, `FILE:LINE` of a tokenized source line, `P:INDEX`, or a bare document
+index; `#` comments), writes P2.bin/.idx, its lineage sidecars and P2.stats.json without those documents, and P2.removal.json: documents and
 tokens removed, every id that matched nothing (counted and listed, never dropped silently), and the
 first document whose index changed. P2 is a new prefix: its split, sample and blend indices are built
 for it on first use, so training on P2 cannot reach a removed document.
@@ -17,7 +17,7 @@ import numpy as np
 from trident.data.indexed import IndexedDataset, IndexedDatasetBuilder
 from trident.data.lineage import DocumentLines, DocumentSources, lines_file
 
-OUTPUT_SUFFIXES = ("bin", "idx", "stats.json", "doc_lines.npy", "removal.json")
+OUTPUT_SUFFIXES = ("bin", "idx", "stats.json", "doc_lines.npy", "doc_ids.jsonl", "removal.json")
 
 
 class TakedownError(ValueError):
@@ -33,18 +33,20 @@ def read_ids(path: Path) -> list[str]:
 
 
 def resolve_ids(prefix: Path, ids: list[str], num_documents: int) -> tuple[set[int], list[str]]:
-    """(document indices to remove, the ids that matched no document)."""
+    """(document indices to remove, the ids that matched no document). An id is a record id or URL,
+    `FILE:LINE`, `PREFIX:INDEX` or a bare index; one table is built for all of them."""
     sources = DocumentSources(prefix)
-    by_line = {}
+    names: dict[str, int] = {}
     if sources.table is not None:
-        by_line = {f"{sources.inputs[f] if f < len(sources.inputs) else f}:{line}": doc
-                   for doc, (f, line) in enumerate(np.asarray(sources.table).tolist())}
+        names |= {f"{sources.inputs[f] if f < len(sources.inputs) else f}:{line}": doc
+                  for doc, (f, line) in enumerate(np.asarray(sources.table).tolist())}
+    names |= {value: doc for doc in range(num_documents) for value in sources.identity(doc).values()}
     found, missing = set(), []
     for doc_id in ids:
         name, _, number = doc_id.rpartition(":")
-        if doc_id in by_line:
-            found.add(by_line[doc_id])
-        elif (not name or name == str(prefix)) and number.isdigit() and int(number) < num_documents:
+        if doc_id in names:
+            found.add(names[doc_id])
+        elif name in ("", str(prefix)) and number.isdigit() and int(number) < num_documents:
             found.add(int(number))
         else:
             missing.append(doc_id)
@@ -65,7 +67,8 @@ def remove_documents(prefix: str | Path, ids_file: str | Path, out: str | Path) 
     removed, missing = resolve_ids(prefix, ids, len(source))
     stats_path = Path(f"{prefix}.stats.json")
     stats = json.loads(stats_path.read_text()) if stats_path.exists() else {}
-    lines = DocumentSources(prefix).table
+    sources = DocumentSources(prefix)
+    lines = sources.table
     builder, kept_lines = IndexedDatasetBuilder(out, source.dtype), DocumentLines(out, stats.get("inputs", []))
     try:
         for doc in range(len(source)):
@@ -75,6 +78,7 @@ def remove_documents(prefix: str | Path, ids_file: str | Path, out: str | Path) 
             if lines is not None:
                 kept_lines.files.append(int(lines[doc][0]))
                 kept_lines.lines.append(int(lines[doc][1]))
+                kept_lines.ids.append(sources.identity(doc) or None)
         builder.finalize()
     except BaseException:
         builder.abort()

@@ -61,8 +61,14 @@ def _encode_chunk(chunk: tuple[str, list[tuple[int, bytes | LineResult]]]) -> li
     good = [p for p in parsed if p.text is not None]
     encoded = iter(tokenizer.encode_batch([p.text for p in good]))
     # int32 halves what crosses the process boundary; every vocabulary id fits
-    return [(p.line, np.asarray(next(encoded), dtype=np.int32)) if p.text is not None else p
+    return [(p.line, np.asarray(next(encoded), dtype=np.int32), _identity(p.value)) if p.text is not None else p
             for p in parsed]
+
+
+def _identity(value: dict) -> dict | None:
+    """A record's own id and URL (curation's output carries both), for the lineage sidecar."""
+    found = {k: value[k] for k in ("id", "url") if isinstance(value.get(k), str)}
+    return found or None
 
 
 def _read(path: Path, max_doc_bytes: int | None) -> Iterator[tuple[int, bytes | LineResult]]:
@@ -189,7 +195,7 @@ def tokenize_files(inputs, output_prefix, tokenizer_path, json_key: str = "text"
                 else:
                     max_id = max(max_id, int(result[1].max()))
                     builder.add_document(np.concatenate([result[1], eod]))
-                    lineage.add(path, result[0])
+                    lineage.add(path, result[0], result[2])
             bar.update(len(results))
         builder.finalize()
         lineage.save()

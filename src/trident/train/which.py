@@ -13,7 +13,7 @@ import numpy as np
 
 from trident.config import ConfigError, load_config
 from trident.data.build import build_datasets
-from trident.data.lineage import DocumentSources, batch_documents
+from trident.data.lineage import batch_documents, find_document
 from trident.train.replay import logged_steps
 from trident.train.schedules import TrainSchedule
 
@@ -37,21 +37,17 @@ def which_step(run: str | Path, step: int) -> dict:
 
 
 def resolve_document(stream, doc_id: str) -> tuple[str, int]:
-    """(prefix, document index) of a `FILE:LINE` or `PREFIX:INDEX` id among the stream's sources."""
-    name, _, number = doc_id.rpartition(":")
-    if not name or not number.isdigit():
-        raise ConfigError(f"document id {doc_id!r}: expected FILE:LINE or PREFIX:INDEX")
+    """(prefix, document index) of a document id (record id, URL, `FILE:LINE` or `PREFIX:INDEX`)."""
     for dataset in _sources(stream):
         prefix = str(dataset.indexed.prefix)
-        if name == prefix:
-            return prefix, int(number)
-        table = DocumentSources(prefix)
-        if table.table is not None:
-            files = [k for k, path in enumerate(table.inputs) if path == name]
-            rows = np.nonzero(np.isin(table.table[:, 0], files) & (table.table[:, 1] == int(number)))[0]
-            if len(rows):
-                return prefix, int(rows[0])
-    raise ConfigError(f"document id {doc_id!r} is in none of the run's data.paths")
+        name = doc_id.rpartition(":")[0]
+        if name and name != prefix and name in {str(d.indexed.prefix) for d in _sources(stream)}:
+            continue  # PREFIX:INDEX of another source
+        doc = find_document(prefix, doc_id)
+        if doc is not None:
+            return prefix, doc
+    raise ConfigError(f"document id {doc_id!r} is in none of the run's data.paths "
+                      f"(ids: a record id or URL, FILE:LINE, or PREFIX:INDEX)")
 
 
 def which_doc(run: str | Path, doc_id: str) -> dict:
