@@ -14,3 +14,36 @@ def _one_thread():
 
     torch.set_num_threads(1)
     yield
+
+
+_TRAINED = {}  # one trained checkpoint for the whole session (per xdist worker)
+
+
+@pytest.fixture(scope="session")
+def trained_checkpoint(tmp_path_factory):
+    """(checkpoint path, tokenizer, sample text) of a 2-layer model trained for 40 steps on docstrings."""
+    if "result" not in _TRAINED:
+        _TRAINED["result"] = _train_checkpoint(tmp_path_factory.mktemp("gen_ckpt"))
+    return _TRAINED["result"]
+
+
+def _train_checkpoint(root):
+    import numpy as np
+
+    from train_fixtures import Windows, stdlib_text
+    from trident.config import load_config
+    from trident.data.tokenizer import train_tokenizer
+    from trident.train.trainer import Trainer
+
+    text = stdlib_text()
+    (root / "corpus.txt").write_text(text)
+    tokenizer = train_tokenizer([root / "corpus.txt"], vocab_size=400, out=root / "tokenizer.json")
+    config = load_config("tiny", ["train.steps=40", "logging.log_interval=1000", "train.lr=1e-2",
+                                  "model.make_vocab_size_divisible_by=64"])
+    ids = np.array(tokenizer.encode(text), dtype=np.int64)
+    trainer = Trainer(config, root / "run", datasets=(Windows(ids, config.model.seq_length), None),
+                      vocab_size=tokenizer.vocab_size, log=lambda *a: None)
+    trainer.tokenizer_file = root / "tokenizer.json"  # ship the tokenizer inside the checkpoint
+    trainer.train()
+    assert config.model.padded_vocab_size() > tokenizer.vocab_size  # the padding the tests rely on
+    return trainer.checkpoint_root, tokenizer, text

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 
-from trident.config import ModelConfig
+from trident.config import Config, ModelConfig
 from trident.data.tokenizer import Tokenizer, train_tokenizer
 from trident.evaluate.lm import CausalLM, trident_lm
 from trident.model.gpt import build_model
@@ -53,3 +53,38 @@ def tiny_lm(tokenizer: Tokenizer, seq_length: int = 64, seed: int = 0, batch_siz
     torch.manual_seed(seed)
     model, cfg = tiny_model(tokenizer, seq_length, seed)
     return trident_lm(model, tokenizer, cfg.seq_length, batch_size=batch_size)
+
+
+def save_trident_checkpoint(tokenizer, root):
+    from trident.checkpoint.writer import save_checkpoint
+    from trident.parallel.mesh import Mesh
+
+    model, cfg = tiny_model(tokenizer, seq_length=128, seed=3)
+    config = Config()
+    config.model = cfg
+    token_file = root / "tokenizer.json"
+    tokenizer.save(token_file)
+    path = save_checkpoint(root / "checkpoints", 1, list(model.named_parameters()), {},
+                           {"torch": torch.get_rng_state()}, {"config": config.to_dict(), "step": 1}, Mesh(),
+                           extra_files={"tokenizer.json": token_file})
+    return path, model
+
+
+def train_plain_loop(model, tokenizer, lines, steps=120, seq=24, batch=16):
+    ids = []
+    for line in lines:
+        ids += tokenizer.encode(line) + [tokenizer.eod_id]
+    data = torch.tensor(ids)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0)
+    generator = torch.Generator().manual_seed(0)
+    model.train()
+    for _ in range(steps):
+        starts = torch.randint(0, len(data) - seq - 1, (batch,), generator=generator)
+        x = torch.stack([data[s: s + seq] for s in starts])
+        y = torch.stack([data[s + 1: s + seq + 1] for s in starts])
+        loss = model(x, labels=y).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    model.eval()
+    return loss.item()

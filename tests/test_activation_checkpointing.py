@@ -4,8 +4,7 @@ import numpy as np
 import pytest
 
 from distributed import run_distributed
-from test_pipeline_parallel import RAMP, train_full
-from test_tensor_parallel import tiny_config
+from train_fixtures import RAMP, tiny_config, train_full
 
 DROPOUT = ["model.hidden_dropout=0.1", "model.attention_dropout=0.1"]
 

@@ -63,7 +63,7 @@ def test_freed_memory_is_reused_instead_of_faulted_in_again():
 
 
 def test_trainer_applies_it_on_cpu_unless_told_not_to(tmp_path):
-    from test_tensor_parallel import VOCAB, RandomTokens, tiny_config
+    from train_fixtures import VOCAB, RandomTokens, tiny_config
     from trident.train.trainer import Trainer
 
     for keep in (True, False):

@@ -9,37 +9,9 @@ import numpy as np
 import pytest
 
 from distributed import run_distributed
-from test_tensor_parallel import VOCAB, RandomTokens, tiny_config
+from train_fixtures import STOP, make_trainer, rank_steps, run_layout, run_steps, tiny_config
 from trident.checkpoint.reader import CheckpointReader, complete_checkpoints, resolve_checkpoint
 from trident.checkpoint.writer import prune_checkpoints
-
-STEPS, STOP = 6, 3
-BASE = ["train.global_batch_size=16", "train.micro_batch_size=2", "train.rampup_batch_size=[8,8,256]",
-        f"train.steps={STEPS}", "model.num_layers=4"]
-
-
-def make_trainer(config, out_dir):
-    from trident.train.trainer import Trainer
-
-    return Trainer(config, out_dir, datasets=(RandomTokens(config.model.seq_length), None), vocab_size=VOCAB,
-                   log=lambda *a: None)
-
-
-def run_steps(overrides, out_dir, stop=None, load=""):
-    """Train from `load` (or scratch) up to `stop` steps (or the end); save there; return losses."""
-    trainer = make_trainer(tiny_config(*BASE, *overrides, f"checkpoint.load={load}",
-                                       f"checkpoint.dir={out_dir}/ckpt"), out_dir)
-    losses = []
-    while trainer.step < (stop or STEPS):
-        losses.append(trainer.train_step()["loss"])
-    if stop:
-        trainer.save()
-        trainer.writer.wait()
-    return losses
-
-
-def _rank_steps(rank, world, overrides, out_dir, stop, load):
-    return run_steps(overrides, out_dir, stop, load)
 
 
 @pytest.mark.timeout(120)
@@ -55,9 +27,9 @@ def test_resume_is_exact_with_dropout(extra, tmp_path):
 @pytest.mark.timeout(180)
 def test_resume_is_exact_in_3d_with_zero(tmp_path):
     overrides = ["parallel.dp=2", "parallel.pp=2", "parallel.zero_stage=1", "model.hidden_dropout=0.1"]
-    whole = run_distributed(_rank_steps, 4, overrides, str(tmp_path / "whole"), None, "")
-    first = run_distributed(_rank_steps, 4, overrides, str(tmp_path / "split"), STOP, "")
-    second = run_distributed(_rank_steps, 4, overrides, str(tmp_path / "split"), None, "auto")
+    whole = run_distributed(rank_steps, 4, overrides, str(tmp_path / "whole"), None, "")
+    first = run_distributed(rank_steps, 4, overrides, str(tmp_path / "split"), STOP, "")
+    second = run_distributed(rank_steps, 4, overrides, str(tmp_path / "split"), None, "auto")
     for rank in range(4):
         assert first[rank] + second[rank] == whole[rank]
 
@@ -67,26 +39,6 @@ def uninterrupted(tmp_path_factory):
     return run_steps([], tmp_path_factory.mktemp("one"))
 
 
-LAYOUTS = {
-    "single": (1, []),
-    "tp2_pp2": (4, ["parallel.tp=2", "parallel.pp=2"]),
-    "tp4": (4, ["parallel.tp=4"]),
-    "pp2_dp2_zero1": (4, ["parallel.pp=2", "parallel.dp=2", "parallel.zero_stage=1"]),
-    "tp2": (2, ["parallel.tp=2"]),
-    "tp2_pp2_dp2": (8, ["parallel.tp=2", "parallel.pp=2", "parallel.dp=2", "parallel.zero_stage=1"]),
-    "dp2_zero1": (2, ["parallel.dp=2", "parallel.zero_stage=1"]),
-    "dp2": (2, ["parallel.dp=2"]),
-    "pp2": (2, ["parallel.pp=2"]),
-}
-
-
-def _run_layout(name, out_dir, stop=None, load=""):
-    world, overrides = LAYOUTS[name]
-    if world == 1:
-        return run_steps(overrides, out_dir, stop, load)
-    return run_distributed(_rank_steps, world, overrides, str(out_dir), stop, load, timeout=150)[-1]
-
-
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("source,target", [("tp2_pp2", "tp4"), ("pp2_dp2_zero1", "tp2"),
                                            ("single", "tp2_pp2_dp2"), ("dp2_zero1", "single"),
@@ -94,9 +46,9 @@ def _run_layout(name, out_dir, stop=None, load=""):
 def test_checkpoint_reshards_to_another_layout(source, target, uninterrupted, tmp_path):
     """Save after STOP steps in one layout, continue in another: the losses of the continued run
     equal the uninterrupted run's, so the weights and the optimizer state both came across."""
-    first = _run_layout(source, tmp_path / "a", stop=STOP)
+    first = run_layout(source, tmp_path / "a", stop=STOP)
     path = complete_checkpoints(tmp_path / "a" / "ckpt")[-1]
-    second = _run_layout(target, tmp_path / "b", load=str(path))
+    second = run_layout(target, tmp_path / "b", load=str(path))
     np.testing.assert_allclose(first + second, uninterrupted, rtol=1e-5)
 
 
@@ -146,8 +98,8 @@ def test_keep_last_and_incomplete_checkpoints_are_ignored(tmp_path):
 def test_resume_on_fewer_data_parallel_ranks_continues_the_same_run(tmp_path):
     """What an elastic restart on fewer nodes does: the global batch, the sample order and the LR
     schedule carry over, so the losses after the resume equal the uninterrupted run's (same TP/PP)."""
-    whole = _run_layout("pp2_dp2_zero1", tmp_path / "whole")
-    first = _run_layout("pp2_dp2_zero1", tmp_path / "a", stop=STOP)
-    second = _run_layout("pp2", tmp_path / "b", load=str(complete_checkpoints(tmp_path / "a" / "ckpt")[-1]))
+    whole = run_layout("pp2_dp2_zero1", tmp_path / "whole")
+    first = run_layout("pp2_dp2_zero1", tmp_path / "a", stop=STOP)
+    second = run_layout("pp2", tmp_path / "b", load=str(complete_checkpoints(tmp_path / "a" / "ckpt")[-1]))
     assert first == whole[:STOP]
     np.testing.assert_allclose(second, whole[STOP:], rtol=1e-6)

@@ -8,7 +8,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from test_tensor_parallel import VOCAB, RandomTokens, tiny_config
+from train_fixtures import VOCAB, RandomTokens, tiny_config
 from trident.checkpoint.integrity import file_digest
 from trident.checkpoint.reader import complete_checkpoints, load_for_inference
 

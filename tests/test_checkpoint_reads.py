@@ -6,8 +6,7 @@ import json
 import pytest
 
 from distributed import run_distributed
-from test_checkpoint import LAYOUTS
-from test_tensor_parallel import VOCAB, RandomTokens, tiny_config
+from train_fixtures import LAYOUTS, VOCAB, RandomTokens, tiny_config
 from trident.checkpoint import tensorfile
 from trident.checkpoint.integrity import CheckpointError, DamagedCheckpoint
 from trident.checkpoint.reader import CheckpointReader, complete_checkpoints, load_for_inference

@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from test_tensor_parallel import VOCAB, RandomTokens, tiny_config
+from train_fixtures import VOCAB, RandomTokens, tiny_config
 from trident.checkpoint.integrity import CheckpointError
 from trident.checkpoint.reader import CheckpointReader, complete_checkpoints, load_for_inference, load_model_weights
 

@@ -5,7 +5,7 @@ import os
 import pytest
 
 from distributed import run_distributed
-from test_tensor_parallel import VOCAB, RandomTokens, tiny_config
+from train_fixtures import VOCAB, RandomTokens, tiny_config
 from trident.checkpoint.reader import complete_checkpoints
 
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from test_tensor_parallel import VOCAB, RandomTokens, tiny_config
+from train_fixtures import VOCAB, RandomTokens, tiny_config
 from trident.infer.generate import generate_tokens
 from trident.parallel.data import GradBuffers
 from trident.parallel.mesh import build_mesh

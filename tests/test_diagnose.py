@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from distributed import run_distributed
-from test_tensor_parallel import VOCAB, RandomTokens, tiny_config
+from train_fixtures import VOCAB, RandomTokens, tiny_config
 from trident.cli import main
 
 TIMEOUT_S = 4

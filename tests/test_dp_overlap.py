@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from distributed import run_distributed
-from test_tensor_parallel import RandomTokens, VOCAB, tiny_config
+from train_fixtures import RandomTokens, VOCAB, tiny_config
 
 STEPS = ["train.global_batch_size=16", "train.micro_batch_size=2", "train.rampup_batch_size=[8,8,256]",
          "train.steps=2", "model.num_layers=4", "parallel.bucket_size_mb=0.01", "logging.record_timeline=true"]

@@ -8,7 +8,7 @@ import signal
 import numpy as np
 import pytest
 
-from run_fixtures import kill_all, start, tiny_corpus, train_command, wait_for_steps
+from train_fixtures import kill_all, start, tiny_corpus, train_command, wait_for_steps
 from trident.train.launch import child_processes, free_port
 
 

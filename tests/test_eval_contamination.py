@@ -46,10 +46,10 @@ def test_clean_subset_scores_in_results(tmp_path):
 
 
 def test_cli_prints_the_contamination_line(tmp_path, capsys):
-    from test_eval_harness import _save_trident_checkpoint
+    from eval_fixtures import save_trident_checkpoint
 
     tokenizer = tiny_tokenizer(tmp_path)
-    ckpt, _ = _save_trident_checkpoint(tokenizer, tmp_path)
+    ckpt, _ = save_trident_checkpoint(tokenizer, tmp_path)
     corpus = tmp_path / "train.jsonl"
     corpus.write_text(json.dumps({"text": "The dog barked at the mailman every morning. The mailman was afraid of "
                                           "the dog"}) + "\n")

@@ -6,11 +6,9 @@ import json
 import shutil
 
 import pytest
-import torch
 
-from eval_fixtures import FIXTURES, tiny_lm, tiny_model, tiny_tokenizer
+from eval_fixtures import FIXTURES, save_trident_checkpoint, tiny_lm, tiny_tokenizer
 from trident.cli import main
-from trident.config import Config
 from trident.evaluate.harness import run_evaluation
 from trident.evaluate.results import build_table
 from trident.tasks import TASK_NAMES
@@ -91,23 +89,8 @@ def test_same_seed_same_prompts_and_scores(tokenizer, evaluated):
             assert value == pytest.approx(results["results"][task]["1"]["metrics"][metric])
 
 
-def _save_trident_checkpoint(tokenizer, root):
-    from trident.checkpoint.writer import save_checkpoint
-    from trident.parallel.mesh import Mesh
-
-    model, cfg = tiny_model(tokenizer, seq_length=128, seed=3)
-    config = Config()
-    config.model = cfg
-    token_file = root / "tokenizer.json"
-    tokenizer.save(token_file)
-    path = save_checkpoint(root / "checkpoints", 1, list(model.named_parameters()), {},
-                           {"torch": torch.get_rng_state()}, {"config": config.to_dict(), "step": 1}, Mesh(),
-                           extra_files={"tokenizer.json": token_file})
-    return path, model
-
-
 def test_cli_evaluates_a_trident_checkpoint(tokenizer, tmp_path, capsys):
-    ckpt, model = _save_trident_checkpoint(tokenizer, tmp_path)
+    ckpt, model = save_trident_checkpoint(tokenizer, tmp_path)
     out = tmp_path / "eval"
     code = main(["eval", str(ckpt), "--tasks", "lambada,piqa,hellaswag", "--shots", "0,1", "--data-dir",
                  str(FIXTURES), "--out", str(out), "--batch-size", "2", "--json"])
@@ -124,7 +107,7 @@ def test_cli_evaluates_a_trident_checkpoint(tokenizer, tmp_path, capsys):
 
 
 def test_bf16_scores_close_to_fp32(tokenizer, tmp_path):
-    ckpt, _ = _save_trident_checkpoint(tokenizer, tmp_path)
+    ckpt, _ = save_trident_checkpoint(tokenizer, tmp_path)
     from trident.evaluate.lm import load_trident
 
     requests = [("Question: Clean a window\nAnswer:", " wipe it with soapy water."), ("The dog barked", " at")]
@@ -136,7 +119,7 @@ def test_bf16_scores_close_to_fp32(tokenizer, tmp_path):
 
 
 def test_cli_reports_a_missing_data_file(tokenizer, tmp_path, capsys):
-    ckpt, _ = _save_trident_checkpoint(tokenizer, tmp_path)
+    ckpt, _ = save_trident_checkpoint(tokenizer, tmp_path)
     data = tmp_path / "data"
     shutil.copytree(FIXTURES / "piqa", data / "piqa")
     (data / "piqa" / "valid-labels.lst").unlink()

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from eval_fixtures import tiny_model
-from test_eval_learns import train
+from eval_fixtures import train_plain_loop
 from trident.data.tokenizer import train_tokenizer
 from trident.evaluate.harness import run_evaluation
 from trident.evaluate.heldout import write_heldout_tasks
@@ -57,7 +57,7 @@ def test_trained_model_beats_chance_on_heldout_tasks(tmp_path):
     for label, steps in (("untrained", 0), ("trained", 60)):
         model, _ = tiny_model(tokenizer, seq_length=64, seed=0, layers=2, hidden=64)
         if steps:
-            train(model, tokenizer, train_docs, steps=steps, seq=32)
+            train_plain_loop(model, tokenizer, train_docs, steps=steps, seq=32)
         results = run_evaluation(trident_lm(model, tokenizer, 64), ["lambada", "hellaswag"], [0], tmp_path / "data",
                                  None, progress=False)["results"]
         scores[label] = {t: results[t]["0"]["metrics"] for t in results}

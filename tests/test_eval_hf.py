@@ -71,12 +71,12 @@ def test_cli_needs_exactly_one_model(capsys):
 
 def test_trident_checkpoint_and_its_hugging_face_export_score_alike(tmp_path):
     """Parity: the same weights evaluated directly and through `trident export-hf` (GPT-2 layout)."""
-    from test_eval_harness import _save_trident_checkpoint
+    from eval_fixtures import save_trident_checkpoint
     from trident.infer.hf_export import export_hf
     from trident.evaluate.lm import load_trident
 
     tokenizer = tiny_tokenizer(tmp_path)
-    ckpt, _ = _save_trident_checkpoint(tokenizer, tmp_path)
+    ckpt, _ = save_trident_checkpoint(tokenizer, tmp_path)
     export_hf(ckpt, tmp_path / "hf")
     direct, exported = load_trident(ckpt, batch_size=3), load_hf(tmp_path / "hf", batch_size=5)
     assert exported.vocab_size == direct.vocab_size and exported.max_length == direct.max_length

@@ -8,7 +8,7 @@ import random
 import pytest
 import torch
 
-from eval_fixtures import tiny_model
+from eval_fixtures import tiny_model, train_plain_loop
 from trident.data.tokenizer import train_tokenizer
 from trident.evaluate.harness import run_evaluation
 from trident.evaluate.lm import trident_lm
@@ -49,26 +49,6 @@ def write_tasks(root):
         (root / "piqa" / f"{split}-labels.lst").write_text("".join(f"{y}\n" for y in labels))
 
 
-def train(model, tokenizer, lines, steps=120, seq=24, batch=16):
-    ids = []
-    for line in lines:
-        ids += tokenizer.encode(line) + [tokenizer.eod_id]
-    data = torch.tensor(ids)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0)
-    generator = torch.Generator().manual_seed(0)
-    model.train()
-    for _ in range(steps):
-        starts = torch.randint(0, len(data) - seq - 1, (batch,), generator=generator)
-        x = torch.stack([data[s: s + seq] for s in starts])
-        y = torch.stack([data[s + 1: s + seq + 1] for s in starts])
-        loss = model(x, labels=y).mean()
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    model.eval()
-    return loss.item()
-
-
 @pytest.mark.timeout(240)
 def test_trained_model_beats_chance_and_untrained_does_not(tmp_path):
     lines = corpus_lines(random.Random(1), 600)
@@ -80,7 +60,7 @@ def test_trained_model_beats_chance_and_untrained_does_not(tmp_path):
     before = run_evaluation(trident_lm(untrained, tokenizer, 64), ["lambada", "piqa"], [0], tmp_path / "data",
                             None, progress=False)["results"]
     trained, _ = tiny_model(tokenizer, seq_length=64, seed=0, layers=2, hidden=64)
-    final_loss = train(trained, tokenizer, lines)
+    final_loss = train_plain_loop(trained, tokenizer, lines)
     after = run_evaluation(trident_lm(trained, tokenizer, 64), ["lambada", "piqa"], [0], tmp_path / "data",
                            None, progress=False)["results"]
     assert final_loss < 1.0

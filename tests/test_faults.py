@@ -9,33 +9,16 @@ import time
 import pytest
 
 from distributed import run_distributed
-from run_fixtures import tiny_corpus
-from test_tensor_parallel import VOCAB, RandomTokens, tiny_config
+from train_fixtures import VOCAB, faulty_rank, RandomTokens, tiny_config, tiny_corpus
 from trident.checkpoint.format import FORMAT_VERSION
 from trident.checkpoint.integrity import CheckpointError
 from trident.checkpoint.reader import CheckpointReader, complete_checkpoints
 
 
-def _faulty_rank(rank, world, fault, layout="parallel.dp=2"):
-    """Rank 1 dies or hangs before step 2 (TRIDENT_INJECT); rank 0 trains on: (its error message, seconds to it)."""
-    from trident.train.trainer import RankFailure, Trainer
-
-    os.environ["TRIDENT_INJECT"] = f"rank=1,step=2,kind={'exit' if fault == 'dies' else 'hang'}"
-    trainer = Trainer(tiny_config(layout, "train.steps=50", "parallel.timeout_s=5"), f"/tmp/unused-faults-{rank}",
-                      datasets=(RandomTokens(32), None), vocab_size=VOCAB, log=lambda *a: None)
-    trainer.train_step()
-    start = time.time()
-    try:
-        trainer.train()
-    except RankFailure as error:
-        return str(error), time.time() - start
-    return "no error", time.time() - start
-
-
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("fault", ["dies", "hangs"])
 def test_other_ranks_exit_with_a_clear_message(fault):
-    (message, seconds), _ = run_distributed(_faulty_rank, 2, fault, pg_timeout=5, timeout=60, expect_dead=(1,))
+    (message, seconds), _ = run_distributed(faulty_rank, 2, fault, pg_timeout=5, timeout=60, expect_dead=(1,))
     assert "another rank probably died or hung" in message and "checkpoint.load=auto" in message
     assert seconds < 30  # pg timeout 5 s: a hang is detected, not waited on forever
 

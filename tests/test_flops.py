@@ -38,7 +38,7 @@ def test_model_flops_are_three_quarters_of_the_recomputed_count():
 
 
 def test_mfu_never_passes_100_percent_when_the_start_up_peak_was_measured_under_load(tmp_path):
-    from test_tensor_parallel import VOCAB, RandomTokens, tiny_config
+    from train_fixtures import VOCAB, RandomTokens, tiny_config
     from trident.train.trainer import Trainer
 
     logs = []

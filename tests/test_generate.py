@@ -1,74 +1,11 @@
 """Generation: the sampling rules one by one (pure function), then KV-cached decoding of a trained
 tiny model against full recomputation, the context window, padded ids, EOD, and the CLI."""
-import inspect
 import json
 
-import numpy as np
 import pytest
 import torch
 
-from trident.config import load_config
 from trident.infer.generate import filter_logits, generate, generate_result, generate_tokens, sample_next
-
-# ---- a tiny trained checkpoint with a real tokenizer (shared with test_hf_interop) ------------------
-MODULES = ("json", "collections", "functools", "argparse", "pathlib", "itertools", "textwrap", "string")
-
-
-def stdlib_text() -> str:
-    """Real English prose: docstrings of a few standard-library modules and their members."""
-    parts = []
-    for name in MODULES:
-        module = __import__(name)
-        parts.append(inspect.getdoc(module) or "")
-        for member in sorted(vars(module)):
-            doc = inspect.getdoc(getattr(module, member)) if not member.startswith("_") else None
-            if doc:
-                parts.append(doc)
-    return "\n\n".join(parts)
-
-
-class Windows:
-    """Token windows of seq_len + 1 cut from one encoded text (the trainer's dataset interface)."""
-
-    def __init__(self, ids, seq_length):
-        usable = (len(ids) - 1) // seq_length * seq_length
-        starts = np.arange(0, usable, seq_length)
-        self.rows = np.stack([ids[s:s + seq_length + 1] for s in starts])
-
-    def __len__(self):
-        return len(self.rows)
-
-    def __getitem__(self, i):
-        return self.rows[i % len(self.rows)]
-
-
-_TRAINED = {}  # test_hf_interop imports the fixture too; pytest would otherwise train once per module
-
-
-@pytest.fixture(scope="session")
-def trained_checkpoint(tmp_path_factory):
-    """(checkpoint path, tokenizer, sample text) of a 2-layer model trained for 40 steps on docstrings."""
-    if "result" not in _TRAINED:
-        _TRAINED["result"] = _train_checkpoint(tmp_path_factory.mktemp("gen_ckpt"))
-    return _TRAINED["result"]
-
-
-def _train_checkpoint(root):
-    from trident.data.tokenizer import train_tokenizer
-    from trident.train.trainer import Trainer
-
-    text = stdlib_text()
-    (root / "corpus.txt").write_text(text)
-    tokenizer = train_tokenizer([root / "corpus.txt"], vocab_size=400, out=root / "tokenizer.json")
-    config = load_config("tiny", ["train.steps=40", "logging.log_interval=1000", "train.lr=1e-2",
-                                  "model.make_vocab_size_divisible_by=64"])
-    ids = np.array(tokenizer.encode(text), dtype=np.int64)
-    trainer = Trainer(config, root / "run", datasets=(Windows(ids, config.model.seq_length), None),
-                      vocab_size=tokenizer.vocab_size, log=lambda *a: None)
-    trainer.tokenizer_file = root / "tokenizer.json"  # ship the tokenizer inside the checkpoint
-    trainer.train()
-    assert config.model.padded_vocab_size() > tokenizer.vocab_size  # the padding the tests rely on
-    return trainer.checkpoint_root, tokenizer, text
 
 
 @pytest.fixture(scope="module")

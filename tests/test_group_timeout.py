@@ -7,12 +7,11 @@ import pytest
 import torch
 
 from distributed import run_distributed
-from test_faults import _faulty_rank
-from test_tensor_parallel import VOCAB, RandomTokens, tiny_config
+from train_fixtures import VOCAB, faulty_rank, RandomTokens, tiny_config
 from trident.checkpoint.writer import CheckpointWriter
 from trident.parallel.mesh import Mesh
 
-TIMEOUT_S = 5  # parallel.timeout_s of test_faults._faulty_rank
+TIMEOUT_S = 5  # parallel.timeout_s of train_fixtures.faulty_rank
 
 
 @pytest.mark.timeout(60)
@@ -20,7 +19,7 @@ TIMEOUT_S = 5  # parallel.timeout_s of test_faults._faulty_rank
                                           ("parallel.pp=2", "pp group (ranks [0, 1])")])
 def test_hung_peer_is_reported_naming_its_group_within_the_timeout(layout, group):
     # The default group waits 120 s: only the groups' own timeout can stop rank 0 this early.
-    (message, seconds), _ = run_distributed(_faulty_rank, 2, "hangs", layout, pg_timeout=120, timeout=50, expect_dead=(1,))
+    (message, seconds), _ = run_distributed(faulty_rank, 2, "hangs", layout, pg_timeout=120, timeout=50, expect_dead=(1,))
     assert message.startswith("rank 0 (rank 0/2:"), message
     assert f"exchanging data with other ranks in the {group}: another rank probably died or hung" in message
     assert seconds < TIMEOUT_S + 30, seconds

@@ -5,7 +5,6 @@ import pytest
 import torch
 import transformers
 
-from test_generate import trained_checkpoint  # noqa: F401  (shared session fixture)
 from trident.checkpoint.reader import load_for_inference
 from trident.infer.hf import import_hf
 from trident.infer.hf_export import export_hf, plan_shards

@@ -11,7 +11,7 @@ import transformers
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from test_generate import Windows, trained_checkpoint  # noqa: F401  (shared session fixture)
+from train_fixtures import Windows
 from trident.checkpoint.reader import load_for_inference
 from trident.infer.hf_export import export_hf
 from trident.infer.hf import (TransformersMissing, import_hf, name_map, qkv_from_gpt2, qkv_to_gpt2,

@@ -17,7 +17,7 @@ def test_tp_groups_that_span_hosts_are_found():
 
 
 def _start_on_two_hosts(rank, world, allow):
-    from test_tensor_parallel import VOCAB, RandomTokens, tiny_config
+    from train_fixtures import VOCAB, RandomTokens, tiny_config
     from trident.config import ConfigError
     from trident.train.trainer import Trainer
 

@@ -61,3 +61,15 @@ def test_files_and_functions_stay_small():
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 60:
                 big.append(f"{path}:{node.lineno}: {node.name} has {node.end_lineno - node.lineno + 1} lines")
     assert not big, "\n".join(big)
+
+
+def test_no_test_module_imports_another():
+    """Shared helpers live in the fixtures modules (train_fixtures, eval_fixtures, hub_fixtures,
+    distributed, conftest), so a test module can be read, run and changed on its own."""
+    tests = Path(__file__).resolve().parent
+    wrong = []
+    for path in sorted(tests.glob("test_*.py")):
+        for line, target in imported_modules(path, path.stem):
+            if target.split(".")[0].startswith("test_") and target.split(".")[0] != path.stem:
+                wrong.append(f"{path.name}:{line} imports {target}")
+    assert not wrong, "\n".join(wrong)

@@ -8,7 +8,6 @@ import sys
 
 import pytest
 
-from test_generate import trained_checkpoint  # noqa: F401  (shared session fixture)
 
 TASKS = {
     "tiny_mc": """task: tiny_mc

@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from test_tensor_parallel import VOCAB, RandomTokens, tiny_config
+from train_fixtures import VOCAB, RandomTokens, tiny_config
 
 
 def _train(tmp_path, *overrides):

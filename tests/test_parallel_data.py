@@ -4,8 +4,7 @@ import pytest
 import torch
 
 from distributed import run_distributed
-from test_pipeline_parallel import RAMP, assert_matches, train_full
-from test_tensor_parallel import VOCAB, RandomTokens, tiny_config
+from train_fixtures import RAMP, VOCAB, assert_matches, RandomTokens, tiny_config, train_full
 
 
 def _rank(rank, world, overrides, out_dir):

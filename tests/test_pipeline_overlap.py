@@ -7,7 +7,7 @@ from bisect import bisect_left
 import pytest
 
 from distributed import run_distributed
-from test_tensor_parallel import VOCAB, RandomTokens, tiny_config
+from train_fixtures import VOCAB, RandomTokens, tiny_config
 from trident.parallel.pipeline.overlap import (CONTRACTS, Post, Run, Wait, build_plan, consumer, last_backwards,
                                                producer, schedule_for)
 from trident.parallel.pipeline.schedules import (COMMUNICATION, COMPUTE, RECVS, SENDS, Backward, Forward,

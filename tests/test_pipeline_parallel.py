@@ -1,56 +1,10 @@
 """Pipeline parallelism on real ranks: every schedule, PP 2 and 4, interleaving, and PP x TP, against
 one process: per-step losses and final weights within fp32 round-off, with the number of
 micro-batches changing under the batch ramp-up; the tied embedding copies stay bit-identical."""
-import numpy as np
 import pytest
-import torch.distributed as dist
 
 from distributed import run_distributed
-from test_tensor_parallel import RandomTokens, VOCAB, tiny_config
-
-RAMP = ["train.global_batch_size=16", "train.micro_batch_size=2", "train.rampup_batch_size=[8,8,256]",
-        "train.steps=5", "model.num_layers=4"]
-
-
-def train_full(config, out_dir):
-    """Train; return losses and the full parameters of the whole model, gathered to every rank."""
-    from trident.train.trainer import Trainer
-
-    trainer = Trainer(config, out_dir, datasets=(RandomTokens(config.model.seq_length), None),
-                      vocab_size=VOCAB, log=lambda *a: None)
-    records = [trainer.train_step() for _ in range(config.train.steps)]
-    return [r["loss"] for r in records], [r["batch_size"] for r in records], all_parameters(trainer)
-
-
-def all_parameters(trainer):
-    """name -> full tensor, from every rank of the pipeline and tensor groups (object all-gather)."""
-    mine = {}
-    for name, param in trainer.model.named_params:
-        mine.setdefault(name, []).append((getattr(param, "tp_dim", None), param.tp_rank,
-                                          param.detach().float().numpy().copy()))
-    gathered = [None] * (dist.get_world_size() if dist.is_initialized() else 1)
-    if dist.is_initialized():
-        dist.all_gather_object(gathered, (trainer.mesh.dp_rank, mine))
-    else:
-        gathered = [(0, mine)]
-    pieces: dict = {}
-    for dp_rank, shard in gathered:
-        if dp_rank != 0:
-            continue
-        for name, entries in shard.items():
-            pieces.setdefault(name, []).extend(entries)
-    full = {}
-    for name, entries in pieces.items():
-        dim = entries[0][0]
-        if dim is None:
-            copies = [e[2] for e in entries]
-            for copy in copies[1:]:  # replicated (and tied) copies must be bit-identical
-                np.testing.assert_array_equal(copy, copies[0], err_msg=f"replicas of {name} diverged")
-            full[name] = copies[0]
-        else:
-            by_rank = {e[1]: e[2] for e in entries}
-            full[name] = np.concatenate([by_rank[r] for r in sorted(by_rank)], axis=dim)
-    return full
+from train_fixtures import RAMP, VOCAB, assert_matches, RandomTokens, tiny_config, train_full
 
 
 def _rank(rank, world, overrides, out_dir):
@@ -60,20 +14,6 @@ def _rank(rank, world, overrides, out_dir):
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
     return train_full(tiny_config(*RAMP), tmp_path_factory.mktemp("pp1"))
-
-
-def assert_matches(results, reference):
-    ref_losses, ref_batches, ref_params = reference
-    assert len(set(ref_batches)) > 1  # the ramp-up changed the number of micro-batches
-    for losses, batches, params in results:
-        assert batches == ref_batches
-        np.testing.assert_allclose(losses, ref_losses, rtol=1e-5)
-        assert params.keys() == ref_params.keys()
-        for name, value in params.items():
-            expected = ref_params[name]
-            if name.endswith("qkv.bias"):  # key bias: zero true gradient, see test_tensor_parallel
-                value, expected = value.reshape(4, 3, -1)[:, [0, 2]], expected.reshape(4, 3, -1)[:, [0, 2]]
-            np.testing.assert_allclose(value, expected, rtol=1e-4, atol=2e-5, err_msg=name)
 
 
 @pytest.mark.timeout(120)

@@ -134,7 +134,7 @@ def test_deferred_weight_gradients_equal_a_plain_backward(autocast):
 
 @pytest.mark.parametrize("name", ZERO_BUBBLE_SCHEDULES)
 def test_zero_bubble_refuses_full_activation_checkpointing(name):
-    from test_tensor_parallel import tiny_config
+    from train_fixtures import tiny_config
     from trident.config import ConfigError
 
     with pytest.raises(ConfigError, match=f"train.activation_checkpointing.*schedule={name}"):

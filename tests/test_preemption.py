@@ -8,7 +8,7 @@ import signal
 import pytest
 
 from distributed import run_distributed
-from run_fixtures import (kill_all, losses, processes_mentioning, start, tiny_corpus, train_command, wait_for_steps,
+from train_fixtures import (kill_all, losses, processes_mentioning, start, tiny_corpus, train_command, wait_for_steps,
                           wait_until_gone)
 from trident.checkpoint.reader import complete_checkpoints
 from trident.train.preemption import EXIT_PREEMPTED, StopRequests
@@ -90,7 +90,7 @@ def test_no_rank_outlives_a_killed_launcher(corpus):
 
 @pytest.mark.timeout(60)
 def test_time_based_save_and_sigusr1_agreed_in_one_process(tmp_path):
-    from test_tensor_parallel import VOCAB, RandomTokens, tiny_config
+    from train_fixtures import VOCAB, RandomTokens, tiny_config
     from trident.train.trainer import Trainer
 
     config = tiny_config("train.steps=3", "checkpoint.save_interval_minutes=1e-9", f"checkpoint.dir={tmp_path}",

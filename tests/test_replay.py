@@ -5,7 +5,7 @@ import json
 import pytest
 
 from distributed import run_distributed
-from run_fixtures import tiny_corpus
+from train_fixtures import tiny_corpus
 from trident.cli import main
 
 

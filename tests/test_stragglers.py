@@ -7,7 +7,7 @@ import statistics
 import pytest
 
 from distributed import run_distributed
-from test_tensor_parallel import VOCAB, RandomTokens, tiny_config
+from train_fixtures import VOCAB, RandomTokens, tiny_config
 from trident.train.stragglers import find_stragglers
 
 STEPS, INTERVAL = 8, 2

@@ -7,13 +7,11 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from distributed import run_distributed
-from trident.config import load_config
 from trident.model.gpt import build_model
 from trident.parallel import tensor as T
 from trident.parallel.mesh import build_mesh
 from trident.parallel.token_ids import TokenOutOfRange, check_token_ids
-
-VOCAB = 96
+from train_fixtures import RandomTokens, VOCAB, tiny_config, train_and_collect
 
 
 def _tp(world, sequence_parallel=False):
@@ -125,48 +123,6 @@ def test_wrong_group_size_or_uneven_split_is_rejected():
         assert "output features=9 is not divisible by the tensor-parallel size 2" in split_message
 
 
-class RandomTokens:
-    """Deterministic synthetic samples: index -> seq_len+1 tokens."""
-
-    def __init__(self, seq_length, n=4096):
-        self.data = np.random.default_rng(0).integers(0, VOCAB, size=(n, seq_length + 1))
-
-    def __len__(self):
-        return len(self.data)
-
-    def __getitem__(self, i):
-        return self.data[i]
-
-
-def tiny_config(*overrides):
-    base = ["model.hidden_dropout=0.0", "model.attention_dropout=0.0", "train.steps=5", "train.lr=1e-2",
-            "train.warmup_tokens=64", "checkpoint.save_interval=0", "logging.log_interval=1000",
-            f"model.vocab_size={VOCAB}"]
-    return load_config("tiny", base + list(overrides))
-
-
-def train_and_collect(config, out_dir, steps_of_grads=False):
-    """Train; return per-step losses and every parameter re-assembled to full size (rank order)."""
-    from trident.train.trainer import Trainer
-
-    data = RandomTokens(config.model.seq_length)
-    trainer = Trainer(config, out_dir, datasets=(data, None), vocab_size=VOCAB, log=lambda *a: None)
-    records = [trainer.train_step() for _ in range(config.train.steps)]
-    return [r["loss"] for r in records], gather_full_params(trainer)
-
-
-def gather_full_params(trainer):
-    out = {}
-    for name, param in trainer.model.named_params:
-        tensor = param.detach()
-        if getattr(param, "tp_dim", None) is not None:
-            parts = [torch.empty_like(tensor) for _ in range(param.tp_size)]
-            dist.all_gather(parts, tensor.contiguous(), group=trainer.mesh.group("tp"))
-            tensor = torch.cat(parts, dim=param.tp_dim)
-        out[name] = tensor.numpy().copy()
-    return out
-
-
 def _train_rank(rank, world, overrides, out_dir):
     return train_and_collect(tiny_config(*overrides), f"{out_dir}/r{rank}")
 
@@ -260,7 +216,6 @@ def test_init_is_layout_independent():
     assert torch.equal(a.blocks["1"].mlp.fc1.weight, b.blocks["1"].mlp.fc1.weight)
     c = build_model(config.model, 96, seed=8)
     assert not torch.equal(a.blocks["1"].mlp.fc1.weight, c.blocks["1"].mlp.fc1.weight)
-
 
 
 def _out_of_range_messages(rank, world):

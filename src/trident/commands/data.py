@@ -65,7 +65,8 @@ def _text(answer: dict) -> str:
         first, count = answer["samples"]
         lines = [f"step {answer['step']}: samples {first}-{first + count - 1}"]
         for d in answer["documents"]:
-            source = f" ({d['source']})" if d["source"] else ""
+            named = [d[k] for k in ("id", "url") if d.get(k)] + ([d["source"]] if d["source"] else [])
+            source = f" ({'; '.join(named)})" if named else ""
             lines.append(f"  sample {d['sample']}: {d['prefix']} document {d['document']} "
                          f"tokens {d['tokens'][0]}-{d['tokens'][1]}{source}")
         return "\n".join(lines)

@@ -1,0 +1,296 @@
+"""The helpers tests share (no test module imports another): tiny configs and synthetic data for
+in-process training, layouts and their reference runs, faulty ranks, and running `trident train` as a
+user would (a tiny tokenized corpus, the command line, a process to watch, what it left behind)."""
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from distributed import run_distributed
+from trident.config import load_config
+
+VOCAB = 96
+
+
+class RandomTokens:
+    """Deterministic synthetic samples: index -> seq_len+1 tokens."""
+
+    def __init__(self, seq_length, n=4096):
+        self.data = np.random.default_rng(0).integers(0, VOCAB, size=(n, seq_length + 1))
+
+    def __len__(self):
+        return len(self.data)
+
+    def __getitem__(self, i):
+        return self.data[i]
+
+
+def tiny_config(*overrides):
+    base = ["model.hidden_dropout=0.0", "model.attention_dropout=0.0", "train.steps=5", "train.lr=1e-2",
+            "train.warmup_tokens=64", "checkpoint.save_interval=0", "logging.log_interval=1000",
+            f"model.vocab_size={VOCAB}"]
+    return load_config("tiny", base + list(overrides))
+
+
+def train_and_collect(config, out_dir, steps_of_grads=False):
+    """Train; return per-step losses and every parameter re-assembled to full size (rank order)."""
+    from trident.train.trainer import Trainer
+
+    data = RandomTokens(config.model.seq_length)
+    trainer = Trainer(config, out_dir, datasets=(data, None), vocab_size=VOCAB, log=lambda *a: None)
+    records = [trainer.train_step() for _ in range(config.train.steps)]
+    return [r["loss"] for r in records], gather_full_params(trainer)
+
+
+def gather_full_params(trainer):
+    out = {}
+    for name, param in trainer.model.named_params:
+        tensor = param.detach()
+        if getattr(param, "tp_dim", None) is not None:
+            parts = [torch.empty_like(tensor) for _ in range(param.tp_size)]
+            dist.all_gather(parts, tensor.contiguous(), group=trainer.mesh.group("tp"))
+            tensor = torch.cat(parts, dim=param.tp_dim)
+        out[name] = tensor.numpy().copy()
+    return out
+
+
+RAMP = ["train.global_batch_size=16", "train.micro_batch_size=2", "train.rampup_batch_size=[8,8,256]",
+        "train.steps=5", "model.num_layers=4"]
+
+
+def train_full(config, out_dir):
+    """Train; return losses and the full parameters of the whole model, gathered to every rank."""
+    from trident.train.trainer import Trainer
+
+    trainer = Trainer(config, out_dir, datasets=(RandomTokens(config.model.seq_length), None),
+                      vocab_size=VOCAB, log=lambda *a: None)
+    records = [trainer.train_step() for _ in range(config.train.steps)]
+    return [r["loss"] for r in records], [r["batch_size"] for r in records], all_parameters(trainer)
+
+
+def all_parameters(trainer):
+    """name -> full tensor, from every rank of the pipeline and tensor groups (object all-gather)."""
+    mine = {}
+    for name, param in trainer.model.named_params:
+        mine.setdefault(name, []).append((getattr(param, "tp_dim", None), param.tp_rank,
+                                          param.detach().float().numpy().copy()))
+    gathered = [None] * (dist.get_world_size() if dist.is_initialized() else 1)
+    if dist.is_initialized():
+        dist.all_gather_object(gathered, (trainer.mesh.dp_rank, mine))
+    else:
+        gathered = [(0, mine)]
+    pieces: dict = {}
+    for dp_rank, shard in gathered:
+        if dp_rank != 0:
+            continue
+        for name, entries in shard.items():
+            pieces.setdefault(name, []).extend(entries)
+    full = {}
+    for name, entries in pieces.items():
+        dim = entries[0][0]
+        if dim is None:
+            copies = [e[2] for e in entries]
+            for copy in copies[1:]:  # replicated (and tied) copies must be bit-identical
+                np.testing.assert_array_equal(copy, copies[0], err_msg=f"replicas of {name} diverged")
+            full[name] = copies[0]
+        else:
+            by_rank = {e[1]: e[2] for e in entries}
+            full[name] = np.concatenate([by_rank[r] for r in sorted(by_rank)], axis=dim)
+    return full
+
+
+def assert_matches(results, reference):
+    ref_losses, ref_batches, ref_params = reference
+    assert len(set(ref_batches)) > 1  # the ramp-up changed the number of micro-batches
+    for losses, batches, params in results:
+        assert batches == ref_batches
+        np.testing.assert_allclose(losses, ref_losses, rtol=1e-5)
+        assert params.keys() == ref_params.keys()
+        for name, value in params.items():
+            expected = ref_params[name]
+            if name.endswith("qkv.bias"):  # key bias: zero true gradient, see test_tensor_parallel
+                value, expected = value.reshape(4, 3, -1)[:, [0, 2]], expected.reshape(4, 3, -1)[:, [0, 2]]
+            np.testing.assert_allclose(value, expected, rtol=1e-4, atol=2e-5, err_msg=name)
+
+
+def faulty_rank(rank, world, fault, layout="parallel.dp=2"):
+    """Rank 1 dies or hangs before step 2 (TRIDENT_INJECT); rank 0 trains on: (its error message, seconds to it)."""
+    from trident.train.trainer import RankFailure, Trainer
+
+    os.environ["TRIDENT_INJECT"] = f"rank=1,step=2,kind={'exit' if fault == 'dies' else 'hang'}"
+    trainer = Trainer(tiny_config(layout, "train.steps=50", "parallel.timeout_s=5"), f"/tmp/unused-faults-{rank}",
+                      datasets=(RandomTokens(32), None), vocab_size=VOCAB, log=lambda *a: None)
+    trainer.train_step()
+    start = time.time()
+    try:
+        trainer.train()
+    except RankFailure as error:
+        return str(error), time.time() - start
+    return "no error", time.time() - start
+
+
+STEPS, STOP = 6, 3
+
+
+BASE = ["train.global_batch_size=16", "train.micro_batch_size=2", "train.rampup_batch_size=[8,8,256]",
+        f"train.steps={STEPS}", "model.num_layers=4"]
+
+
+def make_trainer(config, out_dir):
+    from trident.train.trainer import Trainer
+
+    return Trainer(config, out_dir, datasets=(RandomTokens(config.model.seq_length), None), vocab_size=VOCAB,
+                   log=lambda *a: None)
+
+
+def run_steps(overrides, out_dir, stop=None, load=""):
+    """Train from `load` (or scratch) up to `stop` steps (or the end); save there; return losses."""
+    trainer = make_trainer(tiny_config(*BASE, *overrides, f"checkpoint.load={load}",
+                                       f"checkpoint.dir={out_dir}/ckpt"), out_dir)
+    losses = []
+    while trainer.step < (stop or STEPS):
+        losses.append(trainer.train_step()["loss"])
+    if stop:
+        trainer.save()
+        trainer.writer.wait()
+    return losses
+
+
+def rank_steps(rank, world, overrides, out_dir, stop, load):
+    return run_steps(overrides, out_dir, stop, load)
+
+
+LAYOUTS = {
+    "single": (1, []),
+    "tp2_pp2": (4, ["parallel.tp=2", "parallel.pp=2"]),
+    "tp4": (4, ["parallel.tp=4"]),
+    "pp2_dp2_zero1": (4, ["parallel.pp=2", "parallel.dp=2", "parallel.zero_stage=1"]),
+    "tp2": (2, ["parallel.tp=2"]),
+    "tp2_pp2_dp2": (8, ["parallel.tp=2", "parallel.pp=2", "parallel.dp=2", "parallel.zero_stage=1"]),
+    "dp2_zero1": (2, ["parallel.dp=2", "parallel.zero_stage=1"]),
+    "dp2": (2, ["parallel.dp=2"]),
+    "pp2": (2, ["parallel.pp=2"]),
+}
+
+
+def run_layout(name, out_dir, stop=None, load=""):
+    world, overrides = LAYOUTS[name]
+    if world == 1:
+        return run_steps(overrides, out_dir, stop, load)
+    return run_distributed(rank_steps, world, overrides, str(out_dir), stop, load, timeout=150)[-1]
+
+
+MODULES = ("json", "collections", "functools", "argparse", "pathlib", "itertools", "textwrap", "string")
+
+
+def stdlib_text() -> str:
+    """Real English prose: docstrings of a few standard-library modules and their members."""
+    parts = []
+    for name in MODULES:
+        module = __import__(name)
+        parts.append(inspect.getdoc(module) or "")
+        for member in sorted(vars(module)):
+            doc = inspect.getdoc(getattr(module, member)) if not member.startswith("_") else None
+            if doc:
+                parts.append(doc)
+    return "\n\n".join(parts)
+
+
+class Windows:
+    """Token windows of seq_len + 1 cut from one encoded text (the trainer's dataset interface)."""
+
+    def __init__(self, ids, seq_length):
+        usable = (len(ids) - 1) // seq_length * seq_length
+        starts = np.arange(0, usable, seq_length)
+        self.rows = np.stack([ids[s:s + seq_length + 1] for s in starts])
+
+    def __len__(self):
+        return len(self.rows)
+
+    def __getitem__(self, i):
+        return self.rows[i % len(self.rows)]
+
+
+WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
+
+
+def tiny_corpus(root: Path) -> Path:
+    """root/data.bin/.idx and root/tok.json: 80 documents of 60 words, a 300-token BPE."""
+    from trident.data.build import tokenize_files
+    from trident.data.tokenizer import train_tokenizer
+
+    lines = [json.dumps({"text": " ".join(WORDS[(i * 7 + j) % len(WORDS)] for j in range(60))}) for i in range(80)]
+    (root / "c.jsonl").write_text("\n".join(lines) + "\n")
+    train_tokenizer([root / "c.jsonl"], 300, root / "tok.json")
+    tokenize_files([root / "c.jsonl"], root / "data", root / "tok.json", progress=False)
+    return root
+
+
+def train_command(corpus: Path, out: Path, *overrides: str, nproc: int = 1, extra: tuple = ()) -> list[str]:
+    """`trident train tiny` on the corpus; LR decay fixed in tokens so train.steps does not change it."""
+    return [sys.executable, "-m", "trident", "train", "tiny", f"data.paths=[{corpus / 'data'}]",
+            f"data.tokenizer={corpus / 'tok.json'}", "train.decay_tokens=100000", "logging.log_interval=1",
+            "parallel.timeout_s=30", "train.peak_tflops=1", *overrides, "--nproc", str(nproc), "--out", str(out), *extra]
+
+
+def start(command: list[str], **env) -> subprocess.Popen:
+    """A run in a session of its own (as a terminal job), one thread a rank."""
+    return subprocess.Popen(command, env=dict(os.environ, OMP_NUM_THREADS="1", **env), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def wait_for_steps(out: Path, steps: int, proc: subprocess.Popen, timeout: float = 90) -> None:
+    """Until OUT/metrics.jsonl has `steps` lines (raises if the run ends or time runs out first)."""
+    deadline = time.time() + timeout
+    metrics = out / "metrics.jsonl"
+    while time.time() < deadline:
+        if metrics.exists() and len(metrics.read_text().splitlines()) >= steps:
+            return
+        if proc.poll() is not None:
+            raise AssertionError(f"the run ended (exit {proc.returncode}) before step {steps}:\n{proc.stderr.read()}")
+        time.sleep(0.1)
+    raise AssertionError(f"no step {steps} within {timeout}s")
+
+
+def losses(out: Path) -> dict[int, float]:
+    """step -> loss from OUT/metrics.jsonl (a resumed step keeps its last value)."""
+    return {r["step"]: r["loss"] for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())}
+
+
+def processes_mentioning(text: str) -> list[int]:
+    """Live processes whose command line contains `text` (a run's output folder)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if text in cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace"):
+                found.append(int(cmdline.parent.name))
+        except OSError:
+            continue
+    return [pid for pid in found if pid != os.getpid()]
+
+
+def wait_until_gone(text: str, timeout: float) -> list[int]:
+    """Waits for every process mentioning `text` to end; returns those still alive at the timeout."""
+    deadline = time.time() + timeout
+    while (alive := processes_mentioning(text)) and time.time() < deadline:
+        time.sleep(0.2)
+    return alive
+
+
+def kill_all(text: str) -> None:
+    """Clean-up after a failed test: no run outlives it."""
+    for pid in processes_mentioning(text):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            continue
