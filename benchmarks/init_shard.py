@@ -54,7 +54,7 @@ def _work(case: str):
 
     from trident.model.init import normal_tiles_
     from trident.parallel.parallelize import build_model_chunks
-    from trident.parallel.sharding import full_shape, shard_offsets, shard_slice
+    from trident.parallel.sharding import full_shape, shard_offsets
     from trident.parallel.tensor import ColumnParallelLinear
 
     config, mesh = _setup()
@@ -135,3 +135,12 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def shard_slice(param, full):
+    """This rank's slice of the full tensor `full` for `param`."""
+    dim = getattr(param, "tp_dim", None)
+    if dim is None:
+        return full
+    size = param.shape[dim]
+    return full.narrow(dim, param.tp_rank * size, size)

@@ -37,11 +37,12 @@ from pathlib import Path
 
 import torch
 from rich.console import Console
+from rich.table import Table
 
 from trident.config import load_config
 from trident.hardware import load_hardware
 from trident.plan.memory import Layout, stage_memory
-from trident.plan.report import Check, checks_table, compare_measured
+from trident.plan.report import Check, compare_measured
 from trident.plan.search import evaluate
 from trident.plan.time import calibrate_efficiency
 
@@ -218,3 +219,13 @@ def main() -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def checks_table(checks: list, title: str = "Planner vs measured") -> Table:
+    table = Table(title=title)
+    for name in ("run", "quantity", "predicted", "measured", "error", "tolerance", "ok"):
+        table.add_column(name, justify="right" if name not in ("run", "quantity") else "left")
+    for c in checks:
+        table.add_row(c.run, c.quantity, f"{c.predicted:.4g}", f"{c.measured:.4g}", f"{c.error:+.1%}",
+                      f"{c.tolerance:.0%}", "yes" if c.ok else "[red]no[/]")
+    return table

@@ -7,7 +7,6 @@ import pytest
 from trident.curate.minhash import (
     MinHasher,
     bucket_pairs,
-    candidate_probability,
     estimate_jaccard,
     jaccard,
     shingle_hashes,
@@ -145,3 +144,9 @@ def test_bucket_pairs_small_and_large_buckets():
     # Star to the smallest member plus the chain of neighbours: 39 + 38 pairs, all connected.
     assert len(pairs) == 39 + 38
     assert {100} | set(pairs[:, 1].tolist()) == set(many.tolist())
+
+
+def candidate_probability(similarity: float | np.ndarray, rows: int, bands: int):
+    """Probability that LSH with ``bands`` x ``rows`` makes a pair of Jaccard ``similarity`` a candidate."""
+    s = np.asarray(similarity, dtype=np.float64)
+    return 1.0 - (1.0 - s**rows) ** bands

@@ -97,12 +97,6 @@ def read_header(path: Path) -> dict[str, dict]:
             for key, entry in header.items()}
 
 
-def tensor_from_bytes(data: bytes, dtype_name: str, count: int) -> torch.Tensor:
-    if count == 0:
-        return torch.empty(0, dtype=TORCH_DTYPES[dtype_name])
-    return torch.frombuffer(bytearray(data), dtype=TORCH_DTYPES[dtype_name], count=count)
-
-
 def span_bytes(entry: dict) -> int:
     """Bytes the data of a manifest entry must span: its elements (flat range or shape) x dtype size."""
     count = entry["flat"][1] - entry["flat"][0] if "flat" in entry else math.prod(entry["shape"])

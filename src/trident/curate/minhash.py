@@ -212,12 +212,6 @@ def jaccard(a: np.ndarray, b: np.ndarray) -> float:
     return inter / (a.size + b.size - inter)
 
 
-def candidate_probability(similarity: float | np.ndarray, rows: int, bands: int):
-    """Probability that LSH with ``bands`` x ``rows`` makes a pair of Jaccard ``similarity`` a candidate."""
-    s = np.asarray(similarity, dtype=np.float64)
-    return 1.0 - (1.0 - s**rows) ** bands
-
-
 @dataclass
 class MinHasher:
     """Computes MinHash signatures and LSH band keys with fixed, seeded hash functions."""

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import torch
 from torch import nn
 
 if TYPE_CHECKING:
@@ -36,12 +35,3 @@ def shard_offsets(param: nn.Parameter) -> list[int]:
     if getattr(param, "tp_dim", None) is not None:
         offsets[param.tp_dim] = param.tp_rank * param.shape[param.tp_dim]
     return offsets
-
-
-def shard_slice(param: nn.Parameter, full: torch.Tensor) -> torch.Tensor:
-    """This rank's slice of the full tensor `full` for `param`."""
-    dim = getattr(param, "tp_dim", None)
-    if dim is None:
-        return full
-    size = param.shape[dim]
-    return full.narrow(dim, param.tp_rank * size, size)

@@ -8,8 +8,8 @@ by one of two kernels, named in `optimizer.kernel`:
 - "fused" on CUDA and CPU: torch's fused AdamW (`torch._fused_adamw_`, the kernel of
   AdamW(fused=True)), two calls per step over views of the flat master/grad/m/v: the decayed
   segments with weight decay, the others without. On the CPU too: with it every layout stays
-  within round-off of one process and a resume is bit-exact (the test suite checks both), and a
-  step is ~4x faster than "foreach" on one core;
+  within round-off of one process and a resume is bit-exact (the test suite checks both), and it
+  is faster than "foreach" (docs/benchmarks.md);
 - "foreach" on any other device: the same arithmetic in a few foreach/elementwise ops per range.
 """
 from __future__ import annotations

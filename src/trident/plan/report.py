@@ -156,13 +156,3 @@ def compare_measured(run: str, plan: Plan, step_time_s: float, peak_memory_bytes
     return [Check(run, "step time s", plan.time.total, step_time_s, time_tolerance),
             Check(run, "peak memory MiB", plan.memory.total / 2**20, (peak_memory_bytes - baseline_bytes) / 2**20,
                   memory_tolerance)]
-
-
-def checks_table(checks: list[Check], title: str = "Planner vs measured") -> Table:
-    table = Table(title=title)
-    for name in ("run", "quantity", "predicted", "measured", "error", "tolerance", "ok"):
-        table.add_column(name, justify="right" if name not in ("run", "quantity") else "left")
-    for c in checks:
-        table.add_row(c.run, c.quantity, f"{c.predicted:.4g}", f"{c.measured:.4g}", f"{c.error:+.1%}",
-                      f"{c.tolerance:.0%}", "yes" if c.ok else "[red]no[/]")
-    return table

@@ -7,8 +7,7 @@ weight gradient W per micro-batch and stage, 1F1B takes (m + pp - 1)(f + B + W);
 memory plus the overlapped contract's slack, m (f + B + W) + (pp - 1)(f + B - W); ZB-H2, holding
 pp - 1 micro-batches more on every stage, m (f + B + W) + (pp - 1) f for m >= pp (only the fill of
 the first forwards is left). At f = B = W both are a bubble of (pp - 1) / (3 m) instead of
-(pp - 1) / m; with this CPU's f : B : W = 55 : 75 : 36 ms the simulator gives ZB-H1 1.095x and ZB-H2
-1.15x over 1F1B at pp 2, m 4.
+(pp - 1) / m (what that gives with measured f : B : W is in docs/pipeline.md).
 
 The order of each stage's list is found once, by a list-scheduling pass under unit costs (f = B = W
 = 1, free messages): a stage runs a Backward when its gradient is there, else a Forward when its
@@ -24,12 +23,12 @@ send goes right after the compute that produces it (at unit time t), and its rec
 peer's list at the gap that spans t (between the peer's compute ending at or before t and the one
 starting at or after it), so both sides post it at the same moment of the step. Placed right
 before the consumer instead (1F1B's rule), a send waited on until the peer had finished whatever
-weight gradients came first, and batched ZB-H1 was 4-16% slower than 1F1B in the simulator; paired,
-it is faster than 1F1B at every pp in (2, 4, 8) and m in (pp, 2 pp, 16) tested. With unit costs no
+weight gradients came first, and batched ZB-H1 was slower than 1F1B in the simulator; paired, it is
+faster than 1F1B at every pp and m the tests simulate. With unit costs no
 batched exchange waits for its peer, so both schedules reach their bounds batched too; with uneven
-costs the moments drift apart, which ZB-H2's fuller steady state cannot absorb over long steps:
-batched, at 55 : 75 : 36, ZB-H2 is 1.04x 1F1B at pp 2, m 4 and 0.92x at m 8 (overlapped: 1.15x and
-1.08x); at 1 : 1.1 : 0.9 it is 1.03-1.19x for pp 2-8, m 2pp-4pp. On NCCL with uneven costs, ZB-H1.
+costs the moments drift apart, which ZB-H2's fuller steady state cannot absorb over long steps
+(batched ZB-H2 can fall behind 1F1B; the simulated figures are in docs/pipeline.md). On NCCL with
+uneven costs, prefer ZB-H1.
 The overlapped contract posts each send after its producer and each receive one compute before
 its place anyway.
 """
