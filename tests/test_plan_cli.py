@@ -71,3 +71,15 @@ def test_compare_measured_reports_error_and_tolerance():
     time_check, memory_check = checks
     assert time_check.ok and abs(time_check.error) < 0.01
     assert not memory_check.ok and abs(memory_check.error + 1 / 3) < 1e-6  # predicted / measured - 1
+
+
+def test_the_plan_assumes_the_trainer_unless_asked_for_the_paper(capsys):
+    """By default the fp32 gradient buffer and SDPA attention trident's trainer uses (what rehearse
+    measures); --paper: MT-NLG's bf16 gradients and math attention."""
+    plans = {}
+    for extra in ([], ["--paper"]):
+        assert main(["plan", "mtnlg-530b", "--gpus", "2240", "--gpu", "a100-80gb", "--json", *extra]) == 0
+        plans[bool(extra)] = json.loads(capsys.readouterr().out)["memory"]
+    assert plans[False]["gradients"] == 4 * plans[False]["params"]  # fp32
+    assert plans[True]["gradients"] == 2 * plans[True]["params"]  # bf16, the paper's 16 bytes/param
+    assert plans[False]["activations"] < plans[True]["activations"]  # no s x s scores kept
