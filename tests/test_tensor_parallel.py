@@ -11,7 +11,7 @@ from trident.model.gpt import build_model
 from trident.parallel import tensor as T
 from trident.parallel.mesh import build_mesh
 from trident.parallel.token_ids import TokenOutOfRange, check_token_ids
-from train_fixtures import RandomTokens, VOCAB, tiny_config, train_and_collect
+from train_fixtures import RandomTokens, VOCAB, full_tensor, tiny_config, train_and_collect
 
 
 def _tp(world, sequence_parallel=False):
@@ -165,15 +165,7 @@ def _one_backward(config):
     batches = list(trainer.micro_batches(8, trainer.train_data, 0))
     trainer.model.forward_backward(batches, loss_divisor=len(batches))
     trainer.model.finalize_gradients()
-    grads = {}
-    for name, param in trainer.model.named_params:
-        grad = param.main_grad
-        if getattr(param, "tp_dim", None) is not None:
-            parts = [torch.empty_like(grad) for _ in range(param.tp_size)]
-            dist.all_gather(parts, grad.contiguous(), group=trainer.mesh.group("tp"))
-            grad = torch.cat(parts, dim=param.tp_dim)
-        grads[name] = grad.numpy().copy()
-    return grads
+    return {name: full_tensor(trainer, param, param.main_grad) for name, param in trainer.model.named_params}
 
 
 @pytest.mark.timeout(90)

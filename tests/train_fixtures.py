@@ -52,16 +52,17 @@ def train_and_collect(config, out_dir, steps_of_grads=False):
     return [r["loss"] for r in records], gather_full_params(trainer)
 
 
+def full_tensor(trainer, param, tensor):
+    """`tensor` (the parameter's data or gradient) re-assembled across the TP group, as numpy."""
+    if getattr(param, "tp_dim", None) is not None:
+        parts = [torch.empty_like(tensor) for _ in range(param.tp_size)]
+        dist.all_gather(parts, tensor.contiguous(), group=trainer.mesh.group("tp"))
+        tensor = torch.cat(parts, dim=param.tp_dim)
+    return tensor.numpy().copy()
+
+
 def gather_full_params(trainer):
-    out = {}
-    for name, param in trainer.model.named_params:
-        tensor = param.detach()
-        if getattr(param, "tp_dim", None) is not None:
-            parts = [torch.empty_like(tensor) for _ in range(param.tp_size)]
-            dist.all_gather(parts, tensor.contiguous(), group=trainer.mesh.group("tp"))
-            tensor = torch.cat(parts, dim=param.tp_dim)
-        out[name] = tensor.numpy().copy()
-    return out
+    return {name: full_tensor(trainer, param, param.detach()) for name, param in trainer.model.named_params}
 
 
 RAMP = ["train.global_batch_size=16", "train.micro_batch_size=2", "train.rampup_batch_size=[8,8,256]",
