@@ -52,13 +52,6 @@ def _launch(args, rid: str) -> int:
     return failed["code"] if failed else code
 
 
-def _leave_process_group() -> None:
-    import torch.distributed as dist
-
-    if dist.is_initialized():
-        dist.destroy_process_group()
-
-
 def run(args) -> int:
     from trident.config import ConfigError, load_config
     from trident.data.output_folder import OutputFolderError
@@ -120,7 +113,7 @@ def _train(args, config) -> int:
         # the launcher (or a script reading OUT/preempted.json) turns the stop into EXIT_PREEMPTED
         if os.environ.get("RANK", "0") == "0" and LAUNCHED_ENV not in os.environ:
             print(stopped, file=sys.stderr)
-        _leave_process_group()
+        shutdown_distributed(wait=False)  # the stop's own barrier has passed
         return 0 if under_torchrun() else EXIT_PREEMPTED
     except KeyboardInterrupt:
         if os.environ.get("RANK", "0") == "0":

@@ -36,7 +36,7 @@ import yaml
 
 from trident.curate.document import CurateError, Document
 from trident.curate.executors import make_executor
-from trident.curate.runner import import_modules, run_global_phase, run_stream_phase, split_phases, write_json_atomic
+from trident.curate.runner import import_modules, run_global_phase, run_stream_phase, split_phases
 from trident.curate.settings import CurateConfigError, check_settings
 from trident.curate.shards import input_format
 from trident.text.jsonl import DEFAULT_MAX_DOC_BYTES
@@ -51,6 +51,7 @@ from trident.curate.stage import (
     stage_class,
 )
 from trident.data.output_folder import OutputFolderError, claim_output_folder, remove_own_outputs, write_marker
+from trident.text.atomic import write_json_atomic
 
 __all__ = [
     "CurateError", "Document", "Executor", "GlobalStage", "Stage", "StreamingStage",

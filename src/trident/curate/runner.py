@@ -7,25 +7,18 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
 import shutil
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator
 
 from trident.curate.document import CurateError
 from trident.curate.shards import RecordLog, read_documents, read_shard, write_shard
 from trident.curate.stage import Executor, GlobalStage, StreamingStage, build_stage, stage_class
+from trident.text.atomic import write_json_atomic
 
 MARKER_SUFFIX = ".done.json"
-
-
-def write_json_atomic(path: Path, obj: Any) -> None:
-    """Write JSON so a reader sees the old file or the whole new one, never half of it."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=1, sort_keys=True))
-    os.replace(tmp, path)
 
 
 def is_global(spec: dict) -> bool:

@@ -61,6 +61,7 @@ class DocumentSources:
         self.table = np.load(path, mmap_mode="r", allow_pickle=False) if path.exists() else None
         self.inputs = json.loads(stats.read_text()).get("inputs", []) if stats.exists() else []
         self._ids: list | None = None
+        self._names: dict | None = None
 
     @property
     def ids(self) -> list[dict]:
@@ -69,6 +70,26 @@ class DocumentSources:
             path = ids_file(self.prefix)
             self._ids = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
         return self._ids
+
+    @property
+    def names(self) -> dict[str, int]:
+        """Every `FILE:LINE`, record id and URL -> its document; built once, on first use."""
+        if self._names is None:
+            self._names = {}
+            if self.table is not None:
+                self._names |= {f"{self.inputs[f] if f < len(self.inputs) else f'input {f}'}:{line}": doc
+                                for doc, (f, line) in enumerate(np.asarray(self.table).tolist())}
+            self._names |= {value: doc for doc, ident in enumerate(self.ids) for value in ident.values()}
+        return self._names
+
+    def lookup(self, doc_id: str, count: int | None = None) -> int | None:
+        """The document an id names: `PREFIX:INDEX` or a bare index (below `count`, the number of
+        documents), else a `FILE:LINE`, record id or URL; None when it names none."""
+        name, _, number = doc_id.rpartition(":")
+        if number.isdigit() and name in ("", str(self.prefix)):
+            count = count if count is not None else (len(self.table) if self.table is not None else None)
+            return int(number) if count is None or int(number) < count else None
+        return self.names.get(doc_id)
 
     def identity(self, doc: int) -> dict:
         """The document's own id and URL, when its record had them ({} otherwise)."""
@@ -82,19 +103,8 @@ class DocumentSources:
 
 
 def find_document(prefix, doc_id: str) -> int | None:
-    """The index of the document `doc_id` names in PREFIX: its record id or URL, its `FILE:LINE`, or
-    `PREFIX:INDEX` / a bare index."""
-    sources = DocumentSources(prefix)
-    count = len(sources.table) if sources.table is not None else None
-    name, _, number = doc_id.rpartition(":")
-    if number.isdigit() and name in ("", str(prefix)):
-        return int(number) if count is None or int(number) < count else None
-    if sources.table is not None and number.isdigit():
-        files = [k for k, path in enumerate(sources.inputs) if path == name]
-        rows = np.nonzero(np.isin(sources.table[:, 0], files) & (sources.table[:, 1] == int(number)))[0]
-        if len(rows):
-            return int(rows[0])
-    return next((doc for doc, ident in enumerate(sources.ids) if doc_id in ident.values()), None)
+    """The index of the document `doc_id` names in PREFIX (see DocumentSources.lookup)."""
+    return DocumentSources(prefix).lookup(doc_id)
 
 
 def sample_documents(dataset, index: int, sources: dict | None = None) -> list[dict]:

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import fnmatch
 import json
-import os
 import shutil
 from pathlib import Path
 from typing import Callable
+
+from trident.text.atomic import write_json_atomic
 
 MARKER = ".trident-run.json"
 
@@ -28,11 +29,7 @@ def read_marker(folder: str | Path) -> dict | None:
 
 
 def write_marker(folder: str | Path, record: dict) -> None:
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    tmp = folder / f"{MARKER}.tmp{os.getpid()}"
-    tmp.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
-    os.replace(tmp, folder / MARKER)
+    write_json_atomic(Path(folder) / MARKER, record)
 
 
 def claim_output_folder(folder: str | Path, command: str, overwrite: bool,

@@ -12,8 +12,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
-
 from trident.data.indexed import IndexedDataset, IndexedDatasetBuilder
 from trident.data.lineage import DocumentLines, DocumentSources, lines_file
 
@@ -34,22 +32,14 @@ def read_ids(path: Path) -> list[str]:
 
 def resolve_ids(prefix: Path, ids: list[str], num_documents: int) -> tuple[set[int], list[str]]:
     """(document indices to remove, the ids that matched no document). An id is a record id or URL,
-    `FILE:LINE`, `PREFIX:INDEX` or a bare index; one table is built for all of them."""
-    sources = DocumentSources(prefix)
-    names: dict[str, int] = {}
-    if sources.table is not None:
-        names |= {f"{sources.inputs[f] if f < len(sources.inputs) else f}:{line}": doc
-                  for doc, (f, line) in enumerate(np.asarray(sources.table).tolist())}
-    names |= {value: doc for doc in range(num_documents) for value in sources.identity(doc).values()}
-    found, missing = set(), []
+    `FILE:LINE`, `PREFIX:INDEX` or a bare index (DocumentSources.lookup, its table built once)."""
+    sources, found, missing = DocumentSources(prefix), set(), []
     for doc_id in ids:
-        name, _, number = doc_id.rpartition(":")
-        if doc_id in names:
-            found.add(names[doc_id])
-        elif name in ("", str(prefix)) and number.isdigit() and int(number) < num_documents:
-            found.add(int(number))
-        else:
+        doc = sources.lookup(doc_id, num_documents)
+        if doc is None:
             missing.append(doc_id)
+        else:
+            found.add(doc)
     return found, missing
 
 

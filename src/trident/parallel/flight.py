@@ -20,6 +20,8 @@ import time
 from collections import deque
 from pathlib import Path
 
+from trident.text.atomic import write_json_atomic
+
 DEFAULT_EVENTS = 2000
 FIELDS = ("seq", "step", "op", "group", "peer", "microbatch", "chunk", "started", "ended", "failed")
 
@@ -74,10 +76,10 @@ class FlightRecorder:
         torch_trace = torch_flight_recorder()
         try:
             with self.lock:
-                self.folder.mkdir(parents=True, exist_ok=True)
-                _write(path, record)
+                write_json_atomic(path, record, separators=(",", ":"))
                 if torch_trace is not None:
-                    _write(self.folder / f"torch_rank_{self.identity.get('rank', 0)}.json", torch_trace)
+                    write_json_atomic(self.folder / f"torch_rank_{self.identity.get('rank', 0)}.json", torch_trace,
+                                      separators=(",", ":"))
         except OSError:
             return None  # diagnosis must never be what kills a run
         return path
@@ -92,12 +94,6 @@ class FlightRecorder:
         if self.watchdog is not None:
             self.watchdog.stop()
             self.watchdog = None
-
-
-def _write(path: Path, record: dict) -> None:
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(record))
-    os.replace(tmp, path)
 
 
 def torch_flight_recorder() -> dict | None:

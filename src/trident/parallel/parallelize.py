@@ -233,9 +233,13 @@ class ParallelModel:
             dist.barrier(group=self.mesh.group("pp"))
         self.executor.recorder.start()
 
-    def finish_timeline(self) -> list:
-        """Every stage's boxes since start_timeline (collective over the pipeline group)."""
+    def finish_timeline(self, gather: bool = True) -> list:
+        """The boxes since start_timeline: every stage's (collective over the pipeline group), or with
+        gather=False this stage's only (no collective)."""
+        mine = self.executor.recorder.stop()
+        if not gather:
+            return mine
         boxes = [None] * self.mesh.pp
         with watched(self.mesh.group("pp")):
-            dist.all_gather_object(boxes, self.executor.recorder.stop(), group=self.mesh.group("pp"))
+            dist.all_gather_object(boxes, mine, group=self.mesh.group("pp"))
         return [box for stage in boxes for box in stage]

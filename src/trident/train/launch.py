@@ -15,6 +15,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from trident.train.preemption import STOP_SIGNALS
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -72,7 +74,7 @@ def relaunch_with_torchrun(command: list[str]) -> tuple[int, float]:
         for pid in child_processes(proc.pid) or [proc.pid]:
             _send(pid, signum)
 
-    previous = {sig: signal.signal(sig, forward) for sig in FORWARDED}
+    previous = {sig: signal.signal(sig, forward) for sig in STOP_SIGNALS}
     try:
         return proc.wait(), started
     finally:
@@ -81,24 +83,22 @@ def relaunch_with_torchrun(command: list[str]) -> tuple[int, float]:
 
 
 LAUNCHED_ENV = "TRIDENT_LAUNCHER"  # set for ranks started by `trident train --nproc`: it prints the stop line
-FORWARDED = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
 
 
 def _torchrun_preexec() -> None:
     """In torchrun before exec: die with the launcher (its ranks then die with it); ignore the stop
     signals, which Slurm sends every process of a job step and which the ranks handle themselves."""
     die_with_parent(signal.SIGKILL)
-    for sig in (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT):
+    for sig in STOP_SIGNALS:
         signal.signal(sig, signal.SIG_IGN)
 
 
 def _default_stop_signals() -> None:
     """A rank inherits the stop signals ignored from its torchrun (see _torchrun_preexec): give them back
     their default meaning unless this process handles them itself (`trident train` does, from start)."""
-    defaults = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL, signal.SIGUSR1: signal.SIG_DFL}
-    for sig, default in defaults.items():
+    for sig in STOP_SIGNALS:
         if signal.getsignal(sig) == signal.SIG_IGN:
-            signal.signal(sig, default)
+            signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
 
 
 def die_with_parent(sig: int = signal.SIGKILL) -> None:
@@ -155,7 +155,9 @@ def init_distributed(backend: str = "auto", timeout_s: int = 600) -> None:
                             rank=rank, world_size=world, timeout=timeout)
 
 
-def shutdown_distributed() -> None:
+def shutdown_distributed(wait: bool = True) -> None:
+    """Leave the process group, after a barrier unless every rank is known to be leaving already."""
     if dist.is_initialized():
-        dist.barrier()
+        if wait:
+            dist.barrier()
         dist.destroy_process_group()

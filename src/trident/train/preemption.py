@@ -21,6 +21,7 @@ import torch
 import torch.distributed as dist
 
 from trident.parallel.watch import watched
+from trident.text.atomic import write_json_atomic
 
 EXIT_PREEMPTED = 75  # sysexits' EX_TEMPFAIL: stopped on request after saving; run again to resume
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
@@ -92,11 +93,7 @@ def stop_message(signal_name: str, step: int, checkpoint: Path) -> str:
 
 def write_marker(out: Path, record: dict, name: str = MARKER) -> None:
     """OUT/preempted.json (a stop: the launcher exits EXIT_PREEMPTED) or OUT/exit.json (an error's code)."""
-    record = record | {"written_at": time.time(), "pid": os.getpid()}
-    Path(out).mkdir(parents=True, exist_ok=True)
-    tmp = Path(out) / f".{name}.tmp{os.getpid()}"
-    tmp.write_text(json.dumps(record, indent=1))
-    os.replace(tmp, Path(out) / name)
+    write_json_atomic(Path(out) / name, record | {"written_at": time.time(), "pid": os.getpid()})
 
 
 def read_marker(out: Path, since: float, name: str = MARKER) -> dict | None:
