@@ -47,3 +47,13 @@ def _train_checkpoint(root):
     trainer.train()
     assert config.model.padded_vocab_size() > tokenizer.vocab_size  # the padding the tests rely on
     return trainer.checkpoint_root, tokenizer, text
+
+
+@pytest.fixture(scope="session")
+def s3():
+    """A local S3 server (moto) for this test process; `s3.url(name)` names a prefix in its bucket."""
+    from s3_fixtures import LocalS3
+
+    server = LocalS3().start()
+    yield server
+    server.stop()

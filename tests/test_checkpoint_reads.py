@@ -8,6 +8,7 @@ import pytest
 from distributed import run_distributed
 from train_fixtures import LAYOUTS, VOCAB, RandomTokens, tiny_config
 from trident.checkpoint import tensorfile
+from trident.text import storage
 from trident.checkpoint.integrity import CheckpointError, DamagedCheckpoint
 from trident.checkpoint.reader import CheckpointReader, complete_checkpoints, load_for_inference
 
@@ -161,7 +162,7 @@ def test_files_stay_plain_safetensors_written_in_bounded_chunks(tmp_path, monkey
         def __exit__(self, *exc):
             self.handle.close()
 
-    monkeypatch.setattr(tensorfile, "open", lambda path, mode: Spy(real_open(path, mode)), raising=False)
+    monkeypatch.setattr(storage, "open", lambda path, mode: Spy(real_open(path, mode)), raising=False)
     digest, spans = tensorfile.write_tensors(tmp_path / "x.safetensors", tensors, chunk_bytes=1000)
     loaded = load_file(tmp_path / "x.safetensors")
     assert all(torch.equal(loaded[k], tensors[k]) and loaded[k].dtype == tensors[k].dtype for k in tensors)

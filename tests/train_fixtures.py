@@ -154,17 +154,18 @@ def make_trainer(config, out_dir):
                    log=lambda *a: None)
 
 
-def run_steps(overrides, out_dir, stop=None, load=""):
-    """Train from `load` (or scratch) up to `stop` steps (or the end); save there; return losses."""
+def run_steps(overrides, out_dir, stop=None, load="", ckpt=None, with_trainer=False):
+    """Train from `load` (or scratch) up to `stop` steps (or the end); save there (in `ckpt`, by
+    default OUT/ckpt); return losses (and the trainer, `with_trainer`)."""
     trainer = make_trainer(tiny_config(*BASE, *overrides, f"checkpoint.load={load}",
-                                       f"checkpoint.dir={out_dir}/ckpt"), out_dir)
+                                       f"checkpoint.dir={ckpt or f'{out_dir}/ckpt'}"), out_dir)
     losses = []
     while trainer.step < (stop or STEPS):
         losses.append(trainer.train_step()["loss"])
     if stop:
         trainer.save()
         trainer.writer.wait()
-    return losses
+    return (losses, trainer) if with_trainer else losses
 
 
 def rank_steps(rank, world, overrides, out_dir, stop, load):

@@ -26,6 +26,7 @@ import torch
 import trident
 from trident.checkpoint.integrity import CheckpointError
 from trident.parallel.sharding import full_shape, shard_offsets
+from trident.text.storage import location
 
 # Version 1: fp32 weights beside the masters, whole-file digests only (read by verifying each file
 # a rank touches, whole); checkpoints written before the field existed are version 1.
@@ -41,12 +42,12 @@ OPTIMIZER_KINDS = ("exp_avg", "exp_avg_sq", "master")
 
 
 def step_dir(root: Path, step: int) -> Path:
-    return Path(root) / f"step_{step:07d}"
+    return location(root) / f"step_{step:07d}"
 
 
 def step_of(path: Path) -> int:
     """The step a step_NNNNNNN folder holds."""
-    return int(Path(path).name.split("_")[1])
+    return int(location(path).name.split("_")[1])
 
 
 def rank_tag(mesh) -> str:

@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 
 import xxhash
-from safetensors import safe_open
+from trident.text.storage import location
 
 
 class CheckpointError(ValueError):
@@ -23,11 +23,12 @@ class DamagedCheckpoint(CheckpointError):
 
 
 def file_digest(path: Path) -> dict:
-    digest = xxhash.xxh64()
-    with open(path, "rb") as handle:
+    digest, size = xxhash.xxh64(), 0
+    with location(path).open("rb") as handle:
         for block in iter(lambda: handle.read(8 << 20), b""):
             digest.update(block)
-    return {"bytes": path.stat().st_size, "xxh64": digest.hexdigest()}
+            size += len(block)
+    return {"bytes": size, "xxh64": digest.hexdigest()}
 
 
 def read_manifest(path: Path) -> dict:
@@ -80,21 +81,17 @@ def verify_files(directory: Path, manifest_path: Path, manifest: dict) -> None:
         by_file.setdefault(entry["file"], []).append(entry)
     for name, entries in by_file.items():
         path = directory / name
-        try:
-            with safe_open(path, framework="pt") as handle:
-                keys = set(handle.keys())
-                for entry in entries:
-                    if entry["key"] not in keys:
-                        raise CheckpointError(f"{path}: has no tensor '{entry['key']}' that {manifest_path.name} lists")
-                    shape = list(handle.get_slice(entry["key"]).get_shape())
-                    expected = [entry["flat"][1] - entry["flat"][0]] if "flat" in entry else entry["shape"]
-                    if shape != expected:
-                        raise CheckpointError(f"{path}: tensor '{entry['key']}' has shape {shape}, "
-                                              f"{manifest_path.name} says {expected}")
-        except CheckpointError:
-            raise
-        except Exception as error:  # safetensors reports truncation and bad headers in several ways
-            raise CheckpointError(f"{path}: not a readable safetensors file ({type(error).__name__}: {error})") from None
+        from trident.checkpoint.tensorfile import read_header  # tensorfile raises this module's errors
+
+        header = read_header(path)  # CheckpointError naming the file when unreadable
+        for entry in entries:
+            if entry["key"] not in header:
+                raise CheckpointError(f"{path}: has no tensor '{entry['key']}' that {manifest_path.name} lists")
+            shape = header[entry["key"]]["shape"]
+            expected = [entry["flat"][1] - entry["flat"][0]] if "flat" in entry else entry["shape"]
+            if shape != expected:
+                raise CheckpointError(f"{path}: tensor '{entry['key']}' has shape {shape}, "
+                                      f"{manifest_path.name} says {expected}")
 
 
 def check_entries(directory: Path, manifest_path: Path, manifest: dict) -> None:

@@ -11,18 +11,18 @@ import json
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
-
 from trident.checkpoint import format as fmt
 from trident.checkpoint.integrity import CheckpointError, check_entries, read_manifest, verify_files
 from trident.checkpoint.slices import SliceSource
 from trident.checkpoint.state import owned_slices
+from trident.checkpoint.tensorfile import read_tensors
 from trident.parallel.sharding import full_shape, shard_offsets
+from trident.text.storage import fresh, location
 
 
 def complete_checkpoints(root: Path) -> list[Path]:
     """Finished checkpoints under `root`, oldest first (folders without COMPLETE are ignored)."""
-    root = Path(root)
+    root = fresh(root)
     if not root.exists():
         return []
     found = [p for p in root.glob("step_*") if p.is_dir() and (p / fmt.COMPLETE).exists()]
@@ -36,7 +36,7 @@ def resolve_checkpoint(load: str, root: Path) -> Path | None:
     if load == "auto":
         found = complete_checkpoints(root)
         return found[-1] if found else None
-    path = Path(load)
+    path = fresh(load)
     if (path / fmt.COMPLETE).exists():
         return path
     found = complete_checkpoints(path) or complete_checkpoints(path / "checkpoints")  # a run's OUT works too
@@ -64,7 +64,7 @@ class CheckpointReader:
         checkpoint is refused before anything is loaded; `verify="loaded"` leaves each tile to be
         checked when it is read (what resume, eval and export use: a rank reads only its slices).
         Either way, a damaged tile that is read is refused (DamagedCheckpoint naming the file)."""
-        self.path = Path(path)
+        self.path = fresh(path)
         if verify not in ("all", "loaded", True):
             raise ValueError(f"verify={verify!r}: 'all' or 'loaded'")
         if not (self.path / fmt.COMPLETE).exists():
@@ -179,8 +179,7 @@ class CheckpointReader:
         if not (self.path / file).exists() or file not in self.source.file_digests:
             return None
         self.source.verify_file(file)
-        with safe_open(self.path / file, framework="pt") as handle:
-            return {key: handle.get_tensor(key) for key in handle.keys()}
+        return read_tensors(self.path / file)
 
     def close(self) -> None:
         self.source.close()
@@ -260,7 +259,7 @@ def load_for_inference(path: str | Path, device: str = "cpu"):
     from trident.data.tokenizer import Tokenizer
     from trident.model.gpt import GPT
 
-    reader = CheckpointReader(resolve_checkpoint(str(path), Path(path)) or Path(path), verify="loaded")
+    reader = CheckpointReader(resolve_checkpoint(str(path), location(path)) or location(path), verify="loaded")
     config = config_from_dict(reader.state["config"])
     tokenizer_file = reader.path / fmt.TOKENIZER
     tokenizer = Tokenizer.load(tokenizer_file) if tokenizer_file.exists() else None

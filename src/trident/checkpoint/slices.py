@@ -12,6 +12,7 @@ import torch
 from trident.checkpoint import tensorfile
 from trident.checkpoint.integrity import CheckpointError, DamagedCheckpoint, file_digest
 from trident.checkpoint.tiles import Scratch, band_digests, band_rows, grid_shape, tile_count, tile_shape
+from trident.text.storage import open_ranges
 
 
 class SliceSource:
@@ -27,8 +28,13 @@ class SliceSource:
 
     def handle(self, file: str):
         if file not in self.handles:
-            self.handles[file] = open(self.directory / file, "rb")
+            self.handles[file] = open_ranges(self.directory / file)
         return self.handles[file]
+
+    @property
+    def bytes_read(self) -> int:
+        """Bytes read so far from this checkpoint's tensor files (whole-file digest checks aside)."""
+        return sum(handle.bytes_read for handle in self.handles.values())
 
     def close(self) -> None:
         for handle in self.handles.values():
@@ -78,15 +84,18 @@ class SliceSource:
         groups = range(col_lo // tile[1], -(-col_hi // tile[1]))
         columns = (groups.start * tile[1], min(cols, groups.stop * tile[1]))
         out3, copied = out.view(row_hi - row_lo, col_hi - col_lo, inner), 0
-        for band in range(row_lo // tile[0], -(-row_hi // tile[0])):
-            r0, r1 = band_rows(shape, tile, band)
+        bands = [(band, *band_rows(shape, tile, band)) for band in range(row_lo // tile[0], -(-row_hi // tile[0]))]
+        runs = {band: _runs(r0, r1, cols, inner, *columns, lo, hi) for band, r0, r1 in bands}
+        handle, fetched = self.handle(piece["file"]), set()
+        for band, r0, r1 in bands:
+            if not runs[band]:
+                continue
+            if band not in fetched:  # object stores: the next bands' spans fetched concurrently
+                fetched = _prefetch(handle, piece, runs, band, lo, size)
             if whole:
-                values, held = self._read_whole_band(piece, r0, r1, cols, inner, columns), None
+                values, held = self._read_whole_band(piece, runs[band], r0, r1, cols, inner), None
             else:
-                runs = _runs(r0, r1, cols, inner, *columns, lo, hi)
-                if not runs:
-                    continue
-                values, held = self._read_band(piece, runs, r0, r1, cols, inner, lo, size)
+                values, held = self._read_band(piece, runs[band], r0, r1, cols, inner, lo, size)
             if "digests" in piece and piece["file"] not in self.verified:
                 self._check(piece, band, values, held, tile, groups, shape)
             a, b = max(r0, row_lo), min(r1, row_hi)
@@ -100,18 +109,14 @@ class SliceSource:
                 copied += int(mask.sum())
         return copied
 
-    def _read_whole_band(self, piece, r0, r1, cols, inner, columns) -> torch.Tensor:
-        """Band rows [r0, r1) of a whole block, columns [first, end) read (the rest left unset)."""
+    def _read_whole_band(self, piece, runs, r0, r1, cols, inner) -> torch.Tensor:
+        """Band rows [r0, r1) of a whole block, the columns of `runs` read (the rest left unset)."""
         size = tensorfile.element_size(piece["dtype"])
         values = self.scratch.get("band", (r1 - r0) * cols * inner, tensorfile.TORCH_DTYPES[piece["dtype"]])
-        values = values.view(r1 - r0, cols, inner)
-        handle, (first, end) = self.handle(piece["file"]), columns
-        if (first, end) == (0, cols):  # full width: one contiguous read
-            tensorfile.read_into(handle, piece["span"][0] + r0 * cols * inner * size, values)
-            return values
-        for r in range(r0, r1):
-            tensorfile.read_into(handle, piece["span"][0] + (r * cols + first) * inner * size, values[r - r0, first:end])
-        return values
+        start, handle = r0 * cols * inner, self.handle(piece["file"])
+        for a, b in runs:  # one run per row, or one for the band when it is read full width
+            tensorfile.read_into(handle, piece["span"][0] + a * size, values[a - start:b - start])
+        return values.view(r1 - r0, cols, inner)
 
     def _read_band(self, piece, runs, r0, r1, cols, inner, lo, size):
         """Band rows [r0, r1) of a ZeRO piece: the runs it holds, with a mask of what they cover."""
@@ -132,6 +137,25 @@ class SliceSource:
                 raise DamagedCheckpoint(
                     f"{self.directory / piece['file']}: tensor '{piece['key']}' ({piece['kind']} of '{piece['name']}'), "
                     f"tile ({band}, {g}): digest differs from {piece.get('manifest', 'its manifest')} (corrupted)")
+
+
+PREFETCH_BYTES = 64 << 20  # bytes of spans fetched concurrently at a time from an object store
+
+
+def _prefetch(handle, piece, runs: dict, first_band: int, lo: int, size: int) -> set:
+    """Fetch, concurrently, the spans of bands from `first_band` on, up to PREFETCH_BYTES (at least
+    one band); returns the bands fetched. Local files need no prefetch: their reads are served as
+    they come."""
+    if not handle.remote:
+        return set(runs)
+    spans, fetched = [], set()
+    for band in (b for b in runs if b >= first_band):
+        if fetched and sum(length for _, length in spans) >= PREFETCH_BYTES:
+            break
+        spans += [(piece["span"][0] + (a - lo) * size, (b - a) * size) for a, b in runs[band]]
+        fetched.add(band)
+    handle.prefetch(spans)
+    return fetched
 
 
 def _rows_and_cols(region, shape, path) -> tuple[tuple[int, int], tuple[int, int]]:

@@ -17,6 +17,7 @@ import torch
 import xxhash
 
 from trident.checkpoint.integrity import CheckpointError, DamagedCheckpoint
+from trident.text.storage import location, open_ranges, open_write
 
 CHUNK_BYTES = 64 << 20  # bytes handed to write() at a time: bounds the writer's transient memory
 DTYPES = {torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16", torch.float64: "F64",
@@ -46,7 +47,7 @@ def write_tensors(path: Path, tensors: dict[str, torch.Tensor], chunk_bytes: int
     text += b" " * (-len(text) % 8)  # data starts 8-byte aligned, as safetensors writes it
     start = 8 + len(text)
     digest = xxhash.xxh64()
-    with open(path, "wb") as handle:
+    with open_write(path) as handle:
         for block in (struct.pack("<Q", len(text)), text):
             handle.write(block)
             digest.update(block)
@@ -83,11 +84,12 @@ def read_into(handle, offset: int, target: torch.Tensor) -> None:
 
 def read_header(path: Path) -> dict[str, dict]:
     """{key: {"dtype", "shape", "span": [first, end byte in the file]}} from a safetensors header."""
+    path = location(path)
     try:
-        with open(path, "rb") as handle:
+        with open_ranges(path) as handle:
             (length,) = struct.unpack("<Q", read_span(handle, 0, 8))
-            if length > path.stat().st_size:
-                raise ValueError(f"header of {length} bytes in a file of {path.stat().st_size}")
+            if length > handle.size:
+                raise ValueError(f"header of {length} bytes in a file of {handle.size}")
             header = json.loads(read_span(handle, 8, length))
     except (OSError, ValueError, struct.error) as error:
         raise CheckpointError(f"{path}: not a readable safetensors file ({type(error).__name__}: {error})") from None
@@ -95,6 +97,16 @@ def read_header(path: Path) -> dict[str, dict]:
     return {key: {"dtype": entry["dtype"], "shape": entry["shape"],
                   "span": [8 + length + entry["data_offsets"][0], 8 + length + entry["data_offsets"][1]]}
             for key, entry in header.items()}
+
+
+def read_tensors(path) -> dict[str, torch.Tensor]:
+    """Every tensor of a small safetensors file (the RNG states), read through `open_ranges`."""
+    header = read_header(path)
+    tensors = {key: torch.empty(entry["shape"], dtype=TORCH_DTYPES[entry["dtype"]]) for key, entry in header.items()}
+    with open_ranges(path) as handle:
+        for key, entry in header.items():
+            read_into(handle, entry["span"][0], tensors[key])
+    return tensors
 
 
 def span_bytes(entry: dict) -> int:

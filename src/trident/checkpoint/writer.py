@@ -4,6 +4,10 @@ A checkpoint is written to a temporary folder, fsynced, renamed into place, then
 and `latest` updated; with async_save the files are written by a background thread from CPU copies
 taken at save time. A crash at any point leaves no folder that counts as a checkpoint.
 
+On an object store (`checkpoint.dir` an s3://... URL) there are no folders to rename: rank 0 first
+clears the step's prefix (its COMPLETE first), every rank writes its objects in place (each object
+appears whole or not at all), and COMPLETE, written last, is the commit.
+
 Host memory: a save copies this rank's tensors to host memory once, in their own dtype (weights in
 the training dtype, optimizer state in fp32), and streams each file from those copies in bounded
 chunks (tensorfile.CHUNK_BYTES), digesting files and tiles on the way (no file is read back).
@@ -25,6 +29,7 @@ from trident.checkpoint.reader import complete_checkpoints
 from trident.checkpoint.tensorfile import DTYPES, write_tensors
 from trident.checkpoint.tiles import piece_digests, tile_shape
 from trident.parallel.mesh import barrier
+from trident.text.storage import fresh, is_remote, location, make_folder, remove_tree
 
 
 class SaveError(RuntimeError):
@@ -32,6 +37,8 @@ class SaveError(RuntimeError):
 
 
 def _fsync_dir(path: Path) -> None:
+    if is_remote(path):
+        return  # an object is durable once its upload completes
     for file in path.iterdir():
         with open(file, "rb") as handle:
             os.fsync(handle.fileno())
@@ -40,6 +47,12 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _listing(folder: Path, pattern: str) -> list[Path]:
+    """Files of `folder` matching `pattern`, as they are now (other ranks write them; an object
+    store's listing cache would miss new objects)."""
+    return list(fresh(folder).glob(pattern))
 
 
 def _agree_nonce() -> str:
@@ -99,7 +112,7 @@ class CheckpointWriter:
     COMPLETE and points `latest` at it. No collective runs in the background thread."""
 
     def __init__(self, root: Path, mesh, keep_last: int = 3, async_save: bool = False, timeout_s: float = 3600):
-        self.root, self.mesh, self.keep_last, self.async_save = Path(root), mesh, keep_last, async_save
+        self.root, self.mesh, self.keep_last, self.async_save = location(root), mesh, keep_last, async_save
         self.timeout_s = timeout_s  # how long rank 0 waits for the other ranks' files (parallel.timeout_s)
         self.thread: threading.Thread | None = None
         self.error: tuple[int, BaseException] | None = None  # (step, what failed) of a background save
@@ -109,7 +122,13 @@ class CheckpointWriter:
         """Collective. Returns the final folder (complete once `wait()` returns, for async saves;
         `blocking` writes synchronously even with async_save, as a save before stopping must)."""
         self.wait()
-        tmp = self.root / f".tmp_step_{step:07d}_{_agree_nonce()}"
+        if is_remote(self.root):
+            if self.mesh.rank == 0:
+                remove_checkpoint(fmt.step_dir(self.root, step))  # a crashed attempt's objects
+            _agree_nonce()  # every rank waits for the prefix to be clear
+            tmp = fmt.step_dir(self.root, step)
+        else:
+            tmp = self.root / f".tmp_step_{step:07d}_{_agree_nonce()}"
         model, optim, entries = snapshot(named_params, optimizer_pieces, self.mesh)
         rng = {k: v.detach().cpu().clone() for k, v in rng.items()}
         args = (step, tmp, model, optim, entries, rng, trainer_state, extra_files or {})
@@ -146,7 +165,7 @@ class CheckpointWriter:
             self.error = (args[0], error)
 
     def _write(self, step, tmp, model, optim, entries, rng, trainer_state, extra_files) -> None:
-        tmp.mkdir(parents=True, exist_ok=True)
+        make_folder(tmp)
         rank, files = self.mesh.rank, {}
         for name, tensors in ((fmt.model_file(self.mesh), model), (fmt.optim_file(self.mesh), optim)):
             if tensors:  # DP ranks > 0 hold no model copy; without ZeRO they hold no optimizer state either
@@ -162,7 +181,7 @@ class CheckpointWriter:
 
     def _finalize(self, step, tmp, trainer_state, extra_files) -> None:
         deadline = time.time() + self.timeout_s
-        while len(list(tmp.glob(fmt.done_marker("*")))) < self.mesh.world_size:
+        while len(_listing(tmp, fmt.done_marker("*"))) < self.mesh.world_size:
             if time.time() > deadline:
                 missing = [r for r in range(self.mesh.world_size) if not (tmp / fmt.done_marker(r)).exists()]
                 raise TimeoutError(f"checkpoint {tmp}: ranks {missing} did not write their shards within "
@@ -172,19 +191,23 @@ class CheckpointWriter:
         state = trainer_state | {"layout": layout, "format_version": fmt.FORMAT_VERSION}
         (tmp / fmt.TRAINER_STATE).write_text(json.dumps(state, indent=1))
         for name, source in extra_files.items():
-            shutil.copyfile(source, tmp / name)
+            (tmp / name).write_bytes(Path(source).read_bytes())
         _fsync_dir(tmp)
         final = fmt.step_dir(self.root, step)
-        remove_checkpoint(final)  # an older save of the same step
-        os.replace(tmp, final)
+        if not is_remote(self.root):  # remote: the objects were written in place
+            remove_checkpoint(final)  # an older save of the same step
+            os.replace(tmp, final)
         (final / fmt.COMPLETE).write_text(str(step))
         _fsync_dir(final)
-        latest_tmp = self.root / f".{fmt.LATEST}.tmp"
-        latest_tmp.write_text(final.name)
-        os.replace(latest_tmp, self.root / fmt.LATEST)
+        if is_remote(self.root):
+            (self.root / fmt.LATEST).write_text(final.name)  # one object: replaced whole
+        else:
+            latest_tmp = self.root / f".{fmt.LATEST}.tmp"
+            latest_tmp.write_text(final.name)
+            os.replace(latest_tmp, self.root / fmt.LATEST)
         prune_checkpoints(self.root, self.keep_last, protect=final)
         for stale in [*self.root.glob(".tmp_step_*"), *self.root.glob(".deleting_*")]:  # crash leftovers
-            shutil.rmtree(stale, ignore_errors=True)
+            remove_tree(stale)
 
 
 def save_checkpoint(root: Path, step: int, named_params: list, optimizer_pieces: list[dict],
@@ -197,7 +220,13 @@ def save_checkpoint(root: Path, step: int, named_params: list, optimizer_pieces:
 
 def remove_checkpoint(path: Path) -> None:
     """Delete a checkpoint folder so that no crash can leave it half-deleted but still marked
-    complete: it is first renamed out of the step_* namespace (atomic), then removed."""
+    complete: it is first renamed out of the step_* namespace (atomic), then removed. On an object
+    store its COMPLETE goes first, so it stops counting before any other object is deleted."""
+    path = location(path)
+    if is_remote(path):
+        (path / fmt.COMPLETE).unlink(missing_ok=True)
+        remove_tree(path)
+        return
     if not path.exists():
         return
     doomed = path.with_name(f".deleting_{path.name}_{time.time_ns():x}")
@@ -211,5 +240,5 @@ def prune_checkpoints(root: Path, keep_last: int, protect: Path | None = None) -
     if keep_last <= 0:
         return
     for old in complete_checkpoints(root)[:-max(1, keep_last)]:
-        if protect is None or old.resolve() != Path(protect).resolve():
+        if protect is None or str(old) != str(protect):
             remove_checkpoint(old)

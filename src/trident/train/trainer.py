@@ -33,6 +33,7 @@ from trident.parallel.sharding import full_shape
 from trident.parallel.token_ids import check_token_ids
 from trident.parallel.watch import failed_group
 from trident.train import allocator
+from trident.text.storage import location
 from trident.train.diagnostics import CorruptionError, RunDiagnostics
 from trident.train.loggers import build_loggers
 from trident.train.metrics import MetricsWriter, console_line, peak_memory_bytes
@@ -63,9 +64,10 @@ class Trainer:
         self.model: ParallelModel = parallelize(config, self.mesh, self.device, self.precision)
         self.diagnostics = RunDiagnostics(config, self.mesh, self.model, self.out, self.device, self.log)
         self.step, self.consumed_samples, self.consumed_tokens = 0, 0, 0
-        self.checkpoint_root = Path(config.checkpoint.dir) if config.checkpoint.dir else self.out / "checkpoints"
+        self.checkpoint_root = location(config.checkpoint.dir) if config.checkpoint.dir else self.out / "checkpoints"
         self.writer = CheckpointWriter(self.checkpoint_root, self.mesh, config.checkpoint.keep_last,
                                        config.checkpoint.async_save, config.parallel.timeout_s)
+        self.resume_bytes = 0  # bytes of checkpoint tensor files this rank read to resume
         self._maybe_resume()
 
     # ---- construction --------------------------------------------------------------------------
@@ -329,6 +331,7 @@ class Trainer:
         reader = load_checkpoint(self.config.checkpoint.load, self.checkpoint_root, load_slices, self.log)
         if reader is None:
             return
+        self.resume_bytes = reader.source.bytes_read  # this rank's share, not the checkpoint
         reader.close()
         state = reader.state
         self.step, self.consumed_samples = state["step"], state["consumed_samples"]
@@ -336,7 +339,8 @@ class Trainer:
         self.model.scaler.load_state_dict(state["scaler"])
         if rng["state"] is not None:
             set_rng_state(rng["state"], self.device)
-        self.log(f"resumed from {reader.path} at step {self.step}")
+        self.log(f"resumed from {reader.path} at step {self.step} (this rank read "
+                 f"{self.resume_bytes / 2**20:.1f} MiB of its tensor files)")
 
 
 class RankFailure(RuntimeError):

@@ -1,0 +1,198 @@
+"""Where a user's path may point: a local path, or an fsspec URL (`s3://bucket/key`, `gs://`,
+`memory://`, `file://`).
+
+`location(path)` is the one entry point: a plain `pathlib.Path` for local paths (nothing changes for
+them), a `UPath` (universal-pathlib: pathlib's API over fsspec) for URLs, so code written against
+Path (`/`, `exists`, `glob`, `open`, `read_text`, `write_bytes`, `stat().st_size`) serves both.
+What differs for object stores lives here: reads of byte ranges with no read-ahead (a rank fetches
+only the bytes it loads), copies of small files into a local cache (an index a reader memory-maps),
+whole-tree removal, and a fingerprint that says when a remote file changed.
+
+S3 settings come from the usual places: AWS_* variables and ~/.aws for credentials, and
+`FSSPEC_S3_ENDPOINT_URL` (or AWS_ENDPOINT_URL) for a non-AWS endpoint such as MinIO.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from pathlib import Path
+
+LOCAL_PROTOCOLS = ("", "file", "local")
+
+
+def protocol(path) -> str:
+    """The URL scheme of `path` ('' for a plain local path)."""
+    text = os.fspath(path) if not hasattr(path, "protocol") else str(path)
+    return text.split("://", 1)[0] if "://" in text else ""
+
+
+def is_remote(path) -> bool:
+    """Whether `path` names an object in an fsspec filesystem other than the local disk."""
+    return protocol(path) not in LOCAL_PROTOCOLS
+
+
+def location(path) -> Path:
+    """A Path for local paths (`file://` stripped), a UPath for any other fsspec URL."""
+    if hasattr(path, "fs") and is_remote(path):
+        return path  # already a UPath
+    text = str(path)
+    if protocol(text) in ("file", "local"):
+        return Path(text.split("://", 1)[1])
+    if not is_remote(text):
+        return Path(text)
+    from upath import UPath  # imported only when a URL is used
+    return UPath(text)
+
+
+def fresh(path) -> Path:
+    """`path` with the filesystem's listing cache dropped, so listings and existence checks see
+    objects other processes wrote since (fsspec caches listings of object stores)."""
+    path = location(path)
+    if is_remote(path):
+        path.fs.invalidate_cache()
+    return path
+
+
+def join(base, name: str) -> Path:
+    """`base / name` for a path or URL given as text."""
+    return location(base) / name
+
+
+def open_write(path):
+    """`path` opened for writing bytes (an object store uploads it in parts, whole at close)."""
+    path = location(path)
+    return open(path, "wb") if not is_remote(path) else path.fs.open(path.path, "wb")
+
+
+class RangeReader:
+    """A binary file opened for reads at chosen offsets: every read fetches exactly the bytes asked
+    for (one ranged GET on an object store, no read-ahead), and `bytes_read` counts them.
+    `prefetch(spans)` fetches many spans of an object concurrently (one round trip's latency
+    instead of one per span); reads of exactly those spans are then served from memory."""
+
+    def __init__(self, path) -> None:
+        self.path = location(path)
+        self.name, self.remote = str(self.path), is_remote(self.path)
+        self.fetched: dict[tuple[int, int], bytes] = {}
+        self.position = 0
+        if self.remote:
+            self.handle = self.path.fs.open(self.path.path, "rb", cache_type="none")
+            self.size = int(self.handle.size)
+        else:
+            self.handle = open(self.path, "rb")
+            self.size = os.fstat(self.handle.fileno()).st_size
+        self.bytes_read = 0
+
+    def prefetch(self, spans: list[tuple[int, int]]) -> None:
+        """Fetch the (offset, length) spans concurrently (object stores; nothing to do locally)."""
+        if not self.remote or not spans:
+            return
+        starts = [offset for offset, _ in spans]
+        ends = [min(offset + length, self.size) for offset, length in spans]
+        blocks = self.path.fs.cat_ranges([self.path.path] * len(spans), starts, ends)
+        self.fetched = {span: block for span, block in zip(spans, blocks)}
+        self.bytes_read += sum(len(block) for block in blocks)
+
+    def seek(self, offset: int) -> None:
+        self.position = offset
+        self.handle.seek(offset)
+
+    def read(self, length: int) -> bytes:
+        data = self.fetched.pop((self.position, length), None)
+        if data is None:
+            data = self.handle.read(length)
+            self.bytes_read += len(data)
+        self.position += len(data)
+        return data
+
+    def readinto(self, buffer) -> int:
+        view = memoryview(buffer).cast("B")
+        data = self.fetched.pop((self.position, len(view)), None)
+        if data is None:
+            self.handle.seek(self.position)
+            count = self.handle.readinto(view) or 0
+            self.bytes_read += count
+        else:
+            count = len(data)
+            view[:count] = data
+        self.position += count
+        return count
+
+    def close(self) -> None:
+        self.handle.close()
+
+    def __enter__(self) -> "RangeReader":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def open_ranges(path) -> RangeReader:
+    """`path` opened for reading byte spans (see RangeReader)."""
+    return RangeReader(path)
+
+
+def size(path) -> int:
+    return location(path).stat().st_size
+
+
+def fingerprint(path) -> dict:
+    """What identifies a file's contents cheaply: where it is, its size and its modification mark
+    (mtime locally; the object's ETag or last-modified time remotely)."""
+    path = location(path)
+    if not is_remote(path):
+        stat = path.stat()
+        return {"path": os.path.abspath(path), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+    info = path.fs.info(path.path)
+    mark = info.get("ETag") or info.get("etag") or str(info.get("LastModified") or info.get("mtime") or "")
+    return {"path": str(path), "size": int(info["size"]), "mark": str(mark).strip('"')}
+
+
+def local_copy(path, cache_root) -> Path:
+    """`path` itself when local; else a copy under `cache_root` named by the URL and its fingerprint,
+    downloaded once (a changed object gets a new copy), for readers that memory-map a file."""
+    path = location(path)
+    if not is_remote(path):
+        return path
+    key = hashlib.sha256(repr(sorted(fingerprint(path).items())).encode()).hexdigest()[:16]
+    target = Path(cache_root) / f"{key}-{path.name}"
+    if not target.exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
+        path.fs.get_file(path.path, str(tmp))
+        os.replace(tmp, target)
+    return target
+
+
+def cache_root() -> Path:
+    """Where local copies of remote files go: $TRIDENT_CACHE, else ~/.cache/trident."""
+    return Path(os.environ.get("TRIDENT_CACHE") or Path.home() / ".cache" / "trident")
+
+
+def remove_tree(path) -> None:
+    """Delete a folder (or prefix of objects) and everything under it; nothing when absent."""
+    path = location(path)
+    if not is_remote(path):
+        shutil.rmtree(path, ignore_errors=True)
+    elif path.fs.exists(path.path):
+        path.fs.rm(path.path, recursive=True)
+
+
+def make_folder(path) -> Path:
+    """`path` as a folder that exists (object stores have no folders: nothing to create there)."""
+    path = location(path)
+    if not is_remote(path):
+        path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def replace(source, target) -> None:
+    """Move `source` to `target`: an atomic rename on a local disk; copy-then-delete of one object
+    on an object store (each object appears whole or not at all)."""
+    source, target = location(source), location(target)
+    if not is_remote(source):
+        os.replace(source, target)
+    else:
+        source.fs.mv(source.path, target.path)
