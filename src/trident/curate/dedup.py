@@ -6,8 +6,11 @@ document keys, partition files, dropping rows) is in trident.curate.dedup_shared
 Both dedup stages are map/reduce jobs over files, so no step holds more than one shard or one
 hash partition in memory:
   1. per shard (parallel): hash each document, write the hashes into `partitions` files by hash;
-  2. per partition (parallel): group equal hashes, choose which documents to drop;
-  3. per shard (parallel): copy the shard without the dropped rows.
+  2. per partition (parallel): group equal hashes, choose which documents to drop, write the
+     dropped keys into drop files by shard;
+  3. per shard (parallel): copy the shard without the rows of its drop files.
+The driver holds only the job lists (O(shards + partitions)) and the counts the tasks return,
+with every executor: dropped keys go from worker to worker as files, never through it.
 
 ``scope: global`` deduplicates across datasets; ``scope: dataset`` only within each
 ``meta["dataset"]`` (documents of different datasets are never duplicates of each other).
@@ -19,23 +22,26 @@ from __future__ import annotations
 
 import re
 import shutil
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import xxhash
 
+from trident.curate.dedup_distributed import _write_task
 from trident.curate.dedup_shared import (
-    apply_drops,
     dataset_salt,
     doc_key,
     load_partition,
     priority_array,
     priority_fields,
     save_partitioned,
+    split_keys,
     validate_common,
 )
+from trident.curate.document import CurateError
 from trident.curate.shards import read_shard
-from trident.curate.stage import Executor, GlobalStage, register_stage
+from trident.curate.stage import Executor, GlobalStage, output_paths, register_stage
 
 _WHITESPACE = re.compile(r"\s+")
 
@@ -68,11 +74,13 @@ def _exact_hash_task(job: dict) -> int:
     return len(rows)
 
 
-def _exact_group_task(part_dir: str) -> tuple[np.ndarray, int]:
-    """Reduce step: doc keys to drop in one partition, and how many duplicate groups it had."""
-    records = load_partition(Path(part_dir))
+def _exact_group_task(job: dict) -> tuple[int, int]:
+    """Reduce step: one partition's doc keys to drop, written to drops/s<shard>/ by their shard;
+    returns (documents dropped, duplicate groups)."""
+    work = Path(job["work"])
+    records = load_partition(work / f"p{job['part']:06d}")
     if records is None:
-        return np.zeros(0, dtype=np.uint64), 0
+        return 0, 0
     quality_key = np.where(np.isnan(records["quality"]), np.inf, -records["quality"])
     order = np.lexsort((records["key"], records["id"], -records["length"], quality_key,
                         records["rank"], records["lo"], records["hi"]))
@@ -80,7 +88,9 @@ def _exact_group_task(part_dir: str) -> tuple[np.ndarray, int]:
     same = (records["hi"][1:] == records["hi"][:-1]) & (records["lo"][1:] == records["lo"][:-1])
     first_of_group = np.r_[True, ~same]
     groups = int(np.count_nonzero(first_of_group[:-1] & same)) if len(records) > 1 else 0
-    return records["key"][~first_of_group], groups
+    dropped = records["key"][~first_of_group]
+    save_partitioned(dropped, split_keys(dropped)[0], work / "drops", "s", f"p{job['part']:06d}")
+    return len(dropped), groups
 
 
 @register_stage("exact_dedup")
@@ -104,10 +114,19 @@ class ExactDedup(GlobalStage):
                  "scope": self.scope, "priority": self.priority, "priority_field": self.priority_field}
                 for i, p in enumerate(inputs)]
         executor.map(_exact_hash_task, jobs, desc="exact_dedup: hash")
-        parts = [str(work / f"p{p:06d}") for p in range(self.partitions)]
-        results = executor.map(_exact_group_task, parts, desc="exact_dedup: group")
-        dropped = np.concatenate([r[0] for r in results] + [np.zeros(0, dtype=np.uint64)])
-        self.counters["duplicate_groups"] += sum(r[1] for r in results)
-        outputs = apply_drops(self, inputs, out_dir, executor, dropped, "duplicate")
+        parts = [{"work": str(work), "part": p} for p in range(self.partitions)]
+        grouped = executor.map(_exact_group_task, parts, desc="exact_dedup: group")
+        self.counters["duplicate_groups"] += sum(groups for _, groups in grouped)
+        outputs = output_paths(inputs, out_dir)
+        writes = [{"work": str(work), "shard": i, "src": str(src), "dst": str(dst)}
+                  for i, (src, dst) in enumerate(zip(inputs, outputs))]
+        written = Counter()
+        for found in executor.map(_write_task, writes, desc="exact_dedup: write"):
+            written.update(found)
+        chosen = sum(n for n, _ in grouped)
+        if written["dropped:duplicate"] != chosen:  # drop files lost between workers (e.g. unshared storage)
+            raise CurateError(f"exact_dedup: {chosen} documents chosen to drop, "
+                              f"{written['dropped:duplicate']} dropped (work files in {work})")
+        self.counters.update(written)
         shutil.rmtree(work, ignore_errors=True)
         return outputs
