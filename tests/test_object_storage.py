@@ -41,3 +41,35 @@ def test_checkpoints_save_resume_and_reshard_on_s3(s3, tmp_path):
     for rank, (_, read, share) in enumerate(results):
         assert 0 < read <= 1.25 * share, (rank, read, share)  # range reads of its own tiles only
     assert trainer.resume_bytes > 0
+
+
+def _train_losses(out, data, tokenizer):
+    from trident.config import load_config
+    from trident.train.metrics import read_metrics
+    from trident.train.trainer import Trainer
+
+    config = load_config("tiny", [f"data.paths=[{data}]", f"data.tokenizer={tokenizer}", "train.steps=3",
+                                  "logging.log_interval=1", "train.eval_interval=0", "model.num_layers=1"])
+    Trainer(config, out, log=lambda *a: None).train()
+    return [record["loss"] for record in read_metrics(out / "metrics.jsonl") if "loss" in record]
+
+
+@pytest.mark.timeout(180)
+def test_tokenize_from_s3_to_s3_and_train_reading_s3(s3, tmp_path, monkeypatch):
+    from train_fixtures import tiny_corpus
+    from trident.data.build import tokenize_files
+
+    monkeypatch.setenv("TRIDENT_CACHE", str(tmp_path / "cache"))
+    local = tiny_corpus(tmp_path)
+    for name in ("c.jsonl", "tok.json"):
+        s3.fs.put_file(str(local / name), s3.url(f"corpus/{name}"))
+    prefix = s3.url("tokens/data")
+    stats = tokenize_files([s3.url("corpus/c.jsonl")], prefix, s3.url("corpus/tok.json"), progress=False)
+    assert stats["output_prefix"] == prefix and stats["inputs"] == [s3.url("corpus/c.jsonl")]
+    for suffix in (".bin", ".idx", ".doc_lines.npy"):  # the same dataset as tokenized from local files
+        assert s3.fs.cat_file(f"{prefix}{suffix}") == (local / f"data{suffix}").read_bytes(), suffix
+    assert not list((tmp_path / "cache").glob("**/*.bin"))  # the tokens were never copied whole
+
+    remote = _train_losses(tmp_path / "remote", prefix, s3.url("corpus/tok.json"))
+    assert remote == _train_losses(tmp_path / "here", local / "data", local / "tok.json")
+    assert len(remote) == 3

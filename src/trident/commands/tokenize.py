@@ -7,13 +7,14 @@ import os
 import sys
 
 from trident.text.jsonl import DEFAULT_MAX_DOC_BYTES
+from trident.text.storage import location
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--input", nargs="+", required=True, metavar="FILE",
-                        help=".jsonl, .jsonl.gz or .jsonl.zst files (one JSON object a line)")
+                        help=".jsonl, .jsonl.gz or .jsonl.zst files (one JSON object a line); local or fsspec URLs (s3://...)")
     parser.add_argument("--output-prefix", required=True, metavar="PREFIX",
-                        help="writes PREFIX.bin, PREFIX.idx and PREFIX.stats.json")
+                        help="writes PREFIX.bin, PREFIX.idx and PREFIX.stats.json (a local path or an fsspec URL: s3://bucket/x)")
     parser.add_argument("--tokenizer", required=True, metavar="PATH",
                         help="tokenizer.json, or a directory with tokenizer.json or vocab.json + merges.txt")
     parser.add_argument("--json-key", default="text", help="JSONL field holding the text (default: text)")
@@ -32,7 +33,8 @@ def run(args) -> int:
     from trident.data.build import tokenize_files
     from trident.data.tokenize_jsonl import TokenizeError
 
-    existing = [p for p in (f"{args.output_prefix}.{ext}" for ext in ("bin", "idx", "stats.json", "doc_lines.npy", "doc_ids.jsonl")) if os.path.exists(p)]
+    outputs = (f"{args.output_prefix}.{ext}" for ext in ("bin", "idx", "stats.json", "doc_lines.npy", "doc_ids.jsonl"))
+    existing = [p for p in outputs if location(p).exists()]
     if existing and not args.overwrite:  # an earlier dataset is never silently replaced
         print(f"trident tokenize: error: {existing[0]} already exists; choose another --output-prefix, "
               f"or pass --overwrite", file=sys.stderr)

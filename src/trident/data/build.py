@@ -6,6 +6,7 @@ train and valid, packs each split into windows (GPTDataset) and blends several p
 """
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from trident.data.index_cache import load_or_build
 from trident.data.indexed import IndexedDataset
 from trident.data.prebuild import build_gpt_indices, build_splits, index_workers, open_pool
 from trident.data.tokenize_jsonl import tokenize_files  # noqa: F401  (public here: trident.data.build.tokenize_files)
+from trident.text.storage import cache_root, is_remote, location
 
 log = logging.getLogger("trident.data")
 CACHE_SUBDIR = "index-cache"
@@ -46,7 +48,7 @@ def parse_data_paths(paths) -> list[Source]:
         for suffix in (".bin", ".idx"):
             if text.endswith(suffix):
                 text = text[: -len(suffix)]
-        return Path(os.path.abspath(text))
+        return location(text) if is_remote(text) else Path(os.path.abspath(text))
 
     def as_weight(item):
         if isinstance(item, bool):
@@ -115,6 +117,8 @@ def cached_split(num_documents: int, data_config, cache_dir: Path, label: str):
 def _cache_dir(data_config, prefix: Path) -> Path:
     if getattr(data_config, "cache_dir", ""):
         return Path(os.path.abspath(os.path.expanduser(data_config.cache_dir)))
+    if is_remote(prefix):  # index arrays are memory-mapped: they live on a local disk
+        return cache_root() / CACHE_SUBDIR / hashlib.sha256(str(prefix.parent).encode()).hexdigest()[:16]
     return prefix.parent / CACHE_SUBDIR
 
 
@@ -132,7 +136,7 @@ def source_dataset(indexed: IndexedDataset, documents, split_key: dict, part: st
                    num_samples: int, seed: int) -> GPTDataset:
     """One source's part (train or valid) as a GPTDataset, its indices cached next to the source."""
     return GPTDataset(indexed, documents, seq_length, num_samples, seed,
-                      cache_dir=_cache_dir(data_config, Path(indexed.prefix)), name=part,
+                      cache_dir=_cache_dir(data_config, indexed.prefix), name=part,
                       documents_key={**split_key, "part": part})
 
 

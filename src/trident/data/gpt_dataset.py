@@ -206,7 +206,7 @@ class GPTDataset:
         if cache_dir is None:
             arrays, self.from_cache = build(), False
         else:
-            cache_name = f"{Path(indexed.prefix).name}.{name}"
+            cache_name = f"{indexed.prefix.name}.{name}"
             arrays, self.from_cache = load_or_build(cache_dir, cache_name, inputs, self.ARRAYS, build)
         self.doc_idx = arrays["doc_idx"]
         self.sample_idx = arrays["sample_idx"]

@@ -14,14 +14,14 @@ from typing import Callable
 
 import numpy as np
 
+from trident.text.storage import fingerprint
+
 CACHE_VERSION = 1  # bump when the index-building algorithms change
 
 
 def file_fingerprint(path) -> dict:
-    """What identifies a data file's contents cheaply: absolute path, size and mtime."""
-    path = Path(path)
-    stat = path.stat()
-    return {"path": os.path.abspath(path), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+    """What identifies a data file's contents cheaply: where it is, its size and mtime (or ETag)."""
+    return fingerprint(path)
 
 
 def array_digest(array: np.ndarray) -> str:

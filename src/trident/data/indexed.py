@@ -22,7 +22,10 @@ from pathlib import Path
 
 import numpy as np
 
+from trident.text.storage import BlockCachedFile, cache_root, is_remote, local_copy, location, size
+
 INDEX_HEADER = b"MMIDIDX\x00\x00"
+BIN_BLOCK = 8 << 20  # bytes of a remote .bin fetched at a time (samples are read in order within a block)
 INDEX_VERSION = 1
 DTYPE_CODES = {
     1: np.uint8,
@@ -51,11 +54,11 @@ def best_dtype(vocab_size: int):
 
 
 def data_file(prefix) -> Path:
-    return Path(f"{os.fspath(prefix)}.bin")
+    return location(f"{prefix}.bin")
 
 
 def index_file(prefix) -> Path:
-    return Path(f"{os.fspath(prefix)}.idx")
+    return location(f"{prefix}.idx")
 
 
 def encode_index(sizes, doc_idx, dtype) -> bytes:
@@ -129,16 +132,20 @@ class IndexedDatasetBuilder:
 
 
 class IndexedDataset:
-    """Memory-mapped reader of a Megatron indexed dataset; `ds[i]` is sequence i's tokens."""
+    """Memory-mapped reader of a Megatron indexed dataset; `ds[i]` is sequence i's tokens.
+
+    A prefix on an object store (s3://...) works too: its .idx is copied once into the local cache
+    (storage.cache_root(), as Megatron's object-storage reader does) and mapped from there; the .bin
+    is read through an LRU cache of BIN_BLOCK blocks, fetched as samples need them."""
 
     def __init__(self, prefix):
-        self.prefix = Path(prefix)
+        self.prefix = location(prefix)
         idx_path, bin_path = index_file(prefix), data_file(prefix)
         for path in (idx_path, bin_path):
             if not path.exists():
                 raise FileNotFoundError(f"{path}: missing (expected PREFIX.bin and PREFIX.idx "
                                         f"written by `trident tokenize`)")
-        self._index = np.memmap(idx_path, dtype=np.uint8, mode="r")
+        self._index = np.memmap(local_copy(idx_path, cache_root() / "index"), dtype=np.uint8, mode="r")
         raw = self._index
         header_len = len(INDEX_HEADER) + 8 + 1 + 8 + 8
         if raw.size < header_len or bytes(raw[: len(INDEX_HEADER)]) != INDEX_HEADER:
@@ -159,12 +166,14 @@ class IndexedDataset:
         self.sizes = np.frombuffer(raw, dtype="<i4", count=n_seq, offset=offset)
         self.pointers = np.frombuffer(raw, dtype="<i8", count=n_seq, offset=offset + 4 * n_seq)
         self.doc_idx = np.frombuffer(raw, dtype="<i8", count=n_doc_idx, offset=offset + 12 * n_seq)
-        bin_bytes = bin_path.stat().st_size
+        bin_bytes = size(bin_path)
         need = int(self.pointers[-1]) + int(self.sizes[-1]) * self.dtype.itemsize if n_seq else 0
         if bin_bytes < need:
             raise ValueError(f"{bin_path}: {bin_bytes} bytes, index needs {need} (truncated file?)")
-        # np.memmap refuses empty files; an empty dataset has nothing to map
-        self._bin = np.memmap(bin_path, dtype=np.uint8, mode="r") if bin_bytes else np.zeros(0, np.uint8)
+        if is_remote(bin_path):
+            self._bin = BlockCachedFile(bin_path, BIN_BLOCK)
+        else:  # np.memmap refuses empty files; an empty dataset has nothing to map
+            self._bin = np.memmap(bin_path, dtype=np.uint8, mode="r") if bin_bytes else np.zeros(0, np.uint8)
 
     def __len__(self) -> int:
         return len(self.sizes)
@@ -179,6 +188,8 @@ class IndexedDataset:
         if offset < 0 or length < 0 or offset + length > size:
             raise IndexError(f"range [{offset}, {offset + length}) outside sequence {i} of length {size}")
         start = int(self.pointers[i]) + offset * self.dtype.itemsize
+        if isinstance(self._bin, BlockCachedFile):
+            return np.frombuffer(self._bin.read_at(start, length * self.dtype.itemsize), dtype=self.dtype)
         return np.frombuffer(self._bin, dtype=self.dtype, count=length, offset=start)
 
     def __getitem__(self, i: int) -> np.ndarray:

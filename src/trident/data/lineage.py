@@ -16,15 +16,17 @@ from pathlib import Path
 
 import numpy as np
 
+from trident.text.storage import cache_root, local_copy, location
+
 SUFFIX, IDS_SUFFIX = "doc_lines.npy", "doc_ids.jsonl"
 
 
 def lines_file(prefix) -> Path:
-    return Path(f"{prefix}.{SUFFIX}")
+    return location(f"{prefix}.{SUFFIX}")
 
 
 def ids_file(prefix) -> Path:
-    return Path(f"{prefix}.{IDS_SUFFIX}")
+    return location(f"{prefix}.{IDS_SUFFIX}")
 
 
 class DocumentLines:
@@ -56,9 +58,10 @@ class DocumentSources:
     """Reads a prefix's sidecar; `where(doc)` is "FILE:LINE", or None for data tokenized without one."""
 
     def __init__(self, prefix):
-        self.prefix = Path(prefix)
-        path, stats = lines_file(prefix), Path(f"{prefix}.stats.json")
-        self.table = np.load(path, mmap_mode="r", allow_pickle=False) if path.exists() else None
+        self.prefix = location(prefix)
+        path, stats = lines_file(prefix), location(f"{prefix}.stats.json")
+        self.table = (np.load(local_copy(path, cache_root() / "index"), mmap_mode="r", allow_pickle=False)
+                      if path.exists() else None)
         self.inputs = json.loads(stats.read_text()).get("inputs", []) if stats.exists() else []
         self._ids: list | None = None
         self._names: dict | None = None

@@ -25,6 +25,7 @@ from trident.data.lineage import DocumentLines
 from trident.data.tokenizer import Tokenizer
 from trident.text.jsonl import (DEFAULT_MAX_DOC_BYTES, LineResult, UnreadableFile, is_jsonl,
                                 iter_raw_lines, parse_line)
+from trident.text.storage import location, staged_prefix
 
 log = logging.getLogger("trident.data")
 CHUNK_LINES = 256
@@ -118,7 +119,7 @@ def _encoded(inputs, tokenizer_path: str, json_key: str, workers: int, max_doc_b
 
 
 def _check_inputs(inputs) -> list[Path]:
-    paths = [Path(p) for p in inputs]
+    paths = [location(p) for p in inputs]
     if not paths:
         raise ValueError("no input files given")
     for path in paths:
@@ -167,20 +168,26 @@ def tokenize_files(inputs, output_prefix, tokenizer_path, json_key: str = "text"
     `tokenizer_sha256`, `vocab_size` and `max_token_id` (checked against the model at train start),
     timings. strict=True raises TokenizeError on the first bad line or unreadable file.
     """
-    from tqdm import tqdm
-
     paths = _check_inputs(inputs)
     if max_doc_bytes is not None and max_doc_bytes < 1:
         raise ValueError(f"max_doc_bytes must be positive, got {max_doc_bytes}")
     tokenizer = Tokenizer.load(tokenizer_path)
+    with staged_prefix(output_prefix, commit_suffix=".idx") as prefix:  # an s3:// prefix is uploaded at the end
+        return _tokenize(paths, prefix, str(output_prefix), tokenizer, json_key, workers, strict, progress,
+                         max_doc_bytes)
+
+
+def _tokenize(paths, prefix: Path, target: str, tokenizer, json_key, workers, strict, progress, max_doc_bytes) -> dict:
+    """tokenize_files writing PREFIX.* locally, named for `target` in its statistics."""
+    from tqdm import tqdm
+
     eod = np.array([tokenizer.eod_id], dtype=np.int32)
-    prefix = Path(output_prefix)
     builder = IndexedDatasetBuilder(prefix, best_dtype(tokenizer.vocab_size))
     dropped: Counter = Counter({reason: 0 for reason in _LISTED})
     bad = _BadLines(prefix, strict)
     lines, max_id = 0, -1
     start = time.perf_counter()
-    bar = tqdm(desc=f"tokenize -> {prefix.name}", unit=" docs", disable=not progress, mininterval=0.5)
+    bar = tqdm(desc=f"tokenize -> {location(target).name}", unit=" docs", disable=not progress, mininterval=0.5)
     lineage = DocumentLines(prefix, paths)
     try:
         for path, results in _encoded(paths, str(tokenizer.source), json_key, max(1, int(workers)), max_doc_bytes):
@@ -205,7 +212,7 @@ def tokenize_files(inputs, output_prefix, tokenizer_path, json_key: str = "text"
     finally:
         bar.close()
         bad.close()
-    stats = _stats(paths, prefix, tokenizer, json_key, builder, lines, dropped, bad, workers,
+    stats = _stats(paths, target, tokenizer, json_key, builder, lines, dropped, bad, workers,
                    time.perf_counter() - start)
     # what training checks the model against: which tokenizer, and the largest id actually present
     stats |= {"tokenizer_sha256": tokenizer.sha256(),
@@ -214,11 +221,11 @@ def tokenize_files(inputs, output_prefix, tokenizer_path, json_key: str = "text"
     return stats
 
 
-def _stats(paths, prefix: Path, tokenizer, json_key: str, builder, lines: int, dropped: Counter, bad: _BadLines,
+def _stats(paths, target: str, tokenizer, json_key: str, builder, lines: int, dropped: Counter, bad: _BadLines,
            workers: int, seconds: float) -> dict:
     return {
         "inputs": [str(p) for p in paths],
-        "output_prefix": str(prefix),
+        "output_prefix": target,
         "tokenizer": str(tokenizer.source),
         "json_key": json_key,
         "vocab_size": tokenizer.vocab_size,
@@ -229,7 +236,7 @@ def _stats(paths, prefix: Path, tokenizer, json_key: str, builder, lines: int, d
         "dropped": dict(dropped),
         "bad_lines_total": sum(n for r, n in dropped.items() if r not in ("blank", "empty_text")),
         "bad_lines": bad.examples,
-        "bad_lines_file": str(bad.path) if bad.handle is not None else None,
+        "bad_lines_file": f"{target}.bad_lines.jsonl" if bad.handle is not None else None,
         "workers": max(1, int(workers)),
         "seconds": round(seconds, 3),
         "tokens_per_s": round(builder.num_tokens / seconds, 1) if seconds > 0 else None,

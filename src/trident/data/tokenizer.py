@@ -15,6 +15,8 @@ from typing import Iterable, Sequence
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
+from trident.text.storage import cache_root, local_copy, location
+
 EOD_TOKEN = "<|endoftext|>"
 TOKENIZER_FILE = "tokenizer.json"
 
@@ -40,13 +42,15 @@ class Tokenizer:
 
     @classmethod
     def load(cls, path) -> "Tokenizer":
-        """From a tokenizer.json, or a directory holding tokenizer.json or GPT-2 vocab.json + merges.txt."""
-        path = Path(path)
+        """From a tokenizer.json, or a directory holding tokenizer.json or GPT-2 vocab.json + merges.txt
+        (local, or an fsspec URL)."""
+        path = location(path)
         if path.is_dir():
             if (path / TOKENIZER_FILE).is_file():
                 path = path / TOKENIZER_FILE
             elif (path / "vocab.json").is_file() and (path / "merges.txt").is_file():
-                return cls.from_gpt2_files(path / "vocab.json", path / "merges.txt")
+                return cls.from_gpt2_files(*(local_copy(path / name, cache_root() / "tokenizers")
+                                             for name in ("vocab.json", "merges.txt")))
             else:
                 raise FileNotFoundError(f"{path}: no {TOKENIZER_FILE} and no vocab.json + merges.txt "
                                         f"in this directory")
@@ -54,7 +58,7 @@ class Tokenizer:
             raise FileNotFoundError(f"{path}: tokenizer file not found (train one with "
                                     f"`trident tokenizer train --input FILE --vocab-size N --out {path}`)")
         try:
-            hf = HFTokenizer.from_file(str(path))
+            hf = HFTokenizer.from_str(path.read_text(encoding="utf-8"))
         except Exception as err:  # the Rust side raises a bare Exception on parse errors
             raise ValueError(f"{path}: not a valid Hugging Face tokenizer.json ({err})") from err
         return cls(hf, source=str(path))

@@ -3,9 +3,9 @@ model's embedding, and the dataset must have been encoded by the tokenizer the r
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from trident.data.build import parse_data_paths
+from trident.text.storage import location
 
 
 def check_vocabulary(data_paths, tokenizer, model_vocab_size: int) -> None:
@@ -14,7 +14,7 @@ def check_vocabulary(data_paths, tokenizer, model_vocab_size: int) -> None:
     vocabulary does not fit the model. Datasets without stats (or older stats) are not judged here."""
     digest = tokenizer.sha256()
     for source in parse_data_paths(data_paths):
-        stats_path = Path(f"{source.prefix}.stats.json")
+        stats_path = location(f"{source.prefix}.stats.json")
         if not stats_path.is_file():
             continue
         stats = json.loads(stats_path.read_text())

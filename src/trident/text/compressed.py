@@ -17,6 +17,8 @@ from typing import Callable, Iterator
 
 import zstandard
 
+from trident.text.storage import location, open_read
+
 HOLD_LIMIT = 8 << 20  # decompressed bytes held per member/frame while waiting for its checksum
 _READ = 1 << 16  # compressed bytes read at a time
 # compressed bytes per zstd call (zstd has no output cap): small where the data inflates a lot
@@ -105,7 +107,7 @@ class _Reader(io.RawIOBase):
     """Verified decompressed bytes as a raw stream (for io.BufferedReader)."""
 
     def __init__(self, path: Path, parts: Callable, unit: str) -> None:
-        self._file = open(path, "rb")
+        self._file = open_read(path)
         self._chunks = _verified(parts(self._file), unit)
         self._chunk, self._pos = memoryview(b""), 0
 
@@ -130,10 +132,10 @@ class _Reader(io.RawIOBase):
 
 def open_binary(path) -> io.BufferedIOBase:
     """A binary stream of the file's decompressed, verified bytes (gzip and zstd by suffix)."""
-    path = Path(path)
+    path = location(path)
     name = path.name.lower()
     if name.endswith(".gz"):
         return io.BufferedReader(_Reader(path, _gzip_parts, "gzip member"), buffer_size=_OUT)
     if name.endswith(".zst"):
         return io.BufferedReader(_Reader(path, _zstd_parts, "zstd frame"), buffer_size=_OUT)
-    return open(path, "rb")
+    return open_read(path)

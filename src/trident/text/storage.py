@@ -14,9 +14,13 @@ S3 settings come from the usual places: AWS_* variables and ~/.aws for credentia
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import shutil
+import tempfile
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 LOCAL_PROTOCOLS = ("", "file", "local")
 
@@ -57,6 +61,14 @@ def fresh(path) -> Path:
 def join(base, name: str) -> Path:
     """`base / name` for a path or URL given as text."""
     return location(base) / name
+
+
+def open_read(path) -> io.BufferedIOBase:
+    """`path` opened for reading bytes in order, with the full io API (readline(limit), iteration)."""
+    path = location(path)
+    if not is_remote(path):
+        return open(path, "rb")
+    return io.BufferedReader(path.fs.open(path.path, "rb"), buffer_size=1 << 20)
 
 
 def open_write(path):
@@ -129,6 +141,22 @@ class RangeReader:
         self.close()
 
 
+class BlockCachedFile:
+    """Random reads of a large remote object through fsspec's LRU block cache: each read fetches
+    the `block`-sized blocks it touches, unless recently fetched (samples read in order share them)."""
+
+    def __init__(self, path, block: int) -> None:
+        self.path, self.block = location(path), block
+        self.handle, self.pid = None, None
+
+    def read_at(self, offset: int, length: int) -> bytes:
+        if self.pid != os.getpid():  # a forked worker opens its own connection
+            self.handle, self.pid = self.path.fs.open(self.path.path, "rb", block_size=self.block,
+                                                      cache_type="blockcache"), os.getpid()
+        self.handle.seek(offset)
+        return self.handle.read(length)
+
+
 def open_ranges(path) -> RangeReader:
     """`path` opened for reading byte spans (see RangeReader)."""
     return RangeReader(path)
@@ -196,3 +224,21 @@ def replace(source, target) -> None:
         os.replace(source, target)
     else:
         source.fs.mv(source.path, target.path)
+
+
+@contextmanager
+def staged_prefix(target, commit_suffix: str) -> Iterator[Path]:
+    """A local prefix to write the files PREFIX.* of `target`. A local target is its own stage; for
+    a remote one the files are written into a temporary folder and, once the block completes,
+    uploaded under `target`, the one ending in `commit_suffix` last (so a reader never finds it
+    beside missing or partial files); nothing is uploaded when the block fails."""
+    if not is_remote(target):
+        yield Path(target)
+        return
+    target = location(target)
+    with tempfile.TemporaryDirectory(prefix="trident-stage-") as folder:
+        local = Path(folder) / target.name
+        yield local
+        files = sorted(Path(folder).iterdir(), key=lambda f: f.name.endswith(commit_suffix))
+        for file in files:
+            target.fs.put_file(str(file), f"{target.path}{file.name[len(local.name):]}")
