@@ -73,3 +73,30 @@ def test_tokenize_from_s3_to_s3_and_train_reading_s3(s3, tmp_path, monkeypatch):
     remote = _train_losses(tmp_path / "remote", prefix, s3.url("corpus/tok.json"))
     assert remote == _train_losses(tmp_path / "here", local / "data", local / "tok.json")
     assert len(remote) == 3
+
+
+def _documents(stats):
+    from trident.curate.shards import read_shard
+
+    return [(doc.id, doc.text) for shard in stats["output"]["shards"] for doc in read_shard(shard)]
+
+
+@pytest.mark.timeout(240)
+def test_curate_a_warc_from_s3_to_s3_without_a_shared_disk(s3, tmp_path):
+    """Every intermediate file (phase shards, dedup partitions, drop lists) lives under the s3 OUT, so
+    workers on machines without a shared disk exchange them there: local processes and Ray alike."""
+    from trident.curate.pipeline import run_pipeline
+    from trident.curate.samples import write_sample_warc
+
+    write_sample_warc(tmp_path / "a.warc.gz", n_docs=16, seed=0)
+    s3.fs.put_file(str(tmp_path / "a.warc.gz"), s3.url("crawl/a.warc.gz"))
+    here = run_pipeline("curate-cc", [tmp_path / "a.warc.gz"], tmp_path / "here", workers=1)
+    for executor in ("local", "ray"):
+        out = s3.url(f"curated-{executor}")
+        stats = run_pipeline("curate-cc", [s3.url("crawl")], out, executor=executor, workers=2)
+        assert stats["executor"] == executor and stats["accounting"]["ok"]
+        assert stats["inputs"][0]["path"] == s3.url("crawl/a.warc.gz")
+        assert [s["counters"] for s in stats["stages"]] == [s["counters"] for s in here["stages"]]
+        assert _documents(stats) == _documents(here)
+        written = {p.rsplit("/", 1)[1] for p in s3.fs.ls(out)}
+        assert {"stats.json", "report.md", "funnel.png"} <= written and "work" not in written

@@ -17,12 +17,12 @@ from trident.checkpoint.slices import SliceSource
 from trident.checkpoint.state import owned_slices
 from trident.checkpoint.tensorfile import read_tensors
 from trident.parallel.sharding import full_shape, shard_offsets
-from trident.text.storage import fresh, location
+from trident.text.storage import location
 
 
 def complete_checkpoints(root: Path) -> list[Path]:
     """Finished checkpoints under `root`, oldest first (folders without COMPLETE are ignored)."""
-    root = fresh(root)
+    root = location(root)
     if not root.exists():
         return []
     found = [p for p in root.glob("step_*") if p.is_dir() and (p / fmt.COMPLETE).exists()]
@@ -36,7 +36,7 @@ def resolve_checkpoint(load: str, root: Path) -> Path | None:
     if load == "auto":
         found = complete_checkpoints(root)
         return found[-1] if found else None
-    path = fresh(load)
+    path = location(load)
     if (path / fmt.COMPLETE).exists():
         return path
     found = complete_checkpoints(path) or complete_checkpoints(path / "checkpoints")  # a run's OUT works too
@@ -64,7 +64,7 @@ class CheckpointReader:
         checkpoint is refused before anything is loaded; `verify="loaded"` leaves each tile to be
         checked when it is read (what resume, eval and export use: a rank reads only its slices).
         Either way, a damaged tile that is read is refused (DamagedCheckpoint naming the file)."""
-        self.path = fresh(path)
+        self.path = location(path)
         if verify not in ("all", "loaded", True):
             raise ValueError(f"verify={verify!r}: 'all' or 'loaded'")
         if not (self.path / fmt.COMPLETE).exists():

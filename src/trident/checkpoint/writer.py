@@ -29,7 +29,7 @@ from trident.checkpoint.reader import complete_checkpoints
 from trident.checkpoint.tensorfile import DTYPES, write_tensors
 from trident.checkpoint.tiles import piece_digests, tile_shape
 from trident.parallel.mesh import barrier
-from trident.text.storage import fresh, is_remote, location, make_folder, remove_tree
+from trident.text.storage import is_remote, location, make_folder, remove_tree
 
 
 class SaveError(RuntimeError):
@@ -47,12 +47,6 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def _listing(folder: Path, pattern: str) -> list[Path]:
-    """Files of `folder` matching `pattern`, as they are now (other ranks write them; an object
-    store's listing cache would miss new objects)."""
-    return list(fresh(folder).glob(pattern))
 
 
 def _agree_nonce() -> str:
@@ -181,7 +175,7 @@ class CheckpointWriter:
 
     def _finalize(self, step, tmp, trainer_state, extra_files) -> None:
         deadline = time.time() + self.timeout_s
-        while len(_listing(tmp, fmt.done_marker("*"))) < self.mesh.world_size:
+        while len(list(tmp.glob(fmt.done_marker("*")))) < self.mesh.world_size:
             if time.time() > deadline:
                 missing = [r for r in range(self.mesh.world_size) if not (tmp / fmt.done_marker(r)).exists()]
                 raise TimeoutError(f"checkpoint {tmp}: ranks {missing} did not write their shards within "

@@ -21,7 +21,6 @@ Counters ``touched:<task>`` count the training documents each task's n-grams mat
 """
 from __future__ import annotations
 
-import shutil
 from collections import Counter
 from pathlib import Path
 from typing import Any, Iterator
@@ -34,6 +33,7 @@ from trident.curate.stage import Executor, GlobalStage, output_paths, register_s
 from trident.tasks import TaskDataError, get_task
 from trident.text.jsonl import DEFAULT_MAX_DOC_BYTES, UnreadableFile, iter_jsonl, iter_raw_lines
 from trident.text.ngrams import ngram_hashes, word_hashes, word_spans, words_of
+from trident.text.storage import load_array, location, make_folder, remove_tree, save_array
 
 _BOUNDARY = frozenset(".!?\n")
 
@@ -163,7 +163,7 @@ def build_index(tasks: list[dict], data_dir: str | None, ngram: int, min_ngram: 
     hashes, owners, sizes = [], [], set()
     for task_id, task in enumerate(tasks):
         texts = harness_texts(task["name"], data_dir) if task["harness"] else (
-            text for p in task["paths"] for text in file_texts(Path(p), task["fields"]))
+            text for p in task["paths"] for text in file_texts(location(p), task["fields"]))
         for text in texts:
             counters["task_texts"] += 1
             words = words_of(text)
@@ -189,7 +189,7 @@ class IndexLookup:
 
     @classmethod
     def load(cls, path: Path) -> "IndexLookup":
-        with np.load(path, allow_pickle=False) as data:
+        with load_array(path) as data:
             return cls(data["hashes"], data["owners"], data["sizes"].tolist())
 
     def matches(self, text: str) -> list[tuple[int, int, int, int]]:
@@ -272,10 +272,10 @@ def clean_document(doc: Document, lookup: IndexLookup, rule: dict, tasks: list[s
 def _count_task(job: dict) -> tuple[np.ndarray, np.ndarray, list[int]]:
     """Pass 1: (index n-gram hashes, how many of this shard's documents contain each, and the
     rows that contain any): pass 2 rescans only those rows."""
-    lookup = IndexLookup.load(Path(job["index"]))
+    lookup = IndexLookup.load(location(job["index"]))
     seen: Counter = Counter()
     rows = []
-    for row, doc in enumerate(read_shard(Path(job["path"]))):
+    for row, doc in enumerate(read_shard(location(job["path"]))):
         found = {m[2] for m in lookup.matches(doc.text)}
         if found:
             seen.update(found)
@@ -285,13 +285,13 @@ def _count_task(job: dict) -> tuple[np.ndarray, np.ndarray, list[int]]:
 
 def _clean_task(job: dict) -> Counter:
     """Pass 2: one shard with the (non-frequent) task n-grams cut out; returns its counters."""
-    lookup = IndexLookup.load(Path(job["index"]))
+    lookup = IndexLookup.load(location(job["index"]))
     counters: Counter = Counter()
 
     suspects = set(job["rows"])
 
     def cleaned():
-        for row, doc in enumerate(read_shard(Path(job["path"]))):
+        for row, doc in enumerate(read_shard(location(job["path"]))):
             counters["in"] += 1
             counters["bytes_in"] += doc.nbytes
             # A row with no index n-gram in pass 1 has none of the (smaller) filtered index either.
@@ -303,7 +303,7 @@ def _clean_task(job: dict) -> Counter:
             counters["bytes_out"] += result.nbytes
             yield result
 
-    write_shard(Path(job["out"]), cleaned())
+    write_shard(location(job["out"]), cleaned())
     return counters
 
 
@@ -330,19 +330,19 @@ class Decontaminate(GlobalStage):
 
     def run(self, inputs: list[Path], out_dir: Path, executor: Executor) -> list[Path]:
         """Build the task index, find frequent n-grams (pass 1), cut matches (pass 2)."""
-        out_dir = Path(out_dir)
+        out_dir = location(out_dir)
         work = out_dir / "_work_decontaminate"
-        shutil.rmtree(work, ignore_errors=True)
-        work.mkdir(parents=True)
+        remove_tree(work)
+        make_folder(work)
         hashes, owners, sizes = build_index(self.tasks, self.data_dir, self.ngram, self.min_ngram, self.counters)
         self.counters["index_ngrams"] += len(np.unique(hashes))
-        np.savez(work / "index.npz", hashes=hashes, owners=owners, sizes=np.array(sizes, dtype=np.int64))
+        save_array(work / "index.npz", None, hashes=hashes, owners=owners, sizes=np.array(sizes, dtype=np.int64))
         jobs = [{"path": str(p), "index": str(work / "index.npz")} for p in inputs]
         found = executor.map(_count_task, jobs, desc="decontaminate: count") if len(hashes) else []
         frequent = self._frequent(found)
         self.counters["frequent_ngrams_ignored"] += len(frequent)
         keep = ~np.isin(hashes, frequent)
-        np.savez(work / "filtered.npz", hashes=hashes[keep], owners=owners[keep],
+        save_array(work / "filtered.npz", None, hashes=hashes[keep], owners=owners[keep],
                  sizes=np.array(sizes, dtype=np.int64))
         outputs = output_paths(inputs, out_dir)
         names = [t["name"] for t in self.tasks]
@@ -353,7 +353,7 @@ class Decontaminate(GlobalStage):
             self.counters.update(counters)
         for name in names:
             self.counters[f"touched:{name}"] += 0  # every task appears in the report, even at zero
-        shutil.rmtree(work, ignore_errors=True)
+        remove_tree(work)
         return outputs
 
     def _frequent(self, found: list[tuple[np.ndarray, np.ndarray, list[int]]]) -> np.ndarray:

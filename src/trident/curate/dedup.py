@@ -21,7 +21,6 @@ stripped (``normalize_for_exact``), so copies that differ only in case or spacin
 from __future__ import annotations
 
 import re
-import shutil
 from collections import Counter
 from pathlib import Path
 
@@ -42,6 +41,7 @@ from trident.curate.dedup_shared import (
 from trident.curate.document import CurateError
 from trident.curate.shards import read_shard
 from trident.curate.stage import Executor, GlobalStage, output_paths, register_stage
+from trident.text.storage import location, remove_tree
 
 _WHITESPACE = re.compile(r"\s+")
 
@@ -60,7 +60,7 @@ def exact_hash(text: str, salt: int = 0) -> tuple[int, int]:
 def _exact_hash_task(job: dict) -> int:
     """Map step: hash every document of one shard into partition files; returns documents seen."""
     shard, rows, hashes = job["shard"], [], []
-    for row, doc in enumerate(read_shard(Path(job["path"]))):
+    for row, doc in enumerate(read_shard(location(job["path"]))):
         hashes.append(exact_hash(doc.text, dataset_salt(doc, job["scope"])))
         rows.append(priority_fields(doc, job["priority"], job["priority_field"]))
     keys = np.array([doc_key(shard, r) for r in range(len(rows))], dtype=np.uint64)
@@ -70,14 +70,14 @@ def _exact_hash_task(job: dict) -> int:
         records[name] = base[name]
     if rows:
         records["hi"], records["lo"] = zip(*hashes)
-    save_partitioned(records, records["lo"] % np.uint64(job["partitions"]), Path(job["work"]), "p", f"s{shard:06d}")
+    save_partitioned(records, records["lo"] % np.uint64(job["partitions"]), location(job["work"]), "p", f"s{shard:06d}")
     return len(rows)
 
 
 def _exact_group_task(job: dict) -> tuple[int, int]:
     """Reduce step: one partition's doc keys to drop, written to drops/s<shard>/ by their shard;
     returns (documents dropped, duplicate groups)."""
-    work = Path(job["work"])
+    work = location(job["work"])
     records = load_partition(work / f"p{job['part']:06d}")
     if records is None:
         return 0, 0
@@ -107,9 +107,9 @@ class ExactDedup(GlobalStage):
 
     def run(self, inputs: list[Path], out_dir: Path, executor: Executor) -> list[Path]:
         """Dedup ``inputs`` into ``out_dir``; counters: in/out/dropped:duplicate, duplicate_groups."""
-        out_dir = Path(out_dir)
+        out_dir = location(out_dir)
         work = out_dir / "_work_exact_dedup"
-        shutil.rmtree(work, ignore_errors=True)
+        remove_tree(work)
         jobs = [{"shard": i, "path": str(p), "work": str(work), "partitions": self.partitions,
                  "scope": self.scope, "priority": self.priority, "priority_field": self.priority_field}
                 for i, p in enumerate(inputs)]
@@ -128,5 +128,5 @@ class ExactDedup(GlobalStage):
             raise CurateError(f"exact_dedup: {chosen} documents chosen to drop, "
                               f"{written['dropped:duplicate']} dropped (work files in {work})")
         self.counters.update(written)
-        shutil.rmtree(work, ignore_errors=True)
+        remove_tree(work)
         return outputs

@@ -22,7 +22,6 @@ edges or per-document labels.
 from __future__ import annotations
 
 import logging
-import shutil
 from collections import Counter
 from pathlib import Path
 
@@ -52,6 +51,7 @@ from trident.curate.fuzzy_dedup import cluster_size_bin
 from trident.curate.minhash import MinHasher, bucket_pairs, jaccard
 from trident.curate.shards import read_shard
 from trident.curate.stage import Executor, GlobalStage, output_paths
+from trident.text.storage import load_array, location, make_folder, remove_tree, save_array
 
 log = logging.getLogger(__name__)
 _BUCKET_DTYPE = [("band", "u2"), ("key", "u8"), ("doc", "u8")]
@@ -73,7 +73,7 @@ def _sign_task(job: dict) -> Counter:
         chunks.append(records)
         batch.clear()
 
-    for row, doc in enumerate(read_shard(Path(job["path"]))):
+    for row, doc in enumerate(read_shard(location(job["path"]))):
         hashes = hasher.hashes(doc.text)
         if hashes.size == 0:
             counters["no_shingles"] += 1  # empty text: left to exact dedup, never bucketed
@@ -86,17 +86,17 @@ def _sign_task(job: dict) -> Counter:
     if chunks:
         records = np.concatenate(chunks)
         save_partitioned(records, (records["key"] % np.uint64(job["partitions"])).astype(np.int64),
-                Path(job["work"]) / "buckets", "p", f"s{job['shard']:06d}")
+                location(job["work"]) / "buckets", "p", f"s{job['shard']:06d}")
     return counters
 
 
 def _bucket_task(job: dict) -> tuple[int, int]:
     """Candidate pairs of one bucket partition, sent to the first document's shard; (buckets, pairs)."""
-    records = load_partition(Path(job["work"]) / "buckets" / f"p{job['part']:06d}")
+    records = load_partition(location(job["work"]) / "buckets" / f"p{job['part']:06d}")
     if records is None:
         return 0, 0
     pairs, buckets = bucket_pairs(records["band"], records["key"], records["doc"], job["all_pairs_up_to"])
-    name, work = f"p{job['part']:06d}", Path(job["work"])
+    name, work = f"p{job['part']:06d}", location(job["work"])
     save_partitioned(pairs, split_keys(pairs[:, 0])[0], work / "pairs", "s", name)
     needed = np.unique(pairs)
     save_partitioned(needed, split_keys(needed)[0], work / "needed", "s", name)
@@ -105,35 +105,35 @@ def _bucket_task(job: dict) -> tuple[int, int]:
 
 def _shingle_task(job: dict) -> None:
     """Save shingle hashes and keep-priority fields of the shard's candidate documents (sorted keys)."""
-    needed = load_partition(Path(job["work"]) / "needed" / f"s{job['shard']:06d}")
+    needed = load_partition(location(job["work"]) / "needed" / f"s{job['shard']:06d}")
     if needed is None:
         return
     hasher, wanted = MinHasher(**job["minhash"]), set(split_keys(np.unique(needed))[1].tolist())
     rows, hashes, fields = [], [], []
-    for row, doc in enumerate(read_shard(Path(job["path"]))):
+    for row, doc in enumerate(read_shard(location(job["path"]))):
         if row in wanted:
             rows.append(row)
             hashes.append(hasher.hashes(doc.text))
             fields.append(priority_fields(doc, job["priority"], job["priority_field"]))
     prio = priority_array(fields, np.array([doc_key(job["shard"], r) for r in rows], dtype=np.uint64))
     offsets = np.cumsum([0] + [h.size for h in hashes]).astype(np.int64)
-    target = Path(job["work"]) / "shingles" / f"s{job['shard']:06d}.npz"
-    target.parent.mkdir(parents=True, exist_ok=True)
+    target = location(job["work"]) / "shingles" / f"s{job['shard']:06d}.npz"
+    make_folder(target.parent)
     flat = np.concatenate(hashes) if hashes else np.zeros(0, dtype=np.uint64)
-    np.savez(target, keys=prio["key"], offsets=offsets, hashes=flat,
+    save_array(target, None, keys=prio["key"], offsets=offsets, hashes=flat,
              **{name: prio[name] for name in prio.dtype.names if name != "key"})
 
 
 def _load_shingles(work: Path, shard: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(sorted keys, offsets, flat hashes) of one shard's saved candidate documents."""
-    with np.load(work / "shingles" / f"s{shard:06d}.npz", allow_pickle=False) as data:
+    with load_array(work / "shingles" / f"s{shard:06d}.npz") as data:
         return data["keys"], data["offsets"], data["hashes"]
 
 
 def _verify_task(job: dict) -> tuple[int, int]:
     """Unique candidate pairs of one shard checked by true Jaccard; verified ones become neighbour
     records in graph/r000, partitioned by node. Returns (candidates, verified pairs)."""
-    work, shard = Path(job["work"]), job["shard"]
+    work, shard = location(job["work"]), job["shard"]
     pairs = load_partition(work / "pairs" / f"s{shard:06d}")
     if pairs is None:
         return 0, 0
@@ -156,7 +156,7 @@ def _verify_task(job: dict) -> tuple[int, int]:
 def _star_task(job: dict) -> int:
     """One large-star or small-star step over one node partition, output written to the next
     round's partitions; returns the number of unstable nodes of its input."""
-    graph = Path(job["work"]) / "graph"
+    graph = location(job["work"]) / "graph"
     records = load_partition(graph / f"r{job['round']:03d}" / f"p{job['part']:06d}")
     if records is None:
         return 0
@@ -169,7 +169,7 @@ def _star_task(job: dict) -> int:
 
 def _label_task(job: dict) -> None:
     """(document, component label) of every node of one converged partition, sent to its shard."""
-    work = Path(job["work"])
+    work = location(job["work"])
     records = load_partition(work / "graph" / f"r{job['round']:03d}" / f"p{job['part']:06d}")
     if records is None:
         return
@@ -180,12 +180,12 @@ def _label_task(job: dict) -> None:
 
 def _join_task(job: dict) -> None:
     """Keep-priority records of one shard's component members, with their labels, sent by label."""
-    work, shard = Path(job["work"]), job["shard"]
+    work, shard = location(job["work"]), job["shard"]
     labelled = load_partition(work / "labels" / f"s{shard:06d}")
     if labelled is None:
         return
     labelled = labelled[np.argsort(labelled[:, 0])]
-    with np.load(work / "shingles" / f"s{shard:06d}.npz", allow_pickle=False) as data:
+    with load_array(work / "shingles" / f"s{shard:06d}.npz") as data:
         member = np.isin(data["keys"], labelled[:, 0])
         fields = [(int(r), float(q), int(n), str(i)) for r, q, n, i in
                   zip(data["rank"][member], data["quality"][member], data["length"][member], data["id"][member])]
@@ -201,7 +201,7 @@ def _join_task(job: dict) -> None:
 def _choose_task(job: dict) -> Counter:
     """Every component of one label partition keeps its ``best_first`` document; the others are
     sent to their shard's drop list. Counts components and their sizes."""
-    work, counters = Path(job["work"]), Counter()
+    work, counters = location(job["work"]), Counter()
     records = load_partition(work / "groups" / f"p{job['part']:06d}")
     if records is None:
         return counters
@@ -219,7 +219,7 @@ def _choose_task(job: dict) -> Counter:
 
 def _write_task(job: dict) -> Counter:
     """The shard copied without the rows listed in its drop files (``dropped:duplicate``)."""
-    dropped = load_partition(Path(job["work"]) / "drops" / f"s{job['shard']:06d}")
+    dropped = load_partition(location(job["work"]) / "drops" / f"s{job['shard']:06d}")
     rows = [] if dropped is None else sorted(split_keys(dropped)[1].tolist())
     return filter_shard_task((job["src"], job["dst"], rows, "duplicate"))
 
@@ -227,9 +227,9 @@ def _write_task(job: dict) -> Counter:
 def run_distributed(stage: GlobalStage, inputs: list[Path], out_dir: Path, executor: Executor) -> list[Path]:
     """Fuzzy-dedup ``inputs`` into ``out_dir`` as ``stage`` (a FuzzyDedup) configures, adding to
     ``stage.counters`` the same counters as its local path; returns the output shard paths."""
-    work = Path(out_dir) / "_work_fuzzy_dedup"
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
+    work = location(out_dir) / "_work_fuzzy_dedup"
+    remove_tree(work)
+    make_folder(work)
     base = {"work": str(work), "partitions": stage.partitions}
     shards = [{**base, "shard": i, "path": str(p)} for i, p in enumerate(inputs)]
     parts = [{**base, "part": p} for p in range(stage.partitions)]
@@ -256,7 +256,7 @@ def run_distributed(stage: GlobalStage, inputs: list[Path], out_dir: Path, execu
     jobs = [{**j, "src": str(i), "dst": str(o)} for j, i, o in zip(shards, inputs, outputs)]
     for found in executor.map(_write_task, jobs, desc="fuzzy_dedup: write"):
         counters.update(found)
-    shutil.rmtree(work, ignore_errors=True)
+    remove_tree(work)
     return outputs
 
 
@@ -267,7 +267,7 @@ def _converge(parts: list[dict], work: Path, executor: Executor) -> int:
         unstable = sum(executor.map(_star_task, [{**j, "round": round_} for j in parts],
                                     desc=f"fuzzy_dedup: components round {round_}"))
         if round_ > 0:
-            shutil.rmtree(work / "graph" / f"r{round_ - 1:03d}", ignore_errors=True)
+            remove_tree(work / "graph" / f"r{round_ - 1:03d}")
         if unstable == 0:
             log.info("fuzzy_dedup: connected components converged after %d star rounds", round_)
             return round_

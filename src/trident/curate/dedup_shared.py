@@ -24,6 +24,7 @@ from trident.curate.document import CurateError, Document
 from trident.curate.shards import FRAME_BYTES, ShardWriter, read_shard, write_shard
 from trident.curate.stage import Executor, GlobalStage, output_paths
 from trident.text.jsonl import UnreadableFile, iter_raw_lines
+from trident.text.storage import load_array, location, make_folder, save_array
 
 _ROW_BITS = np.uint64(32)
 _ROW_MASK = np.uint64(0xFFFFFFFF)
@@ -110,8 +111,8 @@ def save_partitioned(records: np.ndarray, part_of: np.ndarray, folder: Path, pre
     """Write ``records`` to folder/<prefix><part>/<name>.npy, one file per partition present."""
     for part in np.unique(part_of).tolist():
         target = folder / f"{prefix}{int(part):06d}"
-        target.mkdir(parents=True, exist_ok=True)
-        np.save(target / f"{name}.npy", records[part_of == part], allow_pickle=False)
+        make_folder(target)
+        save_array(target / f"{name}.npy", records[part_of == part])
 
 
 def load_partition(folder: Path) -> np.ndarray | None:
@@ -119,7 +120,7 @@ def load_partition(folder: Path) -> np.ndarray | None:
     files = sorted(folder.glob("*.npy"))
     if not files:
         return None
-    arrays = [np.load(f, allow_pickle=False) for f in files]
+    arrays = [load_array(f) for f in files]
     return concat_structured(arrays) if arrays[0].dtype.names else np.concatenate(arrays)
 
 
@@ -130,7 +131,7 @@ def filter_shard_task(job: tuple[str, str, list[int], str]) -> Counter:
     counters: Counter = Counter()
 
     def kept():
-        for row, doc in enumerate(read_shard(Path(src))):
+        for row, doc in enumerate(read_shard(location(src))):
             counters["in"] += 1
             counters["bytes_in"] += doc.nbytes
             if row in drop:
@@ -140,7 +141,7 @@ def filter_shard_task(job: tuple[str, str, list[int], str]) -> Counter:
             counters["bytes_out"] += doc.nbytes
             yield doc
 
-    write_shard(Path(dst), kept())
+    write_shard(location(dst), kept())
     if counters[f"dropped:{reason}"] != len(drop):
         raise CurateError(f"{src}: {len(drop)} rows marked {reason}, but {counters[f'dropped:{reason}']} found")
     return counters
@@ -192,7 +193,7 @@ def parse_document(path: Path, number: int, data: bytes) -> Document:
 
 def shard_documents(path: Path) -> Iterator[Document]:
     """``read_shard(path)``'s documents, read with less overhead per line."""
-    path = Path(path)
+    path = location(path)
     for number, data in shard_lines(path):
         yield parse_document(path, number, data)
 
@@ -213,8 +214,8 @@ class LineWriter(ShardWriter):
 def filter_lines_task(job: dict) -> Counter:
     """Copy shard ``src`` to ``dst`` line by line without the rows in ``drop``; byte counters
     from ``sizes`` (a .npy of every row's text size in UTF-8 bytes, saved when the shard was read)."""
-    src, dst, reason = Path(job["src"]), Path(job["dst"]), job["reason"]
-    sizes = np.load(job["sizes"], allow_pickle=False)
+    src, dst, reason = location(job["src"]), location(job["dst"]), job["reason"]
+    sizes = load_array(job["sizes"])
     drop = np.zeros(len(sizes), dtype=bool)
     drop[np.asarray(job["drop"], dtype=np.int64)] = True
     rows = 0

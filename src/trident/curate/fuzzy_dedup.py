@@ -15,7 +15,6 @@ shared_buckets, no_shingles (empty texts, never bucketed), hist:cluster_size:<si
 """
 from __future__ import annotations
 
-import shutil
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -41,6 +40,7 @@ from trident.curate.dedup_shared import (
 from trident.curate.minhash import MinHasher, bucket_pairs, jaccard, sorted_distinct
 from trident.curate.shingle_batch import shingle_hash_batch
 from trident.curate.stage import Executor, GlobalStage, register_stage
+from trident.text.storage import load_array, location, make_folder, remove_tree, save_array
 
 _BUCKET_DTYPE = [("band", "u2"), ("key", "u8"), ("doc", "u8")]
 _SIGNATURE_BATCH = 256  # documents whose shingles are held at once while signing
@@ -106,7 +106,7 @@ def _signature_task(job: dict) -> Counter:
         chunks.append(records)
         batch_rows.clear(), batch_texts.clear(), batch_salts.clear()
 
-    for row, doc in enumerate(shard_documents(Path(job["path"]))):
+    for row, doc in enumerate(shard_documents(location(job["path"]))):
         counters["signed"] += 1
         sizes.append(doc.nbytes)
         batch_rows.append(row)
@@ -117,20 +117,20 @@ def _signature_task(job: dict) -> Counter:
     if batch_rows:
         flush()
     records = np.concatenate(chunks) if chunks else np.zeros(0, dtype=_BUCKET_DTYPE)
-    save_partitioned(records, records["key"] % np.uint64(job["partitions"]), Path(job["work"]) / "buckets",
+    save_partitioned(records, records["key"] % np.uint64(job["partitions"]), location(job["work"]) / "buckets",
                      "p", f"s{shard:06d}")
-    (Path(job["work"]) / "rows").mkdir(parents=True, exist_ok=True)
-    np.save(Path(job["work"]) / "rows" / f"s{shard:06d}.npy", np.array(sizes, dtype=np.int64), allow_pickle=False)
+    make_folder(location(job["work"]) / "rows")
+    save_array(location(job["work"]) / "rows" / f"s{shard:06d}.npy", np.array(sizes, dtype=np.int64))
     return counters
 
 
 def _bucket_task(job: dict) -> tuple[int, int]:
     """Reduce: candidate pairs of one bucket partition, saved to a file; (buckets, pairs) counts."""
-    records = load_partition(Path(job["part_dir"]))
+    records = load_partition(location(job["part_dir"]))
     if records is None:
         return 0, 0
     pairs, buckets = bucket_pairs(records["band"], records["key"], records["doc"], job["all_pairs_up_to"])
-    np.save(Path(job["out"]), pairs, allow_pickle=False)
+    save_array(location(job["out"]), pairs)
     return buckets, len(pairs)
 
 
@@ -140,7 +140,7 @@ def _shingle_task(job: dict) -> None:
     Only those rows' lines are decoded; the others are skipped as raw bytes.
     """
     hasher = MinHasher(**job["minhash"])
-    wanted, shard, path = set(job["rows"]), job["shard"], Path(job["path"])
+    wanted, shard, path = set(job["rows"]), job["shard"], location(job["path"])
     rows, texts, fields = [], [], []
     for row, (number, data) in enumerate(shard_lines(path)):
         if row in wanted:
@@ -154,8 +154,8 @@ def _shingle_task(job: dict) -> None:
     hashes = [sorted_distinct(flat[offsets[i] : offsets[i + 1]]) for i in range(len(rows))]
     offsets = np.cumsum([0] + [h.size for h in hashes]).astype(np.int64)
     flat = np.concatenate(hashes) if hashes else np.zeros(0, dtype=np.uint64)
-    np.save(_hashes_file(Path(job["out"])), flat, allow_pickle=False)  # .npy: no zip checksum over it
-    np.savez(Path(job["out"]), keys=keys, offsets=offsets,
+    save_array(_hashes_file(location(job["out"])), flat)  # .npy: no zip checksum over it
+    save_array(location(job["out"]), None, keys=keys, offsets=offsets,
              **{name: prio[name] for name in prio.dtype.names if name != "key"})
 
 
@@ -171,10 +171,10 @@ def _verify_task(job: dict) -> np.ndarray:
     def hashes_of(key: int) -> np.ndarray:
         shard = key >> 32
         if shard not in loaded:
-            path = Path(job["shingle_dir"]) / f"s{shard:06d}.npz"
-            with np.load(path, allow_pickle=False) as data:
+            path = location(job["shingle_dir"]) / f"s{shard:06d}.npz"
+            with load_array(path) as data:
                 index = {int(k): i for i, k in enumerate(data["keys"])}
-                loaded[shard] = (index, data["offsets"], np.load(_hashes_file(path), allow_pickle=False))
+                loaded[shard] = (index, data["offsets"], load_array(_hashes_file(path)))
         index, offsets, flat = loaded[shard]
         i = index[key]
         return flat[offsets[i] : offsets[i + 1]]
@@ -210,19 +210,19 @@ class FuzzyDedup(GlobalStage):
 
     def run(self, inputs: list[Path], out_dir: Path, executor: Executor) -> list[Path]:
         """Dedup ``inputs`` into ``out_dir``; the module docstring lists the steps and counters."""
-        out_dir = Path(out_dir)
+        out_dir = location(out_dir)
         if getattr(executor, "dedup_on_workers", False):  # Ray: no step gathers pairs on the driver
             from trident.curate.dedup_distributed import run_distributed
             return run_distributed(self, inputs, out_dir, executor)
         work = out_dir / "_work_fuzzy_dedup"
-        shutil.rmtree(work, ignore_errors=True)
+        remove_tree(work)
         pairs = self._candidates(inputs, work, executor)
         similarity = self._verify(inputs, pairs, work, executor)
         verified = pairs[similarity >= self.threshold]
         self.counters["verified_pairs"] += len(verified)
         dropped = self._choose_drops(verified, work / "shingles")
         outputs = apply_drops_lines(self, inputs, out_dir, executor, dropped, "duplicate", work / "rows")
-        shutil.rmtree(work, ignore_errors=True)
+        remove_tree(work)
         return outputs
 
     def _candidates(self, inputs: list[Path], work: Path, executor: Executor) -> np.ndarray:
@@ -231,13 +231,13 @@ class FuzzyDedup(GlobalStage):
                  "scope": self.scope, "partitions": self.partitions} for i, p in enumerate(inputs)]
         for counters in executor.map(_signature_task, jobs, desc="fuzzy_dedup: minhash"):
             self.counters["no_shingles"] += counters["no_shingles"]
-        (work / "candidates").mkdir(parents=True, exist_ok=True)
+        make_folder(work / "candidates")
         jobs = [{"part_dir": str(work / "buckets" / f"p{p:06d}"), "all_pairs_up_to": self.all_pairs_up_to,
                  "out": str(work / "candidates" / f"p{p:05d}.npy")} for p in range(self.partitions)]
         results = executor.map(_bucket_task, jobs, desc="fuzzy_dedup: buckets")
         self.counters["shared_buckets"] += sum(r[0] for r in results)
         files = sorted((work / "candidates").glob("p*.npy"))
-        found = [np.load(f, allow_pickle=False) for f in files] + [np.zeros((0, 2), dtype=np.uint64)]
+        found = [load_array(f) for f in files] + [np.zeros((0, 2), dtype=np.uint64)]
         pairs = np.unique(np.concatenate(found), axis=0)
         self.counters["candidates"] += len(pairs)
         return pairs
@@ -247,7 +247,7 @@ class FuzzyDedup(GlobalStage):
         if len(pairs) == 0:
             return np.zeros(0, dtype=np.float32)
         shingle_dir = work / "shingles"
-        shingle_dir.mkdir(parents=True, exist_ok=True)
+        make_folder(shingle_dir)
         shards, rows = split_keys(np.unique(pairs))
         jobs = [{"shard": s, "path": str(inputs[s]), "rows": rows[shards == s].tolist(),
                  "minhash": self.minhash, "priority": self.priority, "priority_field": self.priority_field,
@@ -280,7 +280,7 @@ class FuzzyDedup(GlobalStage):
         """Keep-priority records of the given documents, read from the shingle files."""
         parts = []
         for shard in np.unique(split_keys(keys)[0]).tolist():
-            with np.load(shingle_dir / f"s{shard:06d}.npz", allow_pickle=False) as data:
+            with load_array(shingle_dir / f"s{shard:06d}.npz") as data:
                 rows = [(int(r), float(q), int(n), str(i)) for r, q, n, i in
                         zip(data["rank"], data["quality"], data["length"], data["id"])]
                 parts.append(priority_array(rows, data["keys"]))

@@ -26,7 +26,6 @@ from __future__ import annotations
 import copy
 import json
 import logging
-import shutil
 import time
 from collections import Counter
 from pathlib import Path
@@ -52,6 +51,7 @@ from trident.curate.stage import (
 )
 from trident.data.output_folder import OutputFolderError, claim_output_folder, remove_own_outputs, write_marker
 from trident.text.atomic import write_json_atomic
+from trident.text.storage import copy_file, fingerprint, location, make_folder, remove_tree, replace
 
 __all__ = [
     "CurateError", "Document", "Executor", "GlobalStage", "Stage", "StreamingStage",
@@ -153,7 +153,8 @@ def _resolve_inputs(config: dict, extra: list[Path] | tuple) -> list[tuple[Path,
     resolved: list[tuple[Path, str]] = []
     for entry in entries:
         path, dataset = (entry.get("path"), entry.get("dataset")) if isinstance(entry, dict) else (entry, None)
-        files = sorted(p for p in Path(path).rglob("*") if p.is_file()) if Path(path).is_dir() else [Path(path)]
+        root = location(path)
+        files = sorted((p for p in root.rglob("*") if p.is_file()), key=str) if root.is_dir() else [root]
         for file in files:
             if not file.exists():
                 raise CurateError(f"input '{file}' does not exist")
@@ -185,7 +186,7 @@ def check_accounting(stages: list[dict]) -> list[str]:
 def _fingerprint(config: dict, inputs: list[tuple[Path, str]]) -> dict:
     # size and mtime: an input edited in place must not reuse markers of its old content
     return {"stages": config["stages"],
-            "inputs": [[str(p), d, p.stat().st_size, p.stat().st_mtime_ns] for p, d in inputs],
+            "inputs": [[str(p), d, *fingerprint(p).values()] for p, d in inputs],
             "strict": config["strict"], "max_doc_bytes": config["max_doc_bytes"]}
 
 
@@ -197,8 +198,8 @@ def _prepare_work_dir(work: Path, fingerprint: dict) -> None:
         raise OutputFolderError(f"{work}: exists but was not written by trident curate (no pipeline.json); "
                                 f"move it away, it is never deleted")
     if work.exists() and json.loads(stamp.read_text()) != fingerprint:
-        shutil.rmtree(work)
-    work.mkdir(parents=True, exist_ok=True)
+        remove_tree(work)
+    make_folder(work)
     write_json_atomic(stamp, fingerprint)
 
 
@@ -221,7 +222,7 @@ def _publish(shards: list[Path], out_dir: Path, keep_work: bool) -> list[Path]:
         if target.exists():  # every earlier output of trident's was removed by _claim
             raise OutputFolderError(f"{target}: exists and was not written by this trident curate run; "
                                     f"move it away, it is never replaced")
-        (shutil.copy2 if keep_work else shutil.move)(str(shard), str(target))
+        copy_file(shard, target) if keep_work else replace(shard, target)
         final.append(target)
     return final
 
@@ -242,7 +243,7 @@ def run_pipeline(config: str | Path | dict | list, inputs: list[Path] | tuple = 
     cfg["workers"] = cfg["workers"] if workers is None else workers
     check_settings(cfg)
     files = _resolve_inputs(cfg, inputs)
-    out_dir = Path(out_dir)
+    out_dir = location(out_dir)
     work, fingerprint = out_dir / "work", _fingerprint(cfg, files)
     _claim(out_dir, work, fingerprint, overwrite)
     _prepare_work_dir(work, fingerprint)
@@ -257,7 +258,7 @@ def run_pipeline(config: str | Path | dict | list, inputs: list[Path] | tuple = 
     elapsed = time.time() - start
     final = _publish(current, out_dir, cfg["keep_work"])
     if not cfg["keep_work"]:
-        shutil.rmtree(work, ignore_errors=True)
+        remove_tree(work)
     problems += check_accounting(stage_stats)
     stats = {
         "inputs": [{"path": str(p), "dataset": d} for p, d in files],

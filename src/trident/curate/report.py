@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from trident.text.storage import location, open_write
+
 
 def histogram(stats: dict, name: str) -> dict[str, int]:
     """Bins of the `hist:<name>:<bin>` counters summed over all stages, by bin label."""
@@ -34,7 +36,8 @@ def _plot(path: Path, draw) -> None:
     fig, ax = plt.subplots(figsize=(7, 3.6))
     draw(ax)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    with open_write(path) as handle:  # a local file or an object
+        fig.savefig(handle, dpi=110, format="png")
     plt.close(fig)
 
 
@@ -97,7 +100,7 @@ def _cell(value, limit: int = 160) -> str:
 def write_report(stats: dict, out_dir: Path) -> Path:
     """Write OUT/report.md plus funnel.png (and quality_scores.png / cluster_sizes.png when the run
     produced those histograms); returns the report path."""
-    out_dir = Path(out_dir)
+    out_dir = location(out_dir)
     plot_funnel(stats, out_dir / "funnel.png")
     first_in = stats["stages"][0]["counters"].get("in", 0) if stats["stages"] else 0
     lines = ["# Curation report", "",

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import shutil
 import time
 from collections import Counter
 from pathlib import Path
@@ -17,6 +16,7 @@ from trident.curate.document import CurateError
 from trident.curate.shards import RecordLog, read_documents, read_shard, write_shard
 from trident.curate.stage import Executor, GlobalStage, StreamingStage, build_stage, stage_class
 from trident.text.atomic import write_json_atomic
+from trident.text.storage import location, make_folder, remove_tree
 
 MARKER_SUFFIX = ".done.json"
 
@@ -74,8 +74,8 @@ def stream_shard(task: dict) -> dict:
     "written": n, "seconds": [reader, stage 1, ...] (each stage's own time)}; the same dict is
     saved as the shard's completion marker.
     """
-    marker = Path(task["output"] + MARKER_SUFFIX)
-    if marker.exists() and Path(task["output"]).exists():
+    marker = location(task["output"] + MARKER_SUFFIX)
+    if marker.exists() and location(task["output"]).exists():
         return json.loads(marker.read_text())
     import_modules(task["modules"])  # worker processes start without the driver's custom stages
     stages = [build_stage(spec["stage"], _params(spec)) for spec in task["specs"]]
@@ -83,16 +83,16 @@ def stream_shard(task: dict) -> dict:
         stage.setup()
     log = RecordLog(strict=task["strict"])
     if task["read_raw"]:
-        docs = read_documents(Path(task["input"]), log, dataset=task["dataset"],
+        docs = read_documents(location(task["input"]), log, dataset=task["dataset"],
                               max_doc_bytes=task["max_doc_bytes"])
     else:
-        docs = read_shard(Path(task["input"]))
+        docs = read_shard(location(task["input"]))
     spent = [0.0] * (len(stages) + 1)
     docs = _timed(docs, spent, 0)
     for slot, stage in enumerate(stages, start=1):
         assert isinstance(stage, StreamingStage)
         docs = _timed(stage.process(docs), spent, slot)
-    written = write_shard(Path(task["output"]), docs)
+    written = write_shard(location(task["output"]), docs)
     own = [spent[0]] + [spent[i] - spent[i - 1] for i in range(1, len(spent))]
     result = {
         "read": dict(log.counters) if task["read_raw"] else None,
@@ -108,7 +108,7 @@ def stream_shard(task: dict) -> dict:
 def run_stream_phase(specs: list[dict], inputs: list[tuple[Path, str | None]], phase_dir: Path,
                      executor: Executor, options: dict, read_raw: bool, desc: str) -> tuple[list[Path], dict]:
     """Run fused streaming stages over every input shard (one task each); returns (outputs, totals)."""
-    phase_dir.mkdir(parents=True, exist_ok=True)
+    make_folder(phase_dir)
     tasks = []
     for index, (path, dataset) in enumerate(inputs):
         tasks.append({
@@ -127,7 +127,7 @@ def run_stream_phase(specs: list[dict], inputs: list[tuple[Path, str | None]], p
             counter.update(counts)
         totals["errors"].extend(result["errors"])
         totals["written"] += result["written"]
-    return [Path(t["output"]) for t in tasks], totals
+    return [location(t["output"]) for t in tasks], totals
 
 
 def run_global_phase(spec: dict, inputs: list[Path], phase_dir: Path,
@@ -136,17 +136,17 @@ def run_global_phase(spec: dict, inputs: list[Path], phase_dir: Path,
     marker = phase_dir / ("_phase" + MARKER_SUFFIX)
     if marker.exists():
         done = json.loads(marker.read_text())
-        outputs = [Path(p) for p in done["outputs"]]
+        outputs = [location(p) for p in done["outputs"]]
         if all(p.exists() for p in outputs):
             return outputs, Counter(done["counters"]), done["seconds"]
     if phase_dir.exists():
-        shutil.rmtree(phase_dir)  # a half-finished global phase is redone from scratch
-    phase_dir.mkdir(parents=True)
+        remove_tree(phase_dir)  # a half-finished global phase is redone from scratch
+    make_folder(phase_dir)
     stage = build_stage(spec["stage"], _params(spec))
     assert isinstance(stage, GlobalStage)
     start = time.perf_counter()
     stage.setup()
-    outputs = [Path(p) for p in stage.run(list(inputs), phase_dir, executor)]
+    outputs = [location(p) for p in stage.run(list(inputs), phase_dir, executor)]
     seconds = round(time.perf_counter() - start, 6)
     write_json_atomic(marker, {"outputs": [str(p) for p in outputs], "counters": dict(stage.counters),
                                "seconds": seconds})

@@ -18,6 +18,7 @@ from warcio.exceptions import ArchiveLoadFailed
 
 from trident.curate.document import CurateError, Document
 from trident.text.jsonl import DEFAULT_MAX_DOC_BYTES, LineResult, UnreadableFile, iter_jsonl
+from trident.text.storage import is_remote, location, make_folder, open_read, open_write
 
 SHARD_SUFFIX = ".jsonl.zst"
 WARC_SUFFIXES = (".warc", ".warc.gz")
@@ -58,7 +59,7 @@ def input_format(path: Path) -> str:
 def read_documents(path: Path, log: RecordLog, dataset: str | None = None,
                    max_doc_bytes: int = DEFAULT_MAX_DOC_BYTES) -> Iterator[Document]:
     """Every document in one input file; bad records go to `log`. Sets meta source/dataset."""
-    path = Path(path)
+    path = location(path)
     fmt = input_format(path)
     reader = {"warc": _read_warc, "html": _read_html, "jsonl": _read_jsonl}[fmt]
     for doc in reader(path, log, max_doc_bytes):
@@ -72,7 +73,7 @@ def read_documents(path: Path, log: RecordLog, dataset: str | None = None,
 def read_shard(path: Path) -> Iterator[Document]:
     """Documents of a shard this package wrote; any bad record raises CurateError (it is our own data)."""
     log = RecordLog(strict=True)
-    yield from _read_jsonl(Path(path), log, max_doc_bytes=None)
+    yield from _read_jsonl(location(path), log, max_doc_bytes=None)
 
 
 # ---- JSONL -----------------------------------------------------------------------------------
@@ -137,12 +138,13 @@ def _read_html(path: Path, log: RecordLog, max_doc_bytes: int) -> Iterator[Docum
         log.bad(path, "file", "too_large", f"{len(body)} bytes > max_doc_bytes={max_doc_bytes}")
         return
     text = _decode_html(body, "text/html", path, "file", log)
-    meta = {"url": path.resolve().as_uri(), "content_type": "text/html", "http_status": 200}
+    meta = {"url": str(path) if is_remote(path) else path.resolve().as_uri(), "content_type": "text/html",
+            "http_status": 200}
     yield Document(id=path.name, text=text, meta=meta)
 
 
 def _read_warc(path: Path, log: RecordLog, max_doc_bytes: int) -> Iterator[Document]:
-    with open(path, "rb") as fh:
+    with open_read(path) as fh:
         records = ArchiveIterator(fh, check_digests=False)
         offset: int | str = 0
         try:
@@ -220,10 +222,12 @@ class ShardWriter:
     """
 
     def __init__(self, path: Path, level: int = 3) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._tmp = self.path.with_name(self.path.name + ".tmp")
-        self._fh = open(self._tmp, "wb")
+        self.path = location(path)
+        self._remote = is_remote(self.path)
+        make_folder(self.path.parent)
+        # an object store commits an object whole at close: no temporary name needed there
+        self._tmp = self.path if self._remote else self.path.with_name(self.path.name + ".tmp")
+        self._fh = open_write(self._tmp)
         compressor = zstandard.ZstdCompressor(level=level, write_checksum=True)
         self._zst = compressor.stream_writer(self._fh, closefd=False)
         self.count, self._frame_bytes = 0, 0
@@ -239,12 +243,18 @@ class ShardWriter:
 
     def close(self) -> None:
         self._zst.close()
+        if self._remote:
+            self._fh.close()
+            return
         self._fh.flush()
         os.fsync(self._fh.fileno())
         self._fh.close()
         os.replace(self._tmp, self.path)
 
     def abort(self) -> None:
+        if self._remote:
+            self._fh.discard()  # the upload is dropped: no object appears
+            return
         self._fh.close()
         self._tmp.unlink(missing_ok=True)
 

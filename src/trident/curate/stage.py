@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Protocol
 
 from trident.curate.document import CurateError, Document
+from trident.text.storage import location
 
 # Modules whose import registers stages; imported on first lookup so each can be developed alone.
 STAGE_MODULES = (
@@ -96,7 +97,7 @@ class GlobalStage(Stage):
 
 def output_paths(inputs: list[Path], out_dir: Path) -> list[Path]:
     """One output shard per input, same file name (prefixed by its index if names collide)."""
-    names = [Path(p).name for p in inputs]
+    names = [location(p).name for p in inputs]
     clash = len(set(names)) != len(names)
     return [out_dir / (f"{i:05d}-{n}" if clash else n) for i, n in enumerate(names)]
 

@@ -15,7 +15,6 @@ inputs and i, so a resumed run continues from sample index = samples consumed.
 """
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import fnmatch
 import json
-import shutil
 from pathlib import Path
 from typing import Callable
 
 from trident.text.atomic import write_json_atomic
+from trident.text.storage import location, remove_tree
 
 MARKER = ".trident-run.json"
 
@@ -22,14 +22,14 @@ class OutputFolderError(ValueError):
 def read_marker(folder: str | Path) -> dict | None:
     """The folder's marker, or None when trident left none (or it is unreadable)."""
     try:
-        marker = json.loads((Path(folder) / MARKER).read_text())
+        marker = json.loads((location(folder) / MARKER).read_text())
     except (OSError, ValueError):
         return None
     return marker if isinstance(marker, dict) else None
 
 
 def write_marker(folder: str | Path, record: dict) -> None:
-    write_json_atomic(Path(folder) / MARKER, record)
+    write_json_atomic(location(folder) / MARKER, record)
 
 
 def claim_output_folder(folder: str | Path, command: str, overwrite: bool,
@@ -41,7 +41,7 @@ def claim_output_folder(folder: str | Path, command: str, overwrite: bool,
     `same_run(marker)` accepts (a resume, a restart); anything with overwrite. Otherwise raises
     OutputFolderError naming the folder and a few of its entries. Entries matching `prepared` (glob
     patterns: what was put there for the run before it started, e.g. its launch script) count as empty."""
-    folder = Path(folder)
+    folder = location(folder)
     if folder.exists() and not folder.is_dir():
         raise OutputFolderError(f"{folder}: exists and is not a folder")
     # a folder holding nothing but a marker (a run that stopped before writing) counts as empty
@@ -65,8 +65,8 @@ def remove_own_outputs(folder: str | Path, marker: dict | None, command: str, pa
         return []
     removed = []
     for pattern in patterns:
-        for path in sorted(Path(folder).glob(pattern)):
-            shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+        for path in sorted(location(folder).glob(pattern)):
+            remove_tree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
             removed.append(path)
     return removed
 
@@ -77,10 +77,10 @@ def start_outputs(folder: str | Path, command: str, overwrite: bool) -> set[str]
     marker = claim_output_folder(folder, command, overwrite)
     remove_own_outputs(folder, marker, command, list((marker or {}).get("outputs", [])))
     write_marker(folder, {"command": command, "outputs": []})
-    return {p.name for p in Path(folder).iterdir()}
+    return {p.name for p in location(folder).iterdir()}
 
 
 def record_outputs(folder: str | Path, command: str, before: set[str]) -> None:
     """Stamp `folder` with what this run of `command` added to it (all that --overwrite may remove)."""
-    added = sorted(p.name for p in Path(folder).iterdir() if p.name not in before and p.name != MARKER)
+    added = sorted(p.name for p in location(folder).iterdir() if p.name not in before and p.name != MARKER)
     write_marker(folder, {"command": command, "outputs": added})

@@ -46,16 +46,9 @@ def location(path) -> Path:
     if not is_remote(text):
         return Path(text)
     from upath import UPath  # imported only when a URL is used
-    return UPath(text)
 
-
-def fresh(path) -> Path:
-    """`path` with the filesystem's listing cache dropped, so listings and existence checks see
-    objects other processes wrote since (fsspec caches listings of object stores)."""
-    path = location(path)
-    if is_remote(path):
-        path.fs.invalidate_cache()
-    return path
+    # no listing cache: other processes and machines write the objects a listing must see
+    return UPath(text, use_listings_cache=False)
 
 
 def join(base, name: str) -> Path:
@@ -216,14 +209,27 @@ def make_folder(path) -> Path:
     return path
 
 
-def replace(source, target) -> None:
-    """Move `source` to `target`: an atomic rename on a local disk; copy-then-delete of one object
-    on an object store (each object appears whole or not at all)."""
+def copy_file(source, target) -> None:
+    """Copy one file between any two locations (local or URL)."""
     source, target = location(source), location(target)
-    if not is_remote(source):
-        os.replace(source, target)
-    else:
+    if not is_remote(source) and not is_remote(target):
+        shutil.copy2(source, target)
+        return
+    with open_read(source) as reader, open_write(target) as writer:
+        shutil.copyfileobj(reader, writer, 8 << 20)
+
+
+def replace(source, target) -> None:
+    """Move the file `source` to `target`: a rename on a local disk; copy-then-delete on or across
+    object stores (each object appears whole or not at all)."""
+    source, target = location(source), location(target)
+    if not is_remote(source) and not is_remote(target):
+        shutil.move(source, target)  # a rename within one filesystem
+    elif is_remote(source) and protocol(source) == protocol(target):
         source.fs.mv(source.path, target.path)
+    else:
+        copy_file(source, target)
+        source.unlink()
 
 
 @contextmanager
@@ -242,3 +248,23 @@ def staged_prefix(target, commit_suffix: str) -> Iterator[Path]:
         files = sorted(Path(folder).iterdir(), key=lambda f: f.name.endswith(commit_suffix))
         for file in files:
             target.fs.put_file(str(file), f"{target.path}{file.name[len(local.name):]}")
+
+
+def save_array(path, array, **arrays) -> None:
+    """np.save (one array) or np.savez (named `arrays`) to a local path or URL, never pickled."""
+    import numpy as np
+
+    with open_write(path) as handle:
+        if arrays:
+            np.savez(handle, **arrays)
+        else:
+            np.save(handle, array, allow_pickle=False)
+
+
+def load_array(path):
+    """np.load of a .npy or .npz from a local path or URL (an .npz as a context manager, as np.load's)."""
+    import numpy as np
+
+    path = location(path)
+    source = path if not is_remote(path) else io.BytesIO(path.read_bytes())
+    return np.load(source, allow_pickle=False)
