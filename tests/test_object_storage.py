@@ -100,3 +100,28 @@ def test_curate_a_warc_from_s3_to_s3_without_a_shared_disk(s3, tmp_path):
         assert _documents(stats) == _documents(here)
         written = {p.rsplit("/", 1)[1] for p in s3.fs.ls(out)}
         assert {"stats.json", "report.md", "funnel.png"} <= written and "work" not in written
+
+
+@pytest.mark.timeout(180)
+def test_eval_reads_checkpoint_and_tasks_from_s3_and_writes_results_there(s3, trained_checkpoint):
+    import json
+
+    from eval_fixtures import FIXTURES
+    from trident.evaluate.harness import run_evaluation
+    from trident.evaluate.lm import load_trident
+
+    root, _, _ = trained_checkpoint
+    step = complete_checkpoints(root)[-1]
+    s3.fs.put(str(step), s3.url("ckpt/") + step.name, recursive=True)
+    s3.fs.put(str(FIXTURES / "piqa"), s3.url("tasks/piqa"), recursive=True)
+    s3.fs.put(str(FIXTURES / "lambada"), s3.url("tasks/lambada"), recursive=True)
+    out = s3.url("eval-out")
+    remote = run_evaluation(load_trident(s3.url("ckpt")), ["piqa", "lambada"], [0, 1], s3.url("tasks"), out,
+                            seed=7, limit=3, log_samples=True, progress=False)
+    local = run_evaluation(load_trident(str(root)), ["piqa", "lambada"], [0, 1], FIXTURES, None, seed=7, limit=3,
+                           progress=False)
+    scores = lambda results: {task: {k: v["metrics"] for k, v in shots.items()} for task, shots in results.items()}
+    assert scores(remote["results"]) == scores(local["results"]) and len(remote["results"]) == 2
+    assert remote["results"]["piqa"]["0"]["data"] == s3.url("tasks/piqa")
+    assert scores(json.loads((location(out) / "results.json").read_text())["results"]) == scores(local["results"])
+    assert s3.fs.glob(f"{out}/samples/*")

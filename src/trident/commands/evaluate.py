@@ -9,7 +9,8 @@ import argparse
 import json
 import os
 import sys
-from pathlib import Path
+
+from trident.text.storage import location
 
 
 def _int_list(text: str) -> list[int]:
@@ -70,7 +71,7 @@ def run(args) -> int:
     if (args.checkpoint is None) == (args.hf is None):
         print("trident eval: give exactly one of CKPT or --hf MODEL_DIR", file=sys.stderr)
         return 2
-    earlier = [name for name in ("results.json", "samples") if args.out and (Path(args.out) / name).exists()]
+    earlier = [name for name in ("results.json", "samples") if args.out and (location(args.out) / name).exists()]
     if earlier and not args.overwrite:  # an earlier evaluation's results are never silently replaced
         print(f"trident eval: {args.out} already holds {' and '.join(earlier)} of an earlier evaluation; "
               f"choose another --out, or pass --overwrite", file=sys.stderr)

@@ -15,6 +15,7 @@ from trident.evaluate import fewshot
 from trident.evaluate.lm import LM
 from trident.evaluate.results import write_results
 from trident.tasks import Task, expand, get_task
+from trident.text.storage import location, make_folder
 
 PROMPT_CONVENTION = "lm-evaluation-harness v0.4 prompts; target delimiter per task, few-shot delimiter '\\n\\n'"
 
@@ -87,8 +88,8 @@ def run_evaluation(lm: LM, tasks: list[str], shots: list[int], data_dir: str | P
     lm.batch_size = lm.batch_size if batch_size is None else batch_size
     if hasattr(lm, "progress"):
         lm.progress = progress
-    out = Path(out_dir) if out_dir is not None else None
-    data_path = Path(data_dir) if data_dir is not None else None
+    out = location(out_dir) if out_dir is not None else None
+    data_path = location(data_dir) if data_dir is not None else None
     results: dict = {
         "trident_version": trident.__version__,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -153,7 +154,7 @@ def _load_tasks(tasks: list[str], shots: list[int], data_path: Path | None, limi
 
 
 def _write_samples(path: Path, samples: list[dict]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_folder(path.parent)
     with path.open("w", encoding="utf-8") as handle:
         for sample in samples:
             handle.write(json.dumps(sample, ensure_ascii=False) + "\n")

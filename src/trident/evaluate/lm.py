@@ -25,6 +25,7 @@ from trident.evaluate.requests import Row, TokenRequest, batches, plan_rows
 from trident.infer.generate import sample_next
 from trident.parallel.precision import DTYPES
 from trident.tasks.types import Loglikelihood
+from trident.text.storage import is_remote, location
 
 
 class TextCodec(Protocol):
@@ -238,7 +239,8 @@ def load_trident(checkpoint: str | Path, *, batch_size: int = 8, device: str = "
         raise FileNotFoundError(f"{checkpoint}: no tokenizer.json in the checkpoint and no data.tokenizer in "
                                 f"its config; pass --tokenizer PATH")
     # a run's checkpoints/ folder stands for its newest complete step: record which one was used
-    resolved = (resolve_checkpoint(str(checkpoint), Path(checkpoint)) or Path(checkpoint)).resolve()
+    resolved = resolve_checkpoint(str(checkpoint), location(checkpoint)) or location(checkpoint)
+    resolved = resolved.resolve() if not is_remote(resolved) else resolved
     return trident_lm(model, tokenizer, config.model.seq_length, batch_size=batch_size, device=device,
                       checkpoint=str(resolved), name=f"{resolved.parent.parent.name}/{resolved.name}", dtype=dtype)
 

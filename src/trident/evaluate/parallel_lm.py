@@ -38,6 +38,7 @@ from trident.parallel.parallelize import ParallelModel, parallelize
 from trident.parallel.precision import Precision
 from trident.parallel.tensor import gather_from_tp, vocab_parallel_scores
 from trident.tasks.types import Loglikelihood
+from trident.text.storage import location
 
 # the parallel.* keys that change how a checkpoint is evaluated; the rest are training-only
 LAYOUT_KEYS = ("tp", "pp", "dp", "sequence_parallel", "layer_partition")
@@ -71,7 +72,7 @@ def checkpoint_layout(checkpoint: str | Path, overrides: list[str], world_size: 
     """(CheckpointReader, evaluation Config) for `checkpoint`, checked against the saved embedding."""
     from trident.checkpoint.reader import CheckpointReader, resolve_checkpoint
 
-    path = resolve_checkpoint(str(checkpoint), Path(checkpoint)) or Path(checkpoint)
+    path = resolve_checkpoint(str(checkpoint), location(checkpoint)) or location(checkpoint)
     reader = CheckpointReader(path, verify="loaded")  # each rank reads (and checks) only its slices
     config = eval_config(reader.state["config"], overrides, world_size, source=str(path))
     saved_rows = reader.full_shape("embedding.word.weight")[0]

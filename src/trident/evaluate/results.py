@@ -1,13 +1,14 @@
 """results.json (written atomically, strict JSON) and the paper-style table printed after a run."""
 from __future__ import annotations
 
-import json
 import math
-import os
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
+
+from trident.text.atomic import write_json_atomic
+from trident.text.storage import location
 
 # metrics shown as percentages; everything else (perplexity) is printed as is
 PERCENT_PREFIXES = ("acc", "pct")
@@ -25,15 +26,9 @@ def _strict(value):
 
 
 def write_results(results: dict, out_dir: str | Path) -> Path:
-    """Write OUT/results.json via a temporary file + rename (never a half-written file)."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / "results.json"
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(_strict(results), indent=2, ensure_ascii=False, allow_nan=False) + "\n",
-                   encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+    """Write OUT/results.json (local or an fsspec URL) atomically: never a half-written file."""
+    return write_json_atomic(location(out_dir) / "results.json", _strict(results), indent=2, ensure_ascii=False,
+                             allow_nan=False)
 
 
 def _cell(metric: str, value, err) -> str:

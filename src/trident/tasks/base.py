@@ -12,6 +12,7 @@ from pathlib import Path
 from trident.tasks.files import TaskDataError
 from trident.tasks.metrics import argmax, mean, mean_stderr
 from trident.tasks.types import Loglikelihood
+from trident.text.storage import location
 
 
 class Task(ABC):
@@ -37,8 +38,8 @@ class Task(ABC):
     # ---- data -------------------------------------------------------------------------------
     def root(self, data_dir: Path) -> Path:
         """data_dir/folder when that exists, else data_dir itself (files dropped straight in)."""
-        nested = Path(data_dir) / self.folder
-        return nested if self.folder and nested.is_dir() else Path(data_dir)
+        nested = location(data_dir) / self.folder
+        return nested if self.folder and nested.is_dir() else location(data_dir)
 
     @abstractmethod
     def split_files(self, split: str) -> list[str] | None:
@@ -63,7 +64,7 @@ class Task(ABC):
             from trident.tasks.hub import load_from_hub
 
             return [self.from_hub(row) for row in load_from_hub(self, split)]
-        return self.read_split(self.root(Path(data_dir)), split)
+        return self.read_split(self.root(data_dir), split)
 
     def from_hub(self, row: dict) -> dict:
         """A hub row converted to this task's document form (same keys as the local reader)."""

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from trident.checkpoint.reader import complete_checkpoints
 from trident.config import ConfigError, load_config
+from trident.text.storage import location
 
 
 def logged_steps(run: Path) -> dict[int, dict]:
@@ -31,10 +32,10 @@ def checkpoint_before(root: Path, step: int) -> Path | None:
 
 def replay_config(run: Path, step: int, overrides: list[str], world: int):
     config = load_config(run / "config.yaml", overrides)
-    root = Path(config.checkpoint.dir) if config.checkpoint.dir else run / "checkpoints"
+    root = location(config.checkpoint.dir) if config.checkpoint.dir else run / "checkpoints"
     start = checkpoint_before(root, step)
     if start is None and config.checkpoint.load not in ("", "auto"):
-        start = Path(config.checkpoint.load)  # the run itself began from a checkpoint (e.g. fine-tuning)
+        start = location(config.checkpoint.load)  # the run itself began from a checkpoint (e.g. fine-tuning)
     config.checkpoint.load = str(start) if start is not None else ""
     p = config.parallel
     if p.dp * p.pp * p.tp not in (0, world) and not any(o.startswith("parallel.") for o in overrides):
