@@ -138,7 +138,7 @@ def test_distributed_path_keeps_what_the_local_path_keeps(tmp_path, corpus, para
     assert kept_ids(distributed.run(corpus, tmp_path / "dist", executor)) == expected
     assert dict(distributed.counters) == dict(local.counters)
     assert local.counters["components"] >= 10 and local.counters["dropped:duplicate"] >= 60
-    assert {name for name, _, _ in executor.calls} >= {"_star_task", "_choose_task", "_write_task"}
+    assert {name for name, _, _ in executor.calls} >= {"_star_task", "_choose_task", "drop_files_task"}
     assert not (tmp_path / "dist" / "_work_fuzzy_dedup").exists()
 
 

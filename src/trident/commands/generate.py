@@ -4,7 +4,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -40,12 +39,13 @@ def run(args) -> int:
     from trident.checkpoint.reader import load_for_inference
     from trident.data.tokenizer import Tokenizer
     from trident.infer.generate import generate_result
+    from trident.text.storage import location
 
     if args.threads:
         torch.set_num_threads(args.threads)
     device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     try:
-        if not Path(args.checkpoint).is_dir():
+        if not location(args.checkpoint).is_dir():
             raise FileNotFoundError(f"{args.checkpoint}: no such checkpoint folder")
         model, tokenizer, _ = load_for_inference(args.checkpoint, device=device)
         if args.tokenizer:

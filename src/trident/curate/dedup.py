@@ -27,10 +27,10 @@ from pathlib import Path
 import numpy as np
 import xxhash
 
-from trident.curate.dedup_distributed import _write_task
 from trident.curate.dedup_shared import (
     dataset_salt,
     doc_key,
+    drop_files_task,
     load_partition,
     priority_array,
     priority_fields,
@@ -121,7 +121,7 @@ class ExactDedup(GlobalStage):
         writes = [{"work": str(work), "shard": i, "src": str(src), "dst": str(dst)}
                   for i, (src, dst) in enumerate(zip(inputs, outputs))]
         written = Counter()
-        for found in executor.map(_write_task, writes, desc="exact_dedup: write"):
+        for found in executor.map(drop_files_task, writes, desc="exact_dedup: write"):
             written.update(found)
         chosen = sum(n for n, _ in grouped)
         if written["dropped:duplicate"] != chosen:  # drop files lost between workers (e.g. unshared storage)

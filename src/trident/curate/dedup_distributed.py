@@ -39,7 +39,7 @@ from trident.curate.dedup_shared import (
     best_first,
     dataset_salt,
     doc_key,
-    filter_shard_task,
+    drop_files_task,
     load_partition,
     priority_array,
     priority_fields,
@@ -217,13 +217,6 @@ def _choose_task(job: dict) -> Counter:
     return counters
 
 
-def _write_task(job: dict) -> Counter:
-    """The shard copied without the rows listed in its drop files (``dropped:duplicate``)."""
-    dropped = load_partition(location(job["work"]) / "drops" / f"s{job['shard']:06d}")
-    rows = [] if dropped is None else sorted(split_keys(dropped)[1].tolist())
-    return filter_shard_task((job["src"], job["dst"], rows, "duplicate"))
-
-
 def run_distributed(stage: GlobalStage, inputs: list[Path], out_dir: Path, executor: Executor) -> list[Path]:
     """Fuzzy-dedup ``inputs`` into ``out_dir`` as ``stage`` (a FuzzyDedup) configures, adding to
     ``stage.counters`` the same counters as its local path; returns the output shard paths."""
@@ -254,7 +247,7 @@ def run_distributed(stage: GlobalStage, inputs: list[Path], out_dir: Path, execu
         counters.update(found)
     outputs = output_paths(inputs, out_dir)
     jobs = [{**j, "src": str(i), "dst": str(o)} for j, i, o in zip(shards, inputs, outputs)]
-    for found in executor.map(_write_task, jobs, desc="fuzzy_dedup: write"):
+    for found in executor.map(drop_files_task, jobs, desc="fuzzy_dedup: write"):
         counters.update(found)
     remove_tree(work)
     return outputs

@@ -156,15 +156,12 @@ def drop_lists(dropped: np.ndarray, n_shards: int) -> list[list[int]]:
     return [sorted(rows) for rows in out]
 
 
-def apply_drops(stage: GlobalStage, inputs: list[Path], out_dir: Path, executor: Executor,
-                dropped: np.ndarray, reason: str) -> list[Path]:
-    """Write the filtered shards and add their counters to ``stage.counters``."""
-    outputs = output_paths(inputs, out_dir)
-    rows = drop_lists(dropped, len(inputs))
-    jobs = [(str(i), str(o), r, reason) for i, o, r in zip(inputs, outputs, rows)]
-    for counters in executor.map(filter_shard_task, jobs, desc=f"{stage.name}: write"):
-        stage.counters.update(counters)
-    return outputs
+def drop_files_task(job: dict) -> Counter:
+    """Shard ``job["src"]`` copied to ``job["dst"]`` without the rows its drop files list (files
+    under WORK/drops/s<shard>/, written worker to worker by the stage's last reduce step)."""
+    dropped = load_partition(location(job["work"]) / "drops" / f"s{job['shard']:06d}")
+    rows = [] if dropped is None else sorted(split_keys(dropped)[1].tolist())
+    return filter_shard_task((job["src"], job["dst"], rows, "duplicate"))
 
 
 # ---- raw lines: read a shard's documents without decoding them, copy them without re-encoding ---
@@ -235,7 +232,8 @@ def filter_lines_task(job: dict) -> Counter:
 
 def apply_drops_lines(stage: GlobalStage, inputs: list[Path], out_dir: Path, executor: Executor,
                       dropped: np.ndarray, reason: str, sizes_dir: Path) -> list[Path]:
-    """``apply_drops`` copying kept lines as they are; ``sizes_dir`` holds s<shard>.npy row sizes."""
+    """Write the shards without the `dropped` document keys, copying kept lines as they are, and add
+    their counters to ``stage.counters``; ``sizes_dir`` holds s<shard>.npy row sizes."""
     outputs = output_paths(inputs, out_dir)
     rows = drop_lists(dropped, len(inputs))
     jobs = [{"src": str(i), "dst": str(o), "drop": r, "reason": reason, "sizes": str(sizes_dir / f"s{k:06d}.npy")}

@@ -16,6 +16,7 @@ from pathlib import Path
 from safetensors.torch import save_file
 
 from trident.infer.hf import EXACT_GELU, WEIGHTS_FILE, WEIGHTS_INDEX, name_map, to_gpt2
+from trident.text.storage import location
 
 MAX_SHARD_BYTES = 5 * 10**9
 ACTIVATIONS = {"gelu": EXACT_GELU, "gelu_tanh": "gelu_pytorch_tanh"}  # torch's tanh GeLU, bit for bit
@@ -73,10 +74,10 @@ def plan_shards(sizes: dict[str, int], max_shard_bytes: int) -> list[list[str]]:
 def _open_checkpoint(ckpt_path: str | Path):
     from trident.checkpoint.reader import CheckpointReader, resolve_checkpoint
 
-    if not Path(ckpt_path).is_dir():
+    if not location(ckpt_path).is_dir():
         raise FileNotFoundError(f"{ckpt_path}: no such checkpoint folder")
     try:
-        return CheckpointReader(resolve_checkpoint(str(ckpt_path), Path(ckpt_path)), verify="loaded")
+        return CheckpointReader(resolve_checkpoint(str(ckpt_path), location(ckpt_path)), verify="loaded")
     except FileNotFoundError:
         raise FileNotFoundError(f"{ckpt_path}: neither a complete checkpoint (step_N/ with a COMPLETE marker) "
                                 f"nor a folder holding one") from None
