@@ -71,17 +71,20 @@ def _write_tasks(root, text):
     return tasks
 
 
-def _harness(model, model_args, tasks):
-    """lm_eval in a fresh process, offline; its results per task."""
+def _harness(models: list[tuple[str, str]], tasks) -> list[dict]:
+    """lm_eval in one fresh process (one import of the harness), offline: per model, its results per task."""
     code = ("import json, sys, lm_eval; import trident.evaluate.lm_eval_model; "
             "from lm_eval.tasks import TaskManager; "
-            "r = lm_eval.simple_evaluate(model=sys.argv[1], model_args=sys.argv[2], tasks=sys.argv[4].split(','), "
-            "task_manager=TaskManager(include_path=sys.argv[3]), batch_size=4, device='cpu'); "
-            "print('RESULTS ' + json.dumps(r['results']))")
+            "manager = TaskManager(include_path=sys.argv[1]); "
+            "models = [sys.argv[i:i + 2] for i in range(3, len(sys.argv), 2)]; "
+            "print('RESULTS ' + json.dumps([lm_eval.simple_evaluate(model=m, model_args=a, "
+            "tasks=sys.argv[2].split(','), task_manager=manager, batch_size=4, device='cpu')['results'] "
+            "for m, a in models]))")
     env = dict(os.environ, HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                TOKENIZERS_PARALLELISM="false")
-    done = subprocess.run([sys.executable, "-c", code, model, model_args, str(tasks), ",".join(TASKS)],
-                          capture_output=True, text=True, timeout=280, env=env)
+    done = subprocess.run([sys.executable, "-c", code, str(tasks), ",".join(TASKS),
+                           *[part for model in models for part in model]],
+                          capture_output=True, text=True, timeout=400, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     line = next(line for line in done.stdout.splitlines() if line.startswith("RESULTS "))
     return json.loads(line[len("RESULTS "):])
@@ -94,8 +97,7 @@ def test_harness_scores_trident_like_its_hugging_face_export(trained_checkpoint,
     path, _, text = trained_checkpoint
     export_hf(path, tmp_path / "hf")
     tasks = _write_tasks(tmp_path, text)
-    ours = _harness("trident", f"checkpoint={path}", tasks)
-    theirs = _harness("hf", f"pretrained={tmp_path / 'hf'}", tasks)
+    ours, theirs = _harness([("trident", f"checkpoint={path}"), ("hf", f"pretrained={tmp_path / 'hf'}")], tasks)
     for task in TASKS:
         numbers = {k: v for k, v in theirs[task].items() if isinstance(v, float) and "stderr" not in k}
         assert numbers, theirs[task]

@@ -82,24 +82,27 @@ def _documents(stats):
 
 
 @pytest.mark.timeout(240)
-def test_curate_a_warc_from_s3_to_s3_without_a_shared_disk(s3, tmp_path):
+def test_ray_curates_a_warc_from_s3_to_s3_without_a_shared_disk(s3, tmp_path):
     """Every intermediate file (phase shards, dedup partitions, drop lists) lives under the s3 OUT, so
-    workers on machines without a shared disk exchange them there: local processes and Ray alike."""
+    Ray workers on machines without a shared disk exchange them there; the result equals a local
+    single-process run of the same pipeline, counter for counter and document for document."""
+    import ray  # a dev dependency: this test fails, not skips, without it
+
     from trident.curate.pipeline import run_pipeline
     from trident.curate.samples import write_sample_warc
 
     write_sample_warc(tmp_path / "a.warc.gz", n_docs=16, seed=0)
     s3.fs.put_file(str(tmp_path / "a.warc.gz"), s3.url("crawl/a.warc.gz"))
     here = run_pipeline("curate-cc", [tmp_path / "a.warc.gz"], tmp_path / "here", workers=1)
-    for executor in ("local", "ray"):
-        out = s3.url(f"curated-{executor}")
-        stats = run_pipeline("curate-cc", [s3.url("crawl")], out, executor=executor, workers=2)
-        assert stats["executor"] == executor and stats["accounting"]["ok"]
-        assert stats["inputs"][0]["path"] == s3.url("crawl/a.warc.gz")
-        assert [s["counters"] for s in stats["stages"]] == [s["counters"] for s in here["stages"]]
-        assert _documents(stats) == _documents(here)
-        written = {p.rsplit("/", 1)[1] for p in s3.fs.ls(out)}
-        assert {"stats.json", "report.md", "funnel.png"} <= written and "work" not in written
+    out = s3.url("curated")
+    stats = run_pipeline("curate-cc", [s3.url("crawl")], out, executor="ray", workers=2)
+    assert stats["executor"] == "ray" and stats["workers"] == 2 and stats["accounting"]["ok"]
+    assert not ray.is_initialized()  # the executor shut down the local cluster it started
+    assert stats["inputs"][0]["path"] == s3.url("crawl/a.warc.gz")
+    assert [s["counters"] for s in stats["stages"]] == [s["counters"] for s in here["stages"]]
+    assert _documents(stats) == _documents(here)
+    written = {p.rsplit("/", 1)[1] for p in s3.fs.ls(out)}
+    assert {"stats.json", "report.md", "funnel.png"} <= written and "work" not in written
 
 
 @pytest.mark.timeout(180)
