@@ -51,11 +51,6 @@ def location(path) -> Path:
     return UPath(text, use_listings_cache=False)
 
 
-def join(base, name: str) -> Path:
-    """`base / name` for a path or URL given as text."""
-    return location(base) / name
-
-
 def open_read(path) -> io.BufferedIOBase:
     """`path` opened for reading bytes in order, with the full io API (readline(limit), iteration)."""
     path = location(path)
