@@ -6,13 +6,14 @@ import numpy as np
 import pytest
 
 from trident.curate.dedup_shared import (
+    copy_without,
     filter_lines_task,
-    filter_shard_task,
     parse_document,
     shard_documents,
     shard_lines,
 )
 from trident.curate.document import CurateError, Document
+from trident.curate.droplog import log_path, read_log
 from trident.curate.executors import LocalExecutor
 from trident.curate.fuzzy_dedup import FuzzyDedup
 from trident.curate.minhash import MinHasher, bucket_pairs, jaccard, shingle_hashes, sorted_distinct
@@ -111,14 +112,17 @@ def test_line_copy_equals_the_document_copy(tmp_path):
     sizes = tmp_path / "sizes.npy"
     np.save(sizes, np.array([d.nbytes for d in docs], dtype=np.int64))
     by_line = filter_lines_task({"src": str(src), "dst": str(tmp_path / "a.jsonl.zst"), "drop": drop,
-                                 "reason": "duplicate", "sizes": str(sizes)})
-    by_doc = filter_shard_task((str(src), str(tmp_path / "b.jsonl.zst"), drop, "duplicate"))
+                                 "reason": "duplicate", "stage": "fuzzy_dedup", "sizes": str(sizes)})
+    by_doc = copy_without(str(src), str(tmp_path / "b.jsonl.zst"), set(drop), "duplicate", "fuzzy_dedup")
     assert by_line == by_doc
     assert open_binary(tmp_path / "a.jsonl.zst").read() == open_binary(tmp_path / "b.jsonl.zst").read()
+    logged = [list(read_log(log_path(tmp_path / f"{name}.jsonl.zst"))) for name in "ab"]
+    assert logged[0] == logged[1] == [{"id": docs[row].id, "url": "", "stage": "fuzzy_dedup", "reason": "duplicate"}
+                                      for row in drop]
     np.save(sizes, np.ones(49, dtype=np.int64))  # the shard no longer has the rows it had
     with pytest.raises(CurateError, match="changed"):
         filter_lines_task({"src": str(src), "dst": str(tmp_path / "c.jsonl.zst"), "drop": [], "reason": "duplicate",
-                           "sizes": str(sizes)})
+                           "stage": "fuzzy_dedup", "sizes": str(sizes)})
 
 
 def test_stage_output_is_the_kept_input_lines(tmp_path):

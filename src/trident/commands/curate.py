@@ -1,4 +1,5 @@
 """`trident curate CONFIG [--input PATH...] [--out DIR] [key=value ...]` runs a curation pipeline;
+`trident curate why OUT URL|ID` says where a document of that run went and why;
 `trident curate train-quality --positive FILE... --negative FILE... --out MODEL` trains the
 quality classifier it can use; `trident curate blend --sources FILE [--out data.yaml]` turns
 per-source token counts and weights/epochs into a training config's data section."""
@@ -11,11 +12,13 @@ from pathlib import Path
 
 TRAIN_QUALITY = "train-quality"
 BLEND = "blend"
+WHY = "why"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("target", metavar="CONFIG|train-quality|blend",
-                        help="pipeline YAML (or preset name, e.g. curate-cc), 'train-quality' or 'blend'")
+    parser.add_argument("target", metavar="CONFIG|why|train-quality|blend",
+                        help="pipeline YAML (or preset name, e.g. curate-cc), 'why OUT URL|ID', 'train-quality' "
+                             "or 'blend'")
     parser.add_argument("overrides", nargs="*", metavar="key=value",
                         help="config overrides, e.g. workers=4 stages.min_length.min_tokens=64")
     parser.add_argument("--input", action="extend", nargs="+", default=[], metavar="PATH",
@@ -53,6 +56,8 @@ def run(args: argparse.Namespace) -> int:
             return _train_quality(args)
         if args.target == BLEND:
             return _blend(args)
+        if args.target == WHY:
+            return _why(args)
         return _curate(args)
     except ConfigError as err:
         print(f"trident curate: error: {err}", file=sys.stderr)
@@ -68,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
 def _curate(args: argparse.Namespace) -> int:
     from trident.curate.pipeline import run_pipeline
 
-    stats = run_pipeline(args.target, [Path(p) for p in args.input], Path(args.out or "curated"),
+    stats = run_pipeline(args.target, list(args.input), args.out or "curated",
                          executor=args.executor, workers=args.workers, overrides=args.overrides,
                          overwrite=args.overwrite)
     if args.json:
@@ -88,7 +93,24 @@ def _curate(args: argparse.Namespace) -> int:
     print(f"{stats['output']['documents']} documents in {len(stats['output']['shards'])} shard(s); "
           f"{len(stats['errors'])} bad input record(s) reported; accounting "
           f"{'OK' if stats['accounting']['ok'] else 'FAILED'}; {stats['elapsed_s']} s")
+    print(f"{stats['drops']['records']} dropped document(s) logged in {args.out or 'curated'}/drops "
+          f"(`trident curate why {args.out or 'curated'} URL|ID` says where one went)")
     return 0
+
+
+def _why(args: argparse.Namespace) -> int:
+    """`trident curate why OUT URL|ID`: 0 when the document was found, 1 when it was not."""
+    from trident.curate.document import CurateError
+    from trident.curate.why import why
+
+    if len(args.overrides) != 2:
+        raise CurateError("usage: trident curate why OUT URL|ID")
+    try:
+        lines, result = why(*args.overrides)
+    except FileNotFoundError as err:
+        raise CurateError(str(err)) from None
+    print(json.dumps(result, indent=1) if args.json else "\n".join(lines))
+    return 0 if result["dropped"] or result["kept"] else 1
 
 
 def _train_quality(args: argparse.Namespace) -> int:

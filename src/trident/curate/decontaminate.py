@@ -28,6 +28,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from trident.curate.document import CurateError, Document
+from trident.curate.droplog import DropLog, log_path
 from trident.curate.shards import read_shard, write_shard
 from trident.curate.stage import Executor, GlobalStage, output_paths, register_stage
 from trident.tasks import TaskDataError, get_task
@@ -290,7 +291,7 @@ def _clean_task(job: dict) -> Counter:
 
     suspects = set(job["rows"])
 
-    def cleaned():
+    def cleaned(drops: DropLog):
         for row, doc in enumerate(read_shard(location(job["path"]))):
             counters["in"] += 1
             counters["bytes_in"] += doc.nbytes
@@ -298,12 +299,14 @@ def _clean_task(job: dict) -> Counter:
             result = clean_document(doc, lookup, job["rule"], job["tasks"], counters) if row in suspects else doc
             if isinstance(result, str):
                 counters[f"dropped:{result}"] += 1
+                drops.add(doc.id, str(doc.meta.get("url", "")), "decontaminate", result)
                 continue
             counters["out"] += 1
             counters["bytes_out"] += result.nbytes
             yield result
 
-    write_shard(location(job["out"]), cleaned())
+    with DropLog(log_path(job["out"])) as drops:
+        write_shard(location(job["out"]), cleaned(drops))
     return counters
 
 

@@ -118,7 +118,7 @@ class ExactDedup(GlobalStage):
         grouped = executor.map(_exact_group_task, parts, desc="exact_dedup: group")
         self.counters["duplicate_groups"] += sum(groups for _, groups in grouped)
         outputs = output_paths(inputs, out_dir)
-        writes = [{"work": str(work), "shard": i, "src": str(src), "dst": str(dst)}
+        writes = [{"work": str(work), "shard": i, "src": str(src), "dst": str(dst), "stage": self.name}
                   for i, (src, dst) in enumerate(zip(inputs, outputs))]
         written = Counter()
         for found in executor.map(drop_files_task, writes, desc="exact_dedup: write"):

@@ -246,7 +246,7 @@ def run_distributed(stage: GlobalStage, inputs: list[Path], out_dir: Path, execu
     for found in executor.map(_choose_task, parts, desc="fuzzy_dedup: choose"):
         counters.update(found)
     outputs = output_paths(inputs, out_dir)
-    jobs = [{**j, "src": str(i), "dst": str(o)} for j, i, o in zip(shards, inputs, outputs)]
+    jobs = [{**j, "src": str(i), "dst": str(o), "stage": stage.name} for j, i, o in zip(shards, inputs, outputs)]
     for found in executor.map(drop_files_task, jobs, desc="fuzzy_dedup: write"):
         counters.update(found)
     remove_tree(work)

@@ -21,6 +21,7 @@ import xxhash
 import zstandard
 
 from trident.curate.document import CurateError, Document
+from trident.curate.droplog import DropLog, log_path
 from trident.curate.shards import FRAME_BYTES, ShardWriter, read_shard, write_shard
 from trident.curate.stage import Executor, GlobalStage, output_paths
 from trident.text.jsonl import UnreadableFile, iter_raw_lines
@@ -124,24 +125,25 @@ def load_partition(folder: Path) -> np.ndarray | None:
     return concat_structured(arrays) if arrays[0].dtype.names else np.concatenate(arrays)
 
 
-def filter_shard_task(job: tuple[str, str, list[int], str]) -> Counter:
-    """Copy shard ``src`` to ``dst`` without the listed rows (counted as ``dropped:<reason>``)."""
-    src, dst, drop_rows, reason = job
-    drop = set(drop_rows)
+def copy_without(src: str, dst: str, drop: set[int], reason: str, stage: str) -> Counter:
+    """Copy shard ``src`` to ``dst`` without the rows in ``drop`` (counted as ``dropped:<reason>``
+    and written to ``dst``'s drop log)."""
     counters: Counter = Counter()
 
-    def kept():
+    def kept(drops: DropLog):
         for row, doc in enumerate(read_shard(location(src))):
             counters["in"] += 1
             counters["bytes_in"] += doc.nbytes
             if row in drop:
                 counters[f"dropped:{reason}"] += 1
+                drops.add(doc.id, str(doc.meta.get("url", "")), stage, reason)
                 continue
             counters["out"] += 1
             counters["bytes_out"] += doc.nbytes
             yield doc
 
-    write_shard(location(dst), kept())
+    with DropLog(log_path(dst)) as drops:
+        write_shard(location(dst), kept(drops))
     if counters[f"dropped:{reason}"] != len(drop):
         raise CurateError(f"{src}: {len(drop)} rows marked {reason}, but {counters[f'dropped:{reason}']} found")
     return counters
@@ -158,10 +160,10 @@ def drop_lists(dropped: np.ndarray, n_shards: int) -> list[list[int]]:
 
 def drop_files_task(job: dict) -> Counter:
     """Shard ``job["src"]`` copied to ``job["dst"]`` without the rows its drop files list (files
-    under WORK/drops/s<shard>/, written worker to worker by the stage's last reduce step)."""
+    under WORK/drops/s<shard>/, written worker to worker by ``job["stage"]``'s last reduce step)."""
     dropped = load_partition(location(job["work"]) / "drops" / f"s{job['shard']:06d}")
-    rows = [] if dropped is None else sorted(split_keys(dropped)[1].tolist())
-    return filter_shard_task((job["src"], job["dst"], rows, "duplicate"))
+    rows = set() if dropped is None else set(split_keys(dropped)[1].tolist())
+    return copy_without(job["src"], job["dst"], rows, "duplicate", job["stage"])
 
 
 # ---- raw lines: read a shard's documents without decoding them, copy them without re-encoding ---
@@ -216,10 +218,13 @@ def filter_lines_task(job: dict) -> Counter:
     drop = np.zeros(len(sizes), dtype=bool)
     drop[np.asarray(job["drop"], dtype=np.int64)] = True
     rows = 0
-    with LineWriter(dst) as writer:
-        for row, (_, data) in enumerate(shard_lines(src)):
+    with LineWriter(dst) as writer, DropLog(log_path(dst)) as drops:
+        for row, (number, data) in enumerate(shard_lines(src)):
             if row < len(sizes) and not drop[row]:
                 writer.write_line(data)
+            elif row < len(sizes):  # only dropped lines are decoded, for the log
+                doc = parse_document(src, number, data)
+                drops.add(doc.id, str(doc.meta.get("url", "")), job["stage"], reason)
             rows += 1
         if rows != len(sizes):
             raise CurateError(f"{src}: {rows} documents now, {len(sizes)} when it was read: the shard changed")
@@ -236,8 +241,8 @@ def apply_drops_lines(stage: GlobalStage, inputs: list[Path], out_dir: Path, exe
     their counters to ``stage.counters``; ``sizes_dir`` holds s<shard>.npy row sizes."""
     outputs = output_paths(inputs, out_dir)
     rows = drop_lists(dropped, len(inputs))
-    jobs = [{"src": str(i), "dst": str(o), "drop": r, "reason": reason, "sizes": str(sizes_dir / f"s{k:06d}.npy")}
-            for k, (i, o, r) in enumerate(zip(inputs, outputs, rows))]
+    jobs = [{"src": str(i), "dst": str(o), "drop": r, "reason": reason, "stage": stage.name,
+             "sizes": str(sizes_dir / f"s{k:06d}.npy")} for k, (i, o, r) in enumerate(zip(inputs, outputs, rows))]
     for counters in executor.map(filter_lines_task, jobs, desc=f"{stage.name}: write"):
         stage.counters.update(counters)
     return outputs

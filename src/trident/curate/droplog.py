@@ -63,3 +63,26 @@ def read_log(path: Path | str) -> Iterator[dict]:
         for line in io.TextIOWrapper(stream, encoding="utf-8"):
             if line.strip():
                 yield json.loads(line)
+
+
+def publish_logs(work: Path, folder: Path, keep_work: bool) -> dict:
+    """Move (copy, with keep_work) every drop log under WORK/phase-*/ to FOLDER/phase-NN/; returns
+    {"folder", "files", "records"} (records counted as they are published)."""
+    from trident.text.storage import copy_file, replace
+
+    work, folder = location(work), location(folder)
+    files = records = 0
+    for log in sorted(work.glob(f"phase-*/*{SUFFIX}"), key=str):
+        target = folder / log.parent.name / log.name
+        (copy_file if keep_work else replace)(log, target)
+        files += 1
+        records += sum(1 for _ in read_log(target))
+    return {"folder": folder.name, "files": files, "records": records}
+
+
+def check_logged(stages: list[dict], logged: int) -> list[str]:
+    """A problem when the drop logs hold a different number of records than the stages dropped."""
+    dropped = sum(v for entry in stages for k, v in entry["counters"].items() if k.startswith("dropped:"))
+    if dropped == logged:
+        return []
+    return [f"drop logs hold {logged} records but the stages dropped {dropped} documents"]

@@ -27,6 +27,8 @@ class LangId(StreamingStage):
     (a kept language, but below the threshold) and `empty`. Only the first `max_chars` characters
     are classified (enough for a stable answer, bounded cost on huge documents)."""
 
+    score_key = "language_score"
+
     def __init__(self, languages: list[str] | tuple = ("en",), threshold: float | None = None,
                  max_chars: int = 10_000, backend: str = "fasttext") -> None:
         if backend not in LANGID_BACKENDS:

@@ -34,6 +34,7 @@ from typing import Any
 import yaml
 
 from trident.curate.document import CurateError, Document
+from trident.curate.droplog import check_logged, publish_logs
 from trident.curate.executors import make_executor
 from trident.curate.runner import import_modules, run_global_phase, run_stream_phase, split_phases
 from trident.curate.settings import CurateConfigError, check_settings
@@ -257,9 +258,10 @@ def run_pipeline(config: str | Path | dict | list, inputs: list[Path] | tuple = 
         pool.close()
     elapsed = time.time() - start
     final = _publish(current, out_dir, cfg["keep_work"])
+    drops = publish_logs(work, out_dir / "drops", cfg["keep_work"])
     if not cfg["keep_work"]:
         remove_tree(work)
-    problems += check_accounting(stage_stats)
+    problems += check_accounting(stage_stats) + check_logged(stage_stats, drops["records"])
     stats = {
         "inputs": [{"path": str(p), "dataset": d} for p, d in files],
         "executor": cfg["executor"], "workers": pool.workers, "elapsed_s": round(elapsed, 3),
@@ -267,6 +269,7 @@ def run_pipeline(config: str | Path | dict | list, inputs: list[Path] | tuple = 
         "stages": [{**s, "counters": dict(sorted(s["counters"].items()))} for s in stage_stats],
         "output": {"shards": [str(p) for p in final], "documents": stage_stats[-1]["counters"].get("out", 0)},
         "accounting": {"ok": not problems, "problems": problems},
+        "drops": drops,
         "errors": errors,
         "config": {k: v for k, v in cfg.items() if k != "inputs"},
     }
@@ -274,7 +277,7 @@ def run_pipeline(config: str | Path | dict | list, inputs: list[Path] | tuple = 
     _write_report_safely(stats, out_dir)
     charts = [name for name in REPORT_CHARTS if (out_dir / name).exists()]
     report = ["report.md"] if (out_dir / "report.md").exists() else []
-    outputs = [p.name for p in final] + ["stats.json"] + report + charts
+    outputs = [p.name for p in final] + ["stats.json", "drops"] + report + charts
     write_marker(out_dir, {"command": "curate", "outputs": outputs})
     if problems:
         raise CurateError("accounting check failed (documents vanished uncounted): " + "; ".join(problems))

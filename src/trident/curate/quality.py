@@ -117,6 +117,8 @@ class Quality(StreamingStage):
     sampling; drops `pareto_sample`. Only documents of `datasets` are scored (null: all); others
     pass through (counted as `passthrough:dataset`). Adds histogram counters hist:quality_score:NN."""
 
+    score_key = "quality_score"
+
     def __init__(self, model: str, alpha: float = 9.0, seed: int = 0, datasets: list[str] | None = None,
                  batch_size: int = 256) -> None:
         if not model:
@@ -159,7 +161,7 @@ class Quality(StreamingStage):
             if pareto_keep(doc.id, float(score), self.params["alpha"], self.params["seed"]):
                 yield self._kept(doc)
             else:
-                self.counters["dropped:pareto_sample"] += 1
+                self.drop(doc, "pareto_sample")
 
     def _kept(self, doc: Document) -> Document:
         self.counters["out"] += 1

@@ -110,6 +110,9 @@ def write_report(stats: dict, out_dir: Path) -> Path:
              f"Accounting (in = out + dropped for every stage, chained): "
              f"**{'OK' if stats['accounting']['ok'] else 'FAILED'}**"]
     lines += [f"- {p}" for p in stats["accounting"]["problems"]]
+    if "drops" in stats:
+        lines += ["", f"Drop log: {stats['drops']['records']} dropped documents in `drops/` ({stats['drops']['files']} "
+                      f"files; stage, reason, score each); `trident curate why OUT URL|ID` finds one."]
     lines += ["", "![funnel](funnel.png)", ""] + _stage_table(stats)
     disabled = [s["stage"] for s in stats["config"]["stages"] if not s.get("enabled", True)]
     if disabled:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Iterator
 
 from trident.curate.document import CurateError
+from trident.curate.droplog import DropLog, log_path
 from trident.curate.shards import RecordLog, read_documents, read_shard, write_shard
 from trident.curate.stage import Executor, GlobalStage, StreamingStage, build_stage, stage_class
 from trident.text.atomic import write_json_atomic
@@ -79,9 +80,11 @@ def stream_shard(task: dict) -> dict:
         return json.loads(marker.read_text())
     import_modules(task["modules"])  # worker processes start without the driver's custom stages
     stages = [build_stage(spec["stage"], _params(spec)) for spec in task["specs"]]
+    drops = _drop_log(task["output"])
     for stage in stages:
         stage.setup()
-    log = RecordLog(strict=task["strict"])
+        stage.drops = drops
+    log = RecordLog(strict=task["strict"], drops=drops)
     if task["read_raw"]:
         docs = read_documents(location(task["input"]), log, dataset=task["dataset"],
                               max_doc_bytes=task["max_doc_bytes"])
@@ -93,6 +96,7 @@ def stream_shard(task: dict) -> dict:
         assert isinstance(stage, StreamingStage)
         docs = _timed(stage.process(docs), spent, slot)
     written = write_shard(location(task["output"]), docs)
+    drops.close()  # complete before the marker: a resumed run keeps it
     own = [spent[0]] + [spent[i] - spent[i - 1] for i in range(1, len(spent))]
     result = {
         "read": dict(log.counters) if task["read_raw"] else None,
@@ -103,6 +107,13 @@ def stream_shard(task: dict) -> dict:
     }
     write_json_atomic(marker, result)
     return result
+
+
+def _drop_log(output: str) -> DropLog:
+    """The drop log of the shard `output`, started afresh (an earlier attempt's is replaced)."""
+    path = log_path(output)
+    path.unlink(missing_ok=True)
+    return DropLog(path)
 
 
 def run_stream_phase(specs: list[dict], inputs: list[tuple[Path, str | None]], phase_dir: Path,

@@ -60,6 +60,7 @@ class Stage:
     def __init__(self, **params: Any) -> None:
         self.params = params
         self.counters: Counter = Counter()
+        self.drops = None  # the task's curate.droplog.DropLog, set by the runner (None: not logged)
 
     def setup(self) -> None:
         """Load heavy resources (models); called once in the process that does the work."""
@@ -67,6 +68,8 @@ class Stage:
 
 class StreamingStage(Stage):
     """A per-document stage. Subclasses implement `apply` (or override `process`)."""
+
+    score_key: str | None = None  # the meta key of a score-based filter's score, logged with its drops
 
     def apply(self, doc: Document) -> Document | str:
         """Return the (possibly changed) document to keep it, or a reason string to drop it."""
@@ -79,11 +82,19 @@ class StreamingStage(Stage):
             self.counters["bytes_in"] += doc.nbytes
             result = self.apply(doc)
             if isinstance(result, str):
-                self.counters[f"dropped:{result}"] += 1
+                self.drop(doc, result)
                 continue
             self.counters["out"] += 1
             self.counters["bytes_out"] += result.nbytes
             yield result
+
+
+    def drop(self, doc: Document, reason: str) -> None:
+        """Count `doc` as dropped for `reason` and write it to the drop log (with its score, if any)."""
+        self.counters[f"dropped:{reason}"] += 1
+        if self.drops is not None:
+            score = {"score": doc.meta[self.score_key]} if self.score_key in doc.meta else {}
+            self.drops.add(doc.id, str(doc.meta.get("url", "")), self.name, reason, **score)
 
 
 class GlobalStage(Stage):

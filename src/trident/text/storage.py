@@ -205,8 +205,8 @@ def make_folder(path) -> Path:
 
 
 def copy_file(source, target) -> None:
-    """Copy one file between any two locations (local or URL)."""
-    source, target = location(source), location(target)
+    """Copy one file between any two locations (local or URL); the target's folder is created."""
+    source, target = location(source), make_folder(location(target).parent) / location(target).name
     if not is_remote(source) and not is_remote(target):
         shutil.copy2(source, target)
         return
@@ -216,8 +216,8 @@ def copy_file(source, target) -> None:
 
 def replace(source, target) -> None:
     """Move the file `source` to `target`: a rename on a local disk; copy-then-delete on or across
-    object stores (each object appears whole or not at all)."""
-    source, target = location(source), location(target)
+    object stores (each object appears whole or not at all); the target's folder is created."""
+    source, target = location(source), make_folder(location(target).parent) / location(target).name
     if not is_remote(source) and not is_remote(target):
         shutil.move(source, target)  # a rename within one filesystem
     elif is_remote(source) and protocol(source) == protocol(target):
