@@ -37,9 +37,10 @@ def test_config_loading_overrides_and_errors():
                                              "stages.0.favor_precision=false"])
     assert cfg["workers"] == 3 and cfg["dataset"] == "cc"
     names = [s["stage"] for s in cfg["stages"]]
-    assert names[:5] == ["extract", "langid", "quality", "clean", "min_length"]  # MT-NLG order
+    # MT-NLG's order, plus trident's site_lines after language id
+    assert names[:6] == ["extract", "langid", "site_lines", "quality", "clean", "min_length"]
     assert names.index("fuzzy_dedup") < names.index("exact_dedup") < names.index("decontaminate")
-    assert cfg["stages"][4]["min_tokens"] == 64 and cfg["stages"][0]["favor_precision"] is False
+    assert cfg["stages"][5]["min_tokens"] == 64 and cfg["stages"][0]["favor_precision"] is False
     assert load_pipeline_config(STREAMING)["stages"] == STREAMING  # a bare list is a pipeline too
     with pytest.raises(CurateError, match="unknown key"):
         load_pipeline_config({"stages": [], "wrokers": 2})
@@ -57,7 +58,7 @@ def test_mtnlg_funnel_on_sample_warc(tmp_path, warcs):
     paths, kinds = warcs
     stats = run_pipeline("curate-cc", [paths[0]], tmp_path / "out")
     assert stats["accounting"] == {"ok": True, "problems": []}
-    assert [s["name"] for s in stats["stages"]] == ["read", "extract", "langid", "clean", "min_length",
+    assert [s["name"] for s in stats["stages"]] == ["read", "extract", "langid", "site_lines", "clean", "min_length",
                                                      "fuzzy_dedup", "exact_dedup"]
     k = kinds[0]
     assert counters(stats, "read")["in"] == sum(k.values())
@@ -170,7 +171,7 @@ def test_cli_end_to_end(tmp_path, warcs, capsys):
     assert code == 0
     stats = json.loads(capsys.readouterr().out)
     assert stats["accounting"]["ok"] and (out / "report.md").exists()
-    assert stats["config"]["stages"][4]["min_tokens"] == 100
+    assert stats["config"]["stages"][5]["min_tokens"] == 100
     assert main(["curate", "curate-cc", "--out", str(out)]) == 1
     assert "no inputs" in capsys.readouterr().err
     code = main(["curate", "curate-cc", "--input", str(paths[1]), "--out", str(out), "bogus=1"])

@@ -30,6 +30,7 @@ STAGE_MODULES = (
     "trident.curate.extract",
     "trident.curate.clean",
     "trident.curate.langid",
+    "trident.curate.site_lines",
     "trident.curate.filters",
     "trident.curate.quality",
     "trident.curate.dedup",
