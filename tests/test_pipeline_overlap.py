@@ -10,9 +10,10 @@ from distributed import run_distributed
 from train_fixtures import VOCAB, RandomTokens, tiny_config
 from trident.parallel.pipeline.overlap import (CONTRACTS, Post, Run, Wait, build_plan, consumer, last_backwards,
                                                producer, schedule_for)
+from trident.parallel.pipeline.registry import build_schedule
 from trident.parallel.pipeline.schedules import (COMMUNICATION, COMPUTE, RECVS, SENDS, Backward, Forward,
                                                  RecvActivation, RecvGrad, ScheduleError, SendActivation,
-                                                 build_schedule, one_f_one_b)
+                                                 one_f_one_b)
 from trident.parallel.pipeline.simulate import simulate
 from trident.parallel.pipeline.timeline import COMPUTE_KINDS
 

@@ -3,9 +3,10 @@ from collections import Counter
 
 import pytest
 
+from trident.parallel.pipeline.registry import build_schedule
 from trident.parallel.pipeline.schedules import (Backward, Forward, RecvActivation, RecvGrad, ScheduleError,
-                                                 SendActivation, SendGrad, build_schedule, forward_only, gpipe,
-                                                 interleaved_1f1b, one_f_one_b, peak_inflight)
+                                                 SendActivation, SendGrad, forward_only, gpipe, interleaved_1f1b,
+                                                 one_f_one_b, peak_inflight)
 from trident.parallel.pipeline.overlap import CONTRACTS
 from trident.parallel.pipeline.simulate import simulate
 

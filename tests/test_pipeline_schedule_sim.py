@@ -5,9 +5,10 @@ import pytest
 
 from trident.cli import main
 from trident.parallel.pipeline.draw import draw_timeline
+from trident.parallel.pipeline.registry import build_schedule
 from trident.parallel.pipeline.schedules import (Backward, Forward, RecvActivation, RecvGrad, ScheduleError,
-                                                 SendActivation, SendGrad, build_schedule, gpipe, interleaved_1f1b,
-                                                 one_f_one_b, theoretical_bubble)
+                                                 SendActivation, SendGrad, gpipe, interleaved_1f1b, one_f_one_b,
+                                                 theoretical_bubble)
 from trident.parallel.pipeline.simulate import check_schedule, simulate
 from trident.parallel.pipeline.timeline import Box, Timeline, TimelineRecorder
 

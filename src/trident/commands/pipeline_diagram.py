@@ -4,21 +4,22 @@ from __future__ import annotations
 import argparse
 import json
 
+from trident.config.pipeline_schedules import DEFAULT_SCHEDULE, INTERLEAVED
 from trident.parallel.pipeline.draw import draw_timeline
 from trident.parallel.pipeline.overlap import CONTRACTS, schedule_for
-from trident.parallel.pipeline.schedules import SCHEDULES, ScheduleError, peak_inflight
+from trident.parallel.pipeline.registry import SCHEDULES
+from trident.parallel.pipeline.schedules import ScheduleError, peak_inflight
 from trident.parallel.pipeline.simulate import simulate
 from trident.parallel.pipeline.timeline import Timeline
-from trident.parallel.pipeline.zero_bubble import ZERO_BUBBLE_SCHEDULES, bubble_theory
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pp", type=int, default=4, help="pipeline stages (default 4)")
     parser.add_argument("--micro-batches", type=int, default=8, help="micro-batches per step (default 8)")
-    parser.add_argument("--schedule", choices=SCHEDULES + ZERO_BUBBLE_SCHEDULES, default="1f1b",
-                        help="pipeline schedule (default 1f1b)")
+    parser.add_argument("--schedule", choices=tuple(SCHEDULES), default=DEFAULT_SCHEDULE,
+                        help=f"pipeline schedule (default {DEFAULT_SCHEDULE})")
     parser.add_argument("--virtual-stages", type=int, default=1,
-                        help="model chunks per stage; > 1 needs --schedule interleaved (default 1)")
+                        help=f"model chunks per stage; > 1 needs --schedule {INTERLEAVED.name} (default 1)")
     parser.add_argument("--forward-time", type=float, default=1.0,
                         help="time of one micro-batch forward through a whole stage (default 1)")
     parser.add_argument("--backward-time", type=float, default=2.0,
@@ -49,6 +50,8 @@ def run(args: argparse.Namespace) -> int:
     except (ScheduleError, ValueError, OSError) as err:
         print(f"error: {err}")
         return 2
+    # a recorded timeline may name no schedule: its theory is then 1F1B's (pp - 1) / (m v)
+    theory = SCHEDULES.get(timeline.schedule, SCHEDULES[DEFAULT_SCHEDULE])
     draw_timeline(timeline, args.out, args.title)
     if args.save_timeline:
         timeline.save(args.save_timeline)
@@ -56,8 +59,7 @@ def run(args: argparse.Namespace) -> int:
         "schedule": timeline.schedule, "source": timeline.source, "pp": timeline.num_stages,
         "micro_batches": timeline.num_microbatches, "virtual_stages": timeline.virtual_stages,
         "makespan": timeline.makespan, "bubble_fraction": timeline.bubble_fraction,
-        "theoretical_bubble": bubble_theory(timeline.schedule, timeline.num_stages, timeline.num_microbatches,
-                                            timeline.virtual_stages),
+        "theoretical_bubble": theory.bubble(timeline.num_stages, timeline.num_microbatches, timeline.virtual_stages),
         "peak_inflight_activations": peaks, "out": str(args.out),
     }
     if args.json:
@@ -67,8 +69,7 @@ def run(args: argparse.Namespace) -> int:
               f"m={report['micro_batches']} v={report['virtual_stages']}")
         print(f"  makespan            {report['makespan']:.3f}")
         print(f"  bubble (measured)   {report['bubble_fraction']:.4f}")
-        formula = "(pp-1)/(3m), f = B = W" if timeline.schedule in ZERO_BUBBLE_SCHEDULES else "(pp-1)/(m*v)"
-        print(f"  bubble (theory)     {report['theoretical_bubble']:.4f}  = {formula}")
+        print(f"  bubble (theory)     {report['theoretical_bubble']:.4f}  = {theory.bubble_formula}")
         if peaks is not None:
             print(f"  peak activations    {peaks}  (per stage, in (micro-batch, chunk) sets)")
         print(f"  wrote {report['out']}")

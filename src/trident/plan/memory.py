@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass
 from functools import lru_cache
 
 from trident.config import Config
+from trident.config.pipeline_schedules import DEFAULT_SCHEDULE, spec
 
 CHECKPOINTING = ("none", "selective", "full")
 # Adam moments m and v in fp32; with 16-bit training an fp32 master copy of the weights as well.
@@ -29,7 +30,7 @@ class Layout:
     checkpointing: str = "none"
     zero_stage: int = 0
     sequence_parallel: bool = False
-    schedule: str = "1f1b"
+    schedule: str = DEFAULT_SCHEDULE
     # Gradient accumulation dtype. "param": the training precision (docs/reference.md's 16 bytes/param with
     # bf16: 2 weights + 2 grads + 12 fp32 master, m, v); "fp32": an fp32 main-grad buffer, as
     # Megatron-LM and trident's trainer (parallel/data.py) keep: 18 bytes/param.
@@ -172,21 +173,13 @@ def layer_activation_bytes(config: Config, layout: Layout, mode: str, flash_atte
 def in_flight(layout: Layout, stage: int, micro: int) -> float:
     """Micro-batches whose activations stage `stage` holds at the peak, counted in whole-stage units.
 
-    gpipe: all of them; 1F1B and ZB-H1: pp - stage (Narayanan et al. 2021); ZB-H2: 2 pp - 1 - stage
-    (pipeline.zero_bubble); interleaved 1F1B: Megatron's warm-up (pp - stage - 1) * 2 + (v - 1) * pp
-    chunk-micro-batches plus the one in flight, each 1/v of the stage. These are the schedules NCCL
-    runs (batched exchanges); on gloo, overlapped 1F1B and the zero-bubble schedules hold one more
-    (1F1B: on every stage but the last; pipeline.overlap.schedule_for).
+    The schedule's record says (config.pipeline_schedules.ScheduleSpec.in_flight): GPipe all of them;
+    1F1B and ZB-H1 pp - stage (Narayanan et al. 2021); ZB-H2 2 pp - 1 - stage (pipeline.zero_bubble);
+    interleaved 1F1B Megatron's warm-up plus the one in flight, each 1/v of the stage. These are the
+    schedules NCCL runs (batched exchanges); on gloo, overlapped 1F1B and the zero-bubble schedules
+    hold one more (1F1B: on every stage but the last; pipeline.overlap.schedule_for).
     """
-    pp, v = layout.pp, layout.virtual_stages
-    if layout.schedule == "gpipe":
-        return float(micro)
-    if layout.schedule == "zb-h2":
-        return float(min(2 * pp - 1 - stage, micro))
-    if v > 1:
-        chunks = min((pp - stage - 1) * 2 + (v - 1) * pp + 1, micro * v)
-        return chunks / v
-    return float(min(pp - stage, micro))
+    return spec(layout.schedule).in_flight(layout.pp, stage, micro, layout.virtual_stages)
 
 
 def stage_memory(config: Config, layout: Layout, stage: int, flash_attention: bool = False) -> MemoryBreakdown:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Iterator
 
 from trident.config import Config
+from trident.config.pipeline_schedules import ScheduleError, searched_schedule, spec
 from trident.hardware import Hardware
 from trident.plan.memory import CHECKPOINTING, Layout, MemoryBreakdown, memory_per_gpu, micro_batches
 from trident.plan.time import TimeBreakdown, per_device, step_time
@@ -57,19 +58,27 @@ def layout_problems(config: Config, layout: Layout, gpus: int) -> list[str]:
         problems.append(f"sequence parallelism needs model.seq_length={m.seq_length} divisible by tp={p.tp}")
     if p.pp * p.virtual_stages > m.num_layers:
         problems.append(f"pp x virtual_stages = {p.pp * p.virtual_stages} > model.num_layers={m.num_layers}")
-    if p.virtual_stages > 1 and (p.schedule != "interleaved" or p.pp == 1):
-        problems.append("virtual_stages > 1 needs schedule=interleaved and pp > 1")
     if p.checkpointing not in CHECKPOINTING:
         problems.append(f"checkpointing must be one of {CHECKPOINTING}, got {p.checkpointing!r}")
     if p.zero_stage not in (0, 1):
         problems.append(f"zero_stage must be 0 or 1, got {p.zero_stage}")
+    counts: tuple[int, ...] = ()
     if p.micro_batch < 1 or t.global_batch_size % (p.micro_batch * p.dp):
         problems.append(f"train.global_batch_size={t.global_batch_size} is not divisible by "
                         f"micro_batch x dp = {p.micro_batch} x {p.dp}")
-    elif p.schedule == "interleaved" and p.pp > 1 and micro_batches(config, layout) % p.pp:
-        problems.append(f"interleaved schedule needs micro-batches per replica "
-                        f"({micro_batches(config, layout)}) to be a multiple of pp={p.pp}")
-    return problems
+    else:
+        counts = (micro_batches(config, layout),)
+    return problems + _schedule_problems(layout, counts)
+
+
+def _schedule_problems(layout: Layout, counts: tuple[int, ...]) -> list[str]:
+    """What the layout's pipeline schedule refuses with `counts` micro-batches per replica: the check
+    config validation runs (config.pipeline_schedules)."""
+    try:
+        schedule = spec(layout.schedule)
+    except ScheduleError as error:
+        return [str(error)]
+    return [problem.message for problem in schedule.check(layout.pp, layout.virtual_stages, counts)]
 
 
 def evaluate(config: Config, layout: Layout, hardware: Hardware, gpus: int, gpus_per_node: int,
@@ -102,7 +111,6 @@ def candidate_layouts(config: Config, gpus: int, rejected: Counter | None = None
     layout_problems. Meshes that cannot hold the model are counted in `rejected` once per mesh; other
     rejected layouts once per layout."""
     m, t = config.model, config.train
-    schedule = "gpipe" if config.parallel.schedule == "gpipe" else "1f1b"
     for tp in divisors(gpus):
         for pp in divisors(gpus // tp):
             dp = gpus // (tp * pp)
@@ -117,7 +125,7 @@ def candidate_layouts(config: Config, gpus: int, rejected: Counter | None = None
                 for v in range(1, m.num_layers // pp + 1) if pp > 1 else (1,):
                     base = Layout(tp=tp, pp=pp, dp=dp, micro_batch=micro, virtual_stages=v,
                                   sequence_parallel=config.parallel.sequence_parallel and tp > 1,
-                                  schedule="interleaved" if v > 1 else schedule, grad_dtype=grad_dtype)
+                                  schedule=searched_schedule(config.parallel.schedule, v), grad_dtype=grad_dtype)
                     problems = layout_problems(config, base, gpus)
                     if problems:  # no checkpointing or ZeRO choice fixes these: count them all at once
                         for reason in problems:

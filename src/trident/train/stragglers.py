@@ -16,6 +16,7 @@ import statistics
 
 import torch.distributed as dist
 
+from trident.config.pipeline_schedules import DEFAULT_SCHEDULE
 from trident.parallel.pipeline.overlap import schedule_for
 from trident.parallel.pipeline.simulate import simulate
 
@@ -47,7 +48,7 @@ def compute_time(report: dict) -> float:
     return report["compute"] if "compute" in report else report["forward"] + report["backward"]
 
 
-def find_stragglers(reports: list[dict], pct: float, schedule: str = "1f1b", micro_batches: int = 1,
+def find_stragglers(reports: list[dict], pct: float, schedule: str = DEFAULT_SCHEDULE, micro_batches: int = 1,
                     virtual_stages: int = 1, contract: str = "overlapped") -> list[dict]:
     """The stragglers among one step's reports, each {rank, section, slower_by, seconds_lost_per_step}."""
     slowest: dict[tuple[int, int], dict] = {}  # (replica, stage) -> its slowest straggler

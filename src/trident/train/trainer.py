@@ -155,7 +155,7 @@ class Trainer:
         """Gather the stages' boxes; rank 0 writes OUT/timeline_stepN.json. Returns measured and
         theoretical bubble fractions for the metrics line."""
         from trident.parallel.pipeline.timeline import Timeline
-        from trident.parallel.pipeline.zero_bubble import bubble_theory
+        from trident.parallel.pipeline.registry import schedule as pipeline_schedule
 
         p = self.config.parallel
         if not self.config.logging.record_timeline:  # a straggler check: this stage's boxes are enough
@@ -168,7 +168,7 @@ class Trainer:
             self.out.mkdir(parents=True, exist_ok=True)
             timeline.save(self.out / f"timeline_step{self.step}.json")
         return {"bubble": timeline.bubble_fraction,
-                "bubble_theory": bubble_theory(p.schedule, self.mesh.pp, micro, p.virtual_stages)}
+                "bubble_theory": pipeline_schedule(p.schedule).bubble(self.mesh.pp, micro, p.virtual_stages)}
 
     def _record(self, loss: float, lr: float, grad_norm: float, batch_size: int, elapsed: float,
                 skipped: bool) -> dict:

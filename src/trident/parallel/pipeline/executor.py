@@ -22,10 +22,10 @@ from torch.autograd import Variable
 
 from trident.parallel.flight import FLIGHT
 from trident.parallel.pipeline.overlap import Post, Wait, build_plan, check_contract, last_backwards, schedule_for
+from trident.parallel.pipeline.registry import schedule as registered
 from trident.parallel.pipeline.schedules import (COMPUTE_KIND, SENDS, Backward, BackwardWeight, Forward,
                                                  RecvActivation, RecvGrad, SendActivation, SendGrad,
                                                  forward_only)
-from trident.parallel.pipeline.zero_bubble import ZERO_BUBBLE_SCHEDULES
 from trident.parallel.pipeline.timeline import TimelineRecorder
 from trident.parallel.watch import watched
 from trident.parallel.weight_grad import deferring_weight_grads, flush
@@ -49,7 +49,7 @@ class PipelineExecutor:
                  dtype: torch.dtype, device: torch.device, autocast=nullcontext,
                  recorder: TimelineRecorder | None = None, contract: str | None = None):
         self.chunks, self.mesh, self.schedule_name = chunks, mesh, schedule
-        self.zero_bubble = schedule in ZERO_BUBBLE_SCHEDULES
+        self.zero_bubble = registered(schedule).spec.splits_weight_grads
         self._steps = {Forward: self.forward, Backward: self.backward, BackwardWeight: self.weight}
         self.v = len(chunks)
         self.shape, self.dtype, self.device, self.autocast = activation_shape, dtype, device, autocast

@@ -37,10 +37,9 @@ from bisect import bisect_left
 from dataclasses import dataclass
 from typing import Union
 
+from trident.parallel.pipeline.registry import build_schedule
 from trident.parallel.pipeline.schedules import (COMMUNICATION, COMPUTE, RECVS, Backward, BackwardWeight, Forward,
-                                                 Instruction, RecvActivation, ScheduleError, SendActivation,
-                                                 build_schedule, require_one_chunk)
-from trident.parallel.pipeline.zero_bubble import ZERO_BUBBLE_SCHEDULES, zero_bubble
+                                                 Instruction, RecvActivation, ScheduleError, SendActivation)
 
 CONTRACTS = ("batched", "overlapped")
 OVERLAPPED_EXTRA_WARMUP = 1  # 1F1B's slack under the overlapped contract (one activation set more)
@@ -98,14 +97,10 @@ def producer(ops: list[Instruction], index: int) -> int:
 def schedule_for(name: str, pp: int, num_microbatches: int, virtual_stages: int,
                  contract: str) -> list[list[Instruction]]:
     """The schedule as `contract` runs it (see module docstring: 1F1B overlapped takes slack, and so
-    do the zero-bubble schedules, one more micro-batch in flight)."""
+    do the zero-bubble schedules, one more micro-batch in flight; registry.build_schedule)."""
     check_contract(contract)
     slack = OVERLAPPED_EXTRA_WARMUP if contract == "overlapped" else 0
-    if name in ZERO_BUBBLE_SCHEDULES:
-        require_one_chunk(name, virtual_stages)
-        return zero_bubble(name, pp, num_microbatches, slack)
-    extra = slack if name == "1f1b" else 0
-    return build_schedule(name, pp, num_microbatches, virtual_stages, extra_warmup=extra)
+    return build_schedule(name, pp, num_microbatches, virtual_stages, slack)
 
 
 def build_plan(ops: list[Instruction], contract: str = "overlapped") -> list[Action]:

@@ -28,12 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Union
 
-
-SCHEDULES = ("gpipe", "1f1b", "interleaved")
-
-
-class ScheduleError(ValueError):
-    """A schedule or its arguments are invalid; the message names the stage and instruction."""
+from trident.config.pipeline_schedules import INTERLEAVED, ScheduleError
 
 
 # ----------------------------------------------------------------------------- partitioning
@@ -217,9 +212,9 @@ def interleaved_1f1b(pp: int, num_microbatches: int, virtual_stages: int) -> lis
     chunks and walks micro-batches in groups of pp per chunk; bubble shrinks by virtual_stages.
     Needs num_microbatches to be a multiple of pp (Megatron's rule)."""
     _check_args(pp, num_microbatches, virtual_stages)
-    if num_microbatches % pp:
-        raise ScheduleError(f"interleaved schedule needs the number of micro-batches ({num_microbatches}) "
-                            f"to be a multiple of pp ({pp})")
+    problem = INTERLEAVED.micro_batch_problem(pp, (num_microbatches,))
+    if problem:
+        raise ScheduleError(problem.message)
     return [_InterleavedStage(pp, num_microbatches, virtual_stages, s).build() for s in range(pp)]
 
 
@@ -318,27 +313,6 @@ class _InterleavedStage:
             self.recv_act(next_forward_chunk)
         if recv_next:
             self.recv_grad(next_backward_chunk)
-
-
-def build_schedule(name: str, pp: int, num_microbatches: int, virtual_stages: int = 1,
-                   extra_warmup: int = 0) -> list[list[Instruction]]:
-    """Schedule by name: gpipe | 1f1b | interleaved (the only one that takes virtual_stages > 1;
-    `extra_warmup` is 1F1B's, see one_f_one_b)."""
-    if extra_warmup and name != "1f1b":
-        raise ScheduleError(f"extra_warmup is a 1f1b option; schedule {name!r} takes none")
-    if name not in SCHEDULES:
-        raise ScheduleError(f"unknown pipeline schedule {name!r}; choose one of {', '.join(SCHEDULES)}")
-    if name == "interleaved":
-        return interleaved_1f1b(pp, num_microbatches, virtual_stages)
-    require_one_chunk(name, virtual_stages)
-    return gpipe(pp, num_microbatches) if name == "gpipe" else one_f_one_b(pp, num_microbatches, extra_warmup)
-
-
-def require_one_chunk(name: str, virtual_stages: int) -> None:
-    """Every schedule but interleaved runs one model chunk per stage."""
-    if virtual_stages != 1:
-        raise ScheduleError(f"schedule {name!r} runs one chunk per stage; virtual_stages={virtual_stages} "
-                            f"needs schedule 'interleaved'")
 
 
 def forward_only(schedule: list[list[Instruction]]) -> list[list[Instruction]]:

@@ -36,11 +36,12 @@ from __future__ import annotations
 
 from bisect import bisect_left
 
+from trident.config.pipeline_schedules import SPECS
 from trident.parallel.pipeline.schedules import (Backward, BackwardWeight, Forward, Instruction, RecvActivation,
                                                  RecvGrad, ScheduleError, SendActivation, SendGrad, _check_args,
-                                                 is_int, theoretical_bubble)
+                                                 is_int)
 
-ZERO_BUBBLE_SCHEDULES = ("zb-h1", "zb-h2")
+ZERO_BUBBLE_SCHEDULES = tuple(name for name, spec in SPECS.items() if spec.splits_weight_grads)
 _INSTRUCTION = {"F": Forward, "B": Backward, "W": BackwardWeight}  # the list pass's kinds
 
 
@@ -51,7 +52,7 @@ def zero_bubble(name: str, pp: int, num_microbatches: int, slack: int) -> list[l
         raise ScheduleError(f"unknown zero-bubble schedule {name!r}; choose one of {', '.join(ZERO_BUBBLE_SCHEDULES)}")
     if not is_int(slack) or slack < 0:
         raise ScheduleError(f"slack must be a non-negative integer, got {slack!r}")
-    return list_scheduled(pp, num_microbatches, slack + (pp - 1 if name == "zb-h2" else 0))
+    return list_scheduled(pp, num_microbatches, slack + SPECS[name].extra_inflight(pp))
 
 
 def list_scheduled(pp: int, num_microbatches: int, extra_inflight: int = 1) -> list[list[Instruction]]:
@@ -69,14 +70,6 @@ def zero_bubble_theory(pp: int, num_microbatches: int) -> float:
     Timeline measures it (ZB-H1 reaches it at pp = 2, ZB-H2 at every pp for m >= pp)."""
     _check_args(pp, num_microbatches, 1)
     return (pp - 1) / (3 * num_microbatches)
-
-
-def bubble_theory(schedule: str, pp: int, num_microbatches: int, virtual_stages: int = 1) -> float:
-    """The bubble `schedule`'s theory predicts: zero_bubble_theory for zero-bubble schedules,
-    schedules.theoretical_bubble, (pp - 1) / (m v), for the others."""
-    if schedule in ZERO_BUBBLE_SCHEDULES:
-        return zero_bubble_theory(pp, num_microbatches)
-    return theoretical_bubble(pp, num_microbatches, virtual_stages)
 
 
 def _list_schedule(pp: int, m: int, extra: int) -> tuple[list[list[Instruction]], list[list[tuple]]]:

@@ -14,7 +14,9 @@ from typing import Any, Optional, Union
 
 import yaml
 
-PRESET_DIR = Path(__file__).parent / "configs"
+from trident.config.pipeline_schedules import DEFAULT_SCHEDULE, SPECS, Problem, spec
+
+PRESET_DIR = Path(__file__).parent.parent / "configs"  # src/trident/configs
 
 
 class ConfigError(ValueError):
@@ -59,7 +61,7 @@ class ParallelConfig:
     pp: int = 1
     dp: int = 0  # 0: world_size / (tp * pp)
     virtual_stages: int = 1
-    schedule: str = "1f1b"  # gpipe | 1f1b | interleaved | zb-h1 | zb-h2
+    schedule: str = DEFAULT_SCHEDULE  # one of pipeline_schedules.SPECS
     zero_stage: int = 0
     sequence_parallel: bool = False
     bucket_size_mb: float = 25.0
@@ -159,7 +161,7 @@ class Config:
 
 CHOICES = {
     "model.activation": ("gelu", "gelu_tanh"),
-    "parallel.schedule": ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2"),
+    "parallel.schedule": tuple(SPECS),
     "parallel.zero_stage": (0, 1),
     "parallel.backend": ("auto", "gloo", "nccl"),
     "train.precision": ("fp32", "bf16", "fp16"),
@@ -308,6 +310,12 @@ def _require(condition: bool, key: str, message: str) -> None:
         raise ConfigError(f"config key '{key}': {message}")
 
 
+def _refuse(problem: Problem | None, context: str = "") -> None:
+    """Raise a pipeline schedule's problem (pipeline_schedules) as a ConfigError naming its key."""
+    if problem is not None:
+        raise ConfigError(f"config key '{problem.key}': {problem.message}{context}")
+
+
 def _check_rampup(train: TrainConfig, granule: int) -> None:
     ramp = train.rampup_batch_size
     if ramp is None:
@@ -355,12 +363,10 @@ def validate(config: Config, world_size: int | None = None) -> None:
     else:
         _require(len(p.layer_partition) == chunks and sum(p.layer_partition) == m.num_layers,
                  "parallel.layer_partition", f"needs {chunks} entries summing to {m.num_layers}")
-    if p.virtual_stages > 1:
-        _require(p.schedule == "interleaved", "parallel.schedule", "virtual_stages > 1 needs schedule=interleaved")
-        _require(p.pp >= 2, "parallel.virtual_stages", "interleaving (virtual_stages > 1) needs pp >= 2")
-    if p.schedule in ("zb-h1", "zb-h2"):  # its deferred weight gradients live outside a recomputed forward
-        _require(config.train.activation_checkpointing != "full", "train.activation_checkpointing",
-                 f"schedule={p.schedule} defers weight gradients past the backward; use none or selective")
+    schedule = spec(p.schedule)  # its chunk rule here, its micro-batch rule once dp is known
+    for problem in schedule.check(p.pp, p.virtual_stages):
+        _refuse(problem)
+    _refuse(schedule.checkpointing_problem(t.activation_checkpointing))
     if p.sequence_parallel:
         _require(m.seq_length % p.tp == 0, "parallel.sequence_parallel",
                  f"model.seq_length={m.seq_length} must be divisible by tp={p.tp}")
@@ -376,12 +382,10 @@ def validate(config: Config, world_size: int | None = None) -> None:
     granule = t.micro_batch_size * dp
     _require(t.global_batch_size % granule == 0, "train.global_batch_size",
              f"{t.global_batch_size} is not divisible by micro_batch_size x dp = {t.micro_batch_size} x {dp}")
-    if p.schedule == "interleaved" and p.pp > 1:
-        sizes = [t.global_batch_size] + (list(t.rampup_batch_size[:2]) if t.rampup_batch_size else [])
-        _require(all(size // granule % p.pp == 0 for size in sizes), "parallel.schedule",
-                 f"interleaved needs every batch size (global and ramp-up start/increment: {sizes}) / "
-                 f"(micro_batch_size x dp = {granule}) to be a multiple of pp={p.pp}")
     _check_rampup(t, granule)
+    sizes = [t.global_batch_size] + (list(t.rampup_batch_size[:2]) if t.rampup_batch_size else [])
+    _refuse(schedule.micro_batch_problem(p.pp, tuple(size // granule for size in sizes)),
+            f" (global and ramp-up start/increment batch sizes {sizes} / micro_batch_size x dp = {granule})")
     _require(t.min_lr <= t.lr, "train.min_lr", f"must be <= train.lr, got {t.min_lr} > {t.lr}")
     _check_data_paths(config.data.paths)
 
