@@ -74,7 +74,7 @@ def test_a_killed_stage_resumes_and_a_bad_flow_is_one_line(tmp_path, capsys):
 
 @pytest.mark.parametrize("weight", [0, -1])
 def test_weights_must_be_positive(tmp_path, weight):
-    from trident.demo.flow.spec import FlowError, load_flow
+    from trident.flow.spec import FlowError, load_flow
 
     (tmp_path / "a.jsonl").write_text("{}\n")
     (tmp_path / "f.yaml").write_text(yaml.safe_dump({"sources": [{"paths": "a.jsonl", "weight": weight}]}))
@@ -83,7 +83,7 @@ def test_weights_must_be_positive(tmp_path, weight):
 
 
 def test_report_counts_each_step_once_after_a_resume(tmp_path):
-    from trident.demo.report import write_report
+    from trident.flow.report_page import write_report
 
     logged = [{"step": s, "tokens": 64 * s, "loss": 5.0 - s / 10} for s in (1, 2, 3, 4, 3, 4, 5)]  # resumed at 2
     summary = {"metrics": logged, "documents": 1, "tokens": 320, "vocab_size": 300, "parameters": 10,

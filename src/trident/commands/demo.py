@@ -35,8 +35,8 @@ def demo_flow(steps: int | None, max_docs: int | None, overrides: list[str]) -> 
 def run(args) -> int:
     from trident.curate.document import CurateError
     from trident.data.output_folder import OutputFolderError, record_outputs, start_outputs
-    from trident.demo.flow.run import run_flow
-    from trident.demo.flow.spec import FlowError
+    from trident.flow.run import run_flow
+    from trident.flow.spec import FlowError
 
     try:
         before = start_outputs(args.out, "demo", args.overwrite)

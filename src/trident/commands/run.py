@@ -7,7 +7,7 @@ import sys
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from trident.demo.flow.spec import KEYS
+    from trident.flow.spec import KEYS
 
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = ("flow file keys (src/trident/demo/demo.flow.yaml is a complete example):\n"
@@ -21,8 +21,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args) -> int:
     from trident.curate.document import CurateError
     from trident.data.output_folder import OutputFolderError
-    from trident.demo.flow.run import run_flow
-    from trident.demo.flow.spec import FlowError, FlowKeyError
+    from trident.flow.run import run_flow
+    from trident.flow.spec import FlowError, FlowKeyError
 
     try:
         summary = run_flow(args.flow, args.out)

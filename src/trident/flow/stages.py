@@ -1,4 +1,4 @@
-"""What each stage of a flow does; trident.demo.flow.run decides which of them run."""
+"""What each stage of a flow does; trident.flow.run decides which of them run."""
 from __future__ import annotations
 
 import json
@@ -7,8 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from trident.demo.flow.inputs import eval_data, generated_file
-from trident.demo.flow.spec import Flow, FlowError, Source
+from trident.flow.inputs import eval_data, generated_file
+from trident.flow.spec import Flow, FlowError, Source
 
 
 def curated_shards(out: Path, source: Source) -> list[Path]:

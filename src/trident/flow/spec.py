@@ -16,7 +16,7 @@ class FlowKeyError(FlowError):
     """A key no flow file has: a configuration mistake (`trident run` exits 2)."""
 
 
-GENERATORS = ("stdlib-docstrings", "sample-warc")  # inputs a flow can make itself (trident.demo.flow.inputs)
+GENERATORS = ("stdlib-docstrings", "sample-warc")  # inputs a flow can make itself (trident.flow.inputs)
 # every key a flow file may hold, by section (`trident run --help` prints this; anything else is refused)
 KEYS = {
     "sources": ("name", "paths", "path", "weight", "generate", "curate", "decontaminate"),

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from trident.demo.flow.spec import Flow, Source
+from trident.flow.spec import Flow, Source
 
 
 def generated_file(out: Path, source: Source) -> Path:

@@ -4,9 +4,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from trident.demo.flow import inputs, stages
-from trident.demo.flow.spec import Flow, load_flow
-from trident.demo.flow.stamp import Stages, stage_key
+from trident.flow import inputs, stages
+from trident.flow.spec import Flow, load_flow
+from trident.flow.stamp import Stages, stage_key
 
 
 def run_flow(flow_file: str | Path, out: str | Path, raw: dict | None = None) -> dict:
@@ -89,7 +89,7 @@ def _eval_files(flow) -> list[Path]:
 
 
 def _report(flow, out: Path, flow_file: Path) -> None:
-    from trident.demo.flow.report import write_flow_report
+    from trident.flow.report import write_flow_report
     from trident.train.metrics import read_metrics
 
     metrics = read_metrics(out / "train" / "metrics.jsonl")

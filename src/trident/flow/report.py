@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trident.demo.report import plot_loss, write_report
-from trident.demo.flow.spec import Flow
-from trident.demo.flow.stages import read_json
+from trident.flow.report_page import plot_loss, write_report
+from trident.flow.spec import Flow
+from trident.flow.stages import read_json
 
 
 def eval_table(results: dict, untrained: dict | None = None) -> str:
@@ -56,6 +56,6 @@ def write_flow_report(flow: Flow, out: Path, flow_file: Path, metrics: list[dict
 
 def _vocab_size(flow: Flow, out: Path) -> int:
     from trident.data.tokenizer import Tokenizer
-    from trident.demo.flow.stages import tokenizer_path
+    from trident.flow.stages import tokenizer_path
 
     return Tokenizer.load(tokenizer_path(flow, out)).vocab_size

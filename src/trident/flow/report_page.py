@@ -9,7 +9,7 @@ def latest_per_step(metrics: list[dict]) -> list[dict]:
     return sorted({m["step"]: m for m in metrics}.values(), key=lambda m: m["step"])
 
 
-def plot_loss(metrics: list[dict], path: Path, title: str = "trident demo: loss") -> Path:
+def plot_loss(metrics: list[dict], path: Path, title: str = "trident: loss") -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -35,7 +35,7 @@ def plot_loss(metrics: list[dict], path: Path, title: str = "trident demo: loss"
 def write_report(out: Path, summary: dict) -> Path:
     m = latest_per_step(summary["metrics"])
     corpus = summary.get("corpus") or f"{summary['documents']} standard-library documents plus curated web text"
-    lines = [f"# {summary.get('title', 'trident demo report')}", "",
+    lines = [f"# {summary.get('title', 'trident report')}", "",
              f"Corpus: {corpus}, {summary['tokens']:,} tokens "
              f"(tokenizer vocabulary {summary['vocab_size']}).", "",
              f"Model: {summary['parameters']:,} parameters, config `{summary['config']}`; "

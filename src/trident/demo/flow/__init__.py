@@ -1,1 +1,0 @@
-"""`trident run FLOW.yaml`: raw text to an evaluated model, one resumable stage at a time."""
