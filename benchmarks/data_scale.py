@@ -84,7 +84,7 @@ def make_sources(root: Path, scale: float) -> list:
 
 def run_samples(scale: float) -> tuple[int, int]:
     """(train, valid) samples of the 530B recipe: steps until ~270B tokens, ramp-up as configured."""
-    from trident.train.schedules import batch_size
+    from trident.train.lr_schedule import batch_size
 
     tokens, samples = 0, 0
     while tokens < TRAIN_TOKENS * scale:

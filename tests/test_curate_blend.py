@@ -5,7 +5,7 @@ import pytest
 import yaml
 
 from trident.cli import main
-from trident.curate.blend import data_section, load_sources, plan_blend
+from trident.curate.blend_plan import data_section, load_sources, plan_blend
 from trident.curate.document import CurateError
 from trident.curate.pipeline import CONFIG_DIR
 

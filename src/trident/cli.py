@@ -18,7 +18,7 @@ COMMANDS = {
     "generate": ("generate", "sample text from a checkpoint"),
     "curate": ("curate", "curation pipeline: WARC/HTML/JSONL -> clean deduplicated shards"),
     "eval": ("evaluate", "zero/one/few-shot evaluation of a checkpoint"),
-    "lm-eval": ("harness", "EleutherAI lm-evaluation-harness with trident checkpoints (--model trident)"),
+    "lm-eval": ("lm_eval", "EleutherAI lm-evaluation-harness with trident checkpoints (--model trident)"),
     "launch": ("launch", "write a Slurm batch script for a multi-node run (preemption, requeue, elastic restart)"),
     "diagnose": ("diagnose", "name the rank that stopped a run first and where, from its flight-recorder dumps"),
     "replay": ("replay", "re-run one step of a run from the checkpoint before it, on any layout"),

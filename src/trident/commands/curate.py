@@ -133,7 +133,7 @@ def _train_quality(args: argparse.Namespace) -> int:
 def _blend(args: argparse.Namespace) -> int:
     import yaml
 
-    from trident.curate.blend import data_section, load_sources, plan_blend
+    from trident.curate.blend_plan import data_section, load_sources, plan_blend
     from trident.curate.document import CurateError
 
     if not args.sources:

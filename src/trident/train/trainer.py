@@ -38,7 +38,7 @@ from trident.train.diagnostics import CorruptionError, RunDiagnostics
 from trident.train.loggers import build_loggers
 from trident.train.metrics import MetricsWriter, console_line, peak_memory_bytes
 from trident.train.preemption import Preempted, StopRequests, stop_message, write_marker
-from trident.train.schedules import TrainSchedule
+from trident.train.lr_schedule import TrainSchedule
 
 
 class Trainer:

@@ -15,7 +15,7 @@ from trident.config import ConfigError, load_config
 from trident.data.build import build_datasets
 from trident.data.lineage import batch_documents, find_document
 from trident.train.replay import logged_steps
-from trident.train.schedules import TrainSchedule
+from trident.train.lr_schedule import TrainSchedule
 
 
 def training_stream(run: Path):

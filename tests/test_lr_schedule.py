@@ -2,7 +2,7 @@
 import pytest
 
 from trident.config import TrainConfig
-from trident.train.schedules import TrainSchedule, batch_size, learning_rate
+from trident.train.lr_schedule import TrainSchedule, batch_size, learning_rate
 
 
 def test_warmup_then_cosine_to_min_lr():
