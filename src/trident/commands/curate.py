@@ -93,8 +93,9 @@ def _curate(args: argparse.Namespace) -> int:
     print(f"{stats['output']['documents']} documents in {len(stats['output']['shards'])} shard(s); "
           f"{len(stats['errors'])} bad input record(s) reported; accounting "
           f"{'OK' if stats['accounting']['ok'] else 'FAILED'}; {stats['elapsed_s']} s")
-    print(f"{stats['drops']['records']} dropped document(s) logged in {args.out or 'curated'}/drops "
-          f"(`trident curate why {args.out or 'curated'} URL|ID` says where one went)")
+    out = (args.out or "curated").rstrip("/")
+    print(f"{stats['drops']['records']} dropped document(s) logged in {out}/drops "
+          f"(`trident curate why {out} URL|ID` says where one went)")
     return 0
 
 
