@@ -1,6 +1,8 @@
 """Object storage: every path a user gives may be an fsspec URL. Tested against a local S3 server
 (moto) started on a free 127.0.0.1 port: checkpoints saved, resumed and resharded on s3 with each
 rank's bytes read counted; data tokenized from s3 and trained on from s3; a WARC curated s3 to s3."""
+import json
+
 import numpy as np
 import pytest
 
@@ -55,9 +57,10 @@ def _train_losses(out, data, tokenizer):
 
 
 @pytest.mark.timeout(180)
-def test_tokenize_from_s3_to_s3_and_train_reading_s3(s3, tmp_path, monkeypatch):
+def test_tokenize_from_s3_to_s3_take_down_and_train_reading_s3(s3, tmp_path, monkeypatch):
     from train_fixtures import tiny_corpus
     from trident.data.build import tokenize_files
+    from trident.data.takedown import remove_documents
 
     monkeypatch.setenv("TRIDENT_CACHE", str(tmp_path / "cache"))
     local = tiny_corpus(tmp_path)
@@ -69,6 +72,10 @@ def test_tokenize_from_s3_to_s3_and_train_reading_s3(s3, tmp_path, monkeypatch):
     for suffix in (".bin", ".idx", ".doc_lines.npy"):  # the same dataset as tokenized from local files
         assert s3.fs.cat_file(f"{prefix}{suffix}") == (local / f"data{suffix}").read_bytes(), suffix
     assert not list((tmp_path / "cache").glob("**/*.bin"))  # the tokens were never copied whole
+    (tmp_path / "ids.txt").write_text("0\n")
+    report = remove_documents(prefix, tmp_path / "ids.txt", s3.url("tokens/data-v2"))  # a takedown, s3 to s3
+    assert report["documents_removed"] == 1 and report["documents"] == stats["documents"] - 1
+    assert json.loads(s3.fs.cat_file(s3.url("tokens/data-v2.removal.json")))["removed_documents"] == [0]
 
     remote = _train_losses(tmp_path / "remote", prefix, s3.url("corpus/tok.json"))
     assert remote == _train_losses(tmp_path / "here", local / "data", local / "tok.json")

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from trident.data.indexed import IndexedDataset, IndexedDatasetBuilder
 from trident.data.lineage import DocumentLines, DocumentSources, lines_file
+from trident.text.storage import location, staged_prefix
 
 OUTPUT_SUFFIXES = ("bin", "idx", "stats.json", "doc_lines.npy", "doc_ids.jsonl", "removal.json")
 
@@ -44,9 +45,10 @@ def resolve_ids(prefix: Path, ids: list[str], num_documents: int) -> tuple[set[i
 
 
 def remove_documents(prefix: str | Path, ids_file: str | Path, out: str | Path) -> dict:
-    """Write OUT without the documents `ids_file` names; returns (and writes) the removal report."""
-    prefix, out = Path(prefix), Path(out)
-    existing = [f"{out}.{s}" for s in OUTPUT_SUFFIXES if Path(f"{out}.{s}").exists()]
+    """Write OUT without the documents `ids_file` names; returns (and writes) the removal report.
+    PREFIX and OUT may be fsspec URLs (OUT is written locally, then uploaded with its .idx last)."""
+    prefix = location(prefix)
+    existing = [f"{out}.{s}" for s in OUTPUT_SUFFIXES if location(f"{out}.{s}").exists()]
     if existing:
         raise TakedownError(f"{existing[0]} already exists; choose another --out")
     try:
@@ -55,11 +57,25 @@ def remove_documents(prefix: str | Path, ids_file: str | Path, out: str | Path) 
         raise TakedownError(f"--prefix {prefix}: {error}") from error
     ids = read_ids(ids_file)
     removed, missing = resolve_ids(prefix, ids, len(source))
-    stats_path = Path(f"{prefix}.stats.json")
+    with staged_prefix(out, commit_suffix=".idx") as stage:
+        counts = _write_without(prefix, source, removed, stage, str(out))
+        report = {"prefix": str(prefix), "out": str(out), "ids": len(ids), "documents_removed": len(removed),
+                  "tokens_removed": int(sum(int(source.sizes[d]) for d in removed)),
+                  "not_found": len(missing), "not_found_ids": missing[:1000], **counts,
+                  # documents from here on have new indices (and every sample index built over them changes)
+                  "first_changed_document": min(removed) if removed else None,
+                  "removed_documents": sorted(removed)}
+        Path(f"{stage}.removal.json").write_text(json.dumps(report, indent=1) + "\n")
+    return report
+
+
+def _write_without(prefix: Path, source: IndexedDataset, removed: set[int], stage: Path, target: str) -> dict:
+    """STAGE.bin/.idx, its sidecars and stats without `removed` (the stats name `target`); returns the counts."""
+    stats_path = location(f"{prefix}.stats.json")
     stats = json.loads(stats_path.read_text()) if stats_path.exists() else {}
     sources = DocumentSources(prefix)
     lines = sources.table
-    builder, kept_lines = IndexedDatasetBuilder(out, source.dtype), DocumentLines(out, stats.get("inputs", []))
+    builder, kept_lines = IndexedDatasetBuilder(stage, source.dtype), DocumentLines(stage, stats.get("inputs", []))
     try:
         for doc in range(len(source)):
             if doc in removed:
@@ -75,15 +91,8 @@ def remove_documents(prefix: str | Path, ids_file: str | Path, out: str | Path) 
         raise
     if lines is not None:
         kept_lines.save()
-    tokens_removed = int(sum(int(source.sizes[d]) for d in removed))
-    report = {"prefix": str(prefix), "out": str(out), "ids": len(ids),
-              "documents_removed": len(removed), "tokens_removed": tokens_removed,
-              "not_found": len(missing), "not_found_ids": missing[:1000],
-              "documents": builder.num_documents, "tokens": builder.num_tokens,
-              # documents from here on have new indices (and every sample index built over them changes)
-              "first_changed_document": min(removed) if removed else None, "removed_documents": sorted(removed)}
-    Path(f"{out}.stats.json").write_text(json.dumps(
-        stats | {"output_prefix": str(out), "documents": builder.num_documents, "tokens": builder.num_tokens,
-                 "removed_from": str(prefix), "has_doc_lines": lines_file(out).exists()}, indent=2) + "\n")
-    Path(f"{out}.removal.json").write_text(json.dumps(report, indent=1) + "\n")
-    return report
+    counts = {"documents": builder.num_documents, "tokens": builder.num_tokens}
+    Path(f"{stage}.stats.json").write_text(json.dumps(
+        stats | {"output_prefix": target, **counts, "removed_from": str(prefix),
+                 "has_doc_lines": lines_file(stage).exists()}, indent=2) + "\n")
+    return counts
