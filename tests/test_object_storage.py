@@ -114,7 +114,6 @@ def test_ray_curates_a_warc_from_s3_to_s3_without_a_shared_disk(s3, tmp_path):
 
 @pytest.mark.timeout(180)
 def test_eval_reads_checkpoint_and_tasks_from_s3_and_writes_results_there(s3, trained_checkpoint):
-
     from eval_fixtures import FIXTURES
     from trident.evaluate.harness import run_evaluation
     from trident.evaluate.lm import load_trident
