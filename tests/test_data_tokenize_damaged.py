@@ -1,5 +1,6 @@
 """Damaged input never aborts `trident tokenize` / tokenizer training: lone surrogates, truncated and
-corrupt compressed files and over-long lines are skipped and counted with FILE:LINE; --strict stops."""
+corrupt compressed files and over-long lines are skipped and counted with FILE:LINE, damaged files are
+listed by name with what each lost; --strict stops."""
 import gzip
 import json
 import tracemalloc
@@ -13,8 +14,10 @@ from trident.data.indexed import IndexedDataset
 from trident.data.tokenize_jsonl import TokenizeError
 from trident.data.tokenizer import train_tokenizer
 from trident.text.compressed import HOLD_LIMIT
+from trident.text.damage import damage_summary
 from trident.text.jsonl import iter_raw_lines
 
+pytestmark = pytest.mark.timeout(120)
 TEXTS = [f"document {i}: the quick brown fox jumps over the lazy dog {i}" for i in range(60)]
 
 
@@ -61,6 +64,10 @@ def test_a_damaged_file_is_counted_and_the_next_file_is_read(tmp_path, tokenizer
     assert stats["documents"] == len(IndexedDataset(tmp_path / "out")) >= 5
     logged = [json.loads(x) for x in (tmp_path / "out.bad_lines.jsonl").read_text().splitlines()]
     assert [x["reason"] for x in logged] == ["unreadable_file"]
+    read = stats["documents"] - 5  # the lines before the damage
+    assert stats["damaged_files"] == {str(tmp_path / name): {"unreadable_file": 1, "lines_before": read}}
+    assert damage_summary(stats["damaged_files"]) == [f"{tmp_path / name}: 1 record lost (unreadable_file 1); "
+                                                      f"unreadable after line {read}, the rest of the file is lost"]
     with pytest.raises(TokenizeError, match="unreadable_file"):
         tokenize_files([tmp_path / name], tmp_path / "strict", tokenizer_path, strict=True, progress=False)
 
@@ -112,6 +119,14 @@ def test_an_over_long_line_is_never_held_whole(tmp_path, suffix):
     assert peak < 2 * HOLD_LIMIT + (4 << 20) < 64 << 20
 
 
+def test_a_concatenated_gzip_is_read_once(tmp_path):
+    # the first member inflates over several bounded calls and the second starts in the same read
+    src = tmp_path / "two.jsonl.gz"
+    big = json.dumps({"text": "a" * 5_000_000}).encode() + b"\n"
+    src.write_bytes(gzip.compress(big) + gzip.compress(payload(TEXTS[:2])))
+    assert [n for n, _, _ in iter_raw_lines(src)] == [1, 2, 3]
+
+
 def test_tokenizer_training_counts_and_continues(tmp_path, capsys):
     truncated_zst(tmp_path / "a.jsonl.zst")
     corrupt_gz(tmp_path / "b.jsonl.gz")
@@ -123,3 +138,21 @@ def test_tokenizer_training_counts_and_continues(tmp_path, capsys):
     info = json.loads(capsys.readouterr().out)
     assert info["skipped"] == {"invalid_unicode": 1, "too_large": 1, "unreadable_file": 2}
     assert info["vocab_size"] == 300
+    # too_large is a rule, not damage: c.jsonl lost one line to damage
+    assert {name.rsplit("/", 1)[-1]: sorted(lost) for name, lost in info["damaged_files"].items()} == {
+        "a.jsonl.zst": ["lines_before", "unreadable_file"], "b.jsonl.gz": ["lines_before", "unreadable_file"],
+        "c.jsonl": ["invalid_unicode"]}
+    assert main(["tokenizer", "train", "--input", *inputs, "--vocab-size", "300", "--out", str(tmp_path / "tok2")]) == 0
+    printed = capsys.readouterr().out
+    assert f"damaged input: {tmp_path / 'c.jsonl'}: 1 record lost (invalid_unicode 1)" in printed
+
+
+def test_tokenize_prints_the_damaged_files(tmp_path, tokenizer_path, capsys):
+    truncated_gz(tmp_path / "a.jsonl.gz")
+    (tmp_path / "b.jsonl").write_bytes(payload(TEXTS[:3]) + b"{not json\n")
+    assert main(["tokenize", "--input", str(tmp_path / "a.jsonl.gz"), str(tmp_path / "b.jsonl"), "--output-prefix",
+                 str(tmp_path / "out"), "--tokenizer", str(tokenizer_path), "--workers", "1"]) == 0
+    damaged = [line for line in capsys.readouterr().out.splitlines() if line.startswith("damaged input: ")]
+    assert damaged[0].startswith(f"damaged input: {tmp_path / 'a.jsonl.gz'}: 1 record lost (unreadable_file 1); "
+                                 f"unreadable after line ")
+    assert damaged[1:] == [f"damaged input: {tmp_path / 'b.jsonl'}: 1 record lost (malformed_json 1)"]

@@ -6,6 +6,7 @@ import json
 import os
 import sys
 
+from trident.text.damage import damage_summary
 from trident.text.jsonl import DEFAULT_MAX_DOC_BYTES
 from trident.text.storage import location
 
@@ -59,5 +60,7 @@ def run(args) -> int:
         print("dropped lines: " + ", ".join(f"{k} {v}" for k, v in sorted(dropped.items())))
         if stats["bad_lines_file"]:
             print(f"every bad line: {stats['bad_lines_file']}")
+    for line in damage_summary(stats["damaged_files"]):
+        print(f"damaged input: {line}")
     print(f"statistics: {stats['output_prefix']}.stats.json")
     return 0

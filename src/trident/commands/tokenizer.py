@@ -7,6 +7,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from trident.text.damage import damage_summary
 from trident.text.jsonl import DEFAULT_MAX_DOC_BYTES
 
 
@@ -34,15 +35,17 @@ def run(args) -> int:
     from trident.data.tokenizer import describe, train_tokenizer
 
     skipped: Counter = Counter()
+    damaged: dict = {}
     try:
         tokenizer = train_tokenizer(args.input, args.vocab_size, args.out, json_key=args.json_key,
                                     show_progress=not args.json and sys.stderr.isatty(),
-                                    max_doc_bytes=args.max_doc_bytes, skipped=skipped)
+                                    max_doc_bytes=args.max_doc_bytes, skipped=skipped, damaged=damaged)
     except (OSError, ValueError) as err:
         print(f"trident tokenizer train: {err}", file=sys.stderr)
         return 1
     info = describe(tokenizer)
     info["skipped"] = {k.removeprefix("skipped_lines:"): v for k, v in sorted(skipped.items())}
+    info["damaged_files"] = damaged
     if args.gpt2_files:
         vocab, merges = tokenizer.save_gpt2_files(Path(tokenizer.source).parent)
         info.update(vocab_json=str(vocab), merges_txt=str(merges))
@@ -53,4 +56,6 @@ def run(args) -> int:
               f"<|endoftext|> = {info['eod_id']}")
         if skipped:  # bad lines and broken-off files were skipped, not fatal
             print("skipped: " + ", ".join(f"{k} {v}" for k, v in info["skipped"].items()))
+        for line in damage_summary(damaged):
+            print(f"damaged input: {line}")
     return 0

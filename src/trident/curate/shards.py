@@ -2,7 +2,8 @@
 
 Readers never raise on a bad record: they report it to a `RecordLog` (file, position, reason),
 which counts it and, in strict mode, raises CurateError instead. Positions are 1-based line
-numbers for JSONL, byte offsets of the record for WARC.
+numbers for JSONL, byte offsets of the record (of its gzip member in a .warc.gz) for WARC, where a
+damaged record costs only itself (trident.curate.warc_reader).
 """
 from __future__ import annotations
 
@@ -13,24 +14,24 @@ from pathlib import Path
 from typing import Iterator
 
 import zstandard
-from warcio.archiveiterator import ArchiveIterator
-from warcio.exceptions import ArchiveLoadFailed
 
 from trident.curate.document import CurateError, Document
+from trident.curate.warc_reader import decode_html, read_warc
+from trident.text.damage import is_damage, lost_key
 from trident.text.jsonl import DEFAULT_MAX_DOC_BYTES, LineResult, UnreadableFile, iter_jsonl
-from trident.text.storage import is_remote, location, make_folder, open_read, open_write
+from trident.text.storage import is_remote, location, make_folder, open_write
 
 SHARD_SUFFIX = ".jsonl.zst"
 WARC_SUFFIXES = (".warc", ".warc.gz")
 HTML_SUFFIXES = (".html", ".htm")
 JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".json.gz", ".json.zst")
-WARC_TYPES = ("warcinfo", "response", "resource", "request", "metadata", "revisit", "conversion", "continuation")
 FRAME_BYTES = 1 << 20  # uncompressed bytes per zstd frame of a written shard (well under HOLD_LIMIT)
 _MAX_LOGGED = 200  # error examples kept per log; all of them are counted
 
 
 class RecordLog:
-    """Counts what a reader saw ("in", "out", "dropped:<reason>") and keeps bad-record examples."""
+    """Counts what a reader saw ("in", "out", "dropped:<reason>", and for a damaged record also
+    "lost:<file>:<reason>", see trident.text.damage) and keeps bad-record examples."""
 
     def __init__(self, strict: bool = False, drops=None) -> None:
         self.strict = strict
@@ -43,6 +44,8 @@ class RecordLog:
         if self.strict:
             raise CurateError(f"{file}: record at {position}: {reason}: {detail} (strict mode)")
         self.counters[f"{'dropped' if dropped else 'repaired'}:{reason}"] += 1
+        if dropped and is_damage(reason):
+            self.counters[lost_key(file, reason)] += 1  # exact per file, beyond the examples kept
         if dropped and self.drops is not None:
             self.drops.add("", "", "read", reason, position=f"{file} {position}", detail=detail[:300])
         if len(self.errors) < _MAX_LOGGED:
@@ -64,7 +67,7 @@ def read_documents(path: Path, log: RecordLog, dataset: str | None = None,
     """Every document in one input file; bad records go to `log`. Sets meta source/dataset."""
     path = location(path)
     fmt = input_format(path)
-    reader = {"warc": _read_warc, "html": _read_html, "jsonl": _read_jsonl}[fmt]
+    reader = {"warc": read_warc, "html": _read_html, "jsonl": _read_jsonl}[fmt]
     for doc in reader(path, log, max_doc_bytes):
         doc.meta.setdefault("source", path.name)
         if dataset is not None:
@@ -116,23 +119,7 @@ def _document(path: Path, result: LineResult, log: RecordLog) -> Document | None
     return doc
 
 
-# ---- HTML and WARC ---------------------------------------------------------------------------
-
-def _decode_html(body: bytes, content_type: str, path: Path, where: str, log: RecordLog) -> str:
-    """Declared charset, else UTF-8; undecodable bytes are replaced and reported (kept, counted)."""
-    charset = None
-    for part in content_type.split(";")[1:]:
-        key, _, value = part.strip().partition("=")
-        if key.lower() == "charset" and value:
-            charset = value.strip("\"' ")
-    for encoding in filter(None, (charset, "utf-8")):
-        try:
-            return body.decode(encoding)
-        except (UnicodeDecodeError, LookupError):
-            continue
-    log.bad(path, where, "invalid_utf8", "undecodable bytes replaced with U+FFFD", dropped=False)
-    return body.decode("utf-8", errors="replace")
-
+# ---- HTML (WARC: trident.curate.warc_reader) --------------------------------------------------
 
 def _read_html(path: Path, log: RecordLog, max_doc_bytes: int) -> Iterator[Document]:
     log.counters["in"] += 1
@@ -140,79 +127,10 @@ def _read_html(path: Path, log: RecordLog, max_doc_bytes: int) -> Iterator[Docum
     if len(body) > max_doc_bytes:
         log.bad(path, "file", "too_large", f"{len(body)} bytes > max_doc_bytes={max_doc_bytes}")
         return
-    text = _decode_html(body, "text/html", path, "file", log)
+    text = decode_html(body, "text/html", path, "file", log)
     meta = {"url": str(path) if is_remote(path) else path.resolve().as_uri(), "content_type": "text/html",
             "http_status": 200}
     yield Document(id=path.name, text=text, meta=meta)
-
-
-def _read_warc(path: Path, log: RecordLog, max_doc_bytes: int) -> Iterator[Document]:
-    with open_read(path) as fh:
-        records = ArchiveIterator(fh, check_digests=False)
-        offset: int | str = 0
-        try:
-            for record in records:
-                offset = records.offset  # get_record_offset() would consume the record body
-                if record.rec_type not in WARC_TYPES:
-                    log.counters["in"] += 1
-                    log.bad(path, f"byte {offset}", "malformed_warc_record", f"WARC-Type {record.rec_type!r}")
-                    continue
-                if record.rec_type not in ("response", "resource"):
-                    log.counters[f"skipped_records:{record.rec_type}"] += 1
-                    continue
-                log.counters["in"] += 1
-                doc = _warc_document(path, offset, record, log, max_doc_bytes)
-                if doc is not None:
-                    yield doc
-        except (ArchiveLoadFailed, EOFError, OSError, ValueError, zstandard.ZstdError) as err:
-            # warcio cannot resynchronise after a corrupt record: the rest of the file is one loss.
-            log.counters["in"] += 1
-            log.bad(path, f"after byte {offset}", "unreadable_warc", f"{type(err).__name__}: {err}")
-            return
-    size = path.stat().st_size
-    if records.offset < size:
-        # warcio ends quietly at a cut-off gzip member; bytes left over mean a lost record.
-        log.counters["in"] += 1
-        log.bad(path, f"byte {records.offset}", "unreadable_warc",
-                f"{size - records.offset} trailing bytes are not a complete WARC record (truncated file?)")
-
-
-def _read_limited(stream, limit: int) -> bytes:
-    """Up to `limit` bytes (warcio's readers return short or empty reads for large sizes)."""
-    parts, size = [], 0
-    while size < limit:
-        chunk = stream.read(min(65536, limit - size))
-        if not chunk:
-            break
-        parts.append(chunk)
-        size += len(chunk)
-    return b"".join(parts)
-
-
-def _warc_document(path: Path, offset: int, record, log: RecordLog, max_doc_bytes: int) -> Document | None:
-    where = f"byte {offset}"
-    headers = record.rec_headers
-    url = headers.get_header("WARC-Target-URI") or ""
-    if record.rec_type == "response" and record.http_headers is not None:
-        status = int(record.http_headers.get_statuscode() or 0)
-        content_type = record.http_headers.get_header("Content-Type") or ""
-    else:
-        status, content_type = 200, headers.get_header("Content-Type") or ""
-    body = _read_limited(record.content_stream(), max_doc_bytes + 1)
-    if len(body) > max_doc_bytes:
-        log.bad(path, where, "too_large", f"record body > max_doc_bytes={max_doc_bytes}")
-        return None
-    missing = getattr(record.raw_stream, "limit", 0)
-    if missing > 0:
-        log.bad(path, where, "truncated_record", f"record ends {missing} bytes before its Content-Length")
-        return None
-    is_html = "html" in content_type.lower()
-    # Only HTML bodies become text; the extract stage drops (and counts) the others.
-    text = _decode_html(body, content_type, path, where, log) if is_html and status == 200 else ""
-    record_id = (headers.get_header("WARC-Record-ID") or f"{path.name}@{offset}").strip("<>")
-    meta = {"url": url, "content_type": content_type, "http_status": status,
-            "warc_date": headers.get_header("WARC-Date") or ""}
-    return Document(id=record_id, text=text, meta=meta)
 
 
 # ---- writing ---------------------------------------------------------------------------------

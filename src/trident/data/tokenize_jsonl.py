@@ -23,6 +23,7 @@ import numpy as np
 from trident.data.indexed import IndexedDatasetBuilder, best_dtype
 from trident.data.lineage import DocumentLines
 from trident.data.tokenizer import Tokenizer
+from trident.text.damage import BROKEN_OFF, is_damage
 from trident.text.jsonl import (DEFAULT_MAX_DOC_BYTES, LineResult, UnreadableFile, is_jsonl,
                                 iter_raw_lines, parse_line)
 from trident.text.storage import location, staged_prefix
@@ -165,6 +166,7 @@ def tokenize_files(inputs, output_prefix, tokenizer_path, json_key: str = "text"
     `dropped` (count by reason: blank, empty_text, invalid_utf8, malformed_json, missing_field,
     invalid_unicode, too_large (over `max_doc_bytes`), unreadable_file (where a file broke off)),
     `bad_lines` (the first few as FILE:LINE: reason; all of them in OUTPUT_PREFIX.bad_lines.jsonl),
+    `damaged_files` ({file: {reason: lines, "lines_before": N where it broke off}}, all of them),
     `tokenizer_sha256`, `vocab_size` and `max_token_id` (checked against the model at train start),
     timings. strict=True raises TokenizeError on the first bad line or unreadable file.
     """
@@ -184,6 +186,7 @@ def _tokenize(paths, prefix: Path, target: str, tokenizer, json_key, workers, st
     eod = np.array([tokenizer.eod_id], dtype=np.int32)
     builder = IndexedDatasetBuilder(prefix, best_dtype(tokenizer.vocab_size))
     dropped: Counter = Counter({reason: 0 for reason in _LISTED})
+    damaged: dict = {}
     bad = _BadLines(prefix, strict)
     lines, max_id = 0, -1
     start = time.perf_counter()
@@ -197,6 +200,7 @@ def _tokenize(paths, prefix: Path, target: str, tokenizer, json_key, workers, st
                     dropped[result.reason] += 1
                     if result.reason != "blank":
                         bad.add(result)
+                    _note_damage(damaged, result)
                 elif result[1].size == 0:
                     dropped["empty_text"] += 1
                 else:
@@ -214,11 +218,21 @@ def _tokenize(paths, prefix: Path, target: str, tokenizer, json_key, workers, st
         bad.close()
     stats = _stats(paths, target, tokenizer, json_key, builder, lines, dropped, bad, workers,
                    time.perf_counter() - start)
+    stats["damaged_files"] = damaged  # {file: {reason: lines, "lines_before": N}}: damage_summary prints it
     # what training checks the model against: which tokenizer, and the largest id actually present
     stats |= {"tokenizer_sha256": tokenizer.sha256(),
               "max_token_id": max(max_id, tokenizer.eod_id) if builder.num_documents else None}
     Path(f"{prefix}.stats.json").write_text(json.dumps(stats, indent=2) + "\n")
     return stats
+
+
+def _note_damage(damaged: dict, result: LineResult) -> None:
+    """Count a damaged line under its file; where a file broke off, the lines read before it."""
+    if is_damage(result.reason):
+        entry = damaged.setdefault(result.path, {})
+        entry[result.reason] = entry.get(result.reason, 0) + 1
+        if result.reason == "unreadable_file":
+            entry[BROKEN_OFF] = result.line - 1
 
 
 def _stats(paths, target: str, tokenizer, json_key: str, builder, lines: int, dropped: Counter, bad: _BadLines,

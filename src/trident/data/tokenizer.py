@@ -112,13 +112,14 @@ class Tokenizer:
 
 def train_tokenizer(files: list, vocab_size: int, out, json_key: str = "text",
                     show_progress: bool = False, max_doc_bytes: int | None = None,
-                    skipped: Counter | None = None) -> Tokenizer:
+                    skipped: Counter | None = None, damaged: dict | None = None) -> Tokenizer:
     """Train byte-level BPE on .txt files (plain text) or .jsonl/.jsonl.gz/.jsonl.zst (`json_key`).
 
     The result has at most `vocab_size` tokens including `<|endoftext|>` (fewer when the corpus
     runs out of pairs to merge) and is saved to `out` (a tokenizer.json path or a directory).
     Bad JSONL lines, lines over `max_doc_bytes` and the rest of a file that breaks off are skipped,
-    never fatal, and counted in `skipped` as `skipped_lines:<reason>`.
+    never fatal, and counted in `skipped` as `skipped_lines:<reason>`; `damaged` gets each damaged
+    file's {reason: lines, "lines_before": N} (trident.text.damage.damage_summary prints it).
     """
     from trident.text.jsonl import iter_texts
 
@@ -138,7 +139,7 @@ def train_tokenizer(files: list, vocab_size: int, out, json_key: str = "text",
 
     def texts():
         for path in paths:
-            yield from iter_texts(path, json_key, skipped, max_doc_bytes)
+            yield from iter_texts(path, json_key, skipped, max_doc_bytes, damaged)
 
     hf.train_from_iterator(texts(), trainer=trainer)
     tokenizer = Tokenizer(hf, source="trained")

@@ -40,13 +40,15 @@ def _gzip_parts(fh) -> Iterator[tuple[bytes, bool]]:
                 break
         started = True
         out = obj.decompress(pending, _OUT)  # zlib checks CRC-32 and length at the member's end
-        pending = obj.unconsumed_tail
         if obj.eof:
             yield out, True
-            # concatenated members (and gzip's optional zero padding after the last one)
-            pending = obj.unused_data.lstrip(b"\0") + pending
+            # concatenated members (and gzip's optional zero padding after the last one); the rest
+            # is all in unused_data (CPython may repeat it in unconsumed_tail: never take both)
+            pending = obj.unused_data.lstrip(b"\0")
             obj, started = zlib.decompressobj(31), bool(pending)
-        elif out:
+            continue
+        pending = obj.unconsumed_tail
+        if out:
             yield out, False
     if started:
         tail = obj.flush()

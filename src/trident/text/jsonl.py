@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator, NamedTuple
 
 from trident.text.compressed import DamagedData, open_binary
+from trident.text.damage import BROKEN_OFF, is_damage
 
 REASONS = ("blank", "invalid_utf8", "malformed_json", "missing_field", "invalid_unicode")  # parse_line's
 DEFAULT_MAX_DOC_BYTES = 5_000_000  # one document's (line's) size limit, the same in every reader
@@ -165,23 +166,31 @@ def iter_jsonl(path, key: str | None = "text", max_line_bytes: int | None = None
 
 
 def iter_texts(path, key: str = "text", counters: Counter | None = None,
-               max_line_bytes: int | None = None) -> Iterator[str]:
+               max_line_bytes: int | None = None, damaged: dict | None = None) -> Iterator[str]:
     """The texts of a .jsonl* file's good records, or a plain-text file in blocks of lines.
 
     Used where bad lines are skipped (tokenizer training, contamination checks): with `counters`
     each one is counted as `skipped_lines:<reason>`; a file that breaks off ends its texts there
-    and counts `skipped_lines:unreadable_file` (never raises UnreadableFile).
+    and counts `skipped_lines:unreadable_file` (never raises UnreadableFile). With `damaged`, a file
+    with damaged lines gets an entry {reason: lines, "lines_before": N (where it broke off)}
+    under its name (see trident.text.damage).
     """
     counters = Counter() if counters is None else counters
     if is_jsonl(path):
+        lost: dict = {}
         try:
             for result in iter_jsonl(path, key, max_line_bytes):
                 if result.text is not None:
                     yield result.text
-                else:
-                    counters[f"skipped_lines:{result.reason}"] += 1
-        except UnreadableFile:
+                    continue
+                counters[f"skipped_lines:{result.reason}"] += 1
+                if is_damage(result.reason):
+                    lost[result.reason] = lost.get(result.reason, 0) + 1
+        except UnreadableFile as err:
             counters["skipped_lines:unreadable_file"] += 1
+            lost.update({"unreadable_file": 1, BROKEN_OFF: err.line - 1})
+        if damaged is not None and lost:
+            damaged[str(path)] = lost
         return
     block: list[str] = []
     with open_binary(path) as stream:
