@@ -2,6 +2,7 @@
 resumes at the next gzip member (.warc.gz) or record (.warc), and the accounting check holds."""
 import gzip
 import io
+import json
 import random
 import tracemalloc
 import zlib
@@ -11,6 +12,8 @@ from warcio.archiveiterator import ArchiveIterator
 from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
+from trident.cli import main
+from trident.curate.droplog import read_log
 from trident.curate.pipeline import check_accounting, run_pipeline
 from trident.curate.samples import write_sample_warc
 from trident.curate.shards import RecordLog, read_documents, read_shard
@@ -150,7 +153,7 @@ def test_a_cut_off_tail_costs_the_last_record(tmp_path, clean, gz):
 
 
 @pytest.mark.timeout(120)
-def test_all_four_damages_in_one_file_pass_the_accounting_check(tmp_path, clean):
+def test_all_four_damages_in_one_file_pass_the_accounting_check(tmp_path, clean, capsys):
     data, table, _ = clean
     pages = _pages(table)
     flip, status, header, last = pages[2], pages[9], pages[14], table[-1]
@@ -180,6 +183,14 @@ def test_all_four_damages_in_one_file_pass_the_accounting_check(tmp_path, clean)
     assert {(e["position"], e["reason"]) for e in stats["errors"]} == {
         (f"byte {at[flip[3]]}", "damaged_gzip_member"), (f"byte {at[status[3]]}", "bad_http_block"),
         (f"byte {at[header[3]]}", "malformed_warc_record"), (f"byte {at[last[3]]}", "truncated_record")}
+    summary = damage_summary(read)[0]
+    assert f"## Damaged input files\n\n- {summary}" in (tmp_path / "out" / "report.md").read_text()
+    (tmp_path / "extract.yaml").write_text(json.dumps(config))  # JSON is YAML
+    assert main(["curate", str(tmp_path / "extract.yaml"), "--input", str(path), "--out", str(tmp_path / "cli")]) == 0
+    assert f"damaged input: {summary}" in capsys.readouterr().out
+    drops = [r for log in (tmp_path / "cli" / "drops").glob("*/*") for r in read_log(log) if r["stage"] == "read"]
+    assert sorted((r["reason"], r["position"]) for r in drops) == sorted(
+        (e["reason"], f"{path} {e['position']}") for e in stats["errors"])
 
 
 @pytest.mark.timeout(60)

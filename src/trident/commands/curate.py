@@ -72,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _curate(args: argparse.Namespace) -> int:
     from trident.curate.pipeline import run_pipeline
+    from trident.text.damage import damage_summary
 
     stats = run_pipeline(args.target, list(args.input), args.out or "curated",
                          executor=args.executor, workers=args.workers, overrides=args.overrides,
@@ -93,6 +94,8 @@ def _curate(args: argparse.Namespace) -> int:
     print(f"{stats['output']['documents']} documents in {len(stats['output']['shards'])} shard(s); "
           f"{len(stats['errors'])} bad input record(s) reported; accounting "
           f"{'OK' if stats['accounting']['ok'] else 'FAILED'}; {stats['elapsed_s']} s")
+    for line in damage_summary(stats["stages"][0]["counters"]):
+        print(f"damaged input: {line}")
     out = (args.out or "curated").rstrip("/")
     print(f"{stats['drops']['records']} dropped document(s) logged in {out}/drops "
           f"(`trident curate why {out} URL|ID` says where one went)")

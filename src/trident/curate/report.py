@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from trident.text.damage import LOST_PREFIX, damage_summary
 from trident.text.storage import location, open_write
 
 
@@ -84,7 +85,8 @@ def _other_counters(stats: dict) -> list[str]:
     lines = []
     for stage in stats["stages"]:
         extra = {k: v for k, v in stage["counters"].items()
-                 if k not in ("in", "out", "bytes_in", "bytes_out") and not k.startswith(("dropped:", "hist:")) and v}
+                 if k not in ("in", "out", "bytes_in", "bytes_out") and not k.startswith(("dropped:", "hist:", LOST_PREFIX))
+                 and v}
         if extra:
             lines.append(f"- **{stage['name']}**: " + ", ".join(f"{k} {v}" for k, v in extra.items()))
     return lines
@@ -117,6 +119,9 @@ def write_report(stats: dict, out_dir: Path) -> Path:
     disabled = [s["stage"] for s in stats["config"]["stages"] if not s.get("enabled", True)]
     if disabled:
         lines += ["", "Disabled in this config: " + ", ".join(disabled)]
+    damaged = damage_summary(stats["stages"][0]["counters"]) if stats["stages"] else []
+    if damaged:
+        lines += ["", "## Damaged input files", ""] + [f"- {_cell(line, 300)}" for line in damaged]
     other = _other_counters(stats)
     if other:
         lines += ["", "## Other counters", ""] + other
