@@ -18,6 +18,8 @@ Needs `pip install 'trident-lm[lm-eval]'`.
 """
 from __future__ import annotations
 
+import logging
+
 import lm_eval.models  # noqa: F401  (the built-in models first: the registry loads them only while empty)
 from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
@@ -26,27 +28,35 @@ from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from trident.evaluate.requests import TokenRequest
 
 DEFAULT_MAX_GEN_TOKS = 256
+HARNESS_KEYS = ("device", "batch_size")  # what the harness passes every model besides model_args
 
 
 @register_model("trident")
 class TridentLM(LM):
-    """`--model_args checkpoint=PATH[,device=cpu][,batch_size=8][,dtype=fp32][,tokenizer=PATH]`."""
+    """`--model_args checkpoint=PATH[,device=cpu][,batch_size=8][,dtype=fp32][,tokenizer=PATH]`.
+
+    device and batch_size may also come as the harness's `--device` / `--batch_size` (or
+    simple_evaluate's arguments); where both are given, model_args win, because the harness always
+    passes its own values, defaults included (batch_size 1, device cuda:0 in lm-eval 0.4.13)."""
 
     def __init__(self, checkpoint: str, device: str = "cpu", batch_size: int | str = 8, dtype: str = "fp32",
                  tokenizer: str | None = None, **_ignored):
         super().__init__()
         from trident.evaluate.lm import load_trident
 
-        self.scorer = load_trident(checkpoint, batch_size=int(batch_size), device=device, tokenizer_path=tokenizer,
-                                   dtype=dtype)
+        self.scorer = load_trident(checkpoint, batch_size=_whole_number(batch_size), device=_usable(device),
+                                   tokenizer_path=tokenizer, dtype=dtype)
 
     @classmethod
     def create_from_arg_string(cls, arg_string: str, additional_config: dict | None = None) -> "TridentLM":
         from lm_eval.utils import simple_parse_args_string
 
-        args = simple_parse_args_string(arg_string)
-        extra = {k: v for k, v in (additional_config or {}).items() if v is not None and k in ("device", "batch_size")}
-        return cls(**(args | extra))
+        return cls.create_from_arg_obj(simple_parse_args_string(arg_string), additional_config)
+
+    @classmethod
+    def create_from_arg_obj(cls, arg_dict: dict, additional_config: dict | None = None) -> "TridentLM":
+        harness = {k: v for k, v in (additional_config or {}).items() if k in HARNESS_KEYS and v is not None}
+        return cls(**(harness | dict(arg_dict)))
 
     def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
         return self.scorer.loglikelihood([request.args for request in requests])
@@ -83,3 +93,21 @@ class TridentLM(LM):
         text = result.text
         cuts = [text.index(stop) for stop in until if stop and stop in text]
         return text[: min(cuts)] if cuts else text
+
+
+def _whole_number(batch_size: int | str) -> int:
+    try:
+        return int(batch_size)
+    except ValueError:
+        raise ValueError(f"trident: batch_size must be a whole number (the harness's 'auto' sizing is not "
+                         f"supported), got {batch_size!r}") from None
+
+
+def _usable(device: str) -> str:
+    """device, or cpu when it names CUDA on a machine without it (as the harness's hf model does)."""
+    import torch
+
+    if str(device).startswith("cuda") and not torch.cuda.is_available():
+        logging.getLogger(__name__).warning("trident: %s requested but CUDA is not available; using cpu", device)
+        return "cpu"
+    return str(device)

@@ -1,0 +1,84 @@
+"""`trident lm-eval` exactly as documented: every argument reaches the installed lm-evaluation-harness
+(with `run` put in front where its CLI has subcommands), and device / batch_size are accepted in
+--model_args, as the harness's own flags, or both (model_args win) without a duplicate-keyword error."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from trident.commands.lm_eval import harness_argv
+
+OFFLINE = {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+           "TOKENIZERS_PARALLELISM": "false"}
+TASK = """task: tiny_mc
+dataset_path: json
+dataset_kwargs: {{data_files: {{test: {data}}}}}
+test_split: test
+output_type: multiple_choice
+doc_to_text: "{{{{question}}}}"
+doc_to_choice: "{{{{choices}}}}"
+doc_to_target: "{{{{label}}}}"
+metric_list:
+  - metric: acc
+"""
+
+
+def _write_task(root, text: str):
+    """A 3-way multiple-choice harness task over sentences of text, from a local JSON file."""
+    sentences = [s.split() for s in text.replace("\n", " ").split(". ") if len(s.split()) > 6][:8]
+    data = root / "mc.jsonl"
+    data.write_text("".join(json.dumps({"question": " ".join(w[:3]), "label": i % 3, "choices": [
+        " ".join(w[3:6]), " ".join(w[-3:]), " ".join(reversed(w[:3]))]}) + "\n" for i, w in enumerate(sentences)))
+    (root / "tasks").mkdir()
+    (root / "tasks" / "tiny_mc.yaml").write_text(TASK.format(data=data))
+    return root / "tasks"
+
+
+def _lm_eval(args: list[str], cwd) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "trident", "lm-eval", *args], capture_output=True, text=True,
+                          timeout=200, env=dict(os.environ, **OFFLINE), cwd=cwd)
+
+
+@pytest.mark.timeout(10)
+def test_arguments_go_to_the_harness_entry_point_of_its_version():
+    documented = ["--model", "trident", "--model_args", "checkpoint=C,device=cpu,batch_size=8", "--tasks", "piqa"]
+    assert harness_argv(documented, has_subcommands=True) == ["run", *documented]  # lm-eval with `run`, `ls`, ...
+    assert harness_argv(documented, has_subcommands=False) == documented  # earlier 0.4.x: flags only
+    assert harness_argv(["ls", "tasks"], has_subcommands=True) == ["ls", "tasks"]
+    assert harness_argv(["--help"], has_subcommands=True) == ["--help"]
+
+
+@pytest.mark.timeout(300)
+def test_model_args_and_harness_flags_both_set_device_and_batch_size(trained_checkpoint):
+    from trident.evaluate.lm_eval_model import TridentLM
+
+    path = trained_checkpoint[0]
+    # lm-eval 0.4.13's CLI parses --model_args to a dict and always adds its own batch_size and device
+    lm = TridentLM.create_from_arg_obj({"checkpoint": str(path), "device": "cpu", "batch_size": 8},
+                                       {"batch_size": 1, "max_batch_size": None, "device": "cuda:0"})
+    assert lm.scorer.batch_size == 8 and str(lm.scorer.device) == "cpu"
+    lm = TridentLM.create_from_arg_string(f"checkpoint={path}", {"batch_size": "3", "device": "cpu"})
+    assert lm.scorer.batch_size == 3
+    with pytest.raises(ValueError, match="batch_size must be a whole number"):
+        TridentLM.create_from_arg_string(f"checkpoint={path},batch_size=auto")
+
+
+@pytest.mark.timeout(300)
+def test_the_documented_command_line_runs_verbatim(trained_checkpoint, tmp_path):
+    """One harness run (it indexes its ~14k built-in task files first, ~30 s here): the README's line,
+    plus the local task folder; the harness passes its own batch_size and device beside model_args'."""
+    path, _, text = trained_checkpoint
+    tasks = _write_task(tmp_path, text)
+    done = _lm_eval(["--model", "trident", "--model_args", f"checkpoint={path},device=cpu,batch_size=8",
+                     "--tasks", "tiny_mc", "--include_path", str(tasks), "--output_path", str(tmp_path / "out")],
+                    tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "tiny_mc" in done.stdout  # the harness's own results table
+    (results_file,) = (tmp_path / "out").rglob("results_*.json")
+    assert 0.0 <= json.loads(results_file.read_text())["results"]["tiny_mc"]["acc,none"] <= 1.0
+    wrong = _lm_eval(["--model", "trident", "--no-such-flag"], tmp_path)
+    assert wrong.returncode == 2 and "--no-such-flag" in wrong.stderr  # the harness's own usage error
