@@ -124,8 +124,8 @@ def test_cli_reports_a_missing_data_file(tokenizer, tmp_path, capsys):
     shutil.copytree(FIXTURES / "piqa", data / "piqa")
     (data / "piqa" / "valid-labels.lst").unlink()
     code = main(["eval", str(ckpt), "--tasks", "piqa", "--data-dir", str(data)])
-    assert code == 1
+    assert code == 2  # found before any scoring
     err = capsys.readouterr().err
-    assert "piqa:" in err and "valid-labels.lst" in err and "one label (0 or 1) per line" in err
-    assert main(["eval", str(ckpt), "--tasks", "squad", "--data-dir", str(data)]) == 1
+    assert "piqa 0-shot:" in err and "valid-labels.lst" in err and "one label (0 or 1) per line" in err
+    assert main(["eval", str(ckpt), "--tasks", "squad", "--data-dir", str(data)]) == 2
     assert "unknown task 'squad'" in capsys.readouterr().err

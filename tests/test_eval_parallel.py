@@ -171,7 +171,10 @@ def test_forwarded_arguments_reparse_to_the_same_command():
     add_arguments(parser)
     argv = ["run/checkpoints", "parallel.tp=2", "--nproc", "4", "--tasks", "piqa,lambada", "--shots", "0,5",
             "--data-dir", "data", "--out", "o", "--limit", "7", "--seed", "3", "--bias", "--log-samples",
-            "--contamination-corpus", "a.jsonl", "b.jsonl", "--dtype", "bf16", "--batch-size", "5", "--json"]
-    args = parser.parse_intermixed_args(argv)
-    again = parser.parse_intermixed_args(forwarded_argv(args)[1:])
-    assert vars(again) == {**vars(args), "nproc": 1}
+            "--contamination-corpus", "a.jsonl", "b.jsonl", "--dtype", "bf16", "--batch-size", "5", "--json",
+            "--fewshot-seeds", "3", "--fewshot-construction", "per-document"]
+    protocol = ["run/checkpoints", "parallel.pp=2", "--nproc", "2", "--protocol", "mtnlg", "--out", "o"]
+    for command in (argv, protocol):
+        args = parser.parse_intermixed_args(command)
+        again = parser.parse_intermixed_args(forwarded_argv(args)[1:])
+        assert vars(again) == {**vars(args), "nproc": 1}

@@ -21,6 +21,7 @@ def _int_list(text: str) -> list[int]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from trident.evaluate.protocols import PROTOCOLS
     from trident.tasks import ALIASES, TASK_NAMES
 
     parser.add_argument("checkpoint", nargs="?", metavar="CKPT",
@@ -32,9 +33,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="local ranks to start (torchrun underneath); dp = N / (tp x pp)")
     parser.add_argument("--hf", metavar="MODEL_DIR",
                         help="evaluate a local Hugging Face causal LM directory instead of CKPT")
-    parser.add_argument("--tasks", required=True,
+    parser.add_argument("--tasks",
                         help=f"comma-separated: {','.join(TASK_NAMES)} (aliases: {','.join(ALIASES)})")
-    parser.add_argument("--shots", type=_int_list, default=[0], help="comma-separated shot counts (default: 0)")
+    parser.add_argument("--shots", type=_int_list, help="comma-separated shot counts (default: 0)")
+    parser.add_argument("--protocol", choices=tuple(PROTOCOLS),
+                        help="a paper's tasks at zero, one and its few-shot k, printed beside its published "
+                             "numbers (instead of --tasks/--shots)")
+    parser.add_argument("--fewshot-seeds", type=int, default=1, metavar="S",
+                        help="score each few-shot cell with S draws (seeds SEED..SEED+S-1) and report their "
+                             "mean, sd, min, max and the share of examples that flip (default 1)")
     parser.add_argument("--data-dir", metavar="DIR",
                         help="folder with each task's published files (see docs/evaluation.md); "
                              "omitted: the Hugging Face hub via `datasets` (needs network)")
@@ -57,48 +64,95 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
     parser.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32",
                         help="weights' precision for the forward pass (log-softmax is fp32 either way)")
-    parser.add_argument("--overwrite", action="store_true", help="replace an earlier DIR/results.json and DIR/samples/")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace an earlier DIR/results.json and DIR/samples/ (a partial one is resumed "
+                             "without it)")
     parser.add_argument("--json", action="store_true", help="print results.json to stdout instead of the table")
 
 
 def run(args) -> int:
-    from trident.evaluate.harness import run_evaluation
-    from trident.evaluate.lm import load_hf, load_trident
-    from trident.tasks import TaskDataError
-
     if args.hf and args.checkpoint and "=" in args.checkpoint:  # `--hf DIR parallel.tp=2`: no CKPT was meant
         args.overrides, args.checkpoint = [args.checkpoint, *args.overrides], None
-    if (args.checkpoint is None) == (args.hf is None):
-        print("trident eval: give exactly one of CKPT or --hf MODEL_DIR", file=sys.stderr)
-        return 2
-    earlier = [name for name in ("results.json", "samples") if args.out and (location(args.out) / name).exists()]
-    if earlier and not args.overwrite:  # an earlier evaluation's results are never silently replaced
-        print(f"trident eval: {args.out} already holds {' and '.join(earlier)} of an earlier evaluation; "
-              f"choose another --out, or pass --overwrite", file=sys.stderr)
+    problem = _usage_problem(args)
+    problem, resume_from = (problem, None) if problem else _earlier_output(args)
+    if problem is not None:
+        print(f"trident eval: {problem}", file=sys.stderr)
         return 2
     if args.checkpoint is not None and (args.nproc > 1 or args.overrides or _world_size() > 1):
-        return _run_parallel(args)
-    if args.overrides or args.nproc > 1:
-        print("trident eval: parallel.* overrides and --nproc apply to a trident CKPT, not --hf", file=sys.stderr)
-        return 2
-    try:
+        return _run_parallel(args, resume_from)
+
+    def load():
+        from trident.evaluate.lm import load_hf, load_trident
+
         if args.hf:
-            lm = load_hf(args.hf, batch_size=args.batch_size, device=args.device, dtype=args.dtype)
-        else:
-            lm = load_trident(args.checkpoint, batch_size=args.batch_size, device=args.device,
-                              tokenizer_path=args.tokenizer, dtype=args.dtype)
-        results = run_evaluation(lm, args.tasks.split(","), args.shots, args.data_dir, args.out, seed=args.seed,
+            return load_hf(args.hf, batch_size=args.batch_size, device=args.device, dtype=args.dtype)
+        return load_trident(args.checkpoint, batch_size=args.batch_size, device=args.device,
+                            tokenizer_path=args.tokenizer, dtype=args.dtype)
+
+    code, results = _evaluate(args, load, args.out, resume_from, report_errors=True)
+    if results is not None:
+        _report(args, results)
+    return code
+
+
+def _usage_problem(args) -> str | None:
+    """What is wrong with the command line itself, or None."""
+    if (args.checkpoint is None) == (args.hf is None):
+        return "give exactly one of CKPT or --hf MODEL_DIR"
+    if args.protocol is not None:
+        given = [flag for flag, value in (("--tasks", args.tasks), ("--shots", args.shots)) if value is not None]
+        if given:
+            return f"--protocol {args.protocol} sets the tasks and shot counts itself; drop {' and '.join(given)}"
+    elif not args.tasks:
+        return "give --tasks (comma-separated) or --protocol"
+    if args.fewshot_seeds < 1:
+        return f"--fewshot-seeds must be >= 1, got {args.fewshot_seeds}"
+    if args.hf and (args.overrides or args.nproc > 1):
+        return "parallel.* overrides and --nproc apply to a trident CKPT, not --hf"
+    return None
+
+
+def _earlier_output(args) -> tuple[str | None, str | None]:
+    """(problem, folder to resume from): a partial results.json is resumed, a finished one never replaced."""
+    from trident.evaluate import resume
+    from trident.evaluate.preflight import PreflightError
+
+    if not args.out or args.overwrite:
+        return None, None
+    try:
+        earlier = resume.read_results(args.out)
+    except PreflightError as error:
+        return str(error), None
+    if resume.is_partial(earlier):
+        return None, args.out
+    found = [name for name in ("results.json", "samples") if (location(args.out) / name).exists()]
+    if found:  # an earlier evaluation's results are never silently replaced
+        return (f"{args.out} already holds {' and '.join(found)} of an earlier evaluation; "
+                f"choose another --out, or pass --overwrite"), None
+    return None, None
+
+
+def _evaluate(args, load, out: str | None, resume_from: str | None, report_errors: bool) -> tuple[int, dict | None]:
+    """(exit code, results): 2 when a check before scoring failed, 1 when scoring failed."""
+    from trident.evaluate.harness import run_evaluation
+    from trident.evaluate.preflight import PreflightError
+    from trident.tasks import TaskDataError
+
+    tasks = args.tasks.split(",") if args.tasks else None
+    try:
+        results = run_evaluation(load, tasks, args.shots, args.data_dir, out, seed=args.seed,
                                  batch_size=args.batch_size, limit=args.limit, log_samples=args.log_samples,
-                                 bias=args.bias, progress=not args.json and sys.stderr.isatty(),
+                                 bias=args.bias, progress=report_errors and not args.json and sys.stderr.isatty(),
                                  contamination_corpus=args.contamination_corpus,
                                  contamination_ngram=args.contamination_ngram,
-                                 fewshot_construction=args.fewshot_construction)
+                                 fewshot_construction=args.fewshot_construction, fewshot_seeds=args.fewshot_seeds,
+                                 protocol=args.protocol, resume_from=resume_from)
     except (TaskDataError, KeyError, FileNotFoundError, ImportError, ValueError) as err:
-        message = err.args[0] if isinstance(err, KeyError) and err.args else err
-        print(f"trident eval: {message}", file=sys.stderr)
-        return 1
-    _report(args, results)
-    return 0
+        if report_errors:  # ranks read the same files and requests, so all fail alike: one reports
+            message = err.args[0] if isinstance(err, KeyError) and err.args else err
+            print(f"trident eval: {message}", file=sys.stderr)
+        return (2 if isinstance(err, PreflightError) else 1), None
+    return 0, results
 
 
 def _world_size() -> int:
@@ -107,10 +161,12 @@ def _world_size() -> int:
 
 def forwarded_argv(args) -> list[str]:
     """The `trident eval ...` arguments each torchrun rank gets: these args without --nproc."""
-    argv = ["eval", args.checkpoint, *args.overrides, "--tasks", args.tasks,
-            "--shots", ",".join(map(str, args.shots)), "--batch-size", str(args.batch_size), "--seed", str(args.seed),
+    argv = ["eval", args.checkpoint, *args.overrides, "--batch-size", str(args.batch_size), "--seed", str(args.seed),
+            "--fewshot-seeds", str(args.fewshot_seeds), "--fewshot-construction", args.fewshot_construction,
             "--contamination-ngram", str(args.contamination_ngram), "--device", args.device, "--dtype", args.dtype]
-    for flag, value in (("--data-dir", args.data_dir), ("--out", args.out), ("--limit", args.limit),
+    shots = ",".join(map(str, args.shots)) if args.shots is not None else None
+    for flag, value in (("--tasks", args.tasks), ("--shots", shots), ("--protocol", args.protocol),
+                        ("--data-dir", args.data_dir), ("--out", args.out), ("--limit", args.limit),
                         ("--tokenizer", args.tokenizer)):
         if value is not None:
             argv += [flag, str(value)]
@@ -121,12 +177,10 @@ def forwarded_argv(args) -> list[str]:
     return argv
 
 
-def _run_parallel(args) -> int:
+def _run_parallel(args, resume_from: str | None) -> int:
     """Check the layout, start the ranks (unless torchrun already did), evaluate in lock step."""
     from trident.config import ConfigError
-    from trident.evaluate.harness import run_evaluation
     from trident.evaluate.parallel_lm import checkpoint_layout, load_parallel
-    from trident.tasks import TaskDataError
     from trident.train.launch import (init_distributed, relaunch_with_torchrun, shutdown_distributed,
                                       torchrun_command, under_torchrun)
 
@@ -140,27 +194,18 @@ def _run_parallel(args) -> int:
         return relaunch_with_torchrun(torchrun_command(args.nproc, forwarded_argv(args)))[0]
     init_distributed("gloo" if args.device == "cpu" else "nccl")
     rank = int(os.environ.get("RANK", "0"))
-    try:
-        lm = load_parallel(args.checkpoint, args.overrides, batch_size=args.batch_size, device=args.device,
-                           tokenizer_path=args.tokenizer, dtype=args.dtype)
-        results = run_evaluation(lm, args.tasks.split(","), args.shots, args.data_dir,
-                                 args.out if rank == 0 else None, seed=args.seed, batch_size=args.batch_size,
-                                 limit=args.limit, log_samples=args.log_samples, bias=args.bias,
-                                 progress=rank == 0 and not args.json and sys.stderr.isatty(),
-                                 contamination_corpus=args.contamination_corpus,
-                                 contamination_ngram=args.contamination_ngram,
-                                 fewshot_construction=args.fewshot_construction)
-    except (TaskDataError, KeyError, FileNotFoundError, ValueError) as err:
-        # every rank reads the same files and requests, so every rank fails alike: rank 0 reports
-        if rank == 0:
-            print(f"trident eval: {err.args[0] if isinstance(err, KeyError) and err.args else err}", file=sys.stderr)
-        shutdown_distributed()
-        return 1
-    # anything else propagates without a barrier: the rank exits and torchrun stops the others
+
+    def load():
+        return load_parallel(args.checkpoint, args.overrides, batch_size=args.batch_size, device=args.device,
+                             tokenizer_path=args.tokenizer, dtype=args.dtype)
+
+    # every rank resumes alike (lock step); only rank 0 writes. Anything not caught propagates without
+    # a barrier: the rank exits and torchrun stops the others
+    code, results = _evaluate(args, load, args.out if rank == 0 else None, resume_from, report_errors=rank == 0)
     shutdown_distributed()
-    if rank == 0:
+    if rank == 0 and results is not None:
         _report(args, results)
-    return 0
+    return code
 
 
 def _report(args, results: dict) -> None:

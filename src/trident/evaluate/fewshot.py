@@ -101,6 +101,26 @@ def describe(task: Task, pool: FewShotPool, seed: int, construction: str) -> str
     return f"per-document: random.Random('{seed}/{task.name}/<doc_index>').sample(pool, k), in drawn order{excluded}"
 
 
+def shortfall(task: Task, pool: FewShotPool, k: int, construction: str) -> str | None:
+    """Why `k` examples cannot be drawn for every scored document of task from pool; None when they can."""
+    if k == 0:
+        return None
+    reserved = reserved_examples(task, pool, construction)
+    if len(pool.docs) - reserved >= k:
+        return None
+    source = f"its {pool.split} split" if pool.split else "no few-shot split"
+    extra = " + 1 (the scored example is never its own example)" if reserved else ""
+    return (f"{task.name} {k}-shot: needs {k}{extra} few-shot examples but {source} holds {len(pool.docs)}; "
+            f"give the task a larger {'/'.join(task.fewshot_splits) or task.eval_split} split or use fewer shots")
+
+
+def reserved_examples(task: Task, pool: FewShotPool, construction: str) -> int:
+    """1 when the construction draws k + 1 and removes the scored document, else 0."""
+    if construction == "harness":
+        return 1 if task.harness_excludes_scored_doc else 0
+    return 1 if pool.is_eval_split else 0
+
+
 def _check_size(pool: FewShotPool, k: int, task_name: str, reserved: int) -> None:
     available = len(pool.docs) - reserved  # the harness draws k + 1 when it removes the scored document
     if available < k:

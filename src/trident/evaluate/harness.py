@@ -1,21 +1,28 @@
 """Run tasks x shot counts against one model and collect results.json.
 
-`run_evaluation` is the library entry point (`trident eval` and `trident demo` call it): for each
-task it loads the scored split and the few-shot pool once, then for each shot count builds every
-document's prompts, scores all requests in one batched pass, and averages per-example metrics.
+`run_evaluation` is the library entry point (`trident eval` and `trident demo` call it): it first
+loads every task's scored split and few-shot pool and checks every task/shot cell (preflight.py),
+then for each cell builds every document's prompts, scores all requests in one batched pass,
+averages per-example metrics, and records the finished cell (resume.py).
 """
 from __future__ import annotations
 
 import datetime as _dt
 import json
+import os
 from pathlib import Path
+from typing import Callable
 
 import trident
-from trident.evaluate import fewshot
+from trident.evaluate import fewshot, resume
 from trident.evaluate.lm import LM
+from trident.evaluate.preflight import PreflightError, load_checked, plan_cells
+from trident.evaluate.protocols import describe as describe_protocol
+from trident.evaluate.protocols import paper_rows
 from trident.evaluate.results import write_results
-from trident.tasks import Task, expand, get_task
-from trident.text.storage import location, make_folder
+from trident.evaluate.spread import draw_seeds, spread
+from trident.tasks import Task
+from trident.text.storage import is_remote, location, make_folder
 
 PROMPT_CONVENTION = "lm-evaluation-harness v0.4 prompts; target delimiter per task, few-shot delimiter '\\n\\n'"
 
@@ -70,91 +77,150 @@ def evaluate_task(lm: LM, task: Task, shots: int, eval_docs: list[dict], pool: f
     return entry, samples, per_example
 
 
-def run_evaluation(lm: LM, tasks: list[str], shots: list[int], data_dir: str | Path | None,
-                   out_dir: str | Path | None, seed: int = 1234, batch_size: int | None = None,
-                   limit: int | None = None, log_samples: bool = False, bias: bool = False,
-                   progress: bool = True, contamination_corpus: list[str | Path] | None = None,
-                   contamination_ngram: int = 13, fewshot_construction: str = "harness") -> dict:
+def run_evaluation(lm: LM | Callable[[], LM], tasks: list[str] | None, shots: list[int] | dict[str, list[int]] | None,
+                   data_dir: str | Path | None, out_dir: str | Path | None, seed: int = 1234,
+                   batch_size: int | None = None, limit: int | None = None, log_samples: bool = False,
+                   bias: bool = False, progress: bool = True, contamination_corpus: list[str | Path] | None = None,
+                   contamination_ngram: int = 13, fewshot_construction: str = "harness", fewshot_seeds: int = 1,
+                   protocol: str | None = None, resume_from: str | Path | None = None) -> dict:
     """Evaluate `lm` on each task at each shot count; write OUT/results.json (when out_dir) and return it.
 
+    lm may be a callable returning the LM: it is called only after every task/shot cell has been
+    checked (preflight.load_checked), so a missing file or a too small few-shot pool fails with a
+    PreflightError before a large model loads. shots: one list for every task, or task -> list;
+    protocol (e.g. "mtnlg", evaluate/protocols.py) instead fixes tasks and shots (pass None for both).
     data_dir None reads the tasks from the Hugging Face hub (needs `datasets` and network).
     limit keeps the first N scored documents of each task. With log_samples, one JSONL per task and
     shot count goes to OUT/samples/. With bias, the bias probes run too (results["bias"]). With
-    contamination_corpus (training JSONL files), each entry also gets a "contamination" report:
-    the fraction of examples sharing an n-gram with the corpus and the metrics on the clean rest.
-    fewshot_construction: "harness" or "per-document" (evaluate/fewshot.py).
+    contamination_corpus (training JSONL files), each entry also gets a "contamination" report.
+    fewshot_construction: "harness" or "per-document" (evaluate/fewshot.py). fewshot_seeds S > 1
+    scores each few-shot cell with S draws and adds "fewshot_spread" (evaluate/spread.py).
+    resume_from: a folder whose results.json is a partial run of the same settings; its finished
+    cells are reused (evaluate/resume.py). Pass it on every rank of a parallel evaluation.
     """
-    _check_arguments(shots, fewshot_construction)
-    lm.batch_size = lm.batch_size if batch_size is None else batch_size
-    if hasattr(lm, "progress"):
-        lm.progress = progress
-    out = location(out_dir) if out_dir is not None else None
+    cells = plan_cells(tasks, shots, protocol)
+    seeds = draw_seeds(seed, fewshot_seeds)
     data_path = location(data_dir) if data_dir is not None else None
-    results: dict = {
-        "trident_version": trident.__version__,
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "model": lm.describe(),
-        "seed": seed,
-        "limit": limit,
-        "batch_size": lm.batch_size,
-        "prompt_convention": PROMPT_CONVENTION,
-        "fewshot_construction": fewshot_construction,
-        "results": {},
-    }
-    loaded = _load_tasks(tasks, shots, data_path, limit)
-    dirty, contamination_stats = {}, None
-    if contamination_corpus:
-        from trident.evaluate.contamination import example_text, find_dirty
-
-        texts = {name: [example_text(task, d) for d in docs] for name, (task, docs, _) in loaded.items()}
-        dirty, contamination_stats = find_dirty(texts, [Path(p) for p in contamination_corpus], contamination_ngram)
-        results["contamination"] = contamination_stats
+    loaded = load_checked(cells, data_path, limit, fewshot_construction)
+    dirty, contamination = _contamination(loaded, contamination_corpus, contamination_ngram)
+    earlier = resume.read_results(resume_from)  # before the model loads: loading syncs the ranks
+    lm = _ready(lm, batch_size, progress)
+    results = _header(lm, seed, limit, fewshot_construction, seeds, protocol)
+    if contamination is not None:
+        results["contamination"] = contamination
+    sources = {name: str(task.root(data_path)) if data_path is not None else f"hub:{task.hub}"
+               for name, (task, _, _) in loaded.items()}
+    finished = {}
+    if resume.is_partial(earlier):
+        finished = resume.finished_cells(earlier, results, cells, sources, str(resume_from))
+        results["resumed"] = {"from": earlier.get("created"), "cells": [f"{n} {k}-shot" for n, k in finished]}
+    out = location(out_dir) if out_dir is not None else None
     for name, (task, docs, pool) in loaded.items():
-        source = str(task.root(data_path)) if data_path is not None else f"hub:{task.hub}"
-        results["results"][name] = {}
-        for k in shots:
-            entry, samples, per_example = evaluate_task(lm, task, k, docs, pool, seed, source, fewshot_construction)
-            if name in dirty:
-                from trident.evaluate.contamination import clean_report
-
-                entry["contamination"] = clean_report(task, per_example, dirty[name], contamination_stats)
-                for sample, flag in zip(samples, dirty[name]):
-                    sample["dirty"] = flag
-            results["results"][name][str(k)] = entry
-            if log_samples and out is not None:
-                _write_samples(out / "samples" / f"{name}_{k}shot.jsonl", samples)
+        for k in cells[name]:
+            if (name, k) in finished:
+                results["results"].setdefault(name, {})[str(k)] = finished[name, k]
+                continue
+            entry, samples = score_cell(lm, task, k, docs, pool, seeds, sources[name], fewshot_construction,
+                                        dirty.get(name), contamination)
+            results["results"].setdefault(name, {})[str(k)] = entry
+            if out is not None:
+                _record_cell(out, results, samples if log_samples else {}, name, k, seed)
     if bias:
         from trident.evaluate.bias import run_bias_probes
 
         results["bias"] = run_bias_probes(lm, data_dir=data_path, seed=seed)
+    if protocol is not None:
+        results["protocol"]["rows"] = paper_rows(protocol, results)
+    results["partial"] = False
     if out is not None:
         write_results(results, out)
     return results
 
 
-def _check_arguments(shots: list[int], construction: str) -> None:
-    if any(k < 0 for k in shots):
-        raise ValueError(f"shot counts must be >= 0, got {shots}")
-    if construction not in fewshot.FEWSHOT_CONSTRUCTIONS:
-        raise ValueError(f"unknown few-shot construction {construction!r}; known: {', '.join(fewshot.FEWSHOT_CONSTRUCTIONS)}")
+def score_cell(lm: LM, task: Task, k: int, docs: list[dict], pool: fewshot.FewShotPool, seeds: list[int],
+               source: str, construction: str, dirty: list[bool] | None,
+               contamination_stats: dict | None) -> tuple[dict, dict[int, list[dict]]]:
+    """(results entry, seed -> per-example log) of one task at k shots, drawn with each seed.
+
+    The entry is the first seed's (a plain run's), plus "fewshot_spread" when there are several
+    draws; zero-shot prompts do not depend on the seed, so they are scored once."""
+    draws = seeds if k > 0 else seeds[:1]
+    scored = [evaluate_task(lm, task, k, docs, pool, s, source, construction) for s in draws]
+    entry, _, per_example = scored[0]
+    if len(draws) > 1:
+        entry["fewshot_spread"] = spread(draws, [e["metrics"] for e, _, _ in scored], [p for _, _, p in scored])
+    if dirty is not None:
+        from trident.evaluate.contamination import clean_report
+
+        entry["contamination"] = clean_report(task, per_example, dirty, contamination_stats)
+        for draw in scored:
+            for sample, flag in zip(draw[1], dirty):
+                sample["dirty"] = flag
+    return entry, {s: samples for s, (_, samples, _) in zip(draws, scored)}
 
 
-def _load_tasks(tasks: list[str], shots: list[int], data_path: Path | None, limit: int | None) -> dict:
-    """name -> (task, scored docs, few-shot pool), all loaded before any scoring, so a data error
-    stops the run before the model has done any work."""
-    loaded = {}
-    for name in expand(tasks):
-        task = get_task(name)
-        all_docs = task.load(data_path, task.eval_split)
-        needs_pool = max(shots, default=0) > 0
-        # the pool is the whole split even under --limit (scored docs are its first N, same indices)
-        pool = fewshot.load_pool(task, data_path, all_docs) if needs_pool else fewshot.FewShotPool("", [], False)
-        loaded[name] = (task, all_docs[:limit], pool)
-    return loaded
+def _header(lm: LM, seed: int, limit: int | None, construction: str, seeds: list[int], protocol: str | None) -> dict:
+    """results.json before any cell: provenance, and `"partial": true` until the run ends."""
+    header = {
+        "trident_version": trident.__version__,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "model": lm.describe(),
+        "seed": seed,
+        "fewshot_seeds": seeds,
+        "limit": limit,
+        "batch_size": lm.batch_size,
+        "prompt_convention": PROMPT_CONVENTION,
+        "fewshot_construction": construction,
+        "partial": True,
+        "results": {},
+    }
+    if protocol is not None:
+        header["protocol"] = describe_protocol(protocol)
+    return header
+
+
+def _ready(lm: LM | Callable[[], LM], batch_size: int | None, progress: bool) -> LM:
+    """The LM (loaded now when given as a loader), with the run's batch size and progress display."""
+    lm = lm if isinstance(lm, LM) or not callable(lm) else lm()
+    lm.batch_size = lm.batch_size if batch_size is None else batch_size
+    if hasattr(lm, "progress"):
+        lm.progress = progress
+    return lm
+
+
+def _contamination(loaded: dict, corpus: list[str | Path] | None,
+                   ngram: int) -> tuple[dict[str, list[bool]], dict | None]:
+    """(task -> dirty flag per scored example, scan statistics); run before the model loads."""
+    if not corpus:
+        return {}, None
+    from trident.evaluate.contamination import example_text, find_dirty
+
+    missing = [str(p) for p in corpus if not location(p).exists()]
+    if missing:
+        raise PreflightError(f"contamination corpus file(s) not found: {', '.join(missing)}")
+    texts = {name: [example_text(task, d) for d in docs] for name, (task, docs, _) in loaded.items()}
+    return find_dirty(texts, [Path(p) for p in corpus], ngram)
+
+
+def _record_cell(out: Path, results: dict, samples: dict[int, list[dict]], name: str, k: int, seed: int) -> None:
+    """Samples first, then results.json (still partial): a recorded cell always has its samples."""
+    for draw_seed, draw in samples.items():
+        _write_samples(out / "samples" / _samples_name(name, k, draw_seed, seed), draw)
+    write_results(results, out)
+
+
+def _samples_name(name: str, k: int, draw_seed: int, seed: int) -> str:
+    """<task>_<k>shot.jsonl for the plain run's draw; other draws add _seed<S>."""
+    return f"{name}_{k}shot.jsonl" if draw_seed == seed else f"{name}_{k}shot_seed{draw_seed}.jsonl"
 
 
 def _write_samples(path: Path, samples: list[dict]) -> None:
+    """One JSON line per example, through a temporary file: never a half-written log."""
+    text = "".join(json.dumps(sample, ensure_ascii=False) + "\n" for sample in samples)
+    if is_remote(path):
+        path.write_text(text, encoding="utf-8")
+        return
     make_folder(path.parent)
-    with path.open("w", encoding="utf-8") as handle:
-        for sample in samples:
-            handle.write(json.dumps(sample, ensure_ascii=False) + "\n")
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)

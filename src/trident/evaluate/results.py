@@ -67,10 +67,59 @@ def build_table(results: dict) -> Table:
     return table
 
 
+def build_protocol_table(results: dict) -> Table:
+    """The paper's layout: one row per task, zero / one / few shot, each of ours beside the paper's."""
+    protocol = results["protocol"]
+    paper = protocol["paper_model"]
+    table = Table(title=f"trident eval --protocol {protocol['name']}: {results['model'].get('name', 'model')} "
+                        f"vs {paper} (%)")
+    for name in ("Task", "Metric"):
+        table.add_column(name, no_wrap=True)
+    table.add_column("n", justify="right")
+    for setting in ("zero", "one", "few"):
+        if setting == "few":
+            table.add_column("k", justify="right")
+        table.add_column(f"{setting}-shot", justify="right")
+        table.add_column(paper.split()[-1], justify="right")
+    for row in protocol.get("rows", []):
+        cells = []
+        for setting in ("zero", "one", "few"):
+            cell = row[setting]
+            ours = "-" if cell["trident_pct"] is None else f"{cell['trident_pct']:.1f}"
+            cells += ([str(cell["k"])] if setting == "few" else []) + [ours, f"{cell['paper_pct']:.1f}"]
+        table.add_row(row["label"], row["metric"], str(row["n"] or "-"), *cells)
+    return table
+
+
+def build_spread_table(results: dict) -> Table | None:
+    """Per task, shot count and metric: mean, sd, min and max over the few-shot draws, and the share
+    of examples whose correctness flipped; None when no cell was drawn more than once."""
+    rows = [(task, k, metric, stats) for task, per_shot in results["results"].items()
+            for k, entry in sorted(per_shot.items(), key=lambda item: int(item[0]))
+            for metric, stats in entry.get("fewshot_spread", {}).get("metrics", {}).items()]
+    if not rows:
+        return None
+    draws = len(results.get("fewshot_seeds", []))
+    table = Table(title=f"few-shot spread over {draws} draws (seeds {', '.join(map(str, results['fewshot_seeds']))})")
+    for name in ("Task", "k", "Metric", "mean", "sd", "min", "max", "flipped"):
+        table.add_column(name, no_wrap=True, justify="left" if name in ("Task", "Metric") else "right")
+    for i, (task, k, metric, stats) in enumerate(rows):
+        first = i == 0 or rows[i - 1][:2] != (task, k)
+        flipped = stats.get("flipped")
+        table.add_row(task if first else "", k if first else "", metric,
+                      *(_cell(metric, stats[key], None) for key in ("mean", "std", "min", "max")),
+                      "" if flipped is None else f"{100 * flipped:.0f}%")
+    return table
+
+
 def print_table(results: dict, console: Console | None = None) -> None:
-    """Print the results table (and a bias summary when present)."""
+    """Print the results table (the paper's layout under a protocol; the few-shot spread and a bias
+    summary when present)."""
     console = console or Console()
-    console.print(build_table(results))
+    console.print(build_protocol_table(results) if "protocol" in results else build_table(results))
+    spread_table = build_spread_table(results)
+    if spread_table is not None:
+        console.print(spread_table)
     for line in contamination_lines(results):
         console.print(line)
     if "bias" in results:
