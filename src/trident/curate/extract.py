@@ -6,6 +6,7 @@ import logging
 from typing import Callable
 
 from trident.curate.document import Document
+from trident.curate.extract_lists import Style, rescue
 from trident.curate.stage import StreamingStage, register_stage
 
 # benchmarks/extract.py measured both on the sample WARCs and on generated pages (docs/curation.md):
@@ -13,6 +14,9 @@ from trident.curate.stage import StreamingStage, register_stage
 EXTRACT_BACKENDS = ("resiliparse", "trafilatura")
 # What an extractor raises on hostile markup; the document is counted as extract_error.
 _MARKUP_ERRORS = (ValueError, TypeError, AttributeError, LookupError)
+# Rescued lists and tables are written the way each backend writes the ones it keeps.
+_RESILIPARSE_STYLE = Style(bullet="• ", cell_separator="\t\t", paragraph_break="\n\n")
+_TRAFILATURA_STYLE = Style(bullet="- ", cell_separator=" | ", paragraph_break="\n")
 
 
 @register_stage("extract")
@@ -20,7 +24,11 @@ class Extract(StreamingStage):
     """Turns HTML documents (from WARC responses or .html files) into their main text.
 
     `backend`: "resiliparse" or "trafilatura" (both installed with trident, nothing downloaded).
-    `favor_precision` and `include_tables` are trafilatura's; `include_comments` applies to both. Drops, by reason:
+    `favor_precision` and `include_tables` are trafilatura's; `include_comments` applies to both.
+    `keep_lists` / `keep_tables` (both backends): put back the article's lists / tables that carry
+    prose (items with text beside their links, descriptive link sentences, API lists, parameter
+    tables) when the backend dropped them, navigation left out (trident.curate.extract_lists).
+    Drops, by reason:
     `non_200` (HTTP status other than 200), `non_html` (content type without "html"),
     `no_main_text` (nothing left after boilerplate removal, or fewer than `min_chars`),
     `extract_error` (the HTML could not be parsed). Documents read from JSONL (no content type)
@@ -28,11 +36,13 @@ class Extract(StreamingStage):
     """
 
     def __init__(self, backend: str = "resiliparse", favor_precision: bool = True, include_tables: bool = False,
-                 include_comments: bool = False, min_chars: int = 1) -> None:
+                 include_comments: bool = False, min_chars: int = 1, keep_lists: bool = True,
+                 keep_tables: bool = True) -> None:
         if backend not in EXTRACT_BACKENDS:
             raise ValueError(f"parameter 'backend' must be one of {list(EXTRACT_BACKENDS)}, got {backend!r}")
         super().__init__(backend=backend, favor_precision=favor_precision, include_tables=include_tables,
-                         include_comments=include_comments, min_chars=min_chars)
+                         include_comments=include_comments, min_chars=min_chars, keep_lists=keep_lists,
+                         keep_tables=keep_tables)
         self.min_chars = min_chars
         self._extractor: Callable[[str, str | None], str] | None = None
 
@@ -76,11 +86,15 @@ def _trafilatura(params: dict) -> Callable[[str, str | None], str]:
 
     # trafilatura logs every page it finds too short; those are counted by the stage instead.
     logging.getLogger("trafilatura").setLevel(logging.ERROR)
+    keep = params["keep_lists"] or params["keep_tables"]
 
     def extract(html: str, url: str | None) -> str:
-        return trafilatura.extract(html, url=url, favor_precision=params["favor_precision"],
+        text = trafilatura.extract(html, url=url, favor_precision=params["favor_precision"],
                                    include_tables=params["include_tables"],
                                    include_comments=params["include_comments"], deduplicate=False) or ""
+        if keep:
+            text = rescue(html, text, params["keep_lists"], params["keep_tables"], _TRAFILATURA_STYLE)
+        return text
 
     return extract
 
@@ -88,14 +102,21 @@ def _trafilatura(params: dict) -> Callable[[str, str | None], str]:
 def _resiliparse(params: dict) -> Callable[[str, str | None], str]:
     """resiliparse's main-content plain text: paragraphs on their own lines, no image alt texts,
     link targets, form fields or <noscript>; comment sections only when asked for. Its main-content
-    rules decide on tables (skipping every <table> would drop whole pages laid out with tables).
+    rules decide on tables (skipping every <table> would drop whole pages laid out with tables);
+    the list post-pass puts back the prose lists and tables they dropped.
     A paragraph repeated within the page is kept once, as trafilatura does (spam pages repeat one)."""
     from resiliparse.extract.html2text import extract_plain_text
+    from resiliparse.parse.html import HTMLTree
+
+    keep = params["keep_lists"] or params["keep_tables"]
 
     def extract(html: str, url: str | None) -> str:
-        return first_occurrences(extract_plain_text(
-            html, main_content=True, alt_texts=False, links=False, form_fields=False, noscript=False,
-            comments=params["include_comments"]))
+        tree = HTMLTree.parse(html)  # parsed once for the extractor and the list post-pass
+        text = extract_plain_text(tree, main_content=True, alt_texts=False, links=False, form_fields=False,
+                                  noscript=False, comments=params["include_comments"])
+        if keep:
+            text = rescue(html, text, params["keep_lists"], params["keep_tables"], _RESILIPARSE_STYLE, tree)
+        return first_occurrences(text)
 
     return extract
 
