@@ -89,9 +89,11 @@ def content_kept(truth: dict, texts: dict[str, str]) -> dict:
     originals = [p for p in truth.values() if p.kind == "english"]
     for page in originals:
         for category in CATEGORIES:
-            total[category] += len(page.content[category])
-            found[category] += max((sum(key(piece) in keys[url] for piece in truth[url].content[category])
-                                    for url in copies.get(page.group, [])), default=0)
+            # (found, planted) in the best copy; near_copy may merge two paragraphs, so a copy's own count
+            scores = [(sum(key(piece) in keys[url] for piece in truth[url].content[category]),
+                       len(truth[url].content[category])) for url in copies.get(page.group, [])]
+            best = max(scores, default=(0, len(page.content[category])))
+            found[category], total[category] = found[category] + best[0], total[category] + best[1]
     result = {"articles": round(len(copies) / len(originals), 4)}
     result.update({c: round(found[c] / max(total[c], 1), 4) for c in CATEGORIES})
     result["duplicate copies left"] = sum(len(v) - 1 for v in copies.values())
