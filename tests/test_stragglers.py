@@ -27,7 +27,7 @@ def _train(rank, world, slow, out):
 @pytest.mark.timeout(120)
 def test_a_slow_rank_is_named_and_its_cost_estimated(tmp_path):
     healthy = run_distributed(_train, 4, "", str(tmp_path / "a"), timeout=100)[0][0]
-    slowed, logs = run_distributed(_train, 4, "rank=0,step=1,kind=slow:0.1", str(tmp_path / "b"), timeout=100)[0]
+    slowed, logs = run_distributed(_train, 4, "rank=0,step=1,kind=slow:0.2", str(tmp_path / "b"), timeout=100)[0]
     measured = (statistics.median(r["step_time_s"] for r in slowed[2:])
                 - statistics.median(r["step_time_s"] for r in healthy[2:]))
     checks = [r for r in slowed if r["step"] % INTERVAL == 0]
