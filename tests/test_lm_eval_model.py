@@ -75,7 +75,7 @@ def _harness(models: list[tuple[str, str]], tasks) -> list[dict]:
     """lm_eval in one fresh process (one import of the harness), offline: per model, its results per task."""
     code = ("import json, sys, lm_eval; import trident.evaluate.lm_eval_model; "
             "from lm_eval.tasks import TaskManager; "
-            "manager = TaskManager(include_path=sys.argv[1]); "
+            "manager = TaskManager(include_path=sys.argv[1], include_defaults=False); "
             "models = [sys.argv[i:i + 2] for i in range(3, len(sys.argv), 2)]; "
             "print('RESULTS ' + json.dumps([lm_eval.simple_evaluate(model=m, model_args=a, "
             "tasks=sys.argv[2].split(','), task_manager=manager, batch_size=4, device='cpu')['results'] "
