@@ -11,6 +11,10 @@ from trident.data.tokenizer import Tokenizer, train_tokenizer
 from trident.evaluate.lm import CausalLM, trident_lm
 from trident.model.gpt import build_model
 
+# lm-evaluation-harness in a subprocess: nothing from the hub, no tokenizer thread pools
+HARNESS_OFFLINE_ENV = {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+                       "TOKENIZERS_PARALLELISM": "false"}
+
 FIXTURES = Path(__file__).parent / "fixtures" / "eval"
 
 

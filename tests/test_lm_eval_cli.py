@@ -10,10 +10,9 @@ import sys
 
 import pytest
 
+from eval_fixtures import HARNESS_OFFLINE_ENV
 from trident.commands.lm_eval import harness_argv
 
-OFFLINE = {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-           "TOKENIZERS_PARALLELISM": "false"}
 TASK = """task: tiny_mc
 dataset_path: json
 dataset_kwargs: {{data_files: {{test: {data}}}}}
@@ -40,7 +39,7 @@ def _write_task(root, text: str):
 
 def _lm_eval(args: list[str], cwd) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "trident", "lm-eval", *args], capture_output=True, text=True,
-                          timeout=200, env=dict(os.environ, **OFFLINE), cwd=cwd)
+                          timeout=200, env=dict(os.environ, **HARNESS_OFFLINE_ENV), cwd=cwd)
 
 
 @pytest.mark.timeout(10)

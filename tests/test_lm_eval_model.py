@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+from eval_fixtures import HARNESS_OFFLINE_ENV
+
 
 TASKS = {
     "tiny_mc": """task: tiny_mc
@@ -80,8 +82,7 @@ def _harness(models: list[tuple[str, str]], tasks) -> list[dict]:
             "print('RESULTS ' + json.dumps([lm_eval.simple_evaluate(model=m, model_args=a, "
             "tasks=sys.argv[2].split(','), task_manager=manager, batch_size=4, device='cpu')['results'] "
             "for m, a in models]))")
-    env = dict(os.environ, HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
-               TOKENIZERS_PARALLELISM="false")
+    env = dict(os.environ, **HARNESS_OFFLINE_ENV)
     done = subprocess.run([sys.executable, "-c", code, str(tasks), ",".join(TASKS),
                            *[part for model in models for part in model]],
                           capture_output=True, text=True, timeout=400, env=env)

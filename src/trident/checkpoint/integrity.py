@@ -11,6 +11,7 @@ import math
 from pathlib import Path
 
 import xxhash
+
 from trident.text.storage import location
 
 
@@ -79,10 +80,10 @@ def verify_files(directory: Path, manifest_path: Path, manifest: dict) -> None:
     by_file: dict[str, list[dict]] = {}
     for entry in manifest["tensors"]:
         by_file.setdefault(entry["file"], []).append(entry)
+    from trident.checkpoint.tensorfile import read_header  # tensorfile imports this module's errors
+
     for name, entries in by_file.items():
         path = directory / name
-        from trident.checkpoint.tensorfile import read_header  # tensorfile raises this module's errors
-
         header = read_header(path)  # CheckpointError naming the file when unreadable
         for entry in entries:
             if entry["key"] not in header:

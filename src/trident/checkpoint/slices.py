@@ -12,7 +12,7 @@ import torch
 from trident.checkpoint import tensorfile
 from trident.checkpoint.integrity import CheckpointError, DamagedCheckpoint, file_digest
 from trident.checkpoint.tiles import Scratch, band_digests, band_rows, grid_shape, tile_count, tile_shape
-from trident.text.storage import open_ranges
+from trident.text.storage import RangeReader
 
 
 class SliceSource:
@@ -28,7 +28,7 @@ class SliceSource:
 
     def handle(self, file: str):
         if file not in self.handles:
-            self.handles[file] = open_ranges(self.directory / file)
+            self.handles[file] = RangeReader(self.directory / file)
         return self.handles[file]
 
     @property
@@ -148,11 +148,12 @@ def _prefetch(handle, piece, runs: dict, first_band: int, lo: int, size: int) ->
     they come."""
     if not handle.remote:
         return set(runs)
-    spans, fetched = [], set()
+    spans, fetched, total = [], set(), 0
     for band in (b for b in runs if b >= first_band):
-        if fetched and sum(length for _, length in spans) >= PREFETCH_BYTES:
+        if fetched and total >= PREFETCH_BYTES:
             break
         spans += [(piece["span"][0] + (a - lo) * size, (b - a) * size) for a, b in runs[band]]
+        total += sum((b - a) * size for a, b in runs[band])
         fetched.add(band)
     handle.prefetch(spans)
     return fetched

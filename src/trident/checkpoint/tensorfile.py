@@ -17,7 +17,7 @@ import torch
 import xxhash
 
 from trident.checkpoint.integrity import CheckpointError, DamagedCheckpoint
-from trident.text.storage import location, open_ranges, open_write
+from trident.text.storage import RangeReader, location, open_write
 
 CHUNK_BYTES = 64 << 20  # bytes handed to write() at a time: bounds the writer's transient memory
 DTYPES = {torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16", torch.float64: "F64",
@@ -86,7 +86,7 @@ def read_header(path: Path) -> dict[str, dict]:
     """{key: {"dtype", "shape", "span": [first, end byte in the file]}} from a safetensors header."""
     path = location(path)
     try:
-        with open_ranges(path) as handle:
+        with RangeReader(path) as handle:
             (length,) = struct.unpack("<Q", read_span(handle, 0, 8))
             if length > handle.size:
                 raise ValueError(f"header of {length} bytes in a file of {handle.size}")
@@ -100,10 +100,10 @@ def read_header(path: Path) -> dict[str, dict]:
 
 
 def read_tensors(path) -> dict[str, torch.Tensor]:
-    """Every tensor of a small safetensors file (the RNG states), read through `open_ranges`."""
+    """Every tensor of a small safetensors file (the RNG states), read through a RangeReader."""
     header = read_header(path)
     tensors = {key: torch.empty(entry["shape"], dtype=TORCH_DTYPES[entry["dtype"]]) for key, entry in header.items()}
-    with open_ranges(path) as handle:
+    with RangeReader(path) as handle:
         for key, entry in header.items():
             read_into(handle, entry["span"][0], tensors[key])
     return tensors

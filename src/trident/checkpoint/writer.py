@@ -29,6 +29,7 @@ from trident.checkpoint.reader import complete_checkpoints
 from trident.checkpoint.tensorfile import DTYPES, write_tensors
 from trident.checkpoint.tiles import piece_digests, tile_shape
 from trident.parallel.mesh import barrier
+from trident.text.atomic import write_text_atomic
 from trident.text.storage import is_remote, location, make_folder, remove_tree
 
 
@@ -193,12 +194,7 @@ class CheckpointWriter:
             os.replace(tmp, final)
         (final / fmt.COMPLETE).write_text(str(step))
         _fsync_dir(final)
-        if is_remote(self.root):
-            (self.root / fmt.LATEST).write_text(final.name)  # one object: replaced whole
-        else:
-            latest_tmp = self.root / f".{fmt.LATEST}.tmp"
-            latest_tmp.write_text(final.name)
-            os.replace(latest_tmp, self.root / fmt.LATEST)
+        write_text_atomic(self.root / fmt.LATEST, final.name)
         prune_checkpoints(self.root, self.keep_last, protect=final)
         for stale in [*self.root.glob(".tmp_step_*"), *self.root.glob(".deleting_*")]:  # crash leftovers
             remove_tree(stale)

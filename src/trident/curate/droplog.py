@@ -15,7 +15,7 @@ from typing import Iterator
 
 import zstandard
 
-from trident.text.storage import location, open_read, open_write
+from trident.text.storage import copy_file, location, open_read, open_write, replace
 
 SUFFIX = ".drops.jsonl.zst"
 
@@ -68,8 +68,6 @@ def read_log(path: Path | str) -> Iterator[dict]:
 def publish_logs(work: Path, folder: Path, keep_work: bool) -> dict:
     """Move (copy, with keep_work) every drop log under WORK/phase-*/ to FOLDER/phase-NN/; returns
     {"folder", "files", "records"} (records counted as they are published)."""
-    from trident.text.storage import copy_file, replace
-
     work, folder = location(work), location(folder)
     files = records = 0
     for log in sorted(work.glob(f"phase-*/*{SUFFIX}"), key=str):

@@ -15,12 +15,12 @@ inputs and i, so a resumed run continues from sample index = samples consumed.
 """
 from __future__ import annotations
 
-
 import numpy as np
 
 from trident.data.compiled import compiled
-from trident.data.index_cache import array_digest, file_fingerprint, load_or_build, smallest_int
+from trident.data.index_cache import array_digest, load_or_build, smallest_int
 from trident.data.indexed import IndexedDataset, data_file, index_file
+from trident.text.storage import fingerprint
 
 MAX_DOC_IDX = 2**32  # epochs x documents beyond this is a configuration mistake, not a dataset
 
@@ -194,7 +194,7 @@ class GPTDataset:
         self.num_samples = num_samples
         self.seed = seed
         inputs = {
-            "data": [file_fingerprint(data_file(indexed.prefix)), file_fingerprint(index_file(indexed.prefix))],
+            "data": [fingerprint(data_file(indexed.prefix)), fingerprint(index_file(indexed.prefix))],
             # what identifies the document ids: the caller's description of how they were chosen
             # (e.g. the split's inputs: no pass over hundreds of millions of ids), else their digest
             "documents": documents_key if documents_key is not None else array_digest(self.documents),

@@ -14,14 +14,8 @@ from typing import Callable
 
 import numpy as np
 
-from trident.text.storage import fingerprint
 
 CACHE_VERSION = 1  # bump when the index-building algorithms change
-
-
-def file_fingerprint(path) -> dict:
-    """What identifies a data file's contents cheaply: where it is, its size and mtime (or ETag)."""
-    return fingerprint(path)
 
 
 def array_digest(array: np.ndarray) -> str:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from trident.text.storage import BlockCachedFile, cache_root, is_remote, local_copy, location, size
+from trident.text.storage import BlockCachedFile, is_remote, local_copy, location, size
 
 INDEX_HEADER = b"MMIDIDX\x00\x00"
 BIN_BLOCK = 8 << 20  # bytes of a remote .bin fetched at a time (samples are read in order within a block)
@@ -145,7 +145,7 @@ class IndexedDataset:
             if not path.exists():
                 raise FileNotFoundError(f"{path}: missing (expected PREFIX.bin and PREFIX.idx "
                                         f"written by `trident tokenize`)")
-        self._index = np.memmap(local_copy(idx_path, cache_root() / "index"), dtype=np.uint8, mode="r")
+        self._index = np.memmap(local_copy(idx_path, "index"), dtype=np.uint8, mode="r")
         raw = self._index
         header_len = len(INDEX_HEADER) + 8 + 1 + 8 + 8
         if raw.size < header_len or bytes(raw[: len(INDEX_HEADER)]) != INDEX_HEADER:
@@ -171,9 +171,16 @@ class IndexedDataset:
         if bin_bytes < need:
             raise ValueError(f"{bin_path}: {bin_bytes} bytes, index needs {need} (truncated file?)")
         if is_remote(bin_path):
-            self._bin = BlockCachedFile(bin_path, BIN_BLOCK)
+            self._bin, self._tokens = BlockCachedFile(bin_path, BIN_BLOCK), self._fetched_tokens
         else:  # np.memmap refuses empty files; an empty dataset has nothing to map
             self._bin = np.memmap(bin_path, dtype=np.uint8, mode="r") if bin_bytes else np.zeros(0, np.uint8)
+            self._tokens = self._mapped_tokens
+
+    def _mapped_tokens(self, start: int, count: int) -> np.ndarray:
+        return np.frombuffer(self._bin, dtype=self.dtype, count=count, offset=start)
+
+    def _fetched_tokens(self, start: int, count: int) -> np.ndarray:
+        return np.frombuffer(self._bin.read_at(start, count * self.dtype.itemsize), dtype=self.dtype)
 
     def __len__(self) -> int:
         return len(self.sizes)
@@ -188,9 +195,7 @@ class IndexedDataset:
         if offset < 0 or length < 0 or offset + length > size:
             raise IndexError(f"range [{offset}, {offset + length}) outside sequence {i} of length {size}")
         start = int(self.pointers[i]) + offset * self.dtype.itemsize
-        if isinstance(self._bin, BlockCachedFile):
-            return np.frombuffer(self._bin.read_at(start, length * self.dtype.itemsize), dtype=self.dtype)
-        return np.frombuffer(self._bin, dtype=self.dtype, count=length, offset=start)
+        return self._tokens(start, length)
 
     def __getitem__(self, i: int) -> np.ndarray:
         return self.get(i)

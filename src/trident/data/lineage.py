@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from trident.text.storage import cache_root, local_copy, location
+from trident.text.storage import local_copy, location
 
 SUFFIX, IDS_SUFFIX = "doc_lines.npy", "doc_ids.jsonl"
 
@@ -60,7 +60,7 @@ class DocumentSources:
     def __init__(self, prefix):
         self.prefix = location(prefix)
         path, stats = lines_file(prefix), location(f"{prefix}.stats.json")
-        self.table = (np.load(local_copy(path, cache_root() / "index"), mmap_mode="r", allow_pickle=False)
+        self.table = (np.load(local_copy(path, "index"), mmap_mode="r", allow_pickle=False)
                       if path.exists() else None)
         self.inputs = json.loads(stats.read_text()).get("inputs", []) if stats.exists() else []
         self._ids: list | None = None

@@ -15,7 +15,7 @@ from typing import Iterable, Sequence
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
-from trident.text.storage import cache_root, local_copy, location
+from trident.text.storage import local_copy, location
 
 EOD_TOKEN = "<|endoftext|>"
 TOKENIZER_FILE = "tokenizer.json"
@@ -49,7 +49,7 @@ class Tokenizer:
             if (path / TOKENIZER_FILE).is_file():
                 path = path / TOKENIZER_FILE
             elif (path / "vocab.json").is_file() and (path / "merges.txt").is_file():
-                return cls.from_gpt2_files(*(local_copy(path / name, cache_root() / "tokenizers")
+                return cls.from_gpt2_files(*(local_copy(path / name, "tokenizers")
                                              for name in ("vocab.json", "merges.txt")))
             else:
                 raise FileNotFoundError(f"{path}: no {TOKENIZER_FILE} and no vocab.json + merges.txt "

@@ -95,12 +95,12 @@ class RangeReader:
         self.bytes_read += sum(len(block) for block in blocks)
 
     def seek(self, offset: int) -> None:
-        self.position = offset
-        self.handle.seek(offset)
+        self.position = offset  # the handle is moved only when a read is not served from `fetched`
 
     def read(self, length: int) -> bytes:
         data = self.fetched.pop((self.position, length), None)
         if data is None:
+            self.handle.seek(self.position)
             data = self.handle.read(length)
             self.bytes_read += len(data)
         self.position += len(data)
@@ -145,11 +145,6 @@ class BlockCachedFile:
         return self.handle.read(length)
 
 
-def open_ranges(path) -> RangeReader:
-    """`path` opened for reading byte spans (see RangeReader)."""
-    return RangeReader(path)
-
-
 def size(path) -> int:
     return location(path).stat().st_size
 
@@ -166,14 +161,14 @@ def fingerprint(path) -> dict:
     return {"path": str(path), "size": int(info["size"]), "mark": str(mark).strip('"')}
 
 
-def local_copy(path, cache_root) -> Path:
-    """`path` itself when local; else a copy under `cache_root` named by the URL and its fingerprint,
-    downloaded once (a changed object gets a new copy), for readers that memory-map a file."""
+def local_copy(path, folder: str) -> Path:
+    """`path` itself when local; else a copy under cache_root()/`folder` named by the URL and its
+    fingerprint, downloaded once (a changed object gets a new copy), for readers that map a file."""
     path = location(path)
     if not is_remote(path):
         return path
     key = hashlib.sha256(repr(sorted(fingerprint(path).items())).encode()).hexdigest()[:16]
-    target = Path(cache_root) / f"{key}-{path.name}"
+    target = cache_root() / folder / f"{key}-{path.name}"
     if not target.exists():
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")

@@ -32,8 +32,8 @@ from trident.parallel.precision import Precision
 from trident.parallel.sharding import full_shape
 from trident.parallel.token_ids import check_token_ids
 from trident.parallel.watch import failed_group
-from trident.train import allocator
 from trident.text.storage import location
+from trident.train import allocator
 from trident.train.diagnostics import CorruptionError, RunDiagnostics
 from trident.train.loggers import build_loggers
 from trident.train.metrics import MetricsWriter, console_line, peak_memory_bytes
