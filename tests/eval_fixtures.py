@@ -14,6 +14,32 @@ from trident.model.gpt import build_model
 # lm-evaluation-harness in a subprocess: nothing from the hub, no tokenizer thread pools
 HARNESS_OFFLINE_ENV = {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
                        "TOKENIZERS_PARALLELISM": "false"}
+# a 3-way multiple-choice harness task over a local JSON file ({data}); {metrics}: its metric_list lines
+HARNESS_MC_TASK = """task: tiny_mc
+dataset_path: json
+dataset_kwargs: {{data_files: {{test: {data}}}}}
+test_split: test
+output_type: multiple_choice
+doc_to_text: "{{{{question}}}}"
+doc_to_choice: "{{{{choices}}}}"
+doc_to_target: "{{{{label}}}}"
+metric_list:
+{metrics}"""
+
+
+def harness_sentences(text: str, count: int = 12) -> list[str]:
+    """The first `count` sentences of more than 6 words in `text` (the harness tests' documents)."""
+    return [s.strip() for s in text.replace("\n", " ").split(". ") if len(s.split()) > 6][:count]
+
+
+def write_harness_mc_data(path: Path, text: str) -> Path:
+    """HARNESS_MC_TASK's data: 8 questions (a sentence's first 3 words) with 3 choices each."""
+    with open(path, "w") as f:
+        for i, s in enumerate(harness_sentences(text, 8)):
+            words = s.split()
+            choices = [" ".join(words[3:6]), " ".join(words[-3:]), " ".join(reversed(words[:3]))]
+            f.write(json.dumps({"question": " ".join(words[:3]), "choices": choices, "label": i % 3}) + "\n")
+    return path
 
 FIXTURES = Path(__file__).parent / "fixtures" / "eval"
 

@@ -10,30 +10,14 @@ import sys
 
 import pytest
 
-from eval_fixtures import HARNESS_OFFLINE_ENV
+from eval_fixtures import HARNESS_MC_TASK, HARNESS_OFFLINE_ENV, write_harness_mc_data
 from trident.commands.lm_eval import harness_argv
-
-TASK = """task: tiny_mc
-dataset_path: json
-dataset_kwargs: {{data_files: {{test: {data}}}}}
-test_split: test
-output_type: multiple_choice
-doc_to_text: "{{{{question}}}}"
-doc_to_choice: "{{{{choices}}}}"
-doc_to_target: "{{{{label}}}}"
-metric_list:
-  - metric: acc
-"""
-
 
 def _write_task(root, text: str):
     """A 3-way multiple-choice harness task over sentences of text, from a local JSON file."""
-    sentences = [s.split() for s in text.replace("\n", " ").split(". ") if len(s.split()) > 6][:8]
-    data = root / "mc.jsonl"
-    data.write_text("".join(json.dumps({"question": " ".join(w[:3]), "label": i % 3, "choices": [
-        " ".join(w[3:6]), " ".join(w[-3:]), " ".join(reversed(w[:3]))]}) + "\n" for i, w in enumerate(sentences)))
+    data = write_harness_mc_data(root / "mc.jsonl", text)
     (root / "tasks").mkdir()
-    (root / "tasks" / "tiny_mc.yaml").write_text(TASK.format(data=data))
+    (root / "tasks" / "tiny_mc.yaml").write_text(HARNESS_MC_TASK.format(data=data, metrics="  - metric: acc\n"))
     return root / "tasks"
 
 

@@ -8,22 +8,10 @@ import sys
 
 import pytest
 
-from eval_fixtures import HARNESS_OFFLINE_ENV
+from eval_fixtures import HARNESS_MC_TASK, HARNESS_OFFLINE_ENV, harness_sentences, write_harness_mc_data
 
 
 TASKS = {
-    "tiny_mc": """task: tiny_mc
-dataset_path: json
-dataset_kwargs: {{data_files: {{test: {data}/mc.jsonl}}}}
-test_split: test
-output_type: multiple_choice
-doc_to_text: "{{{{question}}}}"
-doc_to_choice: "{{{{choices}}}}"
-doc_to_target: "{{{{label}}}}"
-metric_list:
-  - metric: acc
-  - metric: acc_norm
-""",
     "tiny_lambada": """task: tiny_lambada
 dataset_path: json
 dataset_kwargs: {{data_files: {{test: {data}/lambada.jsonl}}}}
@@ -52,24 +40,22 @@ metric_list:
   - metric: bits_per_byte
 """,
 }
+NAMES = ("tiny_mc", *TASKS)  # the multiple-choice task is eval_fixtures.HARNESS_MC_TASK
 
 
 def _write_tasks(root, text):
     data = root / "data"
     data.mkdir()
-    sentences = [s.strip() for s in text.replace("\n", " ").split(". ") if len(s.split()) > 6][:12]
     with open(data / "lambada.jsonl", "w") as f:
-        for s in sentences:
+        for s in harness_sentences(text):
             f.write(json.dumps({"text": s}) + "\n")
-    with open(data / "mc.jsonl", "w") as f:
-        for i, s in enumerate(sentences[:8]):
-            words = s.split()
-            choices = [" ".join(words[3:6]), " ".join(words[-3:]), " ".join(reversed(words[:3]))]
-            f.write(json.dumps({"question": " ".join(words[:3]), "choices": choices, "label": i % 3}) + "\n")
+    mc = write_harness_mc_data(data / "mc.jsonl", text)
     tasks = root / "tasks"
     tasks.mkdir()
     for name, body in TASKS.items():
         (tasks / f"{name}.yaml").write_text(body.format(data=data))
+    metrics = "  - metric: acc\n  - metric: acc_norm\n"
+    (tasks / "tiny_mc.yaml").write_text(HARNESS_MC_TASK.format(data=mc, metrics=metrics))
     return tasks
 
 
@@ -83,7 +69,7 @@ def _harness(models: list[tuple[str, str]], tasks) -> list[dict]:
             "tasks=sys.argv[2].split(','), task_manager=manager, batch_size=4, device='cpu')['results'] "
             "for m, a in models]))")
     env = dict(os.environ, **HARNESS_OFFLINE_ENV)
-    done = subprocess.run([sys.executable, "-c", code, str(tasks), ",".join(TASKS),
+    done = subprocess.run([sys.executable, "-c", code, str(tasks), ",".join(NAMES),
                            *[part for model in models for part in model]],
                           capture_output=True, text=True, timeout=400, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -99,7 +85,7 @@ def test_harness_scores_trident_like_its_hugging_face_export(trained_checkpoint,
     export_hf(path, tmp_path / "hf")
     tasks = _write_tasks(tmp_path, text)
     ours, theirs = _harness([("trident", f"checkpoint={path}"), ("hf", f"pretrained={tmp_path / 'hf'}")], tasks)
-    for task in TASKS:
+    for task in NAMES:
         numbers = {k: v for k, v in theirs[task].items() if isinstance(v, float) and "stderr" not in k}
         assert numbers, theirs[task]
         for metric, value in numbers.items():
