@@ -7,7 +7,7 @@ save with `checkpoint.async_save` on vs off.
      temporary folder, fsync, rename, COMPLETE, `latest`) against plain `safetensors.torch.save_file`
      of the same dict, without and with an fsync of the file (trident's save is durable);
    - trident load: CheckpointReader (every file's digest verified first; and with verify="loaded",
-     as resume/eval/export read: each tile checked as it is read) + load_model_weights into the
+     as resume/eval/export read: each tile checked as it is read) + reader.fill(weight pieces) into the
      model, against `load_file` + copy into the same parameters. Loads read what was just written
      (page cache). One torch thread (the machine is shared).
    Methods alternate (forward, then reversed order, each round); medians of wall time.
@@ -44,8 +44,9 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from common import RandomTokens, Timer, emit_json, load_average, make_config, median, print_table
-from trident.checkpoint.reader import CheckpointReader, complete_checkpoints, load_model_weights, resolve_checkpoint
+from trident.checkpoint.reader import CheckpointReader, complete_checkpoints, resolve_checkpoint
 from trident.checkpoint.writer import save_checkpoint
+from trident.parallel.state import weight_pieces
 from trident.model.gpt import build_model, count_parameters
 from trident.parallel.mesh import build_mesh
 
@@ -77,8 +78,7 @@ def throughput(preset: str, quick: bool, rounds: int, work: Path) -> tuple[list[
 
     def trident_save():
         step[0] += 1
-        save_checkpoint(work / "trident", step[0], named, [], {"cpu": torch.get_rng_state()},
-                        {"step": step[0]}, mesh, keep_last=1)
+        save_checkpoint(work / "trident", step[0], weight_pieces(named), {"step": step[0]}, mesh, keep_last=1)
 
     def plain_save(fsync: bool):
         save_file({name: p.detach() for name, p in named}, plain_file)
@@ -88,7 +88,7 @@ def throughput(preset: str, quick: bool, rounds: int, work: Path) -> tuple[list[
 
     def trident_load(verify: str):
         reader = CheckpointReader(resolve_checkpoint("auto", work / "trident"), verify=verify)
-        load_model_weights(reader, named)
+        reader.fill(weight_pieces(named))
 
     @torch.no_grad()
     def plain_load():
@@ -99,7 +99,7 @@ def throughput(preset: str, quick: bool, rounds: int, work: Path) -> tuple[list[
     saves = alternate({"trident save_checkpoint": trident_save,
                        "safetensors save_file": lambda: plain_save(False),
                        "safetensors save_file + fsync": lambda: plain_save(True)}, rounds)
-    loads = alternate({"trident CheckpointReader + load_model_weights": lambda: trident_load("all"),
+    loads = alternate({"trident CheckpointReader + fill": lambda: trident_load("all"),
                        "trident, verify=loaded (resume, eval)": lambda: trident_load("loaded"),
                        "safetensors load_file + copy": plain_load}, rounds)
     rows, result = [], {"megabytes": megabytes, "parameters": count_parameters(model)}
@@ -115,7 +115,7 @@ def throughput(preset: str, quick: bool, rounds: int, work: Path) -> tuple[list[
     mb = {name: result[name]["mb_per_s"] for name in (*saves, *loads)}
     result["save_vs_plain"] = mb["trident save_checkpoint"] / mb["safetensors save_file"]
     result["save_vs_plain_fsync"] = mb["trident save_checkpoint"] / mb["safetensors save_file + fsync"]
-    result["load_vs_plain"] = (mb["trident CheckpointReader + load_model_weights"] /
+    result["load_vs_plain"] = (mb["trident CheckpointReader + fill"] /
                                mb["safetensors load_file + copy"])
     return rows, result
 
@@ -235,7 +235,7 @@ def peak_in_fork(action) -> int:
 
 def host_memory(preset: str, quick: bool, rounds: int, work: Path) -> tuple[list[list], dict]:
     """Peak host memory of an async save against fp32 copies + safetensors save_file of the same state."""
-    from trident.checkpoint.state import optimizer_pieces
+    from trident.parallel.state import ADAM_KINDS
 
     trainer = _trainer(preset, quick, work / "async", "train.precision=bf16", "checkpoint.async_save=true")
     model = trainer.model
@@ -245,10 +245,9 @@ def host_memory(preset: str, quick: bool, rounds: int, work: Path) -> tuple[list
         trainer.writer.wait()
 
     def previous_way():
-        pieces = optimizer_pieces(model.named_params, model.buffers, model.optimizer)
         tensors = {name: p.detach().to("cpu", torch.float32, copy=True) for name, p in model.named_params}
-        tensors |= {f"{piece['name']}/{kind}/{piece['flat'][0]}": piece[kind].detach().to("cpu", copy=True)
-                    for piece in pieces for kind in ("exp_avg", "exp_avg_sq", "master") if kind in piece}
+        tensors |= {f"{piece.name}/{piece.kind}/{piece.flat[0]}": piece.tensor.detach().to("cpu", copy=True)
+                    for piece in model.state_pieces() if piece.kind in ADAM_KINDS}
         save_file(tensors, work / "previous.safetensors")
 
     peaks = collections.defaultdict(list)

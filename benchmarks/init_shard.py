@@ -53,6 +53,7 @@ def _work(case: str):
     import torch
 
     from trident.model.init import normal_tiles_
+    from trident.parallel.layout import rank_layout
     from trident.parallel.parallelize import build_model_chunks
     from trident.parallel.sharding import full_shape, shard_offsets
     from trident.parallel.tensor import ColumnParallelLinear
@@ -60,7 +61,8 @@ def _work(case: str):
     config, mesh = _setup()
     m, seed = config.model, config.train.seed
     if case == "stage":
-        return lambda: build_model_chunks(config, mesh, torch.device("cpu"), torch.bfloat16)
+        return lambda: build_model_chunks(config.model, rank_layout(config, mesh), mesh.tp_context(),
+                                          seed=seed, device=torch.device("cpu"), dtype=torch.bfloat16)
 
     def one_parameter():
         weight = ColumnParallelLinear(m.hidden_size, m.ffn_size, bias=False, tp=mesh.tp_context(),

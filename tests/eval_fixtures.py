@@ -88,14 +88,15 @@ def tiny_lm(tokenizer: Tokenizer, seq_length: int = 64, seed: int = 0, batch_siz
 def save_trident_checkpoint(tokenizer, root):
     from trident.checkpoint.writer import save_checkpoint
     from trident.parallel.mesh import Mesh
+    from trident.parallel.state import weight_pieces
 
     model, cfg = tiny_model(tokenizer, seq_length=128, seed=3)
     config = Config()
     config.model = cfg
     token_file = root / "tokenizer.json"
     tokenizer.save(token_file)
-    path = save_checkpoint(root / "checkpoints", 1, list(model.named_parameters()), {},
-                           {"torch": torch.get_rng_state()}, {"config": config.to_dict(), "step": 1}, Mesh(),
+    path = save_checkpoint(root / "checkpoints", 1, weight_pieces(list(model.named_parameters())),
+                           {"config": config.to_dict(), "step": 1}, Mesh(),
                            extra_files={"tokenizer.json": token_file})
     return path, model
 

@@ -60,7 +60,7 @@ def _load_counting(rank, world, overrides, out_dir, load):
     weights' and owned optimizer ranges' bytes as saved)."""
     import builtins
 
-    from trident.checkpoint.state import owned_slices
+    from trident.parallel.state import TENSOR_KINDS
 
     counted, real_open = [0], builtins.open
 
@@ -74,12 +74,9 @@ def _load_counting(rank, world, overrides, out_dir, load):
         trainer = _trainer(overrides, out_dir, load)
     finally:
         builtins.open = real_open
-    model = trainer.model
-    weights = sum(p.numel() * p.element_size() for _, p in model.named_params)
-    owned = sum(s.stop - s.start for _, _, _, s, _ in owned_slices(model.named_params, model.buffers,
-                                                                       model.optimizer))
-    kinds = 3 if model.optimizer.separate_master else 2
-    return counted[0], weights + owned * 4 * kinds
+    share = sum(piece.tensor.numel() * piece.tensor.element_size() for piece in trainer.model.state_pieces()
+                if piece.kind in TENSOR_KINDS)  # weights and owned Adam ranges, as loaded
+    return counted[0], share
 
 
 def _run(layout, fn, *args):

@@ -8,7 +8,8 @@ import pytest
 
 from train_fixtures import VOCAB, RandomTokens, tiny_config
 from trident.checkpoint.integrity import CheckpointError
-from trident.checkpoint.reader import CheckpointReader, complete_checkpoints, load_for_inference, load_model_weights
+from trident.checkpoint.reader import CheckpointReader, complete_checkpoints, load_for_inference
+from trident.parallel.state import weight_pieces
 
 
 def _train(tmp_path, *overrides, steps=1, log=lambda *a: None):
@@ -43,8 +44,8 @@ def test_leftover_tensors_are_refused_unless_a_partial_load_is_asked_for(saved, 
     config = tiny_config("model.num_layers=1")
     model = GPT(config.model, CheckpointReader(saved).full_shape("embedding.word.weight")[0])
     with pytest.raises(CheckpointError, match="blocks.1"):
-        load_model_weights(CheckpointReader(saved), list(model.named_parameters()))
-    load_model_weights(CheckpointReader(saved), list(model.named_parameters()), strict=False)
+        CheckpointReader(saved).fill(weight_pieces(list(model.named_parameters())))
+    CheckpointReader(saved).fill(weight_pieces(list(model.named_parameters())), strict=False)
 
 
 def test_load_for_inference_refuses_a_checkpoint_with_extra_tensors(saved):

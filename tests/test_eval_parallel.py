@@ -36,6 +36,7 @@ def checkpoint(tmp_path_factory):
     from trident.checkpoint.writer import save_checkpoint
     from trident.model.gpt import build_model
     from trident.parallel.mesh import Mesh
+    from trident.parallel.state import weight_pieces
 
     root = tmp_path_factory.mktemp("ckpt")
     tokenizer = tiny_tokenizer(root)
@@ -43,8 +44,8 @@ def checkpoint(tmp_path_factory):
     model = build_model(cfg, cfg.padded_vocab_size(), seed=5)
     config = Config()
     config.model = cfg
-    return save_checkpoint(root / "checkpoints", 1, list(model.named_parameters()), {},
-                           {"torch": torch.get_rng_state()}, {"config": config.to_dict(), "step": 1}, Mesh(),
+    return save_checkpoint(root / "checkpoints", 1, weight_pieces(list(model.named_parameters())),
+                           {"config": config.to_dict(), "step": 1}, Mesh(),
                            extra_files={"tokenizer.json": root / "tokenizer.json"})
 
 

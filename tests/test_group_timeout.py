@@ -10,6 +10,7 @@ from distributed import run_distributed
 from train_fixtures import VOCAB, faulty_rank, RandomTokens, tiny_config
 from trident.checkpoint.writer import CheckpointWriter
 from trident.parallel.mesh import Mesh
+from trident.parallel.state import weight_piece
 
 TIMEOUT_S = 5  # parallel.timeout_s of train_fixtures.faulty_rank
 
@@ -29,7 +30,7 @@ def test_checkpoint_writer_gives_up_on_a_silent_rank_after_its_timeout(tmp_path)
     writer = CheckpointWriter(tmp_path, Mesh(dp=3, rank=0), timeout_s=1.0)  # ranks 1 and 2 never write
     start = time.time()
     with pytest.raises(TimeoutError, match=r"ranks \[1, 2\] did not write their shards within 1.0s"):
-        writer.save(1, [("w", torch.zeros(2))], [], {"cpu": torch.get_rng_state()}, {"step": 1})
+        writer.save(1, [weight_piece("w", torch.zeros(2))], {"step": 1})
     assert 1.0 <= time.time() - start < 10
     assert not (tmp_path / "step_0000001").exists()
 

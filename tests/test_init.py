@@ -14,6 +14,7 @@ from trident.config import ModelConfig, load_config
 from trident.model.gpt import build_model
 from trident.model.init import normal_tiles_
 from trident.parallel.mesh import build_mesh
+from trident.parallel.layout import rank_layout
 from trident.parallel.parallelize import build_model_chunks
 from trident.parallel.tensor import TPContext
 
@@ -63,7 +64,8 @@ def test_530b_first_stage_builds_under_fake_tensors(fake_world):
     config = load_config("mtnlg-530b", ["model.vocab_size=50257"])
     start = time.perf_counter()
     with FakeTensorMode():
-        chunks = build_model_chunks(config, mesh, torch.device("cpu"), torch.bfloat16)
+        chunks = build_model_chunks(config.model, rank_layout(config, mesh), mesh.tp_context(), seed=config.train.seed,
+                                    device=torch.device("cpu"), dtype=torch.bfloat16)
     seconds = time.perf_counter() - start
     params = [p for chunk in chunks for p in chunk.parameters()]
     assert all(is_fake(p) and p.dtype == torch.bfloat16 for p in params)

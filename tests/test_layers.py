@@ -73,3 +73,31 @@ def test_no_test_module_imports_another():
             if target.split(".")[0].startswith("test_") and target.split(".")[0] != path.stem:
                 wrong.append(f"{path.name}:{line} imports {target}")
     assert not wrong, "\n".join(wrong)
+
+
+# the model's internals: optimizer state, flat buffers, RNG streams (parallel/state.py is their interface)
+INTERNAL_ATTRIBUTES = {"exp_avg", "exp_avg_sq", "master", "param_range", "separate_master", "main_grad", "ranges"}
+MODEL_PARTS = {"optimizer", "buffers", "rng"}
+INTERNAL_MODULES = {"trident.parallel.zero", "trident.parallel.data", "trident.parallel.optim"}
+
+
+def _ends_in_model(node: ast.AST) -> bool:
+    name = node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", "")
+    return name == "model"
+
+
+def test_only_parallel_touches_optimizer_and_buffer_internals():
+    """Checkpoints, the trainer, HF import, rehearsal and tools see a ParallelModel only through
+    state_pieces() / load_pieces() / state_bytes(): never its optimizer, buffers or RNG objects."""
+    wrong = []
+    for path in sorted(SRC.rglob("*.py")):
+        module = ".".join(path.relative_to(SRC.parent).with_suffix("").parts)
+        if module.startswith("trident.parallel."):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Attribute) and (node.attr in INTERNAL_ATTRIBUTES or
+                                                    (node.attr in MODEL_PARTS and _ends_in_model(node.value))):
+                wrong.append(f"{path.relative_to(SRC.parent)}:{node.lineno}: .{node.attr}")
+        wrong += [f"{path.relative_to(SRC.parent)}:{line}: imports {target}"
+                  for line, target in imported_modules(path, module) if target in INTERNAL_MODULES]
+    assert not wrong, "outside parallel/, reaching into the model's internals:\n" + "\n".join(wrong)

@@ -16,13 +16,12 @@ SMALL = ["model.num_layers=1"]  # few tensors: the local S3 server costs ~10 ms 
 
 def _resume_on_rank(rank, world, overrides, out_dir, load):
     """(losses after resuming, bytes of tensor files this rank read, its share of the checkpoint)."""
-    from trident.checkpoint.state import owned_slices
+    from trident.parallel.state import TENSOR_KINDS
 
     losses, trainer = run_steps(overrides, out_dir, load=load, ckpt=f"{out_dir}/ckpt", with_trainer=True)
-    model = trainer.model
-    weights = sum(p.numel() * p.element_size() for _, p in model.named_params)
-    owned = sum(s.stop - s.start for *_, s, _ in owned_slices(model.named_params, model.buffers, model.optimizer))
-    return losses, trainer.resume_bytes, weights + owned * 4 * (3 if model.optimizer.separate_master else 2)
+    share = sum(piece.tensor.numel() * piece.tensor.element_size() for piece in trainer.model.state_pieces()
+                if piece.kind in TENSOR_KINDS)  # weights and owned Adam ranges, as loaded
+    return losses, trainer.resume_bytes, share
 
 
 @pytest.mark.timeout(240)

@@ -189,7 +189,7 @@ def _dropout_streams(rank, world, sp):
     hidden = trainer.model.chunks[0].embedding(tokens)
     for block in trainer.model.chunks[0].blocks.values():
         hidden = block(hidden)
-    return hidden.detach().numpy(), T.TP_RNG.states["cpu"].numpy()
+    return hidden.detach().numpy(), trainer.model.rng.states["cpu"].numpy()
 
 
 @pytest.mark.timeout(60)

@@ -1,4 +1,4 @@
-"""The checkpoint format: folder layout, file names, manifest entries, trainer state, optimizer pieces.
+"""The checkpoint format: folder layout, file names, manifest entries (from parallel/state.py's pieces), trainer state.
 
 Layout of ROOT/step_0000100/ (format version 2):
   model-dp{d}-pp{p}-tp{t}.safetensors   this rank's model shards in the training dtype (bf16 weights
@@ -21,11 +21,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
 
 import trident
 from trident.checkpoint.integrity import CheckpointError
-from trident.parallel.sharding import full_shape, shard_offsets
+from trident.parallel.state import StatePiece
 from trident.text.storage import location
 
 # Version 1: fp32 weights beside the masters, whole-file digests only (read by verifying each file
@@ -38,7 +37,6 @@ COMPLETE = "COMPLETE"
 LATEST = "latest"
 TRAINER_STATE = "trainer_state.json"
 TOKENIZER = "tokenizer.json"
-OPTIMIZER_KINDS = ("exp_avg", "exp_avg_sq", "master")
 
 
 def step_dir(root: Path, step: int) -> Path:
@@ -83,42 +81,29 @@ def check_version(document: dict, source: Path) -> None:
                               f"{', '.join(map(str, READABLE_VERSIONS))} (written by a newer trident?)")
 
 
-def build_trainer_state(*, step: int, consumed_samples: int, consumed_tokens: int, optimizer_steps: int,
-                        scaler: dict, config, **extra) -> dict:
-    """What trainer_state.json holds besides the layout and version (the writer adds those).
-    `scaler` is a LossScaler.state_dict(); `config` a Config; `extra` keys are kept as given."""
+def build_trainer_state(*, step: int, consumed_samples: int, consumed_tokens: int, config, **extra) -> dict:
+    """What trainer_state.json holds besides the model's own values (the writer adds the scaler and
+    optimizer step count from the model's state pieces, and the layout and version). `config` is a
+    Config; `extra` keys are kept as given."""
     return {"step": step, "consumed_samples": consumed_samples, "consumed_tokens": consumed_tokens,
-            "optimizer_steps": optimizer_steps, "scaler": scaler, "config": config.to_dict(),
-            "trident_version": trident.__version__} | extra
+            "config": config.to_dict(), "trident_version": trident.__version__} | extra
 
 
-def optimizer_piece(name: str, param: torch.nn.Parameter, flat: tuple[int, int], exp_avg: torch.Tensor,
-                    exp_avg_sq: torch.Tensor, master: torch.Tensor | None = None) -> dict:
-    """The Adam state of the flat range [flat[0], flat[1]) of `param` (its TP-local tensor, flattened),
-    with where that tensor sits in the full one, so a reader in any layout can place it."""
-    piece = {"name": name, "flat": [flat[0], flat[1]], "offsets": shard_offsets(param),
-             "shape": list(param.shape), "full_shape": list(full_shape(param)),
-             "exp_avg": exp_avg, "exp_avg_sq": exp_avg_sq}
-    if master is not None:
-        piece["master"] = master
-    return piece
+def model_entry(file: str, piece: StatePiece) -> dict:
+    """Manifest entry for a weight shard saved whole under its global name."""
+    return {"file": file, "key": piece.name, "name": piece.name, "kind": "model", "full_shape": list(piece.full_shape),
+            "offsets": list(piece.offsets), "shape": list(piece.shape)}
 
 
-def model_entry(file: str, name: str, param: torch.nn.Parameter) -> dict:
-    """Manifest entry for a parameter shard saved whole under its global name."""
-    return {"file": file, "key": name, "name": name, "kind": "model", "full_shape": list(full_shape(param)),
-            "offsets": shard_offsets(param), "shape": list(param.shape)}
+def optimizer_key(piece: StatePiece) -> str:
+    return f"{piece.name}/{piece.kind}/{piece.flat[0]}"
 
 
-def optimizer_key(piece: dict, kind: str) -> str:
-    return f"{piece['name']}/{kind}/{piece['flat'][0]}"
-
-
-def optimizer_entry(file: str, piece: dict, kind: str, copy: str) -> dict:
-    """Manifest entry for one kind of an optimizer piece; `copy` keeps tied copies apart."""
-    return {"file": file, "key": optimizer_key(piece, kind), "name": piece["name"], "kind": kind,
-            "full_shape": piece["full_shape"], "offsets": piece["offsets"], "shape": piece["shape"],
-            "flat": piece["flat"], "copy": copy}
+def optimizer_entry(file: str, piece: StatePiece, copy: str) -> dict:
+    """Manifest entry for one Adam piece; `copy` keeps tied copies apart."""
+    return {"file": file, "key": optimizer_key(piece), "name": piece.name, "kind": piece.kind,
+            "full_shape": list(piece.full_shape), "offsets": list(piece.offsets), "shape": list(piece.shape),
+            "flat": list(piece.flat), "copy": copy}
 
 
 def manifest(rank: int, entries: list[dict], files: dict[str, dict]) -> dict:

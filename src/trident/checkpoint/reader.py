@@ -11,12 +11,12 @@ import json
 from pathlib import Path
 
 import torch
+
 from trident.checkpoint import format as fmt
 from trident.checkpoint.integrity import CheckpointError, check_entries, read_manifest, verify_files
 from trident.checkpoint.slices import SliceSource
-from trident.checkpoint.state import owned_slices
 from trident.checkpoint.tensorfile import read_tensors
-from trident.parallel.sharding import full_shape, shard_offsets
+from trident.parallel.state import ADAM_KINDS, StatePiece, by_kind, weight_pieces
 from trident.text.storage import location
 
 
@@ -181,6 +181,55 @@ class CheckpointReader:
         self.source.verify_file(file)
         return read_tensors(self.path / file)
 
+    @torch.no_grad()
+    def fill(self, pieces: list[StatePiece], layout: dict | None = None, rank: int = 0, model_config=None,
+             strict: bool = True) -> list[StatePiece]:
+        """Load state pieces (parallel/state.py records, for any layout) from this checkpoint and return
+        those loaded: weight and Adam pieces are filled in place with their slice (an fp32 master from
+        the saved master, else from the saved weights); RNG pieces get this rank's saved streams when
+        `layout` is the saved one (otherwise they are left out); scaler and trainer pieces get their
+        trainer_state.json values. Weights are checked first (`check_weights`)."""
+        self.check_weights(by_kind(pieces, "weight"), model_config, strict)
+        master_kind = "master" if self.names("master") else "model"
+        streams = self.rng(rank) if layout is not None and self.state.get("layout") == layout else None
+        loaded = []
+        for piece in pieces:
+            if piece.kind == "weight":
+                saved = self.read(piece.name, "model", list(piece.offsets), piece.shape)
+                piece.tensor.copy_(saved.to(piece.tensor.dtype))
+            elif piece.kind in ADAM_KINDS:
+                kind = master_kind if piece.kind == "master" else piece.kind
+                piece.tensor.copy_(self.read_flat(piece.name, kind, list(piece.offsets), piece.shape, *piece.flat))
+            elif piece.kind == "rng":
+                if streams is None or piece.name not in streams:
+                    continue
+                piece.tensor = streams[piece.name]
+            else:
+                piece.value = self.state[piece.name]
+            loaded.append(piece)
+        return loaded
+
+    def check_weights(self, pieces: list[StatePiece], model_config=None, strict: bool = True) -> None:
+        """Refuse weights this checkpoint lacks or holds at another full shape. With `strict`, a saved
+        tensor the whole model lacks is refused too; the pieces are taken as the whole model unless
+        `model_config` (of the model they are a stage or shard of) is given."""
+        saved = set(self.names("model"))
+        for piece in pieces:
+            if piece.name not in saved:
+                raise CheckpointError(f"{self.path}: no tensor '{piece.name}' for this model (was it saved from a "
+                                      f"model with another model.num_layers?)")
+            if self.full_shape(piece.name) != tuple(piece.full_shape):
+                raise CheckpointError(f"{self.path}: '{piece.name}' has full shape "
+                                      f"{list(self.full_shape(piece.name))}, this model needs "
+                                      f"{list(piece.full_shape)} (model config differs)")
+        if strict and pieces:
+            expected = whole_model_names(model_config) if model_config is not None else {p.name for p in pieces}
+            leftover = sorted({name for kind, name in self.entries} - expected)
+            if leftover:
+                raise CheckpointError(f"{self.path}: holds tensor '{leftover[0]}' ({len(leftover)} in all) but this "
+                                      f"model has no such parameter (saved from a larger model? pass strict=False "
+                                      f"to load a part)")
+
     def close(self) -> None:
         self.source.close()
 
@@ -210,49 +259,6 @@ def whole_model_names(model_config) -> set[str]:
     return {name for name, _ in GPT(model_config, 1, device="meta").named_parameters()}
 
 
-@torch.no_grad()
-def load_model_weights(reader: CheckpointReader, named_params: list, model_config=None, strict: bool = True) -> None:
-    """Copy each parameter's slice (as this layout shards it) from the checkpoint, after checking
-    that the checkpoint holds every parameter at this model's full shape. With `strict`, a saved
-    tensor the whole model lacks is refused too; `named_params` is taken as the whole model unless
-    `model_config` (of the model these parameters are a stage or shard of) is given."""
-    saved = set(reader.names("model"))
-    for name, param in named_params:
-        if name not in saved:
-            raise CheckpointError(f"{reader.path}: no tensor '{name}' for this model (was it saved from a "
-                                  f"model with another model.num_layers?)")
-        if reader.full_shape(name) != full_shape(param):
-            raise CheckpointError(f"{reader.path}: '{name}' has full shape {list(reader.full_shape(name))}, this "
-                                  f"model needs {list(full_shape(param))} (model config differs)")
-    if strict:
-        expected = whole_model_names(model_config) if model_config is not None else {n for n, _ in named_params}
-        leftover = sorted({name for kind, name in reader.entries} - expected)
-        if leftover:
-            raise CheckpointError(f"{reader.path}: holds tensor '{leftover[0]}' ({len(leftover)} in all) but this "
-                                  f"model has no such parameter (saved from a larger model? pass strict=False "
-                                  f"to load a part)")
-    for name, param in named_params:
-        param.copy_(reader.read(name, "model", shard_offsets(param), tuple(param.shape)).to(param.dtype))
-
-
-@torch.no_grad()
-def load_optimizer(reader: CheckpointReader, named_params: list, buffers, optimizer, steps: int) -> None:
-    """Fill the owned ranges from a checkpoint of any layout (fp32 master from the saved master if
-    there is one, else from the saved fp32 weights)."""
-    master_kind = "master" if reader.names("master") else "model"
-    for name, param, i, in_param, in_range in owned_slices(named_params, buffers, optimizer):
-        offsets, shape = shard_offsets(param), tuple(param.shape)
-
-        def flat(kind: str) -> torch.Tensor:
-            return reader.read_flat(name, kind, offsets, shape, in_param.start, in_param.stop)
-
-        optimizer.exp_avg[i][in_range] = flat("exp_avg")
-        optimizer.exp_avg_sq[i][in_range] = flat("exp_avg_sq")
-        if optimizer.separate_master:
-            optimizer.master[i][in_range] = flat(master_kind)
-    optimizer.steps = steps
-
-
 def load_for_inference(path: str | Path, device: str = "cpu"):
     """(model, tokenizer, config) from a checkpoint of any layout, as one process in eval mode."""
     from trident.config import config_from_dict
@@ -265,5 +271,5 @@ def load_for_inference(path: str | Path, device: str = "cpu"):
     tokenizer = Tokenizer.load(tokenizer_file) if tokenizer_file.exists() else None
     vocab = reader.full_shape("embedding.word.weight")[0]
     model = GPT(config.model, vocab)
-    load_model_weights(reader, list(model.named_parameters()))
+    reader.fill(weight_pieces(list(model.named_parameters())))
     return model.to(device).eval(), tokenizer, config

@@ -28,7 +28,8 @@ from trident.checkpoint import format as fmt
 from trident.checkpoint.reader import complete_checkpoints
 from trident.checkpoint.tensorfile import DTYPES, write_tensors
 from trident.checkpoint.tiles import piece_digests, tile_shape
-from trident.parallel.mesh import barrier
+from trident.parallel.mesh import barrier, layout_of
+from trident.parallel.state import ADAM_KINDS, VALUE_KINDS, StatePiece, by_kind
 from trident.text.atomic import write_text_atomic
 from trident.text.storage import is_remote, location, make_folder, remove_tree
 
@@ -64,22 +65,26 @@ def _host(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.detach().to("cpu", copy=True).contiguous()
 
 
-def snapshot(named_params: list, optimizer_pieces: list[dict], mesh) -> tuple[dict, dict, list[dict]]:
-    """Host copies of this rank's model shards (training dtype) and optimizer pieces (fp32), plus
-    their manifest entries. Taken synchronously, so training may change the live tensors while the
-    files are written."""
+def snapshot(pieces: list[StatePiece], mesh) -> tuple[dict, dict, dict, list[dict]]:
+    """Host copies of this rank's primary weight pieces (training dtype), Adam pieces (fp32) and RNG
+    streams, plus their manifest entries. Taken synchronously, so training may change the live
+    tensors while the files are written."""
     model, optim, entries = {}, {}, []
-    if mesh.dp_rank == 0:  # model replicas across DP are identical: one copy is enough
-        for name, param in named_params:
-            model[name] = _host(param)
-            entries.append(fmt.model_entry(fmt.model_file(mesh), name, param))
-    for piece in optimizer_pieces:
-        for kind in fmt.OPTIMIZER_KINDS:
-            if kind in piece:
-                optim[fmt.optimizer_key(piece, kind)] = _host(piece[kind])
-                entries.append(fmt.optimizer_entry(fmt.optim_file(mesh), piece, kind,
-                                                   copy=f"pp{mesh.pp_rank}-tp{mesh.tp_rank}"))
-    return model, optim, entries
+    for piece in by_kind(pieces, "weight"):
+        if piece.primary:  # replicas across DP are identical: one copy is enough
+            model[piece.name] = _host(piece.tensor)
+            entries.append(fmt.model_entry(fmt.model_file(mesh), piece))
+    for piece in by_kind(pieces, *ADAM_KINDS):
+        if piece.primary:
+            optim[fmt.optimizer_key(piece)] = _host(piece.tensor)
+            entries.append(fmt.optimizer_entry(fmt.optim_file(mesh), piece, copy=f"pp{mesh.pp_rank}-tp{mesh.tp_rank}"))
+    rng = {piece.name: _host(piece.tensor) for piece in by_kind(pieces, "rng")}
+    return model, optim, rng, entries
+
+
+def model_values(pieces: list[StatePiece]) -> dict:
+    """The JSON values among the pieces (loss scaler, optimizer step count), keyed as trainer_state.json keeps them."""
+    return {piece.name: piece.value for piece in by_kind(pieces, *VALUE_KINDS)}
 
 
 def describe(entry: dict, tensor: torch.Tensor, span: list[int]) -> dict:
@@ -90,11 +95,11 @@ def describe(entry: dict, tensor: torch.Tensor, span: list[int]) -> dict:
                     "digests": piece_digests(tensor, entry["shape"], tuple(flat), tile)}
 
 
-def save_plan(named_params: list, optimizer_pieces: list[dict], mesh) -> dict[str, int]:
+def save_plan(pieces: list[StatePiece], mesh) -> dict[str, int]:
     """Tensor bytes per file this rank writes at a save: what `snapshot` copies (under
     FakeTensorMode, e.g. in `trident rehearse`, the copies cost nothing)."""
-    model, optim, _ = snapshot(named_params, optimizer_pieces, mesh)
-    files = {fmt.model_file(mesh): model, fmt.optim_file(mesh): optim}
+    model, optim, rng, _ = snapshot(pieces, mesh)
+    files = {fmt.model_file(mesh): model, fmt.optim_file(mesh): optim, fmt.rng_file(mesh.rank): rng}
     return {name: sum(t.numel() * t.element_size() for t in tensors.values())
             for name, tensors in files.items() if tensors}
 
@@ -112,10 +117,11 @@ class CheckpointWriter:
         self.thread: threading.Thread | None = None
         self.error: tuple[int, BaseException] | None = None  # (step, what failed) of a background save
 
-    def save(self, step: int, named_params: list, optimizer_pieces: list[dict], rng: dict[str, torch.Tensor],
-             trainer_state: dict, extra_files: dict[str, Path] | None = None, blocking: bool = False) -> Path:
-        """Collective. Returns the final folder (complete once `wait()` returns, for async saves;
-        `blocking` writes synchronously even with async_save, as a save before stopping must)."""
+    def save(self, step: int, pieces: list[StatePiece], trainer_state: dict,
+             extra_files: dict[str, Path] | None = None, blocking: bool = False) -> Path:
+        """Collective: this rank's state pieces (ParallelModel.state_pieces) and, from rank 0, the
+        trainer's own values. Returns the final folder (complete once `wait()` returns, for async
+        saves; `blocking` writes synchronously even with async_save, as a save before stopping must)."""
         self.wait()
         if is_remote(self.root):
             if self.mesh.rank == 0:
@@ -124,9 +130,8 @@ class CheckpointWriter:
             tmp = fmt.step_dir(self.root, step)
         else:
             tmp = self.root / f".tmp_step_{step:07d}_{_agree_nonce()}"
-        model, optim, entries = snapshot(named_params, optimizer_pieces, self.mesh)
-        rng = {k: v.detach().cpu().clone() for k, v in rng.items()}
-        args = (step, tmp, model, optim, entries, rng, trainer_state, extra_files or {})
+        model, optim, rng, entries = snapshot(pieces, self.mesh)
+        args = (step, tmp, model, optim, entries, rng, trainer_state | model_values(pieces), extra_files or {})
         if self.async_save and not blocking:
             self.thread = threading.Thread(target=self._run, args=args, name=f"checkpoint-{step}", daemon=True)
             self.thread.start()
@@ -182,8 +187,7 @@ class CheckpointWriter:
                 raise TimeoutError(f"checkpoint {tmp}: ranks {missing} did not write their shards within "
                                    f"{self.timeout_s}s (parallel.timeout_s): they probably died or hung")
             time.sleep(0.05)
-        layout = {"dp": self.mesh.dp, "pp": self.mesh.pp, "tp": self.mesh.tp, "world_size": self.mesh.world_size}
-        state = trainer_state | {"layout": layout, "format_version": fmt.FORMAT_VERSION}
+        state = trainer_state | {"layout": layout_of(self.mesh), "format_version": fmt.FORMAT_VERSION}
         (tmp / fmt.TRAINER_STATE).write_text(json.dumps(state, indent=1))
         for name, source in extra_files.items():
             (tmp / name).write_bytes(Path(source).read_bytes())
@@ -200,12 +204,11 @@ class CheckpointWriter:
             remove_tree(stale)
 
 
-def save_checkpoint(root: Path, step: int, named_params: list, optimizer_pieces: list[dict],
-                    rng: dict[str, torch.Tensor], trainer_state: dict, mesh, keep_last: int = 3,
+def save_checkpoint(root: Path, step: int, pieces: list[StatePiece], trainer_state: dict, mesh, keep_last: int = 3,
                     extra_files: dict[str, Path] | None = None) -> Path:
     """Synchronous save (collective); see CheckpointWriter."""
     writer = CheckpointWriter(root, mesh, keep_last)
-    return writer.save(step, named_params, optimizer_pieces, rng, trainer_state, extra_files)
+    return writer.save(step, pieces, trainer_state, extra_files)
 
 
 def remove_checkpoint(path: Path) -> None:

@@ -96,7 +96,7 @@ class ParallelLM(CausalLM):
                          max_length=config.model.seq_length, batch_size=batch_size, device=model.device, info=info)
         self.model = model.eval()
         self.mesh = model.mesh
-        self.sequence_parallel = config.parallel.sequence_parallel and self.mesh.tp > 1
+        self.sequence_parallel = model.layout.sequence_parallel
         self.tp = self.mesh.tp_context(self.sequence_parallel)
 
     # ---- one forward through this rank's pipeline ----------------------------------------------
@@ -237,7 +237,6 @@ def load_parallel(checkpoint: str | Path, overrides: list[str] = (), *, batch_si
                   tokenizer_path: str | Path | None = None, dtype: str = "fp32") -> ParallelLM:
     """Collective: every rank of the (already initialised) world loads its chunk of `checkpoint`
     for the layout in `overrides` (parallel.tp / pp / dp / sequence_parallel / layer_partition)."""
-    from trident.checkpoint.reader import load_model_weights
     from trident.checkpoint.resume import apply_on_every_rank
     from trident.data.tokenizer import Tokenizer
     from trident.parallel.mesh import build_mesh, rank_device
@@ -255,7 +254,7 @@ def load_parallel(checkpoint: str | Path, overrides: list[str] = (), *, batch_si
     target = rank_device(device)
     model = parallelize(config, mesh, target, Precision(dtype, target), optimizer=False)
     # each rank reads only its slices; a damaged one stops every rank at once
-    apply_on_every_rank(reader, lambda r: load_model_weights(r, model.named_params, config.model))
+    apply_on_every_rank(reader, lambda r: model.load_pieces(r, kinds=("weight",)))
     parameters = sum(torch.Size(reader.full_shape(name)).numel() for name in reader.names("model"))
     resolved = reader.path.resolve()
     info = {"kind": "trident", "name": f"{resolved.parent.parent.name}/{resolved.name}",

@@ -181,8 +181,8 @@ def import_hf(hf_dir: str | Path, out_dir: str | Path, pad_vocab_multiple: int |
     present, are carried over. Returns a summary (checkpoint path, sizes, notes)."""
     from trident.checkpoint.reader import complete_checkpoints
     from trident.checkpoint.writer import save_checkpoint
-    from trident.model.gpt import GPT
     from trident.parallel.mesh import Mesh
+    from trident.parallel.parallelize import parallelize
 
     hf_dir, out = Path(hf_dir), Path(out_dir)
     hf = _read_hf_config(hf_dir)
@@ -194,8 +194,8 @@ def import_hf(hf_dir: str | Path, out_dir: str | Path, pad_vocab_multiple: int |
     m = config.model
 
     tensors = read_hf_tensors(hf_dir)
-    model = GPT(m, m.padded_vocab_size())
-    params = dict(model.named_parameters())
+    model = parallelize(config, Mesh(), torch.device("cpu"))  # one process: fresh Adam state, seeded streams
+    params = dict(model.named_params)
     names = name_map(m.num_layers)
     unexpected = sorted(set(tensors) - {g for _, g, _ in names} - {"lm_head.weight"})
     if unexpected:
@@ -213,15 +213,13 @@ def import_hf(hf_dir: str | Path, out_dir: str | Path, pad_vocab_multiple: int |
 
     tokenizer = _load_tokenizer(hf_dir, m.vocab_size, notes)
     state = _imported_trainer_state(config, hf_dir)
-    rng = {"torch_cpu": torch.Generator().manual_seed(seed).get_state()}
     with tempfile.TemporaryDirectory() as tmp:
         extra = None
         if tokenizer is not None:
             extra = {"tokenizer.json": tokenizer.save(Path(tmp) / "tokenizer.json")}
-        path = save_checkpoint(out, 0, list(model.named_parameters()), fresh_adam_pieces(model), rng, state,
-                               Mesh(), keep_last=0, extra_files=extra)
+        path = save_checkpoint(out, 0, model.state_pieces(), state, Mesh(), keep_last=0, extra_files=extra)
     return {"hf_dir": str(hf_dir), "checkpoint": str(path), "vocab_size": m.vocab_size,
-            "padded_vocab_size": m.padded_vocab_size(), "parameters": sum(p.numel() for p in model.parameters()),
+            "padded_vocab_size": m.padded_vocab_size(), "parameters": sum(p.numel() for p in params.values()),
             "tokenizer": tokenizer is not None, "notes": notes}
 
 
@@ -247,24 +245,11 @@ def _trident_config(hf: dict, pad_vocab_multiple: int | None, seed: int):
 
 
 def _imported_trainer_state(config, hf_dir: Path) -> dict:
-    """The trainer state of a run that has not taken a step, with the config's default loss scaler."""
+    """The trainer's counters of a run that has not taken a step (the model's pieces add the rest)."""
     from trident.checkpoint.format import build_trainer_state
-    from trident.parallel.precision import LossScaler
 
-    scaler = LossScaler(False, config.train.loss_scale_initial, config.train.loss_scale_growth_interval,
-                        config.train.loss_scale_backoff, config.train.loss_scale_hysteresis)
-    return build_trainer_state(step=0, consumed_samples=0, consumed_tokens=0, optimizer_steps=0,
-                               scaler=scaler.state_dict(), config=config,
+    return build_trainer_state(step=0, consumed_samples=0, consumed_tokens=0, config=config,
                                imported_from={"hf_dir": str(hf_dir.resolve()), "model_type": "gpt2"})
-
-
-def fresh_adam_pieces(model) -> list[dict]:
-    """Adam state of a fresh optimizer (zero moments, 0 steps) for every parameter, in the
-    checkpoint's optimizer-piece format, so training can start from the imported weights."""
-    from trident.checkpoint.format import optimizer_piece
-
-    return [optimizer_piece(name, param, (0, param.numel()), torch.zeros(param.numel()), torch.zeros(param.numel()))
-            for name, param in model.named_parameters()]
 
 
 def _check_tied_head(tensors: dict, hf: dict, hf_dir: Path) -> None:

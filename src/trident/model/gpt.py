@@ -9,6 +9,8 @@ the given dtype and device (torch.nn's `device=`, `dtype=`), so nothing is built
 """
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -51,7 +53,8 @@ class Attention(nn.Module):
     def forward(self, x: torch.Tensor, cache: dict | None = None, selective: bool = False) -> torch.Tensor:
         qkv = self.qkv(x)
         if selective and cache is None and self.training:
-            out = checkpoint(self.core, qkv, None, use_reentrant=False, context_fn=T.checkpoint_rng_contexts)
+            replay = partial(T.checkpoint_rng_contexts, self.tp)
+            out = checkpoint(self.core, qkv, None, use_reentrant=False, context_fn=replay)
         else:
             out = self.core(qkv, cache)
         return self.proj(out)
@@ -153,7 +156,7 @@ class GPT(nn.Module):
 
     def _run_block(self, block: Block, x: torch.Tensor, cache: dict | None) -> torch.Tensor:
         if self.activation_checkpointing == "full" and self.training and cache is None:
-            return checkpoint(block, x, use_reentrant=False, context_fn=T.checkpoint_rng_contexts)
+            return checkpoint(block, x, use_reentrant=False, context_fn=partial(T.checkpoint_rng_contexts, self.tp))
         return block(x, cache, selective=self.activation_checkpointing == "selective")
 
     def new_cache(self) -> list[dict]:

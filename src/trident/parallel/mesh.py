@@ -17,6 +17,11 @@ import torch.distributed as dist
 from trident.parallel.tensor import TPContext
 
 
+def layout_of(mesh) -> dict[str, int]:
+    """The layout record a checkpoint stores: resuming with exactly this record continues the RNG streams."""
+    return {"dp": mesh.dp, "pp": mesh.pp, "tp": mesh.tp, "world_size": mesh.world_size}
+
+
 def rank_grid(dp: int, pp: int, tp: int) -> torch.Tensor:
     return torch.arange(dp * pp * tp).view(dp, pp, tp)
 
@@ -80,8 +85,9 @@ class Mesh:
         """Global rank of pipeline stage `pp_rank` in this rank's pipeline."""
         return self.pipeline_ranks[pp_rank]
 
-    def tp_context(self, sequence_parallel: bool = False) -> TPContext:
-        return TPContext(self.group("tp"), self.tp, self.tp_rank, sequence_parallel and self.tp > 1)
+    def tp_context(self, sequence_parallel: bool = False, rng=None) -> TPContext:
+        """This rank's TP group for layers; `rng` is the owning model's TPRandomState (dropout)."""
+        return TPContext(self.group("tp"), self.tp, self.tp_rank, sequence_parallel and self.tp > 1, rng)
 
     def describe(self) -> str:
         return (f"rank {self.rank}/{self.world_size}: dp {self.dp_rank}/{self.dp} pp {self.pp_rank}/{self.pp} "

@@ -21,43 +21,44 @@ import random
 import numpy as np
 import torch
 import torch.distributed as dist
+from torch._subclasses.fake_tensor import is_fake
 
-from trident.config import Config, ConfigError
+from trident.config import Config, ConfigError, ModelConfig
 from trident.model.gpt import GPT, TIED_EMBEDDING, build_model
 from trident.parallel import tensor as T
 from trident.parallel.data import all_reduce_coalesced
+from trident.parallel.layout import RankLayout, rank_layout
 from trident.parallel.optim import build_optimizer, clip_coefficient, global_grad_norm_squared, scale_
-from trident.parallel.pipeline.schedules import partition_layers
 from trident.parallel.pipeline.executor import PipelineExecutor
 from trident.parallel.pipeline.timeline import TimelineRecorder
 from trident.parallel.precision import Precision
+from trident.parallel.state import KINDS, StatePiece, adam_pieces, by_kind, rng_pieces, weight_pieces
 from trident.parallel.watch import watched
 
 
-def seed_streams(seed: int, mesh, device: torch.device) -> None:
+def seed_streams(seed: int, mesh, device: torch.device, tp_rng: T.TPRandomState) -> None:
     """Same stream on every TP rank of a stage (replicated dropout), a per-TP-rank one for split regions."""
     stage_seed = seed + 100 * mesh.pp_rank
     random.seed(stage_seed)
     np.random.seed(stage_seed % 2**32)
     torch.manual_seed(stage_seed)
-    T.TP_RNG.seed(stage_seed + 2718 + mesh.tp_rank, device)
+    tp_rng.seed(stage_seed + 2718 + mesh.tp_rank, device)
 
 
-def build_model_chunks(config: Config, mesh, device: torch.device, dtype: torch.dtype = torch.float32) -> list[GPT]:
-    """One chunk per virtual stage held by this rank (one, unless the schedule is interleaved)."""
-    cfg = config
-    if cfg.model.vocab_size <= 0:
+def build_model_chunks(model: ModelConfig, layout: RankLayout, tp: T.TPContext, *, seed: int,
+                       activation_checkpointing: str = "none", compile: bool = False, device: torch.device,
+                       dtype: torch.dtype = torch.float32) -> list[GPT]:
+    """One chunk per virtual stage held by this rank (one, unless the schedule is interleaved); `tp`
+    carries the TP group and the split-region dropout stream its layers draw from."""
+    if model.vocab_size <= 0:
         raise ConfigError("config key 'model.vocab_size' is unknown: set it or give data.tokenizer")
-    tp = mesh.tp_context(cfg.parallel.sequence_parallel)
-    v = cfg.parallel.virtual_stages
-    ranges = partition_layers(cfg.model.num_layers, mesh.pp, v, cfg.parallel.layer_partition)[mesh.pp_rank]
     chunks = []
-    for c, layers in enumerate(ranges):
+    for c, layers in enumerate(layout.chunk_layers):
         # built in place, in the final dtype and device: no second copy (and FakeTensorMode-safe)
-        chunk = build_model(cfg.model, cfg.model.padded_vocab_size(mesh.tp), cfg.train.seed, tp=tp, layers=layers,
-                            pre_process=mesh.is_first_stage and c == 0, post_process=mesh.is_last_stage and c == v - 1,
-                            activation_checkpointing=cfg.train.activation_checkpointing, device=device, dtype=dtype)
-        if cfg.train.compile:  # per block: each compiles once and is reused by every layer of its shape
+        chunk = build_model(model, layout.padded_vocab_size, seed, tp=tp, layers=layers,
+                            pre_process=layout.is_first_chunk(c), post_process=layout.is_last_chunk(c),
+                            activation_checkpointing=activation_checkpointing, device=device, dtype=dtype)
+        if compile:  # per block: each compiles once and is reused by every layer of its shape
             for block in chunk.blocks.values():
                 block.compile()
         chunks.append(chunk)
@@ -78,25 +79,27 @@ def parallelize(config: Config, mesh, device: torch.device, precision: Precision
     """This rank's share of the model for `mesh`, ready to train (or, with optimizer=False, to
     run forward only: no gradient buffers, no optimizer state)."""
     precision = precision or Precision.from_config(config.train, device)
-    seed_streams(config.train.seed, mesh, device)
-    chunks = build_model_chunks(config, mesh, device, precision.dtype)
-    executor = _build_executor(config, mesh, chunks, precision) if mesh.pp > 1 else None
+    layout, t = rank_layout(config, mesh), config.train
+    tp_rng = T.TPRandomState()
+    seed_streams(t.seed, mesh, device, tp_rng)
+    chunks = build_model_chunks(config.model, layout, mesh.tp_context(layout.sequence_parallel, tp_rng), seed=t.seed,
+                                activation_checkpointing=t.activation_checkpointing, compile=t.compile, device=device,
+                                dtype=precision.dtype)
+    executor = _build_executor(layout, mesh, chunks, precision) if mesh.pp > 1 else None
     named_params = [item for chunk in chunks for item in chunk.named_parameters()]
-    zero = config.parallel.zero_stage == 1 and mesh.dp > 1  # decided here, once
     buffers = adam = None
     if optimizer:
         counted = {id(p): counts_towards_norm(n, p, mesh.is_first_stage) for n, p in named_params}
         # the tied embedding's two stage copies are summed (finalize_gradients) before its DP reduction
         tied = [p for n, p in named_params if n == TIED_EMBEDDING] if mesh.pp > 1 else []
-        buffers, adam = build_optimizer(named_params, config, mesh, zero, counted, deferred=tied)
+        buffers, adam = build_optimizer(named_params, config, mesh, layout.zero, counted, deferred=tied)
         buffers.recorder = executor.recorder if executor is not None else None
-    return ParallelModel(config, mesh, chunks, named_params, executor, precision, zero, buffers, adam)
+    return ParallelModel(config, layout, mesh, chunks, named_params, executor, precision, buffers, adam, tp_rng)
 
 
-def _build_executor(config: Config, mesh, chunks: list[GPT], precision: Precision):
-    seq = config.model.seq_length // (mesh.tp if config.parallel.sequence_parallel else 1)
-    shape = (seq, config.train.micro_batch_size, config.model.hidden_size)
-    return PipelineExecutor(chunks, mesh, config.parallel.schedule, shape, precision.dtype, precision.device,
+def _build_executor(layout: RankLayout, mesh, chunks: list[GPT], precision: Precision):
+    shape = layout.activation_shape(layout.seq_length, layout.micro_batch_size)
+    return PipelineExecutor(chunks, mesh, layout.schedule, shape, precision.dtype, precision.device,
                             precision.autocast, recorder=TimelineRecorder(mesh.pp_rank))
 
 
@@ -104,11 +107,11 @@ class ParallelModel:
     """This rank's model chunks with everything that makes them train as one model: the pipeline
     executor, the flat gradient buffers and the (ZeRO-1 sharded) optimizer."""
 
-    def __init__(self, config: Config, mesh, chunks: list[GPT], named_params: list, executor, precision: Precision,
-                 zero: bool, buffers, optimizer):
-        self.config, self.mesh, self.chunks, self.named_params = config, mesh, chunks, named_params
+    def __init__(self, config: Config, layout: RankLayout, mesh, chunks: list[GPT], named_params: list, executor,
+                 precision: Precision, buffers, optimizer, rng: T.TPRandomState):
+        self.config, self.layout, self.mesh, self.chunks, self.named_params = config, layout, mesh, chunks, named_params
         self.executor, self.precision, self.device = executor, precision, precision.device
-        self.zero, self.buffers, self.optimizer = zero, buffers, optimizer
+        self.zero, self.buffers, self.optimizer, self.rng = layout.zero, buffers, optimizer, rng
 
     @property
     def scaler(self):
@@ -147,9 +150,7 @@ class ParallelModel:
                 with self.precision.autocast():
                     on_logits(index, self.chunks[0](ids))
             return
-        split = self.mesh.tp if self.config.parallel.sequence_parallel else 1
-        hidden = self.config.model.hidden_size
-        shapes = [(ids.shape[1] // split, ids.shape[0], hidden) for ids in token_batches]
+        shapes = [self.layout.activation_shape(ids.shape[1], ids.shape[0]) for ids in token_batches]
         self.executor.run([(ids, None) for ids in token_batches], 1, backward=False, shapes=shapes,
                           on_output=on_logits)
 
@@ -186,7 +187,7 @@ class ParallelModel:
             word = [p.main_grad for n, p in self.named_params if n == TIED_EMBEDDING]
             all_reduce_coalesced(word, mesh.group("embedding"))
         self.buffers.reduce()
-        if mesh.tp > 1 and self.config.parallel.sequence_parallel:
+        if self.layout.sequence_parallel:
             sp = [p.main_grad for _, p in self.named_params if getattr(p, "sequence_parallel", False)]
             all_reduce_coalesced(sp, mesh.group("tp"))
 
@@ -208,8 +209,8 @@ class ParallelModel:
 
     @staticmethod
     def to_float(scalar: torch.Tensor) -> float:
-        """A 0-d tensor's value (rehearsal replaces it: fake tensors hold no values)."""
-        return scalar.item()
+        """A 0-d tensor's value; 1.0 for a fake tensor (rehearsal), which holds none."""
+        return 1.0 if is_fake(scalar) else scalar.item()
 
     def step(self, lr: float, loss: float = 0.0) -> tuple[float, bool]:
         """Unscale, clip to train.clip_grad and update; returns (global grad norm, skipped).
@@ -225,6 +226,50 @@ class ParallelModel:
             self.optimizer.step(lr)
         self.scaler.update(overflow)
         return (float("nan") if overflow else grad_norm), overflow
+
+    # ---- state: the records checkpoints, imports and tools read and write (parallel/state.py) -----
+    def rng_states(self) -> dict[str, torch.Tensor]:
+        """Every RNG stream this rank draws from: the default generator(s) and the split-region stream."""
+        states = {"torch_cpu": torch.get_rng_state()}
+        if self.device.type == "cuda":
+            states["torch_cuda"] = torch.cuda.get_rng_state(self.device)
+        return states | {f"tp_{k}": v for k, v in self.rng.get_states().items()}
+
+    def state_pieces(self) -> list[StatePiece]:
+        """This rank's whole state as records: weights, owned Adam ranges, RNG streams, loss scaler
+        and optimizer step count. Weights are primary on DP rank 0 only; Adam state with ZeRO on
+        every rank (each owns a disjoint part), without it on DP rank 0 (the others are replicas)."""
+        pieces = weight_pieces(self.named_params, primary=self.mesh.dp_rank == 0)
+        if self.optimizer is not None:
+            owns_adam = self.zero or self.mesh.dp_rank == 0
+            pieces += adam_pieces(self.named_params, self.buffers, self.optimizer, primary=owns_adam)
+            pieces.append(StatePiece("optimizer_steps", "trainer", value=self.optimizer.steps))
+        pieces += rng_pieces(self.rng_states())
+        pieces.append(StatePiece("scaler", "scaler", value=self.scaler.state_dict()))
+        return pieces
+
+    def load_pieces(self, reader, kinds: tuple[str, ...] = KINDS) -> None:
+        """Fill this rank's state of `kinds` from `reader` (checkpoint.reader.CheckpointReader, any
+        saved layout): weights and owned Adam ranges in place; RNG streams only when the saved layout
+        is this one (otherwise they keep their fresh seeding); the scaler and the step count."""
+        wanted = [piece for piece in self.state_pieces() if piece.kind in kinds]
+        loaded = reader.fill(wanted, layout=self.layout.record, rank=self.mesh.rank, model_config=self.config.model)
+        streams = {piece.name: piece.tensor for piece in by_kind(loaded, "rng")}
+        if streams:
+            torch.set_rng_state(streams["torch_cpu"])
+            if "torch_cuda" in streams:
+                torch.cuda.set_rng_state(streams["torch_cuda"], self.device)
+            self.rng.set_states({k[3:]: v for k, v in streams.items() if k.startswith("tp_")})
+        for piece in by_kind(loaded, "scaler"):
+            self.scaler.load_state_dict(piece.value)
+        for piece in by_kind(loaded, "trainer"):
+            self.optimizer.steps = int(piece.value)
+
+    def state_bytes(self) -> dict[str, int]:
+        """Bytes of the tensors that live for the whole run: weights, fp32 gradients, optimizer state."""
+        params, grads = self.buffers.params, self.buffers.grads
+        return {"weights": params.numel() * params.element_size(), "gradients": grads.numel() * grads.element_size(),
+                "optimizer": self.optimizer.state_bytes()}
 
     # ---- timeline --------------------------------------------------------------------------------
     def start_timeline(self) -> None:

@@ -9,7 +9,7 @@ so initialisation and checkpoints can map a shard to its slice of the full tenso
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -19,6 +19,7 @@ from torch import nn
 from torch._subclasses.fake_tensor import is_fake
 
 from trident.parallel.sharding import mark
+from trident.parallel.tp_random import TPRandomState, checkpoint_rng_contexts, tp_split_rng  # noqa: F401 (the layers' API)
 from trident.parallel.token_ids import check_token_ids
 from trident.parallel.watch import watched
 from trident.parallel.weight_grad import linear
@@ -32,6 +33,7 @@ class TPContext:
     size: int = 1
     rank: int = 0
     sequence_parallel: bool = False
+    rng: Any = field(default=None, compare=False)  # the model's TPRandomState (split-region dropout)
 
     def __post_init__(self):
         if self.size > 1 and self.group is None:
@@ -307,91 +309,3 @@ class SequenceParallelLayerNorm(nn.LayerNorm):
         for param in self.parameters():
             mark(param, None, tp)
             param.sequence_parallel = tp.sequence_parallel and tp.size > 1
-
-
-# ---- dropout RNG: the same across TP ranks where activations are replicated, different where split ----
-
-class _TPRandomState:
-    """A second RNG stream, seeded differently per TP rank, used inside split regions (Megatron's
-    model-parallel RNG tracker). Outside those regions the default generator, identical across TP ranks."""
-
-    def __init__(self):
-        self.states: dict[str, torch.Tensor] = {}
-
-    def seed(self, seed: int, device: torch.device | str = "cpu") -> None:
-        device = torch.device(device)
-        saved = _get_rng_state(device)
-        torch.manual_seed(seed) if device.type == "cpu" else torch.cuda.manual_seed(seed)
-        self.states[device.type] = _get_rng_state(device)
-        _set_rng_state(device, saved)
-
-    def get_states(self) -> dict[str, torch.Tensor]:
-        return {k: v.clone() for k, v in self.states.items()}
-
-    def set_states(self, states: dict[str, torch.Tensor]) -> None:
-        self.states = {k: v.clone() for k, v in states.items()}
-
-
-def _get_rng_state(device: torch.device) -> torch.Tensor:
-    return torch.get_rng_state() if device.type == "cpu" else torch.cuda.get_rng_state(device)
-
-
-def _set_rng_state(device: torch.device, state: torch.Tensor) -> None:
-    torch.set_rng_state(state) if device.type == "cpu" else torch.cuda.set_rng_state(state, device)
-
-
-TP_RNG = _TPRandomState()
-
-
-class tp_split_rng:
-    """Context manager: draw random numbers from the per-TP-rank stream when `active`."""
-
-    def __init__(self, tp: TPContext, device: torch.device, active: bool = True):
-        self.active = active and tp.size > 1
-        self.device = torch.device(device)
-
-    def __enter__(self):
-        if self.active:
-            if self.device.type not in TP_RNG.states:
-                raise RuntimeError("tensor-parallel RNG not seeded: call TP_RNG.seed(seed + tp_rank) before training")
-            self.saved = _get_rng_state(self.device)
-            _set_rng_state(self.device, TP_RNG.states[self.device.type])
-
-    def __exit__(self, *exc):
-        if self.active:
-            TP_RNG.states[self.device.type] = _get_rng_state(self.device)
-            _set_rng_state(self.device, self.saved)
-
-
-class _RNGSnapshot:
-    """Forward side of activation checkpointing: remember the TP stream as the forward saw it."""
-
-    def __init__(self, holder: dict):
-        self.holder = holder
-
-    def __enter__(self):
-        self.holder["states"] = TP_RNG.get_states()
-
-    def __exit__(self, *exc):
-        return None
-
-
-class _RNGReplay:
-    """Recompute side: replay the remembered TP stream, then put the live stream back."""
-
-    def __init__(self, holder: dict):
-        self.holder = holder
-
-    def __enter__(self):
-        self.live = TP_RNG.get_states()
-        TP_RNG.set_states(self.holder["states"])
-
-    def __exit__(self, *exc):
-        TP_RNG.set_states(self.live)
-
-
-def checkpoint_rng_contexts():
-    """`context_fn` for torch.utils.checkpoint: recomputation draws the same split-region dropout
-    masks as the forward did (torch itself replays only the default generator)."""
-    holder: dict = {}
-    return _RNGSnapshot(holder), _RNGReplay(holder)

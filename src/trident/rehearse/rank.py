@@ -25,7 +25,6 @@ import time
 import torch
 import torch.distributed as dist
 
-from trident.checkpoint.state import optimizer_pieces
 from trident.checkpoint.writer import save_plan
 from trident.config import Config
 from trident.parallel.mesh import build_mesh
@@ -65,24 +64,21 @@ def _step(model: ParallelModel, live: LiveBytes, batches: list, divisor: int, lr
     return peaks
 
 
-def measure(config: Config, mesh, steps: int = 1, fake: bool = False) -> dict:
+def measure(config: Config, mesh, steps: int = 1) -> dict:
     """Build this rank's ParallelModel and run `steps` training steps on a full global batch of
     zeros, counting live bytes; real tensors, or fake ones when called under FakeTensorMode."""
     with LiveBytes() as live:
         model = parallelize(config, mesh, torch.device("cpu"))
-        if fake:
-            model.to_float = lambda scalar: 1.0  # a fake tensor holds no value
         batches, divisor = _batches(config, mesh)
         phases = [_step(model, live, batches, divisor, config.train.lr) for _ in range(steps)]
         peak = live.highest
-    pieces = optimizer_pieces(model.named_params, model.buffers, model.optimizer)
-    files = save_plan(model.named_params, pieces, mesh)  # after measuring: its copies are not the step's
-    measured = _static_bytes(model) | {
+    files = save_plan(model.state_pieces(), mesh)  # after measuring: its copies are not the step's
+    measured = model.state_bytes() | {
         "activations": max(p["forward_backward"] for p in phases),
         "buffers": max(max(p["finalize"], p["step"]) for p in phases), "peak": peak}
     return {"rank": mesh.rank, "stage": mesh.pp_rank,
             "coordinates": {"dp": mesh.dp_rank, "pp": mesh.pp_rank, "tp": mesh.tp_rank},
-            "parameters": model.buffers.params.numel(), "micro_batches": len(batches),
+            "parameters": sum(param.numel() for _, param in model.named_params), "micro_batches": len(batches),
             "measured": measured, "checkpoint_files": files}
 
 
@@ -98,16 +94,8 @@ def rehearse_rank(config: Config, world_size: int, rank: int, steps: int = 1) ->
         p = config.parallel
         mesh = build_mesh(p.tp, p.pp, p.dp)
         with FakeTensorMode(allow_non_fake_inputs=True):  # RNG states stay real tensors
-            result = measure(config, mesh, steps, fake=True)
+            result = measure(config, mesh, steps)
     finally:
         dist.destroy_process_group()
     return result | {"seconds": round(time.perf_counter() - began, 2),
                      "rss_peak_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
-
-
-def _static_bytes(model: ParallelModel) -> dict[str, int]:
-    """Bytes of the tensors that live for the whole run."""
-    buffers = model.buffers
-    return {"weights": buffers.params.numel() * buffers.params.element_size(),
-            "gradients": buffers.grads.numel() * buffers.grads.element_size(),
-            "optimizer": model.optimizer.state_bytes()}

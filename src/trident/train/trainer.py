@@ -17,9 +17,7 @@ import torch
 import torch.distributed as dist
 
 from trident.checkpoint.format import build_trainer_state
-from trident.checkpoint.reader import load_model_weights, load_optimizer
 from trident.checkpoint.resume import load_checkpoint
-from trident.checkpoint.state import optimizer_pieces, rng_state, set_rng_state
 from trident.checkpoint.writer import CheckpointWriter, SaveError
 from trident.config import Config, ConfigError, save_config
 from trident.data.lineage import batch_documents
@@ -115,7 +113,7 @@ class Trainer:
         first = start + mesh.dp_rank * per_rank
         for offset in range(0, per_rank, micro):
             rows = np.stack([dataset[first + offset + i] for i in range(micro)]).astype(np.int64)
-            check_token_ids(rows, self.config.model.padded_vocab_size(self.mesh.tp))  # on the host: the embedding skips it on accelerators
+            check_token_ids(rows, self.model.layout.padded_vocab_size)  # on the host: the embedding skips it on accelerators
             sample = torch.from_numpy(rows).to(self.device)
             yield sample[:, :-1], sample[:, 1:]
 
@@ -301,34 +299,20 @@ class Trainer:
 
     # ---- checkpoints ---------------------------------------------------------------------------
     def trainer_state(self) -> dict:
+        """The trainer's own counters; the model's values (scaler, optimizer steps) come with its pieces."""
         return build_trainer_state(step=self.step, consumed_samples=self.consumed_samples,
-                                   consumed_tokens=self.consumed_tokens, optimizer_steps=self.model.optimizer.steps,
-                                   scaler=self.model.scaler.state_dict(), config=self.config)
+                                   consumed_tokens=self.consumed_tokens, config=self.config)
 
     def save(self, blocking: bool = False) -> Path:
         self.diagnostics.before_save(self.step)
         extra = {"tokenizer.json": self.tokenizer_file} if self.tokenizer_file else None
-        # Without ZeRO every DP rank holds the same optimizer state: DP rank 0 writes it.
-        model = self.model
-        owns_state = model.zero or self.mesh.dp_rank == 0
-        pieces = optimizer_pieces(model.named_params, model.buffers, model.optimizer) if owns_state else []
-        path = self.writer.save(self.step, model.named_params, pieces, rng_state(self.device),
-                                self.trainer_state(), extra, blocking)
+        path = self.writer.save(self.step, self.model.state_pieces(), self.trainer_state(), extra, blocking)
         self.log(f"{'saving' if self.config.checkpoint.async_save and not blocking else 'saved'} checkpoint {path}")
         return path
 
     def _maybe_resume(self) -> None:
-        model, mesh, rng = self.model, self.mesh, {}
-        layout = {"dp": mesh.dp, "pp": mesh.pp, "tp": mesh.tp, "world_size": mesh.world_size}
-
-        def load_slices(reader) -> None:  # this rank's weights, owned optimizer ranges and RNG; nothing else
-            load_model_weights(reader, model.named_params, self.config.model)
-            load_optimizer(reader, model.named_params, model.buffers, model.optimizer,
-                           reader.state["optimizer_steps"])
-            # RNG streams continue exactly when the layout is unchanged; otherwise they are re-seeded.
-            rng["state"] = reader.rng(mesh.rank) if reader.state["layout"] == layout else None
-
-        reader = load_checkpoint(self.config.checkpoint.load, self.checkpoint_root, load_slices, self.log)
+        # this rank's weights, owned optimizer ranges, RNG streams (same layout only), scaler; nothing else
+        reader = load_checkpoint(self.config.checkpoint.load, self.checkpoint_root, self.model.load_pieces, self.log)
         if reader is None:
             return
         self.resume_bytes = reader.source.bytes_read  # this rank's share, not the checkpoint
@@ -336,9 +320,6 @@ class Trainer:
         state = reader.state
         self.step, self.consumed_samples = state["step"], state["consumed_samples"]
         self.consumed_tokens = state["consumed_tokens"]
-        self.model.scaler.load_state_dict(state["scaler"])
-        if rng["state"] is not None:
-            set_rng_state(rng["state"], self.device)
         self.log(f"resumed from {reader.path} at step {self.step} (this rank read "
                  f"{self.resume_bytes / 2**20:.1f} MiB of its tensor files)")
 
