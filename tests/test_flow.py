@@ -151,3 +151,13 @@ def test_the_packaged_demo_flow_loads_with_its_values():
                                                                      2, False)
     assert flow.sources[0].generate.holdout_every == 20 and flow.eval.heldout.n_examples == 64
     assert (flow.eval.batch_size, flow.eval.shots, flow.sample.max_new_tokens) == (16, [0, 1], 60)
+
+
+def test_a_curation_mistake_is_found_before_any_stage_runs(tmp_path, capsys):
+    (tmp_path / "a.jsonl").write_text("{}\n")
+    flow = {"sources": [{"paths": "a.jsonl", "curate": {"overrides": ["stages.min_length.min_tokens=abc"]}}]}
+    (tmp_path / "f.yaml").write_text(yaml.safe_dump(flow))
+    assert main(["run", str(tmp_path / "f.yaml"), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "sources[0] (source0): curate:" in err and "min_tokens" in err and str(tmp_path / "f.yaml") in err
+    assert not (tmp_path / "out" / ".flow").exists()

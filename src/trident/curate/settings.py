@@ -7,7 +7,7 @@ the file; `trident curate` exits 2 on it. The defaults below are the only ones.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional, Union
 
 from trident.config import ConfigError

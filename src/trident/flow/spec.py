@@ -147,4 +147,18 @@ def _flow(base: Path, config: FlowConfig) -> Flow:
     config.curate.config = _config_path(base, config.curate.config)
     sources = _sources(base, config)
     _check_heldout(config.eval, sources)
-    return Flow(sources, config.curate, config.tokenizer, config.train, config.eval, config.sample)
+    flow = Flow(sources, config.curate, config.tokenizer, config.train, config.eval, config.sample)
+    _check_curation(flow)
+    return flow
+
+
+def _check_curation(flow: Flow) -> None:
+    """Each source's pipeline config and overrides checked now, not after the stages before curation ran."""
+    from trident.curate.pipeline import load_pipeline_config
+
+    for index, source in enumerate(flow.sources):
+        settings = flow.curate_of(source)
+        try:
+            load_pipeline_config(settings.config, settings.overrides)
+        except ConfigError as error:
+            raise FlowConfigError(f"sources[{index}] ({source.name}): curate: {error}") from None
