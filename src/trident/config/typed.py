@@ -57,7 +57,7 @@ def _checked_value(value: Any, kind: Any, key: str, name: str, rule: typing.Mapp
     return converted
 
 
-def coerce(value: Any, kind: Any, key: str, name: str = "config") -> Any:
+def _coerce(value: Any, kind: Any, key: str, name: str) -> Any:
     """`value` as the annotated `kind` (ints are accepted for floats, mappings fill dataclasses), or
     ConfigError naming `key`."""
     return _checked_value(value, kind, key, name, {})
@@ -80,7 +80,7 @@ def _convert(value: Any, kind: Any, key: str, name: str) -> Any:
         if not isinstance(value, (list, tuple)):
             return _MISMATCH
         element = (typing.get_args(kind) or (Any,))[0]
-        return [coerce(v, element, f"{key}[{i}]", name) for i, v in enumerate(value)]
+        return [_coerce(v, element, f"{key}[{i}]", name) for i, v in enumerate(value)]
     if kind is dict or origin is dict:
         return dict(value) if isinstance(value, dict) else _MISMATCH
     if kind is Any:
