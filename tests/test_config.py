@@ -144,3 +144,35 @@ def test_unparsable_override_and_unreadable_file_are_config_errors(tmp_path):
     binary.write_bytes(b"model:\n  num_layers: \xff\xfe\n")
     with pytest.raises(ConfigError, match="binary.yaml.*cannot be read"):
         load_config(binary)
+
+
+def test_typed_sections_lists_unions_and_rules_name_the_exact_key():
+    """The one filler every config file goes through (training, curation pipelines, flow files)."""
+    from dataclasses import dataclass, field
+    from typing import Optional, Union
+
+    from trident.config.typed import fill, known_keys, setting
+
+    @dataclass
+    class Part:
+        size: int = setting("a positive int", lambda v: v > 0, default=1)
+
+    @dataclass
+    class Whole:
+        parts: list[Part] = field(default_factory=list)
+        extra: Optional[Part] = None
+        kind: Union[str, Part] = "plain"
+        ratios: list[float] = field(default_factory=list)
+
+    whole = fill(Whole(), {"parts": [{}, {"size": 3}], "extra": {"size": 2}, "kind": {"size": 4}, "ratios": [1, 0.5]})
+    assert [p.size for p in whole.parts] == [1, 3] and whole.extra.size == 2 and whole.kind.size == 4
+    assert whole.ratios == [1.0, 0.5] and isinstance(whole.ratios[0], float)
+    assert fill(Whole(), {"kind": "fancy"}).kind == "fancy"
+    for values, message in (({"parts": [{}, {"sise": 3}]}, "unknown thing key 'parts[1].sise'"),
+                            ({"parts": [{"size": 0}]}, "thing key 'parts[0].size': expected a positive int, got 0"),
+                            ({"ratios": [1, "x"]}, "thing key 'ratios[1]': expected float, got 'x'"),
+                            ({"kind": 5}, "thing key 'kind': expected str or a mapping, got 5"),
+                            ({"extra": [1]}, "thing key 'extra': expected a mapping or null")):
+        with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
+            fill(Whole(), values, name="thing")
+    assert known_keys(Whole) == [("parts[].size", 1), ("extra.size", 1), ("kind.size", 1), ("ratios", [])]

@@ -35,7 +35,7 @@ def test_defaults_are_the_measured_choices():
     assert build_stage("langid", {}).params["threshold"] == 0.3
     assert build_stage("langid", {"backend": "py3langid", "threshold": None}).params["threshold"] == 0.5
     assert build_stage("langid", {"backend": "py3langid", "threshold": 0.8}).params["threshold"] == 0.8
-    assert load_pipeline_config("curate-cc")["stages"][1]["threshold"] is None
+    assert load_pipeline_config("curate-cc").stages[1]["threshold"] is None
     assert bundled_fasttext_model().name == "lid.176.ftz"  # shipped in a wheel: nothing downloaded
 
 

@@ -7,11 +7,11 @@ import yaml
 from trident.cli import main
 from trident.curate.blend_plan import data_section, load_sources, plan_blend
 from trident.curate.document import CurateError
-from trident.curate.pipeline import CONFIG_DIR
+from trident.config import PRESET_DIR
 
 
 def test_mtnlg_table_gives_the_papers_epochs():
-    sources, train_tokens = load_sources(CONFIG_DIR / "blend-mtnlg.yaml")
+    sources, train_tokens = load_sources(PRESET_DIR / "blend-mtnlg.yaml")
     rows = {r["name"]: r for r in plan_blend(sources, train_tokens)}
     assert len(rows) == 15 and abs(sum(r["weight"] for r in rows.values()) - 1.0) < 1e-12
     assert rows["OpenWebText2"]["epochs"] == pytest.approx(3.5, abs=0.05)
@@ -44,7 +44,7 @@ def test_bad_sources_name_the_source(tmp_path):
 
 def test_blend_command_writes_the_data_section(tmp_path, capsys):
     out = tmp_path / "data.yaml"
-    assert main(["curate", "blend", "--sources", str(CONFIG_DIR / "blend-mtnlg.yaml"), "--out", str(out),
+    assert main(["curate", "blend", "--sources", str(PRESET_DIR / "blend-mtnlg.yaml"), "--out", str(out),
                  "--json"]) == 0
     printed = json.loads(capsys.readouterr().out)
     section = yaml.safe_load(out.read_text())

@@ -86,3 +86,40 @@ def test_cli_exits_2_naming_the_key(tmp_path, capsys, args, key):
 def test_stage_parameters_of_the_wrong_type_name_stage_and_parameter(stage, param, value):
     with pytest.raises(ConfigError, match=f"stage '{stage}'.*'{param}'"):
         load_pipeline_config([{"stage": stage, param: value}])
+
+
+def test_unknown_key_in_a_pipeline_file_names_key_and_file_and_exits_2(tmp_path, capsys):
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"text": "a b c"}) + "\n")
+    config = tmp_path / "p.yaml"
+    config.write_text("wrokers: 2\nstages:\n  - {stage: clean}\n")
+    assert main(["curate", str(config), "--input", str(data), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert f"{config}: unknown pipeline config key 'wrokers'" in err and len(err.strip().splitlines()) == 1
+    config.write_text("stages:\n  - {stage: clean}\ninputs:\n  - {path: d.jsonl, datset: x}\n")
+    with pytest.raises(ConfigError, match=r"p.yaml: unknown pipeline config key 'inputs\[0\].datset'"):
+        load_pipeline_config(config)
+
+
+def test_overrides_go_through_the_training_configs_parser_and_presets_through_its_lookup(capsys):
+    """One parser: 5e-1 is a number here as in `trident train` (YAML alone reads it as text); one lookup:
+    a preset name works for pipelines and blend source files as for training configs."""
+    cfg = load_pipeline_config("curate-cc", ["stages.langid.threshold=5e-1", "stages=[{stage: clean}]"])
+    assert cfg.stages == [{"stage": "clean"}]
+    cfg = load_pipeline_config("curate-cc", ["stages.langid.threshold=5e-1", "workers=0"])
+    assert cfg.stages[1]["threshold"] == 0.5 and cfg.workers == 0
+    with pytest.raises(ConfigError, match="not found \\(presets: .*curate-cc"):
+        load_pipeline_config("curate-xx")
+    assert main(["curate", "blend", "--sources", "blend-mtnlg", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["sources"]
+
+
+def test_defaults_live_in_the_dataclass_and_the_file_keeps_its_values():
+    from dataclasses import asdict
+
+    from trident.curate.settings import CurationConfig
+
+    assert asdict(load_pipeline_config(STAGES)) == {**asdict(CurationConfig()), "stages": STAGES}
+    cc = load_pipeline_config("curate-cc")
+    assert (cc.dataset, cc.executor, cc.workers, cc.strict) == ("cc", "local", 1, False)
+    assert cc.settings()["stages"] == cc.stages and "inputs" not in cc.settings()

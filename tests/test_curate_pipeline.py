@@ -35,14 +35,14 @@ def warcs(tmp_path_factory):
 def test_config_loading_overrides_and_errors():
     cfg = load_pipeline_config("curate-cc", ["workers=3", "stages.min_length.min_tokens=64",
                                              "stages.0.favor_precision=false"])
-    assert cfg["workers"] == 3 and cfg["dataset"] == "cc"
-    names = [s["stage"] for s in cfg["stages"]]
+    assert cfg.workers == 3 and cfg.dataset == "cc"
+    names = [s["stage"] for s in cfg.stages]
     # MT-NLG's order, plus trident's site_lines after language id
     assert names[:6] == ["extract", "langid", "site_lines", "quality", "clean", "min_length"]
     assert names.index("fuzzy_dedup") < names.index("exact_dedup") < names.index("decontaminate")
-    assert cfg["stages"][5]["min_tokens"] == 64 and cfg["stages"][0]["favor_precision"] is False
-    assert load_pipeline_config(STREAMING)["stages"] == STREAMING  # a bare list is a pipeline too
-    with pytest.raises(CurateError, match="unknown key"):
+    assert cfg.stages[5]["min_tokens"] == 64 and cfg.stages[0]["favor_precision"] is False
+    assert load_pipeline_config(STREAMING).stages == STREAMING  # a bare list is a pipeline too
+    with pytest.raises(CurateError, match="unknown pipeline config key .wrokers."):
         load_pipeline_config({"stages": [], "wrokers": 2})
     with pytest.raises(CurateError, match="unknown stage 'extrct'"):
         load_pipeline_config([{"stage": "extrct"}])
@@ -175,7 +175,7 @@ def test_cli_end_to_end(tmp_path, warcs, capsys):
     assert main(["curate", "curate-cc", "--out", str(out)]) == 1
     assert "no inputs" in capsys.readouterr().err
     code = main(["curate", "curate-cc", "--input", str(paths[1]), "--out", str(out), "bogus=1"])
-    assert code == 2 and "unknown key 'bogus'" in capsys.readouterr().err  # a config mistake, as train
+    assert code == 2 and "unknown pipeline config key 'bogus'" in capsys.readouterr().err  # a config mistake, as train
 
 
 def test_custom_stage_module_from_config(tmp_path, monkeypatch):

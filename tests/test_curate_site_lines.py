@@ -20,7 +20,7 @@ pytestmark = pytest.mark.timeout(60)
 
 def config_params(overrides=()):
     """The site_lines parameters of the shipped curate-cc config (with overrides)."""
-    spec = next(s for s in load_pipeline_config("curate-cc", list(overrides))["stages"] if s["stage"] == "site_lines")
+    spec = next(s for s in load_pipeline_config("curate-cc", list(overrides)).stages if s["stage"] == "site_lines")
     return {k: v for k, v in spec.items() if k not in ("stage", "enabled")}
 
 

@@ -96,10 +96,68 @@ def test_unknown_flow_keys_are_refused_naming_key_and_file(tmp_path, capsys):
     from trident.cli import main
 
     (tmp_path / "a.jsonl").write_text("{}\n")
-    for flow, named in (({"sources": [{"paths": "a.jsonl"}], "trian": {}}, "unknown key 'trian'"),
-                        ({"sources": [{"paths": "a.jsonl", "wieght": 2}]}, "unknown key 'sources.wieght'"),
-                        ({"sources": [{"paths": "a.jsonl"}], "train": {"nprocs": 2}}, "unknown key 'train.nprocs'")):
+    for flow, named in (({"sources": [{"paths": "a.jsonl"}], "trian": {}}, "unknown flow file key 'trian'"),
+                        ({"sources": [{"paths": "a.jsonl", "wieght": 2}]}, "unknown flow file key 'sources[0].wieght'"),
+                        ({"sources": [{"paths": "a.jsonl"}], "train": {"nprocs": 2}},
+                         "unknown flow file key 'train.nprocs'")):
         (tmp_path / "f.yaml").write_text(yaml.safe_dump(flow))
         assert main(["run", str(tmp_path / "f.yaml"), "--out", str(tmp_path / "out")]) == 2
         err = capsys.readouterr().err
         assert named in err and str(tmp_path / "f.yaml") in err
+
+
+def test_flow_values_are_typed_and_mistakes_exit_2_naming_key_and_file(tmp_path, capsys):
+    (tmp_path / "a.jsonl").write_text("{}\n")
+    for flow, named in (({"sources": [{"paths": "a.jsonl", "weight": 0}]}, "'sources[0].weight': expected a number > 0"),
+                        ({"sources": [{"paths": "a.jsonl", "curate": {"worker": 2}}]},
+                         "unknown flow file key 'sources[0].curate.worker'"),
+                        ({"sources": [{"generate": "sample-wark"}]}, "'sources[0].generate.kind': expected one of"),
+                        ({"sources": [{"paths": "a.jsonl"}], "eval": {"shots": "0,1"}}, "'eval.shots': expected list"),
+                        ({"sources": [{"paths": "a.jsonl"}], "train": {"nproc": 0}}, "'train.nproc'")):
+        (tmp_path / "f.yaml").write_text(yaml.safe_dump(flow))
+        assert main(["run", str(tmp_path / "f.yaml"), "--out", str(tmp_path / "out")]) == 2
+        err = capsys.readouterr().err
+        assert named in err and str(tmp_path / "f.yaml") in err and len(err.strip().splitlines()) == 1
+
+
+def test_help_lists_exactly_the_keys_a_flow_file_accepts_with_their_defaults(capsys):
+    from trident.commands.run import flow_keys_help
+    from trident.config.flow import FlowConfig
+    from trident.config.typed import known_keys
+    from trident.flow.spec import load_flow
+
+    text = " ".join(flow_keys_help().split())
+    keys = known_keys(FlowConfig)
+    for key, default in keys:
+        section, _, rest = key.partition(".")
+        assert f"{section}:" in text and (rest in text if default in ("", [], None) else f"{rest}=" in text), key
+    assert "vocab_size=2048" in text and "config=curate-cc" in text and 'tasks=["lambada"]' in text
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    assert "heldout.n_examples=64" in " ".join(capsys.readouterr().out.split())
+    raw = {"sources": [{"generate": {"kind": "stdlib-docstrings", "holdout_every": 4}, "curate": {"workers": 2}}],
+           "eval": {"heldout": {"source": "source0"}}, "train": {"nproc": 2}}
+    flow = load_flow(Path("f.yaml"), raw)  # a source's own curation settings over the flow's defaults
+    assert flow.curate_of(flow.sources[0]).workers == 2 and flow.curate.workers == 1 and flow.train.config == "tiny"
+
+
+def test_the_packaged_demo_flow_loads_with_its_values():
+    from trident.commands.demo import DEMO_FLOW
+    from trident.flow.spec import load_flow
+
+    flow = load_flow(DEMO_FLOW)
+    web = flow.curate_of(flow.sources[1])
+    assert (web.config, web.overrides, web.workers, web.progress) == ("curate-cc", ["stages.min_length.min_tokens=64"],
+                                                                     2, False)
+    assert flow.sources[0].generate.holdout_every == 20 and flow.eval.heldout.n_examples == 64
+    assert (flow.eval.batch_size, flow.eval.shots, flow.sample.max_new_tokens) == (16, [0, 1], 60)
+
+
+def test_a_curation_mistake_is_found_before_any_stage_runs(tmp_path, capsys):
+    (tmp_path / "a.jsonl").write_text("{}\n")
+    flow = {"sources": [{"paths": "a.jsonl", "curate": {"overrides": ["stages.min_length.min_tokens=abc"]}}]}
+    (tmp_path / "f.yaml").write_text(yaml.safe_dump(flow))
+    assert main(["run", str(tmp_path / "f.yaml"), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "sources[0] (source0): curate:" in err and "min_tokens" in err and str(tmp_path / "f.yaml") in err
+    assert not (tmp_path / "out" / ".flow").exists()

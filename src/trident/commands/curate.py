@@ -41,7 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     quality.add_argument("--C", type=float, default=1.0, help="inverse L2 regularisation strength")
     quality.add_argument("--seed", type=int, default=0)
     blend = parser.add_argument_group("blend")
-    blend.add_argument("--sources", default=None, help="sources YAML (e.g. configs/blend-mtnlg.yaml)")
+    blend.add_argument("--sources", default=None, help="sources YAML, or a preset name (blend-mtnlg)")
     blend.add_argument("--train-tokens", type=float, default=None, help="override the file's train_tokens")
 
 
@@ -137,12 +137,13 @@ def _train_quality(args: argparse.Namespace) -> int:
 def _blend(args: argparse.Namespace) -> int:
     import yaml
 
+    from trident.config import resolve_path
     from trident.curate.blend_plan import data_section, load_sources, plan_blend
     from trident.curate.document import CurateError
 
     if not args.sources:
-        raise CurateError("blend needs --sources FILE (see configs/blend-mtnlg.yaml)")
-    sources, train_tokens = load_sources(args.sources)
+        raise CurateError("blend needs --sources FILE (or a preset such as blend-mtnlg)")
+    sources, train_tokens = load_sources(resolve_path(args.sources))
     rows = plan_blend(sources, args.train_tokens or train_tokens)
     section = data_section(rows)
     if args.out:

@@ -6,12 +6,28 @@ import json
 import sys
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from trident.flow.spec import KEYS
+def flow_keys_help() -> str:
+    """Every key a flow file accepts, by section, with its default as YAML writes it (from
+    trident.config.flow's dataclasses, the same ones that check a flow file)."""
+    import textwrap
 
+    from trident.config.flow import FlowConfig
+    from trident.config.typed import known_keys
+
+    sections: dict[str, list[str]] = {}
+    for key, default in known_keys(FlowConfig):
+        section, _, rest = key.partition(".")
+        shown = default if isinstance(default, str) else json.dumps(default)
+        sections.setdefault(section, []).append(rest if default in ("", [], None) else f"{rest}={shown}")
+    lines = [textwrap.fill(f"{section}: {', '.join(keys)}", 110, initial_indent="  ", subsequent_indent="      ")
+             for section, keys in sections.items()]
+    return ("flow file keys, with their defaults (src/trident/demo/demo.flow.yaml is a complete example;\n"
+            "any other key is refused, exit 2):\n" + "\n".join(lines))
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.epilog = ("flow file keys (src/trident/demo/demo.flow.yaml is a complete example):\n"
-                     + "\n".join(f"  {section}: {', '.join(keys)}" for section, keys in KEYS.items()))
+    parser.epilog = flow_keys_help()
     parser.add_argument("flow", help="flow file: sources (paths/globs, weights), curate, tokenizer, train, eval")
     parser.add_argument("--out", default="runs/flow",
                         help="output folder; a rerun skips every stage whose settings and inputs are unchanged")
@@ -19,16 +35,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
+    """0 on success; 2 on a mistake in the flow file or a curation config it names; 1 on any other error."""
+    from trident.config import ConfigError
     from trident.curate.document import CurateError
     from trident.data.output_folder import OutputFolderError
     from trident.flow.run import run_flow
-    from trident.flow.spec import FlowError, FlowKeyError
+    from trident.flow.spec import FlowError
 
     try:
         summary = run_flow(args.flow, args.out)
     except (FlowError, CurateError, OutputFolderError) as error:
         print(f"trident run: error: {error}", file=sys.stderr)
-        return 2 if isinstance(error, FlowKeyError) else 1
+        return 2 if isinstance(error, ConfigError) else 1
     if args.json:
         print(json.dumps(summary))
     return 0

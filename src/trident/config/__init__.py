@@ -6,21 +6,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import types
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Optional
 
 import yaml
 
 from trident.config.pipeline_schedules import DEFAULT_SCHEDULE, SPECS, Problem, spec
-
-PRESET_DIR = Path(__file__).parent.parent / "configs"  # src/trident/configs
-
-
-class ConfigError(ValueError):
-    """A configuration mistake; the message names the key and says what is allowed."""
+# the typed-file machinery every config shares (curation pipelines and flow files too); re-exported here
+from trident.config.typed import PRESET_DIR, ConfigError, fill, parse_overrides, read_yaml, resolve_path  # noqa: F401
 
 
 @dataclass
@@ -193,111 +187,21 @@ _IN_RANGE = {"positive": lambda v: v > 0, "non-negative": lambda v: v >= 0,
              "in [0, 1)": lambda v: 0 <= v < 1, "in (0, 1)": lambda v: 0 < v < 1}
 
 
-def _coerce(value: Any, kind: Any, key: str) -> Any:
-    """Check `value` against the annotated type; ints are accepted for floats. Raises naming `key`."""
-    origin = typing.get_origin(kind)
-    if origin in (Union, types.UnionType):
-        options = typing.get_args(kind)
-        if value is None and type(None) in options:
-            return None
-        inner = [o for o in options if o is not type(None)]
-        return _coerce(value, inner[0], key)
-    if kind is float and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    if kind is list and isinstance(value, (list, tuple)):
-        return list(value)
-    if kind in (int, str, bool) and type(value) is kind:
-        return value
-    raise ConfigError(f"config key '{key}': expected {getattr(kind, '__name__', kind)}, got {value!r}")
-
-
-def _fill(obj: Any, values: dict, prefix: str) -> None:
-    hints = typing.get_type_hints(type(obj))
-    names = {f.name for f in dataclasses.fields(obj)}
-    for name, value in values.items():
-        key = f"{prefix}{name}"
-        if name not in names:
-            raise ConfigError(f"unknown config key '{key}'; known keys here: {', '.join(sorted(names))}")
-        current = getattr(obj, name)
-        if dataclasses.is_dataclass(current):
-            if not isinstance(value, dict):
-                raise ConfigError(f"config key '{key}' is a section; give it a mapping, got {value!r}")
-            _fill(current, value, key + ".")
-        else:
-            setattr(obj, name, _coerce(value, hints[name], key))
-
-
-def _set_dotted(tree: dict, dotted: str, value: Any) -> None:
-    parts = dotted.split(".")
-    node = tree
-    for part in parts[:-1]:
-        node = node.setdefault(part, {})
-        if not isinstance(node, dict):
-            raise ConfigError(f"override '{dotted}': '{part}' is not a section")
-    node[parts[-1]] = value
-
-
-def parse_overrides(overrides: list[str]) -> dict:
-    """['train.lr=3e-4', 'data.paths=[a,b]'] -> nested dict; values are parsed as YAML."""
-    tree: dict = {}
-    for item in overrides:
-        if "=" not in item:
-            raise ConfigError(f"override '{item}' must look like section.key=value")
-        key, raw = item.split("=", 1)
-        try:
-            value = yaml.safe_load(raw) if raw != "" else ""
-        except yaml.YAMLError as error:
-            raise ConfigError(f"override '{item}': value is not valid YAML ({' '.join(str(error).split())})") from None
-        # YAML reads 3e-4 as a string (it wants 3.0e-4); numbers written either way should work.
-        if isinstance(value, str):
-            try:
-                value = float(value) if any(c in value for c in ".eE") else value
-            except ValueError:
-                pass
-        _set_dotted(tree, key.strip(), value)
-    return tree
-
-
-def resolve_path(path: str | Path) -> Path:
-    """A config path, or the name of a preset shipped with trident (tiny, demo, gpt-125m, ...)."""
-    candidate = Path(path)
-    if candidate.exists():
-        return candidate
-    name = str(path)[:-5] if str(path).endswith(".yaml") else str(path)
-    preset = PRESET_DIR / f"{Path(name).name}.yaml"
-    if preset.exists():
-        return preset
-    presets = ", ".join(sorted(p.stem for p in PRESET_DIR.glob("*.yaml")))
-    raise ConfigError(f"config file '{path}' not found (presets: {presets})")
-
-
-def _read_yaml(path: Path) -> dict:
-    try:
-        tree = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as error:
-        raise ConfigError(f"config file '{path}' is not valid YAML: {error}") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise ConfigError(f"config file '{path}' cannot be read ({error})") from None
-    if not isinstance(tree, dict):
-        raise ConfigError(f"config file '{path}' must hold a mapping of sections")
-    return tree
-
-
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
     config = Config()
     if path is not None:
         file = resolve_path(path)
         try:
-            _fill(config, _read_yaml(file), "")
+            fill(config, read_yaml(file), "")
         except ConfigError as error:
             raise ConfigError(f"{file}: {error}") from None
-    _fill(config, parse_overrides(overrides or []), "")
+    fill(config, parse_overrides(overrides or []), "")
     return config
 
 
 def config_from_dict(tree: dict) -> Config:
     config = Config()
-    _fill(config, tree, "")
+    fill(config, tree, "")
     return config
 
 

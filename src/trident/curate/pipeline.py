@@ -1,45 +1,43 @@
 """Curation pipelines: a YAML list of stages, run shard by shard on a local or Ray executor.
 
-Config file (YAML): either a bare list of stages, or a mapping
+The config (a preset name such as curate-cc, a YAML file, a mapping or a bare list of stages) is
+typed by trident.curate.settings.CurationConfig, which lists its keys and their defaults:
 
-    dataset: cc            # meta["dataset"] for input documents that carry none
-    strict: false          # true: stop at the first bad input record instead of counting it
-    max_doc_bytes: 5000000 # larger records are dropped (counted as too_large)
-    executor: local        # local | ray
-    workers: 1             # processes / Ray CPUs; 0 = one per core
-    ray_address: null      # connect to an existing Ray cluster ("auto", "ray://host:10001")
-    keep_work: false       # keep OUT/work/ (per-phase shards) after a successful run
-    modules: []            # extra modules to import (in every worker) that register custom stages
-    inputs: []             # paths (or {path, dataset}); --input on the command line adds more
+    dataset: cc
+    workers: 4
     stages:
       - {stage: extract}
       - {stage: langid, languages: [en], threshold: 0.5}
       - ...
 
-Each stage entry is `stage: <registered name>` plus that stage's keyword parameters, and
-optionally `enabled: false`. Overrides are `key=value` (value parsed as YAML): top-level keys
+Overrides are `key=value` (value parsed as YAML, by trident.config's one parser): top-level keys
 (`workers=4`), or `stages.<name or index>.<param>=value` (`stages.min_length.min_tokens=64`).
 Stage base classes and the registry live in trident.curate.stage and are re-exported here.
 """
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import logging
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
-import yaml
-
+from trident.config import ConfigError, parse_overrides, read_yaml, resolve_path
+from trident.config.typed import fill
 from trident.curate.document import CurateError, Document
 from trident.curate.droplog import check_logged, publish_logs
 from trident.curate.executors import make_executor
 from trident.curate.runner import import_modules, run_global_phase, run_stream_phase, split_phases
-from trident.curate.settings import CurateConfigError, check_settings
+from trident.curate.settings import (
+    NAME,
+    CurateConfigError,
+    CurationConfig,
+    apply_stage_overrides,
+    check_stage_entries,
+)
 from trident.curate.shards import input_format
-from trident.text.jsonl import DEFAULT_MAX_DOC_BYTES
 from trident.curate.stage import (
     Executor,
     GlobalStage,
@@ -57,110 +55,65 @@ from trident.text.storage import copy_file, fingerprint, location, make_folder, 
 __all__ = [
     "CurateError", "Document", "Executor", "GlobalStage", "Stage", "StreamingStage",
     "build_stage", "register_stage", "registered_stages", "stage_class",
-    "load_pipeline_config", "run_pipeline", "check_accounting",
+    "CurationConfig", "load_pipeline_config", "run_pipeline", "check_accounting",
 ]
 
-DEFAULTS: dict[str, Any] = {
-    "dataset": "web", "strict": False, "max_doc_bytes": DEFAULT_MAX_DOC_BYTES, "executor": "local",
-    "workers": 1, "ray_address": None, "keep_work": False, "progress": True, "inputs": [], "stages": [],
-    "modules": [],
-}
 REPORT_CHARTS = ("funnel.png", "quality_scores.png", "cluster_sizes.png")  # what write_report may draw
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 log = logging.getLogger(__name__)
 
 
-def _read_config_file(path: str | Path) -> Any:
-    candidate = Path(path)
-    if not candidate.exists():
-        preset = CONFIG_DIR / (candidate.name if candidate.suffix == ".yaml" else f"{candidate.name}.yaml")
-        if not preset.exists():
-            raise CurateConfigError(f"pipeline config '{path}' not found (presets: curate-cc)")
-        candidate = preset
+def load_pipeline_config(config: str | Path | dict | list | CurationConfig,
+                         overrides: list[str] | tuple = ()) -> CurationConfig:
+    """A checked pipeline config from a YAML path, a preset name, a mapping or a list of stages, with
+    `key=value` overrides applied. Unknown keys/stages/params and wrong types raise CurateConfigError
+    (a CurateError and a trident.config.ConfigError) naming the key, and the file of a key from one."""
     try:
-        return yaml.safe_load(candidate.read_text())
-    except yaml.YAMLError as err:
-        raise CurateConfigError(f"pipeline config '{candidate}': invalid YAML: {err}") from err
-    except (OSError, UnicodeDecodeError) as err:
-        raise CurateConfigError(f"pipeline config '{candidate}': cannot be read ({err})") from err
-
-
-def _apply_override(config: dict, item: str) -> None:
-    if "=" not in item:
-        raise CurateConfigError(f"override '{item}' must look like key=value or stages.<name>.<param>=value")
-    key, raw = item.split("=", 1)
-    try:
-        value = yaml.safe_load(raw) if raw else ""
-    except yaml.YAMLError as err:
-        raise CurateConfigError(f"override '{item}': value is not valid YAML ({' '.join(str(err).split())})") from None
-    parts = key.strip().split(".")
-    if parts[0] != "stages" or len(parts) == 1:  # "stages=[...]" replaces the whole list
-        if len(parts) != 1 or parts[0] not in DEFAULTS:
-            raise CurateConfigError(f"override '{item}': unknown key '{key}'; top-level keys: {sorted(DEFAULTS)}")
-        config[parts[0]] = value
-        return
-    if len(parts) != 3:
-        raise CurateConfigError(f"override '{item}': stage overrides look like stages.<name or index>.<param>=value")
-    selector, param = parts[1], parts[2]
-    stages = config["stages"]
-    if selector.isdigit():
-        matches = [stages[int(selector)]] if int(selector) < len(stages) else []
-    else:
-        matches = [spec for spec in stages if spec["stage"] == selector]
-    if len(matches) != 1:
-        names = [spec["stage"] for spec in stages]
-        raise CurateConfigError(f"override '{item}': '{selector}' must name exactly one stage of {names} (or use its index)")
-    matches[0][param] = value
-
-
-def load_pipeline_config(config: str | Path | dict | list, overrides: list[str] | tuple = ()) -> dict:
-    """A validated pipeline config (every key filled) from a YAML path, a preset name, a dict or a
-    list of stages, with `key=value` overrides applied. Unknown keys/stages/params and wrong types
-    raise CurateConfigError (a CurateError and a trident.config.ConfigError) naming the key."""
-    try:
-        return _load_pipeline_config(config, overrides)
+        file = resolve_path(config) if isinstance(config, (str, Path)) else None
+        tree = read_yaml(file, allow_list=True) if file else config
+        cfg = _from_tree(tree, f"{file}: " if file else "")
+        changes = parse_overrides(list(overrides))
+        selected = changes.pop("stages") if isinstance(changes.get("stages"), dict) else {}
+        fill(cfg, changes, name=NAME)
+        check_stage_entries(cfg)
+        apply_stage_overrides(cfg.stages, selected)
+        import_modules(cfg.modules)
+        for spec in cfg.stages:
+            if spec.get("enabled", True):
+                build_stage(spec["stage"], {k: v for k, v in spec.items() if k not in ("stage", "enabled")})
+        return cfg
     except CurateConfigError:
         raise
-    except CurateError as err:  # stage and module errors found while building the config's stages
+    except (ConfigError, CurateError) as err:  # the typed filling, and stage and module errors
         raise CurateConfigError(str(err)) from err
 
 
-def _load_pipeline_config(config: str | Path | dict | list, overrides: list[str] | tuple) -> dict:
-    tree = _read_config_file(config) if isinstance(config, (str, Path)) else copy.deepcopy(config)
-    if isinstance(tree, list):
-        tree = {"stages": tree}
+def _from_tree(tree: dict | list | CurationConfig, where: str) -> CurationConfig:
+    """The config a file (named by `where`), a mapping or a list of stages gives before overrides."""
+    if isinstance(tree, CurationConfig):
+        tree = dataclasses.asdict(tree)
+    tree = {"stages": tree} if isinstance(tree, list) else copy.deepcopy(tree)
     if not isinstance(tree, dict):
-        raise CurateConfigError("pipeline config must be a list of stages or a mapping with a 'stages' list")
-    unknown = sorted(set(tree) - set(DEFAULTS))
-    if unknown:
-        raise CurateConfigError(f"pipeline config: unknown key(s) {unknown}; allowed: {sorted(DEFAULTS)}")
-    merged = {**copy.deepcopy(DEFAULTS), **tree}
-    check_settings(merged)
-    for index, spec in enumerate(merged["stages"]):
-        if not isinstance(spec, dict) or not isinstance(spec.get("stage"), str):
-            raise CurateConfigError(f"pipeline config: stages[{index}] must be a mapping with 'stage: <name>'")
-    for item in overrides:
-        _apply_override(merged, item)
-    check_settings(merged)
-    import_modules(merged["modules"])
-    for spec in merged["stages"]:
-        if spec.get("enabled", True):
-            build_stage(spec["stage"], {k: v for k, v in spec.items() if k not in ("stage", "enabled")})
-    return merged
+        raise CurateConfigError(f"{NAME} must be a list of stages or a mapping with a 'stages' list")
+    try:
+        cfg = fill(CurationConfig(), tree, name=NAME)
+        check_stage_entries(cfg)
+    except ConfigError as err:
+        raise CurateConfigError(f"{where}{err}") from None
+    return cfg
 
 
-def _resolve_inputs(config: dict, extra: list[Path] | tuple) -> list[tuple[Path, str]]:
-    entries = list(config["inputs"]) + [str(p) for p in extra]
+def _resolve_inputs(config: CurationConfig, extra: list[Path] | tuple) -> list[tuple[Path, str]]:
+    entries = list(config.inputs) + [str(p) for p in extra]
     resolved: list[tuple[Path, str]] = []
     for entry in entries:
-        path, dataset = (entry.get("path"), entry.get("dataset")) if isinstance(entry, dict) else (entry, None)
+        path, dataset = (entry, None) if isinstance(entry, str) else (entry.path, entry.dataset)
         root = location(path)
         files = sorted((p for p in root.rglob("*") if p.is_file()), key=str) if root.is_dir() else [root]
         for file in files:
             if not file.exists():
                 raise CurateError(f"input '{file}' does not exist")
             input_format(file)
-            resolved.append((file, dataset or config["dataset"]))
+            resolved.append((file, dataset or config.dataset))
     if not resolved:
         raise CurateError("no inputs: give --input PATH (or 'inputs:' in the pipeline config)")
     return resolved
@@ -184,11 +137,11 @@ def check_accounting(stages: list[dict]) -> list[str]:
     return problems
 
 
-def _fingerprint(config: dict, inputs: list[tuple[Path, str]]) -> dict:
+def _fingerprint(config: CurationConfig, inputs: list[tuple[Path, str]]) -> dict:
     # size and mtime: an input edited in place must not reuse markers of its old content
-    return {"stages": config["stages"],
+    return {"stages": config.stages,
             "inputs": [[str(p), d, *fingerprint(p).values()] for p, d in inputs],
-            "strict": config["strict"], "max_doc_bytes": config["max_doc_bytes"]}
+            "strict": config.strict, "max_doc_bytes": config.max_doc_bytes}
 
 
 def _prepare_work_dir(work: Path, fingerprint: dict) -> None:
@@ -228,7 +181,7 @@ def _publish(shards: list[Path], out_dir: Path, keep_work: bool) -> list[Path]:
     return final
 
 
-def run_pipeline(config: str | Path | dict | list, inputs: list[Path] | tuple = (), out_dir: Path | str = "curated",
+def run_pipeline(config: str | Path | dict | list | CurationConfig, inputs: list[Path] | tuple = (), out_dir: Path | str = "curated",
                  executor: str | None = None, workers: int | None = None, overrides: list[str] | tuple = (),
                  overwrite: bool = False) -> dict:
     """Run a curation pipeline over `inputs` (plus the config's own inputs) into `out_dir`:
@@ -240,38 +193,40 @@ def run_pipeline(config: str | Path | dict | list, inputs: list[Path] | tuple = 
     trident curate wrote (listed in OUT's marker, or stamped work/) is ever deleted.
     """
     cfg = load_pipeline_config(config, overrides)
-    cfg["executor"] = executor or cfg["executor"]
-    cfg["workers"] = cfg["workers"] if workers is None else workers
-    check_settings(cfg)
+    given = {"executor": executor, "workers": workers}
+    try:
+        fill(cfg, {key: value for key, value in given.items() if value is not None}, name=NAME)
+    except ConfigError as err:
+        raise CurateConfigError(str(err)) from None
     files = _resolve_inputs(cfg, inputs)
     out_dir = location(out_dir)
     work, fingerprint = out_dir / "work", _fingerprint(cfg, files)
     _claim(out_dir, work, fingerprint, overwrite)
     _prepare_work_dir(work, fingerprint)
-    specs = [spec for spec in cfg["stages"] if spec.get("enabled", True)]
-    options = {"strict": cfg["strict"], "max_doc_bytes": cfg["max_doc_bytes"], "modules": cfg["modules"]}
+    specs = [spec for spec in cfg.stages if spec.get("enabled", True)]
+    options = {"strict": cfg.strict, "max_doc_bytes": cfg.max_doc_bytes, "modules": cfg.modules}
     start = time.time()
-    pool = make_executor(cfg["executor"], cfg["workers"], cfg["ray_address"], progress=cfg["progress"])
+    pool = make_executor(cfg.executor, cfg.workers, cfg.ray_address, progress=cfg.progress)
     try:
         current, stage_stats, errors, problems = _run_phases(specs, files, work, pool, options)
     finally:
         pool.close()
     elapsed = time.time() - start
-    final = _publish(current, out_dir, cfg["keep_work"])
-    drops = publish_logs(work, out_dir / "drops", cfg["keep_work"])
-    if not cfg["keep_work"]:
+    final = _publish(current, out_dir, cfg.keep_work)
+    drops = publish_logs(work, out_dir / "drops", cfg.keep_work)
+    if not cfg.keep_work:
         remove_tree(work)
     problems += check_accounting(stage_stats) + check_logged(stage_stats, drops["records"])
     stats = {
         "inputs": [{"path": str(p), "dataset": d} for p, d in files],
-        "executor": cfg["executor"], "workers": pool.workers, "elapsed_s": round(elapsed, 3),
+        "executor": cfg.executor, "workers": pool.workers, "elapsed_s": round(elapsed, 3),
         "records_per_s": round(stage_stats[0]["counters"].get("in", 0) / max(elapsed, 1e-9), 2),
         "stages": [{**s, "counters": dict(sorted(s["counters"].items()))} for s in stage_stats],
         "output": {"shards": [str(p) for p in final], "documents": stage_stats[-1]["counters"].get("out", 0)},
         "accounting": {"ok": not problems, "problems": problems},
         "drops": drops,
         "errors": errors,
-        "config": {k: v for k, v in cfg.items() if k != "inputs"},
+        "config": cfg.settings(),
     }
     write_json_atomic(out_dir / "stats.json", stats)
     _write_report_safely(stats, out_dir)

@@ -1,45 +1,86 @@
-"""Types of a curation pipeline config's top-level keys, checked like the training config's.
+"""A curation pipeline's config, typed like the training config (trident.config.typed fills it).
 
-A wrong value raises CurateConfigError naming the key and what it must be; `trident curate` exits 2.
+The file is either a bare list of stages or a mapping of the keys below; each stage entry is
+`stage: <registered name>` plus that stage's keyword parameters (typed by the stage's own class)
+and optionally `enabled: false`. A wrong key or value raises CurateConfigError naming the key and
+the file; `trident curate` exits 2 on it. The defaults below are the only ones.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Optional, Union
 
 from trident.config import ConfigError
+from trident.config.typed import setting
 from trident.curate.document import CurateError
+from trident.text.jsonl import DEFAULT_MAX_DOC_BYTES
+
+NAME = "pipeline config"  # how messages name the keys of this file
+EXECUTORS = ("local", "ray")
 
 
 class CurateConfigError(CurateError, ConfigError):
     """A pipeline config mistake (unknown key, wrong type, unknown stage or parameter)."""
 
 
-def _input_entry(entry: Any) -> bool:
-    if isinstance(entry, str):
-        return True
-    return (isinstance(entry, dict) and isinstance(entry.get("path"), str) and set(entry) <= {"path", "dataset"}
-            and isinstance(entry.get("dataset", ""), str))
+@dataclass
+class InputEntry:
+    """An input given in the config with its own dataset name."""
+    path: str = ""
+    dataset: str = ""  # "": the config's dataset
 
 
-# key -> (accepts the value, what the key must be)
-SETTINGS: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "dataset": (lambda v: type(v) is str and v != "", "a non-empty string"),
-    "strict": (lambda v: type(v) is bool, "true or false"),
-    "max_doc_bytes": (lambda v: type(v) is int and v > 0, "a positive int (bytes)"),
-    "executor": (lambda v: v in ("local", "ray"), "'local' or 'ray'"),
-    "workers": (lambda v: type(v) is int and v >= 0, "an int >= 0 (0: one per core)"),
-    "ray_address": (lambda v: v is None or type(v) is str, "null or a Ray address string"),
-    "keep_work": (lambda v: type(v) is bool, "true or false"),
-    "progress": (lambda v: type(v) is bool, "true or false"),
-    "inputs": (lambda v: type(v) is list and all(map(_input_entry, v)),
-               "a list of paths or {path, dataset} mappings"),
-    "stages": (lambda v: type(v) is list, "a list of stages ({stage: <name>, ...})"),
-    "modules": (lambda v: type(v) is list and all(type(m) is str for m in v), "a list of module names"),
-}
+def _inputs_ok(entries: list) -> bool:
+    return all(isinstance(e, str) or e.path for e in entries)
 
 
-def check_settings(config: dict) -> None:
-    """Raise CurateConfigError for the first top-level key whose value has the wrong type or range."""
-    for key, (accepts, what) in SETTINGS.items():
-        if key in config and not accepts(config[key]):
-            raise CurateConfigError(f"pipeline config key '{key}': expected {what}, got {config[key]!r}")
+@dataclass
+class CurationConfig:
+    # meta["dataset"] of input documents that carry none
+    dataset: str = setting("a non-empty string", lambda v: v != "", default="web")
+    # true: stop at the first bad input record instead of counting it
+    strict: bool = setting("true or false", default=False)
+    # larger records are dropped (counted as too_large)
+    max_doc_bytes: int = setting("a positive int (bytes)", lambda v: v > 0, default=DEFAULT_MAX_DOC_BYTES)
+    executor: str = setting("'local' or 'ray'", lambda v: v in EXECUTORS, default="local")
+    # processes / Ray CPUs; 0: one per core
+    workers: int = setting("an int >= 0 (0: one per core)", lambda v: v >= 0, default=1)
+    # an existing Ray cluster to join ("auto", "ray://host:10001"); null: start one
+    ray_address: Optional[str] = setting("null or a Ray address string", default=None)
+    # keep OUT/work/ (per-phase shards) after a successful run
+    keep_work: bool = setting("true or false", default=False)
+    progress: bool = setting("true or false", default=True)
+    # modules imported in every worker: their @register_stage classes become stage names
+    modules: list[str] = setting("a list of module names", default_factory=list)
+    # paths or {path, dataset}; --input on the command line adds more
+    inputs: list[Union[str, InputEntry]] = setting("a list of paths or {path, dataset} mappings", _inputs_ok,
+                                                   default_factory=list)
+    stages: list[dict] = setting("a list of stages ({stage: <name>, ...})", default_factory=list)
+
+    def settings(self) -> dict:
+        """Every key but the inputs, as plain data (stats.json's `config`)."""
+        return {name: getattr(self, name) for name in self.__dataclass_fields__ if name != "inputs"}
+
+
+def check_stage_entries(config: CurationConfig) -> None:
+    for index, entry in enumerate(config.stages):
+        if not isinstance(entry.get("stage"), str):
+            raise CurateConfigError(f"{NAME}: stages[{index}] must be a mapping with 'stage: <name>'")
+
+
+def apply_stage_overrides(stages: list[dict], selected: dict) -> None:
+    """`stages.<name or index>.<param>=value` overrides, parsed to {selector: {param: value}}, set on
+    the one stage each selector names."""
+    for selector, params in selected.items():
+        if not isinstance(params, dict):
+            raise CurateConfigError(f"override 'stages.{selector}': stage overrides look like "
+                                    f"stages.<name or index>.<param>=value")
+        if str(selector).isdigit():
+            matches = [stages[int(selector)]] if int(selector) < len(stages) else []
+        else:
+            matches = [entry for entry in stages if entry["stage"] == selector]
+        if len(matches) != 1:
+            names = [entry["stage"] for entry in stages]
+            raise CurateConfigError(f"override 'stages.{selector}': '{selector}' must name exactly one stage of "
+                                    f"{names} (or use its index)")
+        matches[0].update(params)

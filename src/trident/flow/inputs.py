@@ -15,7 +15,7 @@ from trident.flow.spec import Flow, Source
 
 
 def generated_file(out: Path, source: Source) -> Path:
-    suffix = ".warc.gz" if source.generate["kind"] == "sample-warc" else ".jsonl"
+    suffix = ".warc.gz" if source.generate.kind == "sample-warc" else ".jsonl"
     return out / "inputs" / f"{source.name}{suffix}"
 
 
@@ -28,17 +28,17 @@ def generate(out: Path, source: Source) -> None:
     target = generated_file(out, source)
     target.parent.mkdir(parents=True, exist_ok=True)
     settings = source.generate
-    if settings["kind"] == "sample-warc":
+    if settings.kind == "sample-warc":
         from trident.curate.samples import write_sample_warc
 
-        kinds = write_sample_warc(target, n_docs=int(settings.get("n_docs", 120)), seed=int(settings.get("seed", 0)))
+        kinds = write_sample_warc(target, n_docs=settings.n_docs, seed=settings.seed)
         print(f"wrote {target}: " + ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items())))
         return
     from trident.data.stdlib_corpus import build_stdlib_corpus
 
     everything = target.with_suffix(".all.jsonl")
-    count = build_stdlib_corpus(everything, max_docs=settings.get("max_docs"))
-    every = int(settings.get("holdout_every", 0))
+    count = build_stdlib_corpus(everything, max_docs=settings.max_docs)
+    every = settings.holdout_every
     lines = everything.read_text(encoding="utf-8").splitlines()
     held = [line for i, line in enumerate(lines) if every and i % every == every - 1]
     target.write_text("".join(line + "\n" for i, line in enumerate(lines)
@@ -53,17 +53,16 @@ def heldout(flow: Flow, out: Path) -> None:
     """OUT/eval_data/: task files in the published formats, built from the held-out documents."""
     from trident.evaluate.heldout import write_heldout_tasks
 
-    settings = flow.eval["heldout"]
-    source = next(s for s in flow.sources if s.name == settings["source"])
+    settings = flow.eval.heldout
+    source = next(s for s in flow.sources if s.name == settings.source)
     path = heldout_file(out, source)
     texts = [json.loads(line)["text"] for line in path.read_text(encoding="utf-8").splitlines()]
-    counts = write_heldout_tasks(texts, eval_data(flow, out), n_examples=int(settings.get("n_examples", 64)),
-                                 seed=int(settings.get("seed", 0)))
+    counts = write_heldout_tasks(texts, eval_data(flow, out), n_examples=settings.n_examples, seed=settings.seed)
     print(f"held-out tasks from {len(texts)} documents of {source.name}: {counts} -> {eval_data(flow, out)}")
 
 
 def eval_data(flow: Flow, out: Path) -> Path | None:
     """The folder of evaluation files: the flow's data_dir, or the held-out tasks it builds."""
-    if flow.eval.get("heldout"):
+    if flow.eval.heldout:
         return out / "eval_data"
-    return Path(flow.eval["data_dir"]) if flow.eval.get("data_dir") else None
+    return Path(flow.eval.data_dir) if flow.eval.data_dir else None

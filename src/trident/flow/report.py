@@ -42,10 +42,10 @@ def write_flow_report(flow: Flow, out: Path, flow_file: Path, metrics: list[dict
     documents = sum(read_json(out / "data" / f"{s.name}.stats.json")["documents"] for s in flow.sources)
     val = [m["val_loss"] for m in metrics if m.get("val_loss") is not None]
     before = out / "eval-untrained" / "results.json"
-    untrained = read_json(before) if flow.eval.get("untrained") and before.exists() else None
+    untrained = read_json(before) if flow.eval.untrained and before.exists() else None
     summary = {"title": f"trident run report: {flow_file.name}",
                "corpus": f"{documents} curated documents from {len(flow.sources)} source(s)", "tokens": tokens,
-               "vocab_size": _vocab_size(flow, out), "config": flow.train.get("config", "tiny"), "metrics": metrics,
+               "vocab_size": _vocab_size(flow, out), "config": flow.train.config, "metrics": metrics,
                "train_seconds": sum(m.get("step_time_s", 0.0) for m in metrics),
                "val_loss": val[-1] if val else None, **sample,
                "sections": {"Curation": funnel(flow, out),

@@ -15,7 +15,7 @@ def run_flow(flow_file: str | Path, out: str | Path, raw: dict | None = None) ->
     flow, out, flow_file = load_flow(flow_file, raw), Path(out), Path(flow_file)
     out.mkdir(parents=True, exist_ok=True)
     generated = [s for s in flow.sources if s.generate]
-    total = len(generated) + bool(flow.eval.get("heldout")) + 2 * len(flow.sources) + 4 + bool(flow.eval.get("untrained"))
+    total = len(generated) + bool(flow.eval.heldout) + 2 * len(flow.sources) + 4 + flow.eval.untrained
     runner, keys = Stages(out, total=total), {}
     _prepare_inputs(flow, out, runner, keys)
     _curate_and_tokenize(flow, out, runner, keys)
@@ -28,7 +28,7 @@ def run_flow(flow_file: str | Path, out: str | Path, raw: dict | None = None) ->
     keys["eval"] = stage_key({"eval": flow.eval}, _eval_files(flow), [keys["train"], *evaluation])
     runner.run("eval", keys["eval"], lambda: (out / "eval" / "results.json").exists(),
                lambda resume: stages.evaluate(flow, out))
-    if flow.eval.get("untrained"):
+    if flow.eval.untrained:
         keys["eval:untrained"] = stage_key({"eval": flow.eval, "train": flow.train}, _config_files(flow),
                                            [keys["tokenizer"], *evaluation])
         runner.run("eval:untrained", keys["eval:untrained"], lambda: (out / "eval-untrained" / "results.json").exists(),
@@ -50,9 +50,8 @@ def _prepare_inputs(flow: Flow, out: Path, runner: Stages, keys: dict) -> None:
         keys[name] = stage_key({"generate": source.generate})
         runner.run(name, keys[name], lambda s=source: inputs.generated_file(out, s).exists(),
                    lambda resume, s=source: inputs.generate(out, s))
-    if flow.eval.get("heldout"):
-        keys["heldout"] = stage_key({"heldout": flow.eval["heldout"]}, [],
-                                    [keys[f"inputs:{flow.eval['heldout']['source']}"]])
+    if flow.eval.heldout:
+        keys["heldout"] = stage_key({"heldout": flow.eval.heldout}, [], [keys[f"inputs:{flow.eval.heldout.source}"]])
         runner.run("heldout", keys["heldout"], lambda: (out / "eval_data").is_dir(),
                    lambda resume: inputs.heldout(flow, out))
 
@@ -66,7 +65,7 @@ def _curate_and_tokenize(flow: Flow, out: Path, runner: Stages, keys: dict) -> N
         runner.run(name, keys[name], lambda s=source: (out / "curated" / s.name / "stats.json").exists(),
                    lambda resume, s=source: stages.curate(flow, out, s, resume))
     curated = [keys[f"curate:{s.name}"] for s in flow.sources]
-    given = [flow.tokenizer["path"]] if "path" in flow.tokenizer else []
+    given = [flow.tokenizer.path] if flow.tokenizer.path else []
     keys["tokenizer"] = stage_key({"tokenizer": flow.tokenizer}, given, [] if given else curated)
     shards = lambda: [p for s in flow.sources for p in stages.curated_shards(out, s)]  # noqa: E731
     runner.run("tokenizer", keys["tokenizer"], lambda: stages.tokenizer_path(flow, out).exists(),
@@ -78,21 +77,21 @@ def _curate_and_tokenize(flow: Flow, out: Path, runner: Stages, keys: dict) -> N
                    lambda resume, s=source: stages.tokenize(flow, out, s))
 
 
-def _config_files(flow) -> list[str]:
-    config = str(flow.train.get("config", "tiny"))
-    return [config] if Path(config).is_file() else []
+def _config_files(flow: Flow) -> list[str]:
+    return [flow.train.config] if Path(flow.train.config).is_file() else []
 
 
-def _eval_files(flow) -> list[Path]:
-    data_dir = flow.eval.get("data_dir")
+def _eval_files(flow: Flow) -> list[Path]:
+    data_dir = flow.eval.data_dir
     return sorted(p for p in Path(data_dir).rglob("*") if p.is_file()) if data_dir else []
 
 
 def _report(flow, out: Path, flow_file: Path) -> None:
     from trident.flow.report import write_flow_report
+    from trident.flow.report_page import latest_per_step
     from trident.train.metrics import read_metrics
 
-    metrics = read_metrics(out / "train" / "metrics.jsonl")
+    metrics = latest_per_step(read_metrics(out / "train" / "metrics.jsonl"))  # a resumed run logs steps again
     sample = stages.sample(flow, out)
     report = write_flow_report(flow, out, flow_file, metrics, sample)
     print(f"loss {metrics[0]['loss']:.3f} -> {metrics[-1]['loss']:.3f} over {len(metrics)} logged steps; "

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from trident.config.flow import CurateSection
 from trident.flow.inputs import eval_data, generated_file
 from trident.flow.spec import Flow, FlowError, Source
 
@@ -19,16 +20,15 @@ def source_files(out: Path, source: Source) -> list[Path]:
     return [generated_file(out, source)] if source.generate else source.files
 
 
-def curate_settings(flow: Flow, out: Path, source: Source) -> dict:
+def curate_settings(flow: Flow, out: Path, source: Source) -> CurateSection:
     """The flow's curation settings with the source's own on top (overrides appended), plus
     decontamination against the evaluation files when the source asks for it."""
-    settings = {**flow.curate, **source.curate}
-    overrides = [*flow.curate.get("overrides", []), *source.curate.get("overrides", [])]
+    settings = flow.curate_of(source)
     if source.decontaminate:
         tasks = decontamination_tasks(flow, out)
-        overrides += ["stages.decontaminate.enabled=true",
-                      "stages.decontaminate.tasks={" + ", ".join(f"{k}: {v}" for k, v in tasks.items()) + "}"]
-    return {**settings, "overrides": overrides}
+        settings.overrides += ["stages.decontaminate.enabled=true",
+                               "stages.decontaminate.tasks={" + ", ".join(f"{k}: {v}" for k, v in tasks.items()) + "}"]
+    return settings
 
 
 def decontamination_tasks(flow: Flow, out: Path) -> dict[str, str]:
@@ -38,7 +38,7 @@ def decontamination_tasks(flow: Flow, out: Path) -> dict[str, str]:
     folder, found = eval_data(flow, out), {}
     if folder is None:
         raise FlowError("decontaminate: true needs evaluation files (eval.data_dir or eval.heldout)")
-    for name in expand(flow.eval.get("tasks", ["lambada"])):
+    for name in expand(flow.eval.tasks):
         task = get_task(name)
         files = [task.root(folder) / f for f in task.split_files(task.eval_split) or []]
         if len(files) == 1 and files[0].suffix == ".jsonl":
@@ -51,9 +51,9 @@ def curate(flow: Flow, out: Path, source: Source, resume: bool) -> dict:
     from trident.curate.pipeline import run_pipeline
 
     settings = curate_settings(flow, out, source)
-    overrides = [*settings["overrides"], f"progress={str(settings.get('progress', True)).lower()}"]
-    stats = run_pipeline(settings.get("config", "curate-cc"), source_files(out, source), out / "curated" / source.name,
-                         workers=settings.get("workers", 1), overrides=overrides, overwrite=not resume)
+    overrides = [*settings.overrides, f"progress={str(settings.progress).lower()}"]
+    stats = run_pipeline(settings.config, source_files(out, source), out / "curated" / source.name,
+                         workers=settings.workers, overrides=overrides, overwrite=not resume)
     if not stats["output"]["documents"]:
         raise FlowError(f"source {source.name!r}: curation kept no documents")
     print(f"{source.name}: {stats['stages'][0]['counters'].get('in', 0)} records in, "
@@ -65,13 +65,13 @@ def tokenizer(flow: Flow, out: Path, shards: list[Path]) -> None:
     """Train byte-level BPE on the curated text, unless the flow names a tokenizer to use."""
     from trident.data.tokenizer import train_tokenizer
 
-    trained = train_tokenizer(shards, vocab_size=int(flow.tokenizer.get("vocab_size", 2048)),
+    trained = train_tokenizer(shards, vocab_size=flow.tokenizer.vocab_size,
                               out=out / "tokenizer.json", show_progress=True)
     print(f"byte-level BPE, {trained.vocab_size} tokens -> {out / 'tokenizer.json'}")
 
 
 def tokenizer_path(flow: Flow, out: Path) -> Path:
-    return Path(flow.tokenizer["path"]) if "path" in flow.tokenizer else out / "tokenizer.json"
+    return Path(flow.tokenizer.path) if flow.tokenizer.path else out / "tokenizer.json"
 
 
 def tokenize(flow: Flow, out: Path, source: Source) -> dict:
@@ -95,14 +95,13 @@ def _trident(args: list[str], **kwargs) -> subprocess.CompletedProcess:
 def train_overrides(flow: Flow, out: Path) -> list[str]:
     blend = ",".join(f"{s.weight},{out / 'data' / s.name}" for s in flow.sources)
     return [f"data.paths=[{blend}]", f"data.tokenizer={tokenizer_path(flow, out)}",
-            *flow.train.get("overrides", [])]
+            *flow.train.overrides]
 
 
 def train(flow: Flow, out: Path, resume: bool) -> None:
     """`trident train` on the blend; a killed run resumes from its newest checkpoint, a changed one starts over."""
-    nproc = int(flow.train.get("nproc", 1))
-    _trident(["train", str(flow.train.get("config", "tiny")), *train_overrides(flow, out), "checkpoint.load=auto",
-              "--nproc", str(nproc), "--out", str(out / "train"),
+    _trident(["train", flow.train.config, *train_overrides(flow, out), "checkpoint.load=auto",
+              "--nproc", str(flow.train.nproc), "--out", str(out / "train"),
               *([] if resume else ["--overwrite"])])  # a fresh start removes only what trident train wrote
 
 
@@ -113,14 +112,12 @@ def trained(out: Path) -> bool:
 def evaluate(flow: Flow, out: Path) -> None:
     """`trident eval` of the trained checkpoint on the flow's tasks and shots -> OUT/eval/results.json."""
     settings = flow.eval
-    tasks = settings.get("tasks", ["lambada"])
-    shots = settings.get("shots", [0])
-    args = ["eval", str(out / "train" / "checkpoints"), "--tasks", ",".join(tasks),
-            "--shots", ",".join(map(str, shots)), "--out", str(out / "eval"), "--overwrite",
-            "--tokenizer", str(tokenizer_path(flow, out)), "--batch-size", str(settings.get("batch_size", 8)),
-            "--fewshot-construction", settings.get("fewshot_construction", "harness")]
+    args = ["eval", str(out / "train" / "checkpoints"), "--tasks", ",".join(settings.tasks),
+            "--shots", ",".join(map(str, settings.shots)), "--out", str(out / "eval"), "--overwrite",
+            "--tokenizer", str(tokenizer_path(flow, out)), "--batch-size", str(settings.batch_size),
+            "--fewshot-construction", settings.fewshot_construction]
     args += ["--data-dir", str(eval_data(flow, out))] if eval_data(flow, out) else []
-    args += ["--limit", str(settings["limit"])] if settings.get("limit") else []
+    args += ["--limit", str(settings.limit)] if settings.limit else []
     _trident(args)
 
 
@@ -133,13 +130,13 @@ def evaluate_untrained(flow: Flow, out: Path) -> None:
     from trident.evaluate.lm import trident_lm
     from trident.model.gpt import build_model
 
-    config = load_config(flow.train.get("config", "tiny"), train_overrides(flow, out))
+    config = load_config(flow.train.config, train_overrides(flow, out))
     tokenizer = Tokenizer.load(tokenizer_path(flow, out))
     config.model.vocab_size = tokenizer.vocab_size
     model = build_model(config.model, config.model.padded_vocab_size(1), config.train.seed).eval()
-    lm = trident_lm(model, tokenizer, config.model.seq_length, batch_size=int(flow.eval.get("batch_size", 8)))
-    run_evaluation(lm, flow.eval.get("tasks", ["lambada"]), [0], eval_data(flow, out), out / "eval-untrained",
-                   limit=flow.eval.get("limit"), progress=False)
+    lm = trident_lm(model, tokenizer, config.model.seq_length, batch_size=flow.eval.batch_size)
+    run_evaluation(lm, flow.eval.tasks, [0], eval_data(flow, out), out / "eval-untrained",
+                   limit=flow.eval.limit or None, progress=False)
 
 
 def sample(flow: Flow, out: Path) -> dict:
@@ -150,10 +147,9 @@ def sample(flow: Flow, out: Path) -> dict:
     from trident.model.gpt import count_parameters
 
     model, _, _ = load_for_inference(out / "train" / "checkpoints")
-    prompt = flow.sample.get("prompt", "The")
+    prompt = flow.sample.prompt
     text = generate(model, Tokenizer.load(tokenizer_path(flow, out)), prompt,
-                    max_new_tokens=int(flow.sample.get("max_new_tokens", 60)), temperature=0.8, top_k=40,
-                    seed=int(flow.sample.get("seed", 0)))
+                    max_new_tokens=flow.sample.max_new_tokens, temperature=0.8, top_k=40, seed=flow.sample.seed)
     print(prompt + text)
     return {"prompt": prompt, "sample": prompt + text, "parameters": count_parameters(model)}
 

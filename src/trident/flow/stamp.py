@@ -5,6 +5,7 @@ mtime, and the keys of the stages it reads from) and whether it finished. A stam
 key that did not finish is a killed run: that stage resumes (train from its last checkpoint)."""
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import time
@@ -20,8 +21,13 @@ def file_fingerprints(files) -> list[list]:
 def stage_key(settings, files=(), upstream: list[str] = ()) -> str:
     """One hash of a stage's settings, its input files and the keys of the stages before it."""
     blob = json.dumps({"settings": settings, "files": file_fingerprints(files), "upstream": list(upstream)},
-                      sort_keys=True, default=str)
+                      sort_keys=True, default=_plain)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _plain(value):
+    """Config sections (dataclasses) as their keys and values; anything else as its text."""
+    return dataclasses.asdict(value) if dataclasses.is_dataclass(value) else str(value)
 
 
 class Stages:
