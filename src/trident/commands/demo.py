@@ -33,6 +33,7 @@ def demo_flow(steps: int | None, max_docs: int | None, overrides: list[str]) -> 
 
 
 def run(args) -> int:
+    from trident.config import ConfigError
     from trident.curate.document import CurateError
     from trident.data.output_folder import OutputFolderError, record_outputs, start_outputs
     from trident.flow.run import run_flow
@@ -46,7 +47,7 @@ def run(args) -> int:
         return 2
     except (FlowError, CurateError) as err:
         print(f"trident demo: error: {err}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(err, ConfigError) else 1  # a config mistake fails at start, as trident run
     record_outputs(args.out, "demo", before)
     if args.json:
         print(json.dumps(summary))
