@@ -19,7 +19,8 @@ stage scores the continuations from its vocabulary-split logits [b, s, V/tp] wit
 them: max, arg-max and sum-exp are all-reduced over the TP group and the target's logit comes from
 the rank that owns it (as vocab-parallel cross-entropy), so only [b, s] statistics cross ranks.
 Data-parallel replicas take batches round-robin; scores are all-gathered over the world.
-Generation (bias probes) gathers only the next-token logits [b, V] and runs on every replica.
+Generation (bias probes) is KV-cached (trident.infer.engine): one token a row per step, the
+next-token logits [b, V] gathered on the last stage only, every replica generating every prompt.
 """
 from __future__ import annotations
 
@@ -34,6 +35,8 @@ from tqdm import tqdm
 from trident.config import Config, ConfigError, config_from_dict, parse_overrides
 from trident.evaluate.lm import CausalLM
 from trident.evaluate.requests import Row, TokenRequest, batches, plan_rows
+from trident.infer.batching import generate_rows
+from trident.infer.engine import Engine
 from trident.parallel.parallelize import ParallelModel, parallelize
 from trident.parallel.precision import Precision
 from trident.parallel.tensor import gather_from_tp, vocab_parallel_scores
@@ -98,6 +101,7 @@ class ParallelLM(CausalLM):
         self.mesh = model.mesh
         self.sequence_parallel = model.layout.sequence_parallel
         self.tp = self.mesh.tp_context(self.sequence_parallel)
+        self._engine: Engine | None = None  # built on the first generate call (its KV cache)
 
     # ---- one forward through this rank's pipeline ----------------------------------------------
     def _pad(self, rows: list[tuple[int, ...]]) -> torch.Tensor:
@@ -192,22 +196,23 @@ class ParallelLM(CausalLM):
     @torch.inference_mode()
     def generate(self, prompts: list[str], max_new_tokens: int, temperature: float = 0.0,
                  top_k: int | None = None, seed: int = 1234) -> list[str]:
-        """As CausalLM.generate (same seed, same draws), with only next-token logits leaving the last
-        stage. Every data-parallel replica generates every prompt, so sampling matches one process."""
+        """As CausalLM.generate (same seed, same draws), KV-cached on this layout (trident.infer.engine):
+        each step feeds one token per row, and only next-token statistics leave the last stage. Every
+        data-parallel replica generates every prompt; the sampler's tokens reach every rank."""
         self._agree(("generate", prompts, max_new_tokens, temperature, top_k, seed))
-        return super().generate(prompts, max_new_tokens, temperature, top_k, seed)
+        if self._engine is None:
+            self._engine = Engine.from_parallel(self.model, self.vocab_size, slots=self.batch_size)
+        generator = torch.Generator().manual_seed(seed)
 
-    def _choose(self, logits: torch.Tensor, temperature: float, top_k: int | None, generator) -> torch.Tensor:
-        return self._as_rank_zero(super()._choose(logits, temperature, top_k, generator))
+        def choose(logits: torch.Tensor) -> torch.Tensor:
+            return self._choose(logits, temperature, top_k, generator)
 
-    def _as_rank_zero(self, token_ids: torch.Tensor) -> torch.Tensor:
-        """Rank 0's choice on every rank: replicas compute the same logits, but on GPUs not
-        necessarily bit for bit, and a sampled token must not differ between replicas."""
-        if self.mesh.dp == 1:
-            return token_ids
-        token_ids = token_ids.to(self.device)
-        dist.broadcast(token_ids, src=0)
-        return token_ids.cpu()
+        outputs = []
+        for start in range(0, len(prompts), self.batch_size):
+            rows = [list(self._encode(p) or (self.eod_id,)) for p in prompts[start: start + self.batch_size]]
+            new = generate_rows(self._engine, rows, max_new_tokens, self.eod_id, choose)
+            outputs.extend(self.codec.decode(n) for n in new)
+        return outputs
 
     # ---- bookkeeping ------------------------------------------------------------------------------
     def _agree(self, payload) -> None:

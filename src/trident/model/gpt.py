@@ -34,9 +34,14 @@ class Attention(nn.Module):
         self.dropout = cfg.attention_dropout
         self.tp = tp
 
-    def core(self, qkv: torch.Tensor, cache: dict | None) -> torch.Tensor:
+    def core(self, qkv: torch.Tensor, cache=None) -> torch.Tensor:
+        """`cache`: None, a dict (one sequence, extended a token at a time), or a batched cache
+        object whose `attend(q, k, v)` stores k, v at each row's own positions and attends over them
+        (trident.infer.kv_cache.LayerCache: prompts of different lengths, rows joining mid-batch)."""
         s, b, _ = qkv.shape
         q, k, v = qkv.view(s, b, -1, 3, self.head_dim).permute(3, 1, 2, 0, 4)  # each [b, heads, s, d]
+        if cache is not None and not isinstance(cache, dict):
+            return cache.attend(q, k, v).permute(2, 0, 1, 3).reshape(s, b, -1)
         causal = True
         if cache is not None:
             if "k" in cache:
@@ -106,12 +111,18 @@ class Embedding(nn.Module):
         self.dropout = cfg.hidden_dropout
         self.tp = tp
 
-    def forward(self, tokens: torch.Tensor, position_offset: int = 0) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, position_offset: int = 0,
+                positions: torch.Tensor | None = None) -> torch.Tensor:
+        """`positions` [b, s]: each token's absolute position (rows of a batch may be at different
+        places in their sequences); without it, position_offset, position_offset + 1, ... for every row."""
         b, s = tokens.shape
-        if position_offset + s > self.position.num_embeddings:
-            raise ValueError(f"sequence of {position_offset + s} tokens exceeds model.seq_length="
-                             f"{self.position.num_embeddings}")
-        positions = torch.arange(position_offset, position_offset + s, device=tokens.device)
+        if positions is None:
+            if position_offset + s > self.position.num_embeddings:
+                raise ValueError(f"sequence of {position_offset + s} tokens exceeds model.seq_length="
+                                 f"{self.position.num_embeddings}")
+            positions = torch.arange(position_offset, position_offset + s, device=tokens.device)
+        elif positions.shape != tokens.shape:
+            raise ValueError(f"positions {tuple(positions.shape)} must have the shape of tokens {tuple(tokens.shape)}")
         x = (self.word(tokens) + self.position(positions)).transpose(0, 1).contiguous()  # [s, b, h]
         if self.tp.sequence_parallel:
             x = T.scatter_to_sequence(x, self.tp)
@@ -141,9 +152,10 @@ class GPT(nn.Module):
             self.final_norm = T.SequenceParallelLayerNorm(cfg.hidden_size, cfg.layernorm_epsilon, tp, **factory)
 
     def forward(self, x: torch.Tensor, labels: torch.Tensor | None = None,
-                cache: list[dict] | None = None, position_offset: int = 0) -> torch.Tensor:
+                cache: list | None = None, position_offset: int = 0,
+                positions: torch.Tensor | None = None) -> torch.Tensor:
         if self.pre_process:
-            x = self.embedding(x, position_offset)
+            x = self.embedding(x, position_offset, positions)
         for index, block in enumerate(self.blocks.values()):
             x = self._run_block(block, x, None if cache is None else cache[index])
         if not self.post_process:
@@ -154,7 +166,7 @@ class GPT(nn.Module):
             return logits.transpose(0, 1)
         return T.vocab_parallel_cross_entropy(logits, labels.t(), self.tp).t()
 
-    def _run_block(self, block: Block, x: torch.Tensor, cache: dict | None) -> torch.Tensor:
+    def _run_block(self, block: Block, x: torch.Tensor, cache) -> torch.Tensor:
         if self.activation_checkpointing == "full" and self.training and cache is None:
             return checkpoint(block, x, use_reentrant=False, context_fn=partial(T.checkpoint_rng_contexts, self.tp))
         return block(x, cache, selective=self.activation_checkpointing == "selective")

@@ -1,0 +1,113 @@
+"""One forward pass of batched generation, as tensors every rank can receive: which slots, which
+tokens at which absolute positions, and each row's sampling options; and what comes back.
+
+A plan crosses ranks as one header ([kind, rows, width]) and two tensors (longs, floats), so a
+driver rank can send it to followers with three broadcasts and no pickling.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+MAX_TOP_LOGPROBS = 5  # as the OpenAI completions API caps `logprobs`
+LONG_COLUMNS = ("slot", "last", "echo", "top_n", "top_k", "seed", "fresh")
+
+
+@dataclass
+class RowSpec:
+    """One sequence's share of a forward pass."""
+    slot: int
+    tokens: list[int]  # the tokens fed this pass (a whole prompt, or the one newest token)
+    start: int  # absolute position of tokens[0]
+    temperature: float = 0.0  # 0: greedy
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int = 0
+    fresh: bool = False  # first pass of this sequence: (re)seed its sampling generator
+    echo: bool = False  # also score every fed token (prompt log-probabilities)
+    top_n: int = 0  # alternatives reported per token
+
+
+@dataclass
+class Plan:
+    longs: torch.Tensor  # [b, len(LONG_COLUMNS) + 2 w]: the columns, then tokens, then positions
+    floats: torch.Tensor  # [b, 2]: temperature, top_p
+
+    @property
+    def rows(self) -> int:
+        return self.longs.shape[0]
+
+    @property
+    def width(self) -> int:
+        return (self.longs.shape[1] - len(LONG_COLUMNS)) // 2
+
+    def column(self, name: str) -> torch.Tensor:
+        return self.longs[:, LONG_COLUMNS.index(name)]
+
+    @property
+    def tokens(self) -> torch.Tensor:
+        return self.longs[:, len(LONG_COLUMNS): len(LONG_COLUMNS) + self.width]
+
+    @property
+    def positions(self) -> torch.Tensor:
+        return self.longs[:, len(LONG_COLUMNS) + self.width:]
+
+    @property
+    def any_echo(self) -> bool:
+        return bool(self.column("echo").any())
+
+    @property
+    def top_n(self) -> int:
+        return int(self.column("top_n").max())
+
+    @property
+    def out_width(self) -> int:
+        """Positions reported per row: all of them when a row echoes, else only each row's last."""
+        return self.width if self.any_echo else 1
+
+    def header(self) -> torch.Tensor:
+        return torch.tensor([0, self.rows, self.width], dtype=torch.long)
+
+
+def build_plan(rows: list[RowSpec], seq_length: int, pad_id: int, multiple: int = 1) -> Plan:
+    """Right-padded rows (width rounded up to `multiple`, for sequence parallelism). A padding
+    token takes the positions after its row's last (capped at seq_length - 1)."""
+    if not rows:
+        raise ValueError("a plan needs at least one row")
+    width = max(len(r.tokens) for r in rows)
+    width = -(-width // multiple) * multiple
+    longs = torch.zeros(len(rows), len(LONG_COLUMNS) + 2 * width, dtype=torch.long)
+    floats = torch.zeros(len(rows), 2, dtype=torch.float64)
+    for b, row in enumerate(rows):
+        if not row.tokens or row.start + len(row.tokens) > seq_length:
+            raise ValueError(f"row for slot {row.slot}: {len(row.tokens)} tokens from position {row.start} "
+                             f"do not fit model.seq_length={seq_length}")
+        values = (row.slot, len(row.tokens) - 1, int(row.echo), row.top_n, row.top_k, row.seed, int(row.fresh))
+        longs[b, : len(LONG_COLUMNS)] = torch.tensor(values)
+        tokens = row.tokens + [pad_id] * (width - len(row.tokens))
+        longs[b, len(LONG_COLUMNS): len(LONG_COLUMNS) + width] = torch.tensor(tokens)
+        positions = torch.arange(row.start, row.start + width).clamp(max=seq_length - 1)
+        longs[b, len(LONG_COLUMNS) + width:] = positions
+        floats[b] = torch.tensor([row.temperature, row.top_p], dtype=torch.float64)
+    return Plan(longs, floats)
+
+
+@dataclass
+class StepOutput:
+    """Per row and reported position: the chosen (or next prompt) token, its log-probability, and
+    the top_n alternatives. At a row's last position the token is the newly generated one."""
+    table: torch.Tensor  # [b, out_width, 2 + 2 top_n] float64: id, logprob, top ids, top logprobs
+    lasts: list[int]  # each row's last position in the table
+
+    def token(self, row: int, position: int | None = None) -> int:
+        return int(self.table[row, self.lasts[row] if position is None else position, 0])
+
+    def logprob(self, row: int, position: int | None = None) -> float:
+        return float(self.table[row, self.lasts[row] if position is None else position, 1])
+
+    def top(self, row: int, n: int, position: int | None = None) -> list[tuple[int, float]]:
+        position = self.lasts[row] if position is None else position
+        width = (self.table.shape[2] - 2) // 2
+        ids, lps = self.table[row, position, 2: 2 + n], self.table[row, position, 2 + width: 2 + width + n]
+        return [(int(i), float(lp)) for i, lp in zip(ids, lps)]
