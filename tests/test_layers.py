@@ -7,7 +7,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "trident"
 
 # top to bottom; a package may import only packages on a lower line
 ORDER = [
-    ["__main__"], ["cli"], ["commands"], ["demo"], ["flow"], ["launch", "diagnose"], ["rehearse"], ["train"], ["evaluate"], ["infer", "plan"],
+    ["__main__"], ["cli"], ["commands"], ["demo"], ["flow"], ["serve", "launch", "diagnose"], ["rehearse"], ["train"], ["evaluate"], ["infer", "plan"],
     ["checkpoint", "parallelize"], ["model", "curate"], ["parallel"], ["tasks", "data"], ["text"],
     ["config", "flops", "hardware", "__init__"],
 ]
