@@ -1,14 +1,22 @@
-"""`trident generate CKPT --prompt P --max-new-tokens N [--greedy | --temperature T --top-k K --top-p P]`."""
+"""`trident generate CKPT --prompt P --max-new-tokens N [--greedy | --temperature T --top-k K --top-p P]`.
+
+With several --prompt, a parallel.* layout or --nproc N > 1, the prompts are generated together on
+the KV-cached engine (trident.infer.engine), each rank holding its chunk of the layout."""
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("checkpoint", help="a checkpoint folder (step_N/) or a folder of them (the newest is used)")
-    parser.add_argument("--prompt", default="", help="text to continue (default: empty, i.e. start a new document)")
+    parser.add_argument("overrides", nargs="*", default=[], metavar="parallel.KEY=VALUE",
+                        help="generate on this layout (parallel.tp, parallel.pp, parallel.dp, parallel.sequence_parallel)")
+    parser.add_argument("--nproc", type=int, default=1, metavar="N", help="local ranks (started with torchrun)")
+    parser.add_argument("--prompt", action="append", default=None,
+                        help="text to continue; repeat for a batch (default: one empty prompt, a new document)")
     parser.add_argument("--max-new-tokens", type=int, default=64, metavar="N", help="tokens to generate (default 64)")
     parser.add_argument("--greedy", action="store_true", help="always take the most likely token")
     parser.add_argument("--temperature", type=float, default=None, metavar="T",
@@ -34,6 +42,12 @@ def run(args) -> int:
     if args.greedy and given:
         print(f"trident generate: --greedy cannot be combined with {', '.join(given)}", file=sys.stderr)
         return 2
+    prompts = args.prompt or [""]
+    if len(prompts) > 1 or args.overrides or args.nproc > 1 or int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        from trident.commands.generate_parallel import run_batched
+
+        return run_batched(args, prompts)
+    args.prompt = prompts[0]
     import torch
 
     from trident.checkpoint.reader import load_for_inference
