@@ -85,12 +85,12 @@ def tiny_lm(tokenizer: Tokenizer, seq_length: int = 64, seed: int = 0, batch_siz
     return trident_lm(model, tokenizer, cfg.seq_length, batch_size=batch_size)
 
 
-def save_trident_checkpoint(tokenizer, root):
+def save_trident_checkpoint(tokenizer, root, seq_length: int = 128):
     from trident.checkpoint.writer import save_checkpoint
     from trident.parallel.mesh import Mesh
     from trident.parallel.state import weight_pieces
 
-    model, cfg = tiny_model(tokenizer, seq_length=128, seed=3)
+    model, cfg = tiny_model(tokenizer, seq_length=seq_length, seed=3)
     config = Config()
     config.model = cfg
     token_file = root / "tokenizer.json"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import queue
 import random
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -61,6 +61,7 @@ class Scheduler:
         self.waiting: deque[Request] = deque()
         self.running: dict[int, Request] = {}  # slot -> request
         self.free = list(range(engine.slots - 1, -1, -1))
+        self.finished: Counter[str] = Counter()  # requests by finish reason
 
     def submit(self, request: Request) -> None:
         if len(request.prompt_ids) + max(request.max_new_tokens, 1) > self.engine.seq_length:
@@ -152,6 +153,7 @@ class Scheduler:
 
     def _finish(self, slot: int | None, request: Request, reason: str) -> None:
         request.finish_reason = reason
+        self.finished[reason] += 1
         if slot is not None and self.running.get(slot) is request:
             del self.running[slot]
             self.free.append(slot)

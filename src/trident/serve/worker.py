@@ -36,7 +36,7 @@ class EngineLoop:
     @property
     def load(self) -> dict:
         return {"running": len(self.scheduler.running), "waiting": len(self.scheduler.waiting),
-                "slots": self.engine.slots}
+                "slots": self.engine.slots, "finished": dict(self.scheduler.finished)}
 
     def _loop(self) -> None:
         try:

@@ -1,0 +1,91 @@
+"""Shared helpers for the serving and parallel-generation tests: a tiny checkpoint with a long
+context, `trident serve` started on a free 127.0.0.1 port (and stopped), and single-process greedy
+references to compare every served or parallel result with."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from eval_fixtures import save_trident_checkpoint, tiny_tokenizer
+from trident.train.launch import free_port
+
+PROMPTS = ["Question: How do you clean a window?\nAnswer:", "The", "A man fills the sink with water. he",
+           "True or False:", "Neither yes no", "[header] How to water plants", "winter clothes", "Answer: True"]
+
+
+def serving_checkpoint(root: Path, seq_length: int = 384):
+    """(checkpoint path, tokenizer): 2 layers, 4 heads, a context long enough to stream for a while."""
+    tokenizer = tiny_tokenizer(root)
+    path, _ = save_trident_checkpoint(tokenizer, root, seq_length=seq_length)
+    return path, tokenizer
+
+
+class Server:
+    """`trident serve CKPT ...` in a subprocess on a free port; `url`, `get`, `post`; `stop` sends SIGTERM."""
+
+    def __init__(self, checkpoint, *args: str, nproc: int = 1, timeout: float = 90.0):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        command = [sys.executable, "-m", "trident", "serve", str(checkpoint), *args, "--port", str(self.port),
+                   "--threads", "1", "--nproc", str(nproc)]
+        self.log = open(Path(os.environ.get("TMPDIR", "/tmp")) / f"trident-serve-{self.port}.log", "w+")
+        self.proc = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
+                                     env=dict(os.environ, OMP_NUM_THREADS="1"))
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if self.get("/health")["status"] == "ok":
+                    return
+            except OSError:
+                pass
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.kill()
+                raise RuntimeError(f"server did not start:\n{self.output()}")
+            time.sleep(0.2)
+
+    def get(self, path: str, timeout: float = 10) -> dict:
+        with urllib.request.urlopen(self.url + path, timeout=timeout) as response:
+            return json.loads(response.read())
+
+    def post(self, path: str, body, timeout: float = 60) -> tuple[int, dict]:
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        request = urllib.request.Request(self.url + path, data=data, headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as response:
+                return response.status, json.loads(response.read())
+        except urllib.error.HTTPError as error:
+            return error.code, json.loads(error.read())
+
+    def output(self) -> str:
+        self.log.flush()
+        self.log.seek(0)
+        return self.log.read()
+
+    def stop(self, timeout: float = 60) -> int:
+        """SIGTERM (what a process manager sends), then wait for the exit code."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        finally:
+            self.kill()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:  # the whole session: torchrun and its ranks too
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+
+def greedy_reference(checkpoint, prompts: list[str], max_tokens: int) -> dict[str, str]:
+    """prompt -> the continuation one process writes greedily (stopping at <|endoftext|>)."""
+    from trident.checkpoint.reader import load_for_inference
+    from trident.infer.generate import generate_result
+
+    model, tokenizer, _ = load_for_inference(checkpoint)
+    return {p: generate_result(model, tokenizer, p, max_tokens, greedy=True).text for p in prompts}

@@ -1,0 +1,166 @@
+"""`trident serve` as its clients see it, on one server for the module (a free 127.0.0.1 port):
+the `openai` package (plain and streamed) and curl get single-process greedy text; 64 concurrent
+clients x 8 requests are all answered, none lost or mixed up; bad requests get a 400 naming the
+field and the server keeps serving; a client gone mid-stream frees its slot."""
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import socket
+import subprocess
+import time
+
+import pytest
+
+from serve_fixtures import PROMPTS, Server, greedy_reference, serving_checkpoint
+
+MAX_TOKENS = 12
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    return serving_checkpoint(tmp_path_factory.mktemp("serve"))[0]
+
+
+@pytest.fixture(scope="module")
+def server(checkpoint):
+    server = Server(checkpoint, "--max-batch", "16", "--model-name", "tiny")
+    yield server
+    assert server.stop() == 0, server.output()[-3000:]
+
+
+@pytest.fixture(scope="module")
+def reference(checkpoint):
+    return greedy_reference(checkpoint, PROMPTS, MAX_TOKENS)
+
+
+@pytest.mark.timeout(60)
+def test_openai_client_plain_and_streaming(server, reference):
+    openai = pytest.importorskip("openai")
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused")
+    assert [m.id for m in client.models.list().data] == ["tiny"]
+    plain = client.completions.create(model="tiny", prompt=PROMPTS[:3], max_tokens=MAX_TOKENS, temperature=0)
+    assert [c.text for c in sorted(plain.choices, key=lambda c: c.index)] == [reference[p] for p in PROMPTS[:3]]
+    assert plain.usage.completion_tokens > 0
+    pieces = [chunk.choices[0].text for chunk in client.completions.create(
+        model="tiny", prompt=PROMPTS[0], max_tokens=MAX_TOKENS, temperature=0, stream=True)]
+    assert len(pieces) > 1 and "".join(pieces) == reference[PROMPTS[0]]
+    sampled = [client.completions.create(model="tiny", prompt="The", max_tokens=8, temperature=0.9, top_p=0.9,
+                                         seed=11).choices[0].text for _ in range(2)]
+    assert sampled[0] == sampled[1]  # a seed makes a sampled completion reproducible
+
+
+@pytest.mark.timeout(60)
+def test_curl_plain_and_server_sent_events(server, reference):
+    body = json.dumps({"prompt": PROMPTS[1], "max_tokens": MAX_TOKENS, "temperature": 0})
+    done = subprocess.run(["curl", "-s", "-H", "Content-Type: application/json", "-d", body,
+                           server.url + "/v1/completions"], capture_output=True, text=True, timeout=30)
+    assert json.loads(done.stdout)["choices"][0]["text"] == reference[PROMPTS[1]]
+    stream = json.dumps({"prompt": PROMPTS[1], "max_tokens": MAX_TOKENS, "temperature": 0, "stream": True})
+    done = subprocess.run(["curl", "-sN", "-d", stream, server.url + "/v1/completions"], capture_output=True,
+                          text=True, timeout=30)
+    events = [line[len("data: "):] for line in done.stdout.splitlines() if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e)["choices"][0] for e in events[:-1]]
+    assert "".join(c["text"] for c in chunks) == reference[PROMPTS[1]]
+    assert chunks[-1]["finish_reason"] in ("length", "stop")
+
+
+@pytest.mark.timeout(60)
+def test_echo_logprobs_score_the_prompt_as_one_process(server, checkpoint):
+    import torch
+
+    from trident.checkpoint.reader import load_for_inference
+
+    model, tokenizer, _ = load_for_inference(checkpoint)
+    ids = tokenizer.encode(PROMPTS[0])
+    status, body = server.post("/v1/completions", {"prompt": ids, "max_tokens": 1, "temperature": 0,
+                                                   "logprobs": 2, "echo": True})
+    assert status == 200
+    logprobs = body["choices"][0]["logprobs"]
+    assert logprobs["token_logprobs"][0] is None and len(logprobs["token_logprobs"]) == len(ids) + 1
+    with torch.no_grad():
+        want = model(torch.tensor([ids]))[0, :-1, : tokenizer.vocab_size].log_softmax(-1)
+    want = want.gather(-1, torch.tensor(ids[1:])[:, None]).squeeze(-1)
+    assert logprobs["token_logprobs"][1: len(ids)] == pytest.approx(want.tolist(), abs=1e-4)
+    assert all(len(top) <= 2 for top in logprobs["top_logprobs"][1:])
+    assert body["choices"][0]["text"].startswith(tokenizer.decode(ids))
+
+
+BAD = [
+    (b'{"prompt": "x", ', "body"),
+    (b'["not", "an", "object"]', "body"),
+    ({"prompt": "x", "max_tokens": "5"}, "max_tokens"),
+    ({"prompt": "x", "max_tokens": 0}, "max_tokens"),
+    ({"prompt": "x", "max_tokens": -3}, "max_tokens"),
+    ({"prompt": "x", "max_tokens": 384}, "max_tokens"),
+    ({"prompt": "x " * 400}, "prompt"),
+    ({"prompt": 5}, "prompt"),
+    ({"prompt": [1, "a"]}, "prompt[0]"),
+    ({"prompt": [10**9]}, "prompt"),
+    ({"prompt": "x", "temperature": "hot"}, "temperature"),
+    ({"prompt": "x", "top_p": 0}, "top_p"),
+    ({"prompt": "x", "logprobs": 9}, "logprobs"),
+    ({"prompt": "x", "stream": "yes"}, "stream"),
+    ({"prompt": "x", "stop": ["a", ""]}, "stop"),
+    ({"prompt": "x", "n": 2}, "n"),
+    ({"prompt": "x", "frequency_penalty": 1}, "frequency_penalty"),
+    ({"max_tokens": 3}, "prompt"),
+]
+
+
+@pytest.mark.timeout(60)
+def test_bad_requests_get_400_naming_the_field_and_serving_goes_on(server, reference):
+    for body, field in BAD:
+        status, answer = server.post("/v1/completions", body)
+        assert status == 400, (body, answer)
+        assert answer["error"]["param"] == field and field in answer["error"]["message"], (body, answer)
+    status, answer = server.post("/v1/completions", {"prompt": PROMPTS[2], "max_tokens": MAX_TOKENS, "temperature": 0})
+    assert status == 200 and answer["choices"][0]["text"] == reference[PROMPTS[2]]
+
+
+async def _client(url: str, jobs: list[tuple[int, str]], seen: list) -> None:
+    import aiohttp
+
+    async with aiohttp.ClientSession() as session:
+        for tag, prompt in jobs:
+            body = {"prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0, "user": str(tag)}
+            async with session.post(url + "/v1/completions", json=body) as response:
+                assert response.status == 200, await response.text()
+                seen.append((tag, prompt, (await response.json())["choices"][0]["text"]))
+
+
+@pytest.mark.timeout(180)
+def test_64_clients_by_8_requests_each_get_their_own_answer(server, reference):
+    draw = random.Random(0)
+    plan = [[(8 * c + i, draw.choice(PROMPTS)) for i in range(8)] for c in range(64)]
+    seen: list = []
+
+    async def everyone():
+        await asyncio.gather(*(_client(server.url, jobs, seen) for jobs in plan))
+
+    asyncio.run(everyone())
+    assert sorted(tag for tag, _, _ in seen) == list(range(64 * 8))  # none lost, none twice
+    wrong = [(tag, prompt, text) for tag, prompt, text in seen if text != reference[prompt]]
+    assert not wrong, wrong[:3]
+    assert server.get("/health")["running"] == 0
+
+
+@pytest.mark.timeout(60)
+def test_a_client_gone_mid_stream_frees_its_slot(server):
+    before = server.get("/health")["finished"].get("cancelled", 0)
+    body = json.dumps({"prompt": "The", "max_tokens": 370, "temperature": 0, "stream": True}).encode()
+    with socket.create_connection(("127.0.0.1", server.port)) as sock:
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        received = b""
+        while b"data: " not in received:  # streaming has begun
+            received += sock.recv(4096)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        health = server.get("/health")
+        if health["finished"].get("cancelled", 0) > before and health["running"] == 0:
+            break
+        time.sleep(0.05)
+    assert health["finished"].get("cancelled", 0) == before + 1 and health["running"] == 0, health
