@@ -1,9 +1,9 @@
 """The HTTP server: the OpenAI completions API on aiohttp, in front of the engine thread.
 
-Why aiohttp: it is already a trident dependency (the storage and harness code pull it in), one
-well-kept package gives the server, streamed responses (server-sent events are a StreamResponse),
-and a graceful shutdown that stops listening and waits for in-flight handlers; an ASGI stack would
-add two packages (starlette + uvicorn) for the same.
+Why aiohttp: one well-kept package (the one fsspec's HTTP filesystem, s3fs and the harness already
+install) gives the server, streamed responses (server-sent events are a StreamResponse) and a
+graceful shutdown that stops listening and waits for in-flight handlers; an ASGI stack would add two
+packages (starlette + uvicorn) and a second event-loop owner for the same.
 
 Routes: POST /v1/completions, GET /v1/models, GET /health, and the tokenizer routes lm-evaluation-
 harness's `local-completions` looks for (GET /tokenizer_info, POST /tokenize, POST /detokenize) so

@@ -1,0 +1,78 @@
+"""lm-evaluation-harness's `local-completions` model against `trident serve` scores LAMBADA and HellaSwag
+(local copies of their fixtures, offline) exactly as `--model trident` scores the same checkpoint:
+the harness finds the server's tokenizer routes, sends token-id prompts with echo + logprobs, and reads
+each continuation's log-likelihood and greediness from the OpenAI-format answer."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from eval_fixtures import FIXTURES, HARNESS_OFFLINE_ENV
+from serve_fixtures import Server, serving_checkpoint
+
+TASKS = {
+    "serve_lambada": """task: serve_lambada
+dataset_path: json
+dataset_kwargs: {{data_files: {{test: {fixtures}/lambada/lambada_test.jsonl}}}}
+test_split: test
+output_type: loglikelihood
+doc_to_text: "{{{{text.split(' ')[:-1]|join(' ')}}}}"
+doc_to_target: "{{{{' '+text.split(' ')[-1]}}}}"
+metric_list:
+  - metric: perplexity
+    aggregation: perplexity
+    higher_is_better: false
+  - metric: acc
+    aggregation: mean
+    higher_is_better: true
+""",
+    "serve_hellaswag": """task: serve_hellaswag
+dataset_path: json
+dataset_kwargs: {{data_files: {{test: {fixtures}/hellaswag/hellaswag_val.jsonl}}}}
+test_split: test
+output_type: multiple_choice
+doc_to_text: "{{{{activity_label}}}}: {{{{ctx_a}}}} {{{{ctx_b|capitalize}}}}"
+doc_to_choice: "{{{{endings}}}}"
+doc_to_target: "{{{{label}}}}"
+metric_list:
+  - metric: acc
+  - metric: acc_norm
+""",
+}
+
+HARNESS = ("import json, sys, lm_eval; import trident.evaluate.lm_eval_model; "
+           "from lm_eval.tasks import TaskManager; "
+           "manager = TaskManager(include_path=sys.argv[1], include_defaults=False); "
+           "print('RESULTS ' + json.dumps([lm_eval.simple_evaluate(model=m, model_args=a, tasks=sys.argv[2].split(','), "
+           "task_manager=manager, batch_size=4, device='cpu')['results'] "
+           "for m, a in (sys.argv[3:5], sys.argv[5:7])]))")
+
+
+@pytest.mark.timeout(400)
+def test_local_completions_scores_like_model_trident(tmp_path):
+    checkpoint, _ = serving_checkpoint(tmp_path)
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    for name, body in TASKS.items():
+        (tasks / f"{name}.yaml").write_text(body.format(fixtures=FIXTURES))
+    server = Server(checkpoint, "--max-batch", "8", "--model-name", "tiny")
+    try:
+        remote = f"base_url={server.url}/v1/completions,model=tiny,num_concurrent=2,max_retries=1"
+        done = subprocess.run([sys.executable, "-c", HARNESS, str(tasks), ",".join(TASKS),
+                               "trident", f"checkpoint={checkpoint}", "local-completions", remote],
+                              capture_output=True, text=True, timeout=350, env=dict(os.environ, **HARNESS_OFFLINE_ENV))
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert server.stop() == 0
+    finally:
+        server.kill()
+    line = next(line for line in done.stdout.splitlines() if line.startswith("RESULTS "))
+    ours, served = json.loads(line[len("RESULTS "):])
+    for task in TASKS:
+        numbers = {k: v for k, v in ours[task].items() if isinstance(v, float) and "stderr" not in k}
+        assert len(numbers) == 2, ours[task]
+        for metric, value in numbers.items():
+            assert served[task][metric] == pytest.approx(value, rel=1e-5), (task, metric)
