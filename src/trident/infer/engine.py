@@ -152,9 +152,8 @@ class Engine:
             logits = logits[torch.arange(b, device=logits.device), lasts][:, None]
             targets = torch.zeros(b, 1, dtype=torch.long, device=logits.device)
             at = torch.zeros(b, dtype=torch.long, device=logits.device)
-        sampled = bool((plan.floats[:, 0] > 0).any())
-        if choose is not None or sampled or plan.top_n > 1:
-            return self._choose_gathered(plan, logits, targets, at, choose)
+        if choose is not None or plan.any_sampled or plan.top_n > 1 or self.tp.size == 1:
+            return self._choose_gathered(plan, logits, targets, at, choose)  # with one TP rank, nothing to gather
         return self._choose_vocab_parallel(plan, logits, targets, at)
 
     def _choose_vocab_parallel(self, plan: Plan, logits, targets, at) -> torch.Tensor | None:
@@ -180,6 +179,8 @@ class Engine:
         last_logits = full[rows, at]  # [b, V]
         if choose is not None:
             chosen = choose(last_logits).cpu()
+        elif not plan.any_sampled:
+            chosen = last_logits.argmax(-1)
         else:
             chosen = torch.tensor([self._sample_row(plan, b, last_logits[b]) for b in range(plan.rows)])
         targets[rows, at] = chosen

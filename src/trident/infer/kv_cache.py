@@ -21,6 +21,12 @@ class StepRows:
         self.slots = slots  # [b] long
         self.positions = positions  # [b, s] long
         self.length = int(positions.max()) + 1  # keys at positions >= length are never attended
+        first = int(slots[0])
+        # consecutive slots (one request, or a batch admitted together) are read as a view, not a copy
+        self.block = slice(first, first + len(slots)) if torch.equal(
+            slots, torch.arange(first, first + len(slots), device=slots.device)) else None
+        self.visible = (torch.arange(self.length, device=positions.device)[None, None, :]
+                        <= positions[:, :, None])[:, None]  # [b, 1, s, length]: shared by every layer
 
 
 class LayerCache:
@@ -50,10 +56,10 @@ class LayerCache:
         rows = slots[:, None].expand_as(positions)
         self.k[rows, positions] = k.transpose(1, 2).to(self.k.dtype)
         self.v[rows, positions] = v.transpose(1, 2).to(self.v.dtype)
-        keys = self.k[slots, :length].transpose(1, 2)  # [b, heads, length, d]
-        values = self.v[slots, :length].transpose(1, 2)
-        visible = torch.arange(length, device=q.device)[None, None, :] <= positions[:, :, None]  # [b, s, length]
-        return F.scaled_dot_product_attention(q, keys, values, attn_mask=visible[:, None])
+        rows_read = step.block if step.block is not None else slots
+        keys = self.k[rows_read, :length].transpose(1, 2)  # [b, heads, length, d]
+        values = self.v[rows_read, :length].transpose(1, 2)
+        return F.scaled_dot_product_attention(q, keys, values, attn_mask=step.visible)
 
 
 class SlotCache:

@@ -53,13 +53,10 @@ class Plan:
     def positions(self) -> torch.Tensor:
         return self.longs[:, len(LONG_COLUMNS) + self.width:]
 
-    @property
-    def any_echo(self) -> bool:
-        return bool(self.column("echo").any())
-
-    @property
-    def top_n(self) -> int:
-        return int(self.column("top_n").max())
+    def __post_init__(self):
+        self.any_echo = bool(self.column("echo").any())
+        self.top_n = int(self.column("top_n").max())
+        self.any_sampled = bool((self.floats[:, 0] > 0).any())
 
     @property
     def out_width(self) -> int:
@@ -77,19 +74,17 @@ def build_plan(rows: list[RowSpec], seq_length: int, pad_id: int, multiple: int 
         raise ValueError("a plan needs at least one row")
     width = max(len(r.tokens) for r in rows)
     width = -(-width // multiple) * multiple
-    longs = torch.zeros(len(rows), len(LONG_COLUMNS) + 2 * width, dtype=torch.long)
-    floats = torch.zeros(len(rows), 2, dtype=torch.float64)
-    for b, row in enumerate(rows):
+    longs, floats = [], []
+    for row in rows:
         if not row.tokens or row.start + len(row.tokens) > seq_length:
             raise ValueError(f"row for slot {row.slot}: {len(row.tokens)} tokens from position {row.start} "
                              f"do not fit model.seq_length={seq_length}")
-        values = (row.slot, len(row.tokens) - 1, int(row.echo), row.top_n, row.top_k, row.seed, int(row.fresh))
-        longs[b, : len(LONG_COLUMNS)] = torch.tensor(values)
+        columns = [row.slot, len(row.tokens) - 1, int(row.echo), row.top_n, row.top_k, row.seed, int(row.fresh)]
         tokens = row.tokens + [pad_id] * (width - len(row.tokens))
-        longs[b, len(LONG_COLUMNS): len(LONG_COLUMNS) + width] = torch.tensor(tokens)
-        positions = torch.arange(row.start, row.start + width).clamp(max=seq_length - 1)
-        longs[b, len(LONG_COLUMNS) + width:] = positions
-        floats[b] = torch.tensor([row.temperature, row.top_p], dtype=torch.float64)
+        positions = [min(p, seq_length - 1) for p in range(row.start, row.start + width)]
+        longs.append(columns + tokens + positions)
+        floats.append([row.temperature, row.top_p])
+    longs, floats = torch.tensor(longs, dtype=torch.long), torch.tensor(floats, dtype=torch.float64)
     return Plan(longs, floats)
 
 

@@ -24,6 +24,7 @@ class Job:
         self.stops = completion.stop
         self.top_n = completion.logprobs
         self.echo = completion.echo
+        self.streaming = completion.stream
         self.changed = asyncio.Event()
         self.finished = asyncio.Event()
         self.text = ""  # the continuation so far, cut at a stop sequence
@@ -31,17 +32,23 @@ class Job:
         self.started = False  # the first streamed chunk (which carries an echoed prompt) is out
         self.request = Request(list(ids), completion.max_tokens, completion.temperature, completion.top_k,
                                completion.top_p, completion.seed, top_n=completion.logprobs or 0,
-                               echo=completion.echo, on_token=self._on_token, on_done=self._on_done)
+                               echo=completion.echo, stop_at_eod=not completion.ignore_eos,
+                               on_token=self._on_token, on_done=self._on_done)
 
     # ---- engine thread --------------------------------------------------------------------------
     def _on_token(self, request: Request, token: int) -> bool:
+        if not (self.stops or self.streaming):  # nothing to decide or send before the end
+            return False
         text = self.tokenizer.decode(request.new_ids)
         cut = min((i for i in (text.find(s) for s in self.stops) if i >= 0), default=-1)
         self.text = text if cut < 0 else text[:cut]
-        self.loop.call_soon_threadsafe(self.changed.set)
+        if self.streaming:
+            self.loop.call_soon_threadsafe(self.changed.set)
         return cut >= 0
 
     def _on_done(self, request: Request) -> None:
+        if not (self.stops or self.streaming):
+            self.text = self.tokenizer.decode(request.new_ids)
         self.loop.call_soon_threadsafe(self._finish)
 
     def _finish(self) -> None:

@@ -4,7 +4,8 @@ its field) and the response objects, plain and streamed.
 https://platform.openai.com/docs/api-reference/completions: `prompt` is a string, a list of
 strings, a list of token ids or a list of lists of token ids; `logprobs` N reports, per token, its
 own log-probability and the N most likely alternatives; `echo` repeats (and scores) the prompt.
-`top_k` is an extension, as in vLLM. `model` may name any model: one is served.
+`top_k` and `ignore_eos` (keep generating past <|endoftext|>) are extensions, as in vLLM.
+`model` may name any model: one is served.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from trident.infer.plan import MAX_TOP_LOGPROBS
 
 FIELDS = {"model", "prompt", "max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "logprobs", "echo",
-          "stream", "n", "user"}
+          "stream", "n", "user", "ignore_eos"}
 MAX_STOPS = 4
 
 
@@ -40,6 +41,7 @@ class Completion:
     logprobs: int | None = None
     echo: bool = False
     stream: bool = False
+    ignore_eos: bool = False
 
 
 def _number(body: dict, name: str, default, low: float, high: float, integer: bool = False):
@@ -126,7 +128,8 @@ def parse_completion(body, tokenizer, context: int) -> Completion:
                          seed=_number(body, "seed", None, -2**63, 2**63 - 1, integer=True),
                          stop=_stops(body.get("stop")),
                          logprobs=_number(body, "logprobs", None, 0, MAX_TOP_LOGPROBS, integer=True),
-                         echo=_flag(body, "echo"), stream=_flag(body, "stream"))
+                         echo=_flag(body, "echo"), stream=_flag(body, "stream"),
+                         ignore_eos=_flag(body, "ignore_eos"))
     if request.top_p == 0:
         raise BadRequest("top_p", "must be greater than 0")
     request.top_k = max(request.top_k, 0)  # -1 (vLLM's "off") is 0 here
