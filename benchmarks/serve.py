@@ -9,7 +9,8 @@ Every request: a 32-token prompt, 64 new tokens, greedy, `ignore_eos` (so every 
 --threads T, clients on aiohttp in this process; latency is a request's end-to-end time. transformers:
 GPT2LMHeadModel from `trident export-hf`'s folder, torch.set_num_threads(T), sequential (one
 request at a time) and batched (--hf-batch prompts a call, left-padded). tokens/s = generated tokens
-over wall time. The first prompt's greedy text is checked equal between the two.
+over wall time, after one warm-up request each. The first prompt's greedy text is checked equal
+between the two.
 
     python benchmarks/serve.py [--quick] [--threads 1] [--requests-per-client 2]
 """
@@ -110,6 +111,8 @@ def hf_generate(folder: Path, pool: list[list[int]], batch: int, requests: int, 
     from transformers import GPT2LMHeadModel
 
     model = GPT2LMHeadModel.from_pretrained(folder).eval()
+    with torch.inference_mode():  # warm-up, as for the server
+        model.generate(torch.tensor(pool[:1]), max_new_tokens=4, do_sample=False, pad_token_id=eod)
     latencies, outputs, start = [], [], time.perf_counter()
     for first in range(0, requests, batch):
         chunk = [pool[i % len(pool)] for i in range(first, min(requests, first + batch))]
@@ -143,6 +146,7 @@ def main() -> None:
         levels = [1, 8] if args.quick else [1, 8, 64]
         proc, url = start_server(checkpoint, args.threads, max_batch=64)
         try:
+            asyncio.run(_load(url, 1, 1, pool))  # warm-up: first-call allocations are not serving speed
             served = [asyncio.run(_load(url, c, args.requests_per_client if c > 1 else 8, pool)) for c in levels]
         finally:
             proc.terminate()
