@@ -82,7 +82,8 @@ class Scheduler:
         while self.waiting and self.free:
             request = self.waiting.popleft()
             joining[self.free.pop()] = request
-        running = dict(self.running)
+        running = dict(sorted(self.running.items()))  # slot order: a full batch reads its cache as one view
+        joining = dict(sorted(joining.items()))
         if joining:
             self.running.update(joining)
             self._prefill(joining)

@@ -1,8 +1,9 @@
 """A batched KV cache with one slot per sequence, so sequences of different lengths share a forward
 pass and a sequence can join or leave the batch between any two tokens (continuous batching).
 
-Each layer's keys and values live in [slots, length, heads, head_dim] buffers (heads: this TP rank's
-heads, so the cache is TP-sharded as the attention is). A forward pass names its rows' slots and
+Each layer's keys and values live in [slots, heads, length, head_dim] buffers (heads: this TP rank's
+heads, so the cache is TP-sharded as the attention is; each head's [length, head_dim] is contiguous,
+so a batch of slots is read without reordering). A forward pass names its rows' slots and
 every token's absolute position ([b, s]); `attend` writes the new keys and values at those positions
 and lets each query see the keys of its own slot at positions <= its own. Padding tokens (right of a
 shorter row) are written at positions past the row's end: they are never attended, and the row's
@@ -38,14 +39,14 @@ class LayerCache:
 
     def _reserve(self, k: torch.Tensor, length: int) -> None:
         """Grow the buffers (doubling, up to max_length) so positions < length fit."""
-        have = 0 if self.k is None else self.k.shape[1]
+        have = 0 if self.k is None else self.k.shape[2]
         if length <= have:
             return
         size = min(self.max_length, max(length, 2 * have, 16))
         heads, dim = k.shape[1], k.shape[3]
-        fresh = [k.new_zeros(self.slots, size, heads, dim) for _ in range(2)]
+        fresh = [k.new_zeros(self.slots, heads, size, dim) for _ in range(2)]
         if self.k is not None:
-            fresh[0][:, :have], fresh[1][:, :have] = self.k, self.v
+            fresh[0][:, :, :have], fresh[1][:, :, :have] = self.k, self.v
         self.k, self.v = fresh
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -54,11 +55,14 @@ class LayerCache:
         slots, positions, length = step.slots, step.positions, step.length
         self._reserve(k, length)
         rows = slots[:, None].expand_as(positions)
-        self.k[rows, positions] = k.transpose(1, 2).to(self.k.dtype)
-        self.v[rows, positions] = v.transpose(1, 2).to(self.v.dtype)
+        self.k[rows, :, positions] = k.transpose(1, 2).to(self.k.dtype)  # [b, s, heads, d] at (slot, position)
+        self.v[rows, :, positions] = v.transpose(1, 2).to(self.v.dtype)
         rows_read = step.block if step.block is not None else slots
-        keys = self.k[rows_read, :length].transpose(1, 2)  # [b, heads, length, d]
-        values = self.v[rows_read, :length].transpose(1, 2)
+        keys, values = self.k[rows_read, :, :length], self.v[rows_read, :, :length]  # [b, heads, length, d]
+        if q.shape[2] == 1:  # one new token a row: two batched matmuls beat SDPA's masked path on CPU
+            scores = (q.float() @ keys.float().transpose(-1, -2)) * q.shape[-1] ** -0.5
+            weights = scores.masked_fill(~step.visible, float("-inf")).softmax(-1)
+            return (weights @ values.float()).to(q.dtype)
         return F.scaled_dot_product_attention(q, keys, values, attn_mask=step.visible)
 
 

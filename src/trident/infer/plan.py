@@ -95,14 +95,16 @@ class StepOutput:
     table: torch.Tensor  # [b, out_width, 2 + 2 top_n] float64: id, logprob, top ids, top logprobs
     lasts: list[int]  # each row's last position in the table
 
+    def __post_init__(self):
+        self.values = self.table.tolist()  # read per row and token: Python lists, not tensor indexing
+        self.width = (self.table.shape[2] - 2) // 2
+
     def token(self, row: int, position: int | None = None) -> int:
-        return int(self.table[row, self.lasts[row] if position is None else position, 0])
+        return int(self.values[row][self.lasts[row] if position is None else position][0])
 
     def logprob(self, row: int, position: int | None = None) -> float:
-        return float(self.table[row, self.lasts[row] if position is None else position, 1])
+        return self.values[row][self.lasts[row] if position is None else position][1]
 
     def top(self, row: int, n: int, position: int | None = None) -> list[tuple[int, float]]:
-        position = self.lasts[row] if position is None else position
-        width = (self.table.shape[2] - 2) // 2
-        ids, lps = self.table[row, position, 2: 2 + n], self.table[row, position, 2 + width: 2 + width + n]
-        return [(int(i), float(lp)) for i, lp in zip(ids, lps)]
+        entry = self.values[row][self.lasts[row] if position is None else position]
+        return [(int(i), lp) for i, lp in zip(entry[2: 2 + n], entry[2 + self.width: 2 + self.width + n])]
