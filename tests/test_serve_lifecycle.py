@@ -85,3 +85,15 @@ def test_two_ranks_serve_what_one_process_writes(checkpoint):
         assert server.stop(timeout=60) == 0, server.output()[-3000:]
     finally:
         server.kill()
+
+
+@pytest.mark.timeout(60)
+def test_usage_mistakes_exit_2_before_anything_starts(checkpoint, capsys):
+    from trident.cli import main
+
+    assert main(["serve", str(checkpoint), "--max-batch", "0"]) == 2
+    assert "--max-batch" in capsys.readouterr().err
+    assert main(["serve", str(checkpoint), "parallel.tp=3", "--nproc", "3"]) == 2  # 4 heads do not split 3 ways
+    assert "'parallel.tp': model.num_heads=4 must be divisible by tp=3" in capsys.readouterr().err
+    assert main(["serve", str(checkpoint), "model.num_layers=3"]) == 2
+    assert "parallel.*" in capsys.readouterr().err

@@ -212,6 +212,7 @@ class ParallelLM(CausalLM):
             rows = [list(self._encode(p) or (self.eod_id,)) for p in prompts[start: start + self.batch_size]]
             new = generate_rows(self._engine, rows, max_new_tokens, self.eod_id, choose)
             outputs.extend(self.codec.decode(n) for n in new)
+        self._engine.release()  # scoring runs next: its activations need the memory more
         return outputs
 
     # ---- bookkeeping ------------------------------------------------------------------------------

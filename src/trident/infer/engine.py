@@ -47,6 +47,12 @@ class Engine:
         for chunk in chunks:
             chunk.eval()
 
+    def release(self) -> None:
+        """Free the KV-cache buffers (they grow again on the next pass)."""
+        for cache in self.caches:
+            for layer in cache.layers:
+                layer.k = layer.v = None
+
     @classmethod
     def from_parallel(cls, model, vocab_size: int, slots: int) -> "Engine":
         """From a trident.parallel.parallelize.ParallelModel (this rank's chunks of a layout)."""
@@ -80,25 +86,31 @@ class Engine:
     def follow(self) -> None:
         """Followers: run every plan rank 0 broadcasts until it says stop."""
         while True:
-            header = torch.zeros(3, dtype=torch.long)
-            dist.broadcast(header, src=0)
+            header = self._broadcast(torch.zeros(3, dtype=torch.long), 0)
             if int(header[0]) == STOP:
                 return
             rows, width = int(header[1]), int(header[2])
-            longs = torch.zeros(rows, len(LONG_COLUMNS) + 2 * width, dtype=torch.long)
-            floats = torch.zeros(rows, 2, dtype=torch.float64)
-            dist.broadcast(longs, src=0)
-            dist.broadcast(floats, src=0)
+            longs = self._broadcast(torch.zeros(rows, len(LONG_COLUMNS) + 2 * width, dtype=torch.long), 0)
+            floats = self._broadcast(torch.zeros(rows, 2, dtype=torch.float64), 0)
             self._run(Plan(longs, floats), None)
 
     def stop_followers(self) -> None:
         if self.world > 1:
-            dist.broadcast(torch.tensor([STOP, 0, 0], dtype=torch.long), src=0)
+            self._broadcast(torch.tensor([STOP, 0, 0], dtype=torch.long), 0)
 
     def _send_plan(self, plan: Plan) -> None:
-        dist.broadcast(plan.header(), src=0)
-        dist.broadcast(plan.longs.contiguous(), src=0)
-        dist.broadcast(plan.floats.contiguous(), src=0)
+        for tensor in (plan.header(), plan.longs, plan.floats):
+            self._broadcast(tensor, 0)
+
+    def _broadcast(self, tensor: torch.Tensor, src: int) -> torch.Tensor:
+        """`tensor` from rank `src` on every rank, on the CPU (through the device when NCCL carries it)."""
+        if dist.get_backend() == "nccl":
+            moved = tensor.to(self.device).contiguous()
+            dist.broadcast(moved, src=src)
+            return moved.cpu()
+        tensor = tensor.contiguous()
+        dist.broadcast(tensor, src=src)
+        return tensor
 
     # ---- one pass -------------------------------------------------------------------------------
     @torch.inference_mode()
@@ -111,7 +123,7 @@ class Engine:
         if self.world > 1:
             if table is None or self.rank != self.sampler:
                 table = torch.zeros(shape, dtype=torch.float64)
-            dist.broadcast(table, src=self.sampler)
+            table = self._broadcast(table, self.sampler)
         lasts = plan.column("last").tolist() if plan.any_echo else [0] * plan.rows
         return StepOutput(table, lasts)
 
