@@ -40,6 +40,7 @@ def build_checkpoint(root: Path) -> tuple[Path, object]:
     from trident.data.tokenizer import train_tokenizer
     from trident.model.gpt import build_model
     from trident.parallel.mesh import Mesh
+    from trident.parallel.state import weight_pieces
 
     corpus = root / "corpus.txt"
     sources = sorted(Path(statistics.__file__).parent.glob("*.py"))[:60]
@@ -47,7 +48,7 @@ def build_checkpoint(root: Path) -> tuple[Path, object]:
     tokenizer = train_tokenizer([corpus], 2048, root / "tokenizer.json")
     config: Config = load_config("demo", MODEL + [f"model.vocab_size={tokenizer.vocab_size}"])
     model = build_model(config.model, config.model.padded_vocab_size(), seed=1234)
-    path = save_checkpoint(root / "checkpoints", 1, list(model.named_parameters()), {}, {"torch": torch.get_rng_state()},
+    path = save_checkpoint(root / "checkpoints", 1, weight_pieces(list(model.named_parameters())),
                            {"config": config.to_dict(), "step": 1}, Mesh(),
                            extra_files={"tokenizer.json": root / "tokenizer.json"})
     return path, tokenizer
