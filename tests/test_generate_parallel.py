@@ -120,19 +120,23 @@ def test_cancelled_request_frees_its_slot_for_a_waiting_one(checkpoint):
         scheduler.submit(Request([1] * 120, 9))
 
 
-def _cli(checkpoint, *args) -> dict:
-    command = [sys.executable, "-m", "trident", "generate", str(checkpoint), "--greedy", "--no-stop-at-eod",
-               "--max-new-tokens", str(NEW), "--json", "--threads", "1"]
+def _cli_args(checkpoint) -> list[str]:
+    args = ["generate", str(checkpoint), "--greedy", "--no-stop-at-eod", "--max-new-tokens", str(NEW), "--json",
+            "--threads", "1"]
     for prompt in PROMPTS[:3]:
-        command += ["--prompt", prompt]
-    done = subprocess.run(command + list(args), capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout)
+        args += ["--prompt", prompt]
+    return args
 
 
 @pytest.mark.timeout(150)
-def test_cli_generates_on_two_ranks_what_one_process_does(checkpoint, reference):
-    parallel = _cli(checkpoint, "parallel.pp=2", "--nproc", "2")
+def test_cli_generates_on_two_ranks_what_one_process_does(checkpoint, reference, capsys):
+    from trident.cli import main
+
+    command = [sys.executable, "-m", "trident", *_cli_args(checkpoint), "parallel.pp=2", "--nproc", "2"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    parallel = json.loads(done.stdout)
     assert parallel["layout"]["pp"] == 2
     assert [r["new_ids"] for r in parallel["results"]] == [ids for ids, *_ in reference[:3]]
-    assert [r["new_ids"] for r in _cli(checkpoint)["results"]] == [ids for ids, *_ in reference[:3]]
+    assert main(_cli_args(checkpoint)) == 0  # several prompts, one process: the same engine path
+    assert [r["new_ids"] for r in json.loads(capsys.readouterr().out)["results"]] == [ids for ids, *_ in reference[:3]]
