@@ -64,7 +64,8 @@ def run_batched(args, prompts: list[str]) -> int:
         return relaunch_with_torchrun(torchrun_command(args.nproc, _forwarded(args, prompts, seed)))[0]
     import torch
 
-    torch.set_num_threads(args.threads or 1)
+    if args.threads or world > 1:  # ranks sharing a machine: one thread each unless told otherwise
+        torch.set_num_threads(args.threads or 1)
     if world > 1:
         init_distributed("gloo" if args.device in ("cpu", "auto") else "nccl")
     try:
