@@ -27,7 +27,15 @@ def trained_checkpoint(tmp_path_factory):
     return _TRAINED["result"]
 
 
-def _train_checkpoint(root):
+@pytest.fixture(scope="session")
+def trained_llama_checkpoint(tmp_path_factory):
+    """As trained_checkpoint, for the Llama-style preset (RoPE, RMSNorm, SwiGLU, GQA, untied, no biases)."""
+    if "llama" not in _TRAINED:
+        _TRAINED["llama"] = _train_checkpoint(tmp_path_factory.mktemp("llama_ckpt"), "llama-tiny")
+    return _TRAINED["llama"]
+
+
+def _train_checkpoint(root, preset="tiny"):
     import numpy as np
 
     from train_fixtures import Windows, stdlib_text
@@ -38,7 +46,7 @@ def _train_checkpoint(root):
     text = stdlib_text()
     (root / "corpus.txt").write_text(text)
     tokenizer = train_tokenizer([root / "corpus.txt"], vocab_size=400, out=root / "tokenizer.json")
-    config = load_config("tiny", ["train.steps=40", "logging.log_interval=1000", "train.lr=1e-2",
+    config = load_config(preset, ["train.steps=40", "logging.log_interval=1000", "train.lr=1e-2",
                                   "model.make_vocab_size_divisible_by=64"])
     ids = np.array(tokenizer.encode(text), dtype=np.int64)
     trainer = Trainer(config, root / "run", datasets=(Windows(ids, config.model.seq_length), None),

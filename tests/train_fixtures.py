@@ -69,6 +69,13 @@ RAMP = ["train.global_batch_size=16", "train.micro_batch_size=2", "train.rampup_
         "train.steps=5", "model.num_layers=4"]
 
 
+# tiny's shape with Llama-style blocks: rotary positions, RMSNorm, SwiGLU, 2 key/value heads for 4 query
+# heads (sharded at tp=2, replicated at tp=4), an untied head, no biases
+LLAMA = ["model.position=rope", "model.norm=rmsnorm", "model.mlp=swiglu", "model.num_kv_heads=2",
+         "model.ffn_hidden_size=64", "model.tie_embeddings=false", "model.bias=false"]
+MQA = [*LLAMA, "model.num_kv_heads=1"]  # multi-query: one key/value head, replicated at any tp
+
+
 def train_full(config, out_dir):
     """Train; return losses and the full parameters of the whole model, gathered to every rank."""
     from trident.train.trainer import Trainer

@@ -1,21 +1,37 @@
 """Model FLOPs of one training iteration: the one formula behind the trainer's TFLOP/s and MFU and
 the planner's throughput (Narayanan et al. 2021, as docs/reference.md).
 
-Per layer and sequence a forward is 24 s h^2 (QKV, projection and a 4h MLP) + 4 s^2 h (attention
-scores and the weighted sum), the output head 2 s h V; a backward costs two forwards and full
-activation recomputation one more forward of every layer. Summed over B sequences and L layers:
+Per layer and sequence a forward is 2 s W (W: the layer's matmul weights; 12 h^2 for GPT's QKV,
+projection and 4h MLP) + 4 s^2 h (attention scores and the weighted sum), the output head 2 s h V;
+a backward costs two forwards and full activation recomputation one more forward of every layer.
+Summed over B sequences and L layers, for GPT:
     F = 96 B s L h^2 (1 + s/(6h) + V/(16 L h))   with recomputation,
-and 3/4 of that without (the paper's convention, which scales the head term too).
+and 3/4 of that without (the paper's convention, which scales the head term too). Llama-style
+layers change only W (block_weights): grouped-query attention has fewer key/value rows, SwiGLU a
+third matrix.
 """
 from __future__ import annotations
 
 
-def iteration_flops(batch: int, seq: int, layers: int, hidden: int, vocab: int, recompute: bool) -> float:
-    """F = 96 B s L h^2 (1 + s/(6h) + V/(16 L h)) with full recomputation; 3/4 of that without."""
-    full = 96.0 * batch * seq * layers * hidden**2 * (1 + seq / (6 * hidden) + vocab / (16 * layers * hidden))
+def block_weights(model) -> int:
+    """Matmul weights of one transformer layer of a ModelConfig: q, k, v, output projection, MLP."""
+    h, f = model.hidden_size, model.ffn_size
+    kv = model.kv_heads * (h // model.num_heads)
+    attention = 2 * h * h + 2 * h * kv
+    mlp = (3 if model.mlp == "swiglu" else 2) * h * f
+    return attention + mlp
+
+
+def iteration_flops(batch: int, seq: int, layers: int, hidden: int, vocab: int, recompute: bool,
+                    layer_weights: int | None = None) -> float:
+    """F = B (8 s L W + 16 s^2 L h + 6 s h V) with full recomputation (W = 12 h^2: the formula
+    above); 3/4 of that without. `layer_weights`: W (default GPT's 12 h^2)."""
+    weights = 12 * hidden**2 if layer_weights is None else layer_weights
+    full = float(batch) * (8 * seq * layers * weights + 16 * seq**2 * layers * hidden + 6 * seq * hidden * vocab)
     return full if recompute else 0.75 * full
 
 
-def model_flops(batch: int, seq: int, layers: int, hidden: int, vocab: int) -> float:
+def model_flops(batch: int, seq: int, layers: int, hidden: int, vocab: int,
+                layer_weights: int | None = None) -> float:
     """Model FLOPs of one iteration (forward + backward, no recompute): what MFU counts."""
-    return iteration_flops(batch, seq, layers, hidden, vocab, recompute=False)
+    return iteration_flops(batch, seq, layers, hidden, vocab, recompute=False, layer_weights=layer_weights)

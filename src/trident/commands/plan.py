@@ -30,7 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from trident.config import ConfigError, load_config
+    from trident.config import ConfigError, load_config, validate_model
     from trident.plan.memory import Layout
     from trident.plan.report import plan_json, print_plan, print_ranking, ranking_json
     from trident.plan.search import evaluate, rank_layouts
@@ -38,6 +38,7 @@ def run(args) -> int:
 
     try:
         config = load_config(args.config, args.overrides)
+        validate_model(config)
         hardware = load_hardware(args.gpu, args.hardware)
     except (ConfigError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)

@@ -12,41 +12,10 @@ from typing import Optional
 
 import yaml
 
+from trident.config.model import MODEL_CHOICES, ModelConfig, model_problems
 from trident.config.pipeline_schedules import DEFAULT_SCHEDULE, SPECS, Problem, spec
 # the typed-file machinery every config shares (curation pipelines and flow files too); re-exported here
 from trident.config.typed import PRESET_DIR, ConfigError, fill, parse_overrides, read_yaml, resolve_path  # noqa: F401
-
-
-@dataclass
-class ModelConfig:
-    num_layers: int = 2
-    hidden_size: int = 64
-    num_heads: int = 4
-    seq_length: int = 64
-    vocab_size: int = 0  # 0: take it from the tokenizer
-    make_vocab_size_divisible_by: int = 128
-    ffn_hidden_size: int = 0  # 0: 4 * hidden_size
-    hidden_dropout: float = 0.0
-    attention_dropout: float = 0.0
-    layernorm_epsilon: float = 1e-5
-    init_std: float = 0.0  # 0: sqrt(1 / (3 * hidden_size)), as MT-NLG
-    activation: str = "gelu"  # gelu (exact, erf) | gelu_tanh (the tanh approximation original GPT-2 used)
-
-    @property
-    def ffn_size(self) -> int:
-        return self.ffn_hidden_size or 4 * self.hidden_size
-
-    @property
-    def std(self) -> float:
-        return self.init_std or math.sqrt(1.0 / (3.0 * self.hidden_size))
-
-    def padded_vocab_size(self, tp: int = 1) -> int:
-        """Vocabulary padded to a multiple of lcm(make_vocab_size_divisible_by, tp) (50257 -> 51200 at 1024).
-
-        Unlike Megatron (multiple * tp) this is the same for every TP degree that divides the multiple,
-        so checkpoints reshard between TP degrees without changing the embedding's shape."""
-        multiple = math.lcm(self.make_vocab_size_divisible_by, tp)
-        return int(math.ceil(self.vocab_size / multiple) * multiple)
 
 
 @dataclass
@@ -154,7 +123,7 @@ class Config:
 
 
 CHOICES = {
-    "model.activation": ("gelu", "gelu_tanh"),
+    **MODEL_CHOICES,
     "parallel.schedule": tuple(SPECS),
     "parallel.zero_stage": (0, 1),
     "parallel.backend": ("auto", "gloo", "nccl"),
@@ -167,12 +136,14 @@ CHOICES = {
 # The range every numeric key must lie in, by meaning; checked before anything divides by them.
 RANGES = {
     "positive": ("model.num_layers", "model.hidden_size", "model.num_heads", "model.seq_length",
-                 "model.make_vocab_size_divisible_by", "model.layernorm_epsilon", "parallel.tp", "parallel.pp",
+                 "model.make_vocab_size_divisible_by", "model.layernorm_epsilon", "model.rope_theta",
+                 "parallel.tp", "parallel.pp",
                  "parallel.virtual_stages", "parallel.bucket_size_mb", "parallel.timeout_s", "train.steps",
                  "train.global_batch_size", "train.micro_batch_size", "train.lr", "train.adam_eps",
                  "train.eval_iters", "train.loss_scale_initial", "train.loss_scale_growth_interval",
                  "train.loss_scale_hysteresis", "logging.log_interval"),
-    "non-negative": ("model.vocab_size", "model.ffn_hidden_size", "model.init_std", "parallel.dp",
+    "non-negative": ("model.vocab_size", "model.ffn_hidden_size", "model.init_std", "model.num_kv_heads",
+                     "parallel.dp",
                      "data.split_seed", "data.index_workers", "train.min_lr", "train.warmup_tokens",
                      "train.decay_tokens",
                      "train.weight_decay", "train.clip_grad", "train.seed", "train.eval_interval",
@@ -259,6 +230,8 @@ def validate(config: Config, world_size: int | None = None) -> None:
     _require(m.hidden_size % m.num_heads == 0, "model.hidden_size",
              f"{m.hidden_size} is not divisible by model.num_heads={m.num_heads}")
     _require(m.num_heads % p.tp == 0, "parallel.tp", f"model.num_heads={m.num_heads} must be divisible by tp={p.tp}")
+    for problem in model_problems(m, p.tp):
+        _refuse(problem)
     _require(m.ffn_size % p.tp == 0, "parallel.tp", f"ffn size {m.ffn_size} must be divisible by tp={p.tp}")
     chunks = p.pp * p.virtual_stages
     if p.layer_partition is None:
@@ -292,6 +265,16 @@ def validate(config: Config, world_size: int | None = None) -> None:
             f" (global and ramp-up start/increment batch sizes {sizes} / micro_batch_size x dp = {granule})")
     _require(t.min_lr <= t.lr, "train.min_lr", f"must be <= train.lr, got {t.min_lr} > {t.lr}")
     _check_data_paths(config.data.paths)
+
+
+def validate_model(config: Config) -> None:
+    """The model's keys alone, for commands that choose the layout themselves (trident plan)."""
+    for key, choices in MODEL_CHOICES.items():
+        value = getattr(config.model, key.split(".")[1])
+        _require(value in choices, key, f"must be one of {choices}, got {value!r}")
+    _require(config.model.num_kv_heads >= 0, "model.num_kv_heads", f"must be >= 0, got {config.model.num_kv_heads}")
+    for problem in model_problems(config.model, tp=1):
+        _refuse(problem)
 
 
 def _check_data_paths(paths: list) -> None:

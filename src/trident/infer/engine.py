@@ -140,7 +140,7 @@ class Engine:
                                 device=self.device)
                 dist.recv(x, src=self._neighbour(c, -1))
             with self.autocast():
-                x = chunk(x, cache=self.caches[c].layers, positions=positions if chunk.pre_process else None)
+                x = chunk(x, cache=self.caches[c].layers, positions=positions)  # rotary blocks on every stage
             if not chunk.post_process:
                 dist.send(x.to(self.dtype).contiguous(), dst=self._neighbour(c, +1))
         return x if self.chunks[-1].post_process else None

@@ -1,4 +1,5 @@
-"""Hugging Face interop: a trident checkpoint <-> a `transformers` GPT-2 model folder.
+"""Hugging Face interop: a trident checkpoint <-> a `transformers` GPT-2 model folder (Llama-style
+models: LlamaForCausalLM, whose tensor mapping is infer/hf_llama.py; import dispatches on model_type).
 
 trident's GPT is GPT-2's architecture (with exact GeLU, or the tanh approximation original GPT-2
 used: model.activation), so the conversion is only renaming, transposing and reordering:
@@ -18,6 +19,9 @@ from pathlib import Path
 
 import torch
 from safetensors import safe_open
+
+from trident.infer.hf_llama import (check_llama_config, is_llama, llama_from_hf, llama_tensors,
+                                    trident_config_from_llama)
 
 EXACT_GELU = "gelu"
 TANH_GELUS = ("gelu_new", "gelu_pytorch_tanh", "gelu_fast")
@@ -120,7 +124,7 @@ def check_gpt2_config(config: dict, source: Path) -> None:
         raise ValueError(f"{source}: config key '{key}' = {config.get(key)!r}: {why}")
 
     if config.get("model_type", "gpt2") != "gpt2":
-        refuse("model_type", "only GPT-2 models can be imported")
+        refuse("model_type", "only GPT-2 (gpt2) and Llama (llama) models can be imported")
     for key in ("n_embd", "n_layer", "n_head", "n_positions", "vocab_size"):
         if not isinstance(config.get(key), int) or config[key] <= 0:
             refuse(key, "must be a positive integer")
@@ -149,16 +153,17 @@ def _weight_files(hf_dir: Path) -> list[Path]:
     raise FileNotFoundError(f"{hf_dir}: no {WEIGHTS_FILE} or {WEIGHTS_INDEX}")
 
 
-def read_hf_tensors(hf_dir: Path) -> dict[str, torch.Tensor]:
-    """All tensors of the folder's safetensors file(s), as float32, keyed with the `transformer.` prefix."""
+def read_hf_tensors(hf_dir: Path, prefix: str = "transformer.") -> dict[str, torch.Tensor]:
+    """All tensors of the folder's safetensors file(s), as float32, keyed with the model's prefix
+    (`transformer.` for GPT-2, `model.` for Llama)."""
     tensors = {}
     for path in _weight_files(hf_dir):
         if not path.is_file():
             raise FileNotFoundError(f"{hf_dir / WEIGHTS_INDEX} names {path.name}, which is missing")
         with safe_open(path, framework="pt") as handle:
             for key in handle.keys():
-                # a bare GPT2Model saves without the prefix; the attention mask buffer is not a weight
-                name = key if key.startswith(("transformer.", "lm_head.")) else f"transformer.{key}"
+                # a bare GPT2Model / LlamaModel saves without the prefix; GPT-2's attention mask buffer is no weight
+                name = key if key.startswith((prefix, "lm_head.")) else f"{prefix}{key}"
                 if name.endswith((".attn.bias", ".attn.masked_bias")):
                     continue
                 tensors[name] = handle.get_tensor(key).float()
@@ -175,7 +180,7 @@ def _expected_shape(kind: str, trident_shape: tuple, vocab: int) -> tuple:
 
 def import_hf(hf_dir: str | Path, out_dir: str | Path, pad_vocab_multiple: int | None = None,
               seed: int = 1234) -> dict:
-    """Write a single-process trident checkpoint (OUT/step_0000000/) from a GPT-2 model folder.
+    """Write a single-process trident checkpoint (OUT/step_0000000/) from a GPT-2 or Llama model folder.
 
     The folder needs config.json and model.safetensors (or a sharded index); tokenizer files, when
     present, are carried over. Returns a summary (checkpoint path, sizes, notes)."""
@@ -186,30 +191,18 @@ def import_hf(hf_dir: str | Path, out_dir: str | Path, pad_vocab_multiple: int |
 
     hf_dir, out = Path(hf_dir), Path(out_dir)
     hf = _read_hf_config(hf_dir)
-    check_gpt2_config(hf, hf_dir / "config.json")
+    llama = hf.get("model_type") == "llama"
+    (check_llama_config if llama else check_gpt2_config)(hf, hf_dir / "config.json")
     if complete_checkpoints(out):
         raise FileExistsError(f"{out} already holds checkpoints; import into an empty folder")
     notes = []
-    config = _trident_config(hf, pad_vocab_multiple, seed)
+    config = (trident_config_from_llama if llama else _trident_config)(hf, pad_vocab_multiple, seed)
     m = config.model
-
-    tensors = read_hf_tensors(hf_dir)
+    tensors = read_hf_tensors(hf_dir, "model." if llama else "transformer.")
     model = parallelize(config, Mesh(), torch.device("cpu"))  # one process: fresh Adam state, seeded streams
     params = dict(model.named_params)
-    names = name_map(m.num_layers)
-    unexpected = sorted(set(tensors) - {g for _, g, _ in names} - {"lm_head.weight"})
-    if unexpected:
-        raise ValueError(f"{hf_dir}: tensors trident's GPT has no place for: {', '.join(unexpected[:5])}")
-    _check_tied_head(tensors, hf, hf_dir)
     with torch.no_grad():
-        for trident_name, hf_name, kind in names:
-            if hf_name not in tensors:
-                raise KeyError(f"{hf_dir}: weights have no tensor '{hf_name}'")
-            want = _expected_shape(kind, tuple(params[trident_name].shape), m.vocab_size)
-            if tuple(tensors[hf_name].shape) != want:
-                raise ValueError(f"{hf_dir}: tensor '{hf_name}' has shape {list(tensors[hf_name].shape)}, "
-                                 f"config.json implies {list(want)}")
-            params[trident_name].copy_(from_gpt2(tensors[hf_name], kind, m.num_heads, m.padded_vocab_size()))
+        (_load_llama if llama else _load_gpt2)(m, params, tensors, hf, hf_dir)
 
     tokenizer = _load_tokenizer(hf_dir, m.vocab_size, notes)
     state = _imported_trainer_state(config, hf_dir)
@@ -221,6 +214,40 @@ def import_hf(hf_dir: str | Path, out_dir: str | Path, pad_vocab_multiple: int |
     return {"hf_dir": str(hf_dir), "checkpoint": str(path), "vocab_size": m.vocab_size,
             "padded_vocab_size": m.padded_vocab_size(), "parameters": sum(p.numel() for p in params.values()),
             "tokenizer": tokenizer is not None, "notes": notes}
+
+
+def _load_gpt2(m, params: dict, tensors: dict, hf: dict, hf_dir: Path) -> None:
+    names = name_map(m.num_layers)
+    unexpected = sorted(set(tensors) - {g for _, g, _ in names} - {"lm_head.weight"})
+    if unexpected:
+        raise ValueError(f"{hf_dir}: tensors trident's GPT has no place for: {', '.join(unexpected[:5])}")
+    _check_tied_head(tensors, hf, hf_dir, "transformer.wte.weight")
+    for trident_name, hf_name, kind in names:
+        if hf_name not in tensors:
+            raise KeyError(f"{hf_dir}: weights have no tensor '{hf_name}'")
+        want = _expected_shape(kind, tuple(params[trident_name].shape), m.vocab_size)
+        _check_shape(tensors[hf_name], hf_name, want, hf_dir)
+        params[trident_name].copy_(from_gpt2(tensors[hf_name], kind, m.num_heads, m.padded_vocab_size()))
+
+
+def _load_llama(m, params: dict, tensors: dict, hf: dict, hf_dir: Path) -> None:
+    entries = llama_tensors(m, m.vocab_size)
+    unexpected = sorted(set(tensors) - {g for g, _, _ in entries} - {"lm_head.weight"})
+    if unexpected:
+        raise ValueError(f"{hf_dir}: tensors trident's Llama has no place for: {', '.join(unexpected[:5])}")
+    if m.tie_embeddings:
+        _check_tied_head(tensors, hf, hf_dir, "model.embed_tokens.weight")
+    for hf_name, trident_name, convert in entries:  # what the export of this model's shapes would write
+        if hf_name in tensors:
+            want = tuple(convert(torch.empty(params[trident_name].shape, device="meta")).shape)
+            _check_shape(tensors[hf_name], hf_name, want, hf_dir)
+    for name, value in llama_from_hf(m, tensors, m.padded_vocab_size(), hf_dir).items():
+        params[name].copy_(value)
+
+
+def _check_shape(tensor: torch.Tensor, hf_name: str, want: tuple, hf_dir: Path) -> None:
+    if tuple(tensor.shape) != tuple(want):
+        raise ValueError(f"{hf_dir}: tensor '{hf_name}' has shape {list(tensor.shape)}, config.json implies {list(want)}")
 
 
 def _trident_config(hf: dict, pad_vocab_multiple: int | None, seed: int):
@@ -249,15 +276,16 @@ def _imported_trainer_state(config, hf_dir: Path) -> dict:
     from trident.checkpoint.format import build_trainer_state
 
     return build_trainer_state(step=0, consumed_samples=0, consumed_tokens=0, config=config,
-                               imported_from={"hf_dir": str(hf_dir.resolve()), "model_type": "gpt2"})
+                               imported_from={"hf_dir": str(hf_dir.resolve()),
+                                              "model_type": "llama" if is_llama(config.model) else "gpt2"})
 
 
-def _check_tied_head(tensors: dict, hf: dict, hf_dir: Path) -> None:
+def _check_tied_head(tensors: dict, hf: dict, hf_dir: Path, embedding: str) -> None:
     head = tensors.get("lm_head.weight")
-    if head is None or torch.equal(head, tensors.get("transformer.wte.weight", head)):
+    if head is None or torch.equal(head, tensors.get(embedding, head)):
         return
-    raise ValueError(f"{hf_dir}: lm_head.weight differs from transformer.wte.weight (tie_word_embeddings="
-                     f"{hf.get('tie_word_embeddings', True)}); trident ties input and output embeddings")
+    raise ValueError(f"{hf_dir}: lm_head.weight differs from {embedding} (tie_word_embeddings="
+                     f"{hf.get('tie_word_embeddings', True)}); this model ties input and output embeddings")
 
 
 def _load_tokenizer(hf_dir: Path, vocab: int, notes: list[str]):
@@ -282,7 +310,7 @@ def verify_export(ckpt_path: str | Path, hf_dir: str | Path, text: str = SAMPLE_
     from trident.checkpoint.reader import load_for_inference
 
     model, tokenizer, config = load_for_inference(str(ckpt_path))
-    hf_model = transformers.GPT2LMHeadModel.from_pretrained(str(hf_dir)).eval()
+    hf_model = transformers.AutoModelForCausalLM.from_pretrained(str(hf_dir)).eval()
     vocab = hf_model.config.vocab_size
     if tokenizer is not None:
         ids = tokenizer.encode(text)[: config.model.seq_length]

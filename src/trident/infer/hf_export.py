@@ -1,6 +1,7 @@
-"""Export a trident checkpoint as a Hugging Face GPT-2 model folder (transformers loads it as is).
+"""Export a trident checkpoint as a Hugging Face model folder (transformers loads it as is): GPT2LMHeadModel
+for GPT blocks, LlamaForCausalLM for Llama-style ones (model.position=rope, norm=rmsnorm, mlp=swiglu).
 
-Tensors are renamed, transposed and reordered as trident.infer.hf describes, and written in
+Tensors are renamed, transposed and reordered as trident.infer.hf (hf_llama) describes, and written in
 safetensors shards of at most `max_shard_bytes` (default 5 GB, as transformers' save_pretrained):
 one `model.safetensors` when everything fits, else `model-0000i-of-0000n.safetensors` and
 `model.safetensors.index.json` (weight_map + total_size). Shards are read, converted and written
@@ -8,14 +9,17 @@ one at a time, so a 530B export holds one shard in memory, not the model.
 """
 from __future__ import annotations
 
+import functools
 import json
-import math
 import os
+from collections.abc import Callable
 from pathlib import Path
 
+import torch
 from safetensors.torch import save_file
 
 from trident.infer.hf import EXACT_GELU, WEIGHTS_FILE, WEIGHTS_INDEX, name_map, to_gpt2
+from trident.infer.hf_llama import is_llama, llama_config, llama_tensors
 from trident.text.storage import location
 
 MAX_SHARD_BYTES = 5 * 10**9
@@ -83,22 +87,44 @@ def _open_checkpoint(ckpt_path: str | Path):
                                 f"nor a folder holding one") from None
 
 
-def _write_shards(reader, cfg, vocab: int, out: Path, max_shard_bytes: int) -> tuple[list[str], int]:
-    """Every GPT-2 tensor into its shard; (file names, parameter count)."""
-    names = {hf: (trident, kind) for trident, hf, kind in name_map(cfg.num_layers)}
-    sizes = {}
-    for hf, (trident, kind) in names.items():
-        shape = list(reader.full_shape(trident))
-        if kind == "vocab":
-            shape[0] = vocab  # padding rows are dropped
-        sizes[hf] = 4 * math.prod(shape)  # fp32
+def _gpt2_tensors(cfg, vocab: int) -> list[tuple[str, str, Callable]]:
+    """(HF name, trident name, conversion) of every GPT2LMHeadModel tensor."""
+    return [(hf, trident, functools.partial(to_gpt2, kind=kind, num_heads=cfg.num_heads, vocab_size=vocab))
+            for trident, hf, kind in name_map(cfg.num_layers)]
+
+
+def hf_family(cfg) -> str:
+    """Which transformers architecture computes this model: gpt2 or llama (else a ValueError naming the keys)."""
+    if is_llama(cfg):
+        return "llama"
+    gpt2 = (cfg.position, cfg.norm, cfg.mlp, cfg.bias, cfg.tie_embeddings, cfg.kv_heads) == (
+        "learned", "layernorm", "gelu", True, True, cfg.num_heads)
+    if gpt2:
+        return "gpt2"
+    raise ValueError("no Hugging Face architecture computes this model: GPT-2 needs model.position=learned, "
+                     "norm=layernorm, mlp=gelu, bias=true, tie_embeddings=true, num_kv_heads=num_heads; Llama needs "
+                     f"position=rope, norm=rmsnorm, mlp=swiglu (this model: position={cfg.position}, norm={cfg.norm}, "
+                     f"mlp={cfg.mlp}, bias={cfg.bias}, tie_embeddings={cfg.tie_embeddings}, "
+                     f"num_kv_heads={cfg.kv_heads})")
+
+
+def _write_shards(reader, entries: list, out: Path, max_shard_bytes: int) -> tuple[list[str], int]:
+    """Every HF tensor of `entries` (HF name, trident name, conversion) into its shard; (file names,
+    parameter count). Sizes come from converting empty (meta) tensors of the checkpoint's shapes."""
+    sizes = {hf: 4 * convert(torch.empty(reader.full_shape(trident), device="meta")).numel()  # fp32
+             for hf, trident, convert in entries}
     shards = plan_shards(sizes, max_shard_bytes)
     files = [WEIGHTS_FILE] if len(shards) == 1 else [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
                                                    for i in range(len(shards))]
+    by_name = {hf: (trident, convert) for hf, trident, convert in entries}
+    last: dict[str, torch.Tensor] = {}  # q, k and v of a fused QKV come from one read
     for file, shard in zip(files, shards):
-        # reader.read raises naming any missing tensor
-        tensors = {hf: to_gpt2(reader.read(names[hf][0]), names[hf][1], cfg.num_heads, vocab).contiguous()
-                   for hf in shard}
+        tensors = {}
+        for hf in shard:
+            trident, convert = by_name[hf]
+            if trident not in last:  # reader.read raises naming any missing tensor
+                last = {trident: reader.read(trident)}
+            tensors[hf] = convert(last[trident]).contiguous()
         save_file(tensors, out / file, metadata={"format": "pt"})
         _as_umask_allows(out / file)
     if len(shards) > 1:
@@ -110,7 +136,8 @@ def _write_shards(reader, cfg, vocab: int, out: Path, max_shard_bytes: int) -> t
 
 
 def export_hf(ckpt_path: str | Path, out_dir: str | Path, max_shard_bytes: int = MAX_SHARD_BYTES) -> dict:
-    """Write OUT/config.json + the weights (+ tokenizer files) for transformers' GPT2LMHeadModel.
+    """Write OUT/config.json + the weights (+ tokenizer files) for transformers' GPT2LMHeadModel or
+    LlamaForCausalLM (hf_family).
 
     `ckpt_path` is a checkpoint folder of any parallel layout, or a folder of them (newest used).
     Returns a summary: files written, vocabulary sizes, parameter count."""
@@ -125,14 +152,17 @@ def export_hf(ckpt_path: str | Path, out_dir: str | Path, max_shard_bytes: int =
     padded = reader.full_shape("embedding.word.weight")[0]
     if not 0 < vocab <= padded:
         raise ValueError(f"{reader.path}: vocabulary of {vocab} tokens does not fit the embedding's {padded} rows")
-    unexpected = sorted(set(reader.names()) - {t for t, _, _ in name_map(cfg.num_layers)})
+    family = hf_family(cfg)
+    entries = llama_tensors(cfg, vocab) if family == "llama" else _gpt2_tensors(cfg, vocab)
+    unexpected = sorted(set(reader.names()) - {t for _, t, _ in entries})
     if unexpected:
-        raise ValueError(f"{reader.path}: tensors a GPT-2 model has no place for: {', '.join(unexpected[:5])}")
+        raise ValueError(f"{reader.path}: tensors a {family} model has no place for: {', '.join(unexpected[:5])}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    files, parameters = _write_shards(reader, cfg, vocab, out, max_shard_bytes)
+    files, parameters = _write_shards(reader, entries, out, max_shard_bytes)
     eod = tokenizer.eod_id if tokenizer is not None else None
-    (out / "config.json").write_text(json.dumps(gpt2_config(cfg, vocab, eod), indent=1))
+    hf_config = llama_config(cfg, vocab, eod) if family == "llama" else gpt2_config(cfg, vocab, eod)
+    (out / "config.json").write_text(json.dumps(hf_config, indent=1))
     files = ["config.json", *files]
     if tokenizer is not None:
         files += _write_tokenizer(tokenizer, out, cfg.seq_length)

@@ -59,11 +59,15 @@ class LayerCache:
         self.v[rows, :, positions] = v.transpose(1, 2).to(self.v.dtype)
         rows_read = step.block if step.block is not None else slots
         keys, values = self.k[rows_read, :, :length], self.v[rows_read, :, :length]  # [b, heads, length, d]
+        b, heads, _, dim = q.shape
+        group = heads // keys.shape[1]  # grouped-query attention: query head i reads key/value head i // group
         if q.shape[2] == 1:  # one new token a row: two batched matmuls beat SDPA's masked path on CPU
-            scores = (q.float() @ keys.float().transpose(-1, -2)) * q.shape[-1] ** -0.5
+            grouped = q.reshape(b, keys.shape[1], group, dim)  # each key/value head's queries side by side
+            scores = (grouped.float() @ keys.float().transpose(-1, -2)) * dim ** -0.5
             weights = scores.masked_fill(~step.visible, float("-inf")).softmax(-1)
-            return (weights @ values.float()).to(q.dtype)
-        return F.scaled_dot_product_attention(q, keys, values, attn_mask=step.visible)
+            return (weights @ values.float()).to(q.dtype).reshape(b, heads, 1, dim)
+        gqa = {"enable_gqa": True} if group > 1 else {}
+        return F.scaled_dot_product_attention(q, keys, values, attn_mask=step.visible, **gqa)
 
 
 class SlotCache:

@@ -74,6 +74,11 @@ def counts_towards_norm(name: str, param: torch.nn.Parameter, is_first_stage: bo
     return not (name.endswith(TIED_EMBEDDING) and not is_first_stage)
 
 
+def _tied_across_stages(config: Config, mesh) -> bool:
+    """The first and last pipeline stages each hold the tied word embedding (model.tie_embeddings)."""
+    return mesh.pp > 1 and config.model.tie_embeddings
+
+
 def parallelize(config: Config, mesh, device: torch.device, precision: Precision | None = None,
                 optimizer: bool = True) -> "ParallelModel":
     """This rank's share of the model for `mesh`, ready to train (or, with optimizer=False, to
@@ -91,7 +96,7 @@ def parallelize(config: Config, mesh, device: torch.device, precision: Precision
     if optimizer:
         counted = {id(p): counts_towards_norm(n, p, mesh.is_first_stage) for n, p in named_params}
         # the tied embedding's two stage copies are summed (finalize_gradients) before its DP reduction
-        tied = [p for n, p in named_params if n == TIED_EMBEDDING] if mesh.pp > 1 else []
+        tied = [p for n, p in named_params if n == TIED_EMBEDDING] if _tied_across_stages(config, mesh) else []
         buffers, adam = build_optimizer(named_params, config, mesh, layout.zero, counted, deferred=tied)
         buffers.recorder = executor.recorder if executor is not None else None
     return ParallelModel(config, layout, mesh, chunks, named_params, executor, precision, buffers, adam, tp_rng)
@@ -180,16 +185,19 @@ class ParallelModel:
 
     def finalize_gradients(self) -> None:
         """Cross-rank gradient sums (losses were already divided by m x dp, so sums give the global
-        mean): the tied embedding over its two pipeline stages, the DP buckets, then sequence-parallel
-        norms over TP (TP peers share a buffer layout, so their owned ranges line up)."""
+        mean): the tied embedding over its two pipeline stages, the DP buckets, then TP-partial
+        gradients (sequence-parallel norms, replicated key/value heads) over TP (TP peers share a
+        buffer layout, so their owned ranges line up)."""
         mesh = self.mesh
-        if mesh.pp > 1 and (mesh.is_first_stage or mesh.is_last_stage):
+        if _tied_across_stages(self.config, mesh) and (mesh.is_first_stage or mesh.is_last_stage):
             word = [p.main_grad for n, p in self.named_params if n == TIED_EMBEDDING]
             all_reduce_coalesced(word, mesh.group("embedding"))
         self.buffers.reduce()
-        if self.layout.sequence_parallel:
-            sp = [p.main_grad for _, p in self.named_params if getattr(p, "sequence_parallel", False)]
-            all_reduce_coalesced(sp, mesh.group("tp"))
+        # TP-replicated parameters each rank saw only part of: norms under SP, replicated key/value heads
+        partial = [p.main_grad for _, p in self.named_params
+                   if getattr(p, "sequence_parallel", False) or getattr(p, "partial_across_tp", False)]
+        if mesh.tp > 1 and partial:
+            all_reduce_coalesced(partial, mesh.group("tp"))
 
     def train_step(self, micro_batches: list, loss_divisor: int, lr: float,
                    on_phase=None) -> tuple[torch.Tensor, float, bool]:

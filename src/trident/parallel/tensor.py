@@ -1,7 +1,7 @@
 """Megatron tensor slicing: column/row-parallel linear, vocab-parallel embedding and cross-entropy,
 with the communication as autograd functions. With a TPContext of size 1 every layer is plain PyTorch.
-Layers take torch.nn's `device=` and `dtype=` and create their parameters there; weights are left
-empty for the model's seeded initialisation.
+Layers take torch.nn's `device=` and `dtype=` and create their parameters there (weights left empty
+for the model's seeded initialisation). Norms: parallel/norms.py; grouped key/value heads: kv_heads.py.
 
 Activations are sequence-first [s, b, h]; sequence parallelism splits dim 0 across TP ranks.
 Every sharded parameter carries `tp_dim` (the dimension split across ranks; see parallel/sharding.py),
@@ -135,6 +135,10 @@ def reduce_scatter_to_sequence(x, tp):  # reduce-scatter forward, all-gather bac
     return _comm(x, tp, "reduce_scatter", "gather", 0)
 
 
+def column_parallel_input(x, tp):  # what every column-parallel layer multiplies: the whole sequence
+    return gather_from_sequence(x, tp) if tp.sequence_parallel else copy_to_tp(x, tp)
+
+
 # ---- layers ------------------------------------------------------------------------------------------
 
 class ColumnParallelLinear(nn.Module):
@@ -153,10 +157,10 @@ class ColumnParallelLinear(nn.Module):
         self.weight = mark(nn.Parameter(torch.empty(self.out_features_local, in_features, **factory)), 0, tp)
         self.bias = mark(nn.Parameter(torch.zeros(self.out_features_local, **factory)), 0, tp) if bias else None
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, gathered: bool = False) -> torch.Tensor:  # gathered: input shared, done
         if x.shape[-1] != self.in_features:
             raise ValueError(f"ColumnParallelLinear expects {self.in_features} input features, got {tuple(x.shape)}")
-        x = gather_from_sequence(x, self.tp) if self.tp.sequence_parallel else copy_to_tp(x, self.tp)
+        x = x if gathered else column_parallel_input(x, self.tp)
         return linear(x, self.weight, self.bias)  # weight gradient deferrable (zero-bubble schedules)
 
 
@@ -296,16 +300,15 @@ def vocab_parallel_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, tp:
 
 def parallel_lm_logits(hidden: torch.Tensor, word_embeddings: torch.Tensor, tp: TPContext = NO_TP):
     """Logits for this rank's vocabulary slice from the tied embedding: the head is column-parallel."""
-    hidden = gather_from_sequence(hidden, tp) if tp.sequence_parallel else copy_to_tp(hidden, tp)
-    return F.linear(hidden, word_embeddings)
+    return F.linear(column_parallel_input(hidden, tp), word_embeddings)
 
 
 class SequenceParallelLayerNorm(nn.LayerNorm):
     """LayerNorm whose parameters are replicated across TP; with SP their gradients must be summed
     across TP ranks (each saw only part of the sequence), which the gradient finaliser does."""
 
-    def __init__(self, hidden: int, eps: float, tp: TPContext = NO_TP, device=None, dtype=None):
-        super().__init__(hidden, eps=eps, device=device, dtype=dtype)
+    def __init__(self, hidden: int, eps: float, tp: TPContext = NO_TP, bias: bool = True, device=None, dtype=None):
+        super().__init__(hidden, eps=eps, bias=bias, device=device, dtype=dtype)
         for param in self.parameters():
             mark(param, None, tp)
             param.sequence_parallel = tp.sequence_parallel and tp.size > 1

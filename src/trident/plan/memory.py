@@ -121,10 +121,18 @@ def stage_layers(config: Config, layout: Layout) -> tuple[int, ...]:
 
 
 def layer_params(config: Config, tp: int) -> float:
-    """Parameters of one transformer layer held by one TP rank (row-parallel biases and LayerNorms replicated)."""
-    h, f = config.model.hidden_size, config.model.ffn_size
-    split = (4 * h * h + 2 * h * f + 3 * h + f) / tp  # QKV, proj, fc1, fc2 weights; QKV and fc1 biases
-    replicated = 4 * h + 2 * h  # two LayerNorms (weight + bias); proj and fc2 biases
+    """Parameters of one transformer layer held by one TP rank (row-parallel biases and norms
+    replicated; key/value heads too when fewer than tp, parallel/kv_heads.py)."""
+    m = config.model
+    h, f = m.hidden_size, m.ffn_size
+    kv = 2 * m.kv_heads * m.head_dim  # key and value rows
+    mats, bias = (3 if m.mlp == "swiglu" else 2), (1 if m.bias else 0)
+    kv_params = kv * h + bias * kv
+    kv_sharded = m.kv_heads % tp == 0
+    # q and proj weights, the MLP's matrices; q and fc1 (and gate) biases; kv when sharded
+    split = (2 * h * h + mats * h * f + bias * (h + (mats - 1) * f) + (kv_params if kv_sharded else 0)) / tp
+    norm = h * (2 if m.norm == "layernorm" and m.bias else 1)  # weight (+ bias)
+    replicated = 2 * norm + bias * 2 * h + (0 if kv_sharded else kv_params)  # two norms; proj and fc2 biases
     return split + replicated
 
 
@@ -134,11 +142,12 @@ def stage_params(config: Config, layout: Layout, stage: int) -> float:
     h, vocab = m.hidden_size, m.padded_vocab_size(layout.tp)
     params = stage_layers(config, layout)[stage] * layer_params(config, layout.tp)
     if stage == 0:
-        params += vocab * h / layout.tp + m.seq_length * h  # word (vocab-parallel) + position embeddings
+        params += vocab * h / layout.tp  # word embedding (vocab-parallel)
+        params += m.seq_length * h if m.position == "learned" else 0  # position table (rope has none)
     if stage == layout.pp - 1:
-        params += 2 * h  # final LayerNorm
-        if layout.pp > 1:
-            params += vocab * h / layout.tp  # tied word embedding: the last stage holds a synchronised copy
+        params += h * (2 if m.norm == "layernorm" and m.bias else 1)  # final norm
+        if layout.pp > 1 or not m.tie_embeddings:
+            params += vocab * h / layout.tp  # the untied head, or the last stage's copy of the tied embedding
     return params
 
 
@@ -158,8 +167,11 @@ def layer_activation_bytes(config: Config, layout: Layout, mode: str, flash_atte
     if mode == "full":
         return e * sbh / shared
     hidden_masks = 2 * (1 if m.hidden_dropout > 0 else 0)  # two dropout masks, one byte an element
-    replicated = (4 * e + hidden_masks) * sbh / shared  # two LayerNorm inputs, the QKV and fc1 inputs, masks
-    split = (4 * e * sbh + 2 * e * s * b * f) / t  # Q, K, V, proj input; GeLU input and fc2 input (ffn wide)
+    norm = e if m.norm == "layernorm" else 4 + e  # RMSNorm keeps its fp32 input and its normalised output
+    replicated = (2 * norm + 2 * e + hidden_masks) * sbh / shared  # two norm inputs, QKV and fc1 inputs, masks
+    qkv = 1 + 2 * m.kv_heads / m.num_heads  # Q, and K, V of fewer heads (grouped-query)
+    mlp = 4 if m.mlp == "swiglu" else 2  # SwiGLU: gate, silu(gate), up, their product; GeLU: input and output
+    split = (e * (qkv + 1) * sbh + mlp * e * s * b * f) / t  # Q, K, V, proj input; the MLP's (ffn wide)
     if flash_attention:
         core = 4 * a * s * b / t  # only the fp32 log-sum-exp per row survives
     else:

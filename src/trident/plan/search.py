@@ -54,6 +54,8 @@ def layout_problems(config: Config, layout: Layout, gpus: int) -> list[str]:
         problems.append(f"tp={p.tp} does not divide model.num_heads={m.num_heads}")
     if m.ffn_size % p.tp:
         problems.append(f"tp={p.tp} does not divide the ffn size {m.ffn_size}")
+    if m.kv_heads % p.tp and p.tp % m.kv_heads:
+        problems.append(f"tp={p.tp} and model.num_kv_heads={m.kv_heads}: one must divide the other")
     if p.sequence_parallel and m.seq_length % p.tp:
         problems.append(f"sequence parallelism needs model.seq_length={m.seq_length} divisible by tp={p.tp}")
     if p.pp * p.virtual_stages > m.num_layers:

@@ -32,10 +32,11 @@ def per_device(hardware: Hardware, gpus: int, gpus_per_node: int) -> Hardware:
 # ---------------------------------------------------------------------------------------------- FLOPs
 
 def layer_forward_flops(config: Config, micro_batch: int) -> float:
-    """Forward FLOPs of one transformer layer for one micro-batch: 24 b s h^2 + 4 b s^2 h (ffn = 4h)."""
+    """Forward FLOPs of one transformer layer for one micro-batch: 2 b s W + 4 b s^2 h (W: its matmul
+    weights, flops.block_weights; 24 b s h^2 for GPT's ffn = 4h)."""
     m = config.model
-    s, h, f = m.seq_length, m.hidden_size, m.ffn_size
-    matmuls = 2 * micro_batch * s * (4 * h * h + 2 * h * f)  # QKV + proj, fc1 + fc2
+    s, h = m.seq_length, m.hidden_size
+    matmuls = 2 * micro_batch * s * flops.block_weights(m)  # QKV + proj, the MLP's two (SwiGLU: three)
     attention = 4 * micro_batch * s * s * h  # scores and the weighted sum of values
     return matmuls + attention
 
@@ -62,7 +63,7 @@ def iteration_flops(config: Config, recompute: bool = True) -> float:
     """
     m = config.model
     return flops.iteration_flops(config.train.global_batch_size, m.seq_length, m.num_layers, m.hidden_size,
-                                 m.padded_vocab_size(1), recompute)
+                                 m.padded_vocab_size(1), recompute, flops.block_weights(m))
 
 
 # ------------------------------------------------------------------------------------- communication

@@ -21,7 +21,7 @@ from trident.checkpoint.resume import load_checkpoint
 from trident.checkpoint.writer import CheckpointWriter, SaveError
 from trident.config import Config, ConfigError, save_config
 from trident.data.lineage import batch_documents
-from trident.flops import model_flops
+from trident.flops import block_weights, model_flops
 from trident.hardware import describe_peak, peak_tflops
 from trident.parallel.hosts import check_tp_hosts
 from trident.parallel.mesh import barrier, build_mesh, rank_device
@@ -172,7 +172,8 @@ class Trainer:
                 skipped: bool) -> dict:
         m = self.config.model
         tokens = batch_size * m.seq_length
-        flops = model_flops(batch_size, m.seq_length, m.num_layers, m.hidden_size, m.padded_vocab_size())
+        flops = model_flops(batch_size, m.seq_length, m.num_layers, m.hidden_size, m.padded_vocab_size(),
+                            block_weights(m))
         tflops = flops / elapsed / self.world / 1e12
         peak = self._peak(tflops)
         return {"step": self.step, "loss": loss, "lr": lr, "grad_norm": grad_norm, "batch_size": batch_size,
