@@ -1,8 +1,8 @@
 """Llama-style blocks in every layout, against one process (as tests/test_tensor_parallel.py and
 tests/test_pipeline_parallel.py for GPT): per-step losses and the final full weights after 5 steps
 with a batch ramp-up, for grouped-query (key/value heads sharded at tp=2, replicated at tp=4) and
-multi-query attention; with sequence parallelism, the pipeline schedules (1F1B, interleaved,
-zero-bubble), ZeRO-1 and activation checkpointing. Then a checkpoint saved at tp=2 x pp=2
+multi-query attention; with sequence parallelism, every pipeline schedule (GPipe, 1F1B,
+interleaved, ZB-H1, ZB-H2), ZeRO-1 and activation checkpointing. Then a checkpoint saved at tp=2 x pp=2
 continues on one process exactly as the uninterrupted run. One 4-rank process group for all cases."""
 import numpy as np
 import pytest
@@ -22,6 +22,8 @@ CASES = {
     "mqa tp2 x pp2 zb-h1": (MQA, ["parallel.tp=2", "parallel.pp=2", "parallel.schedule=zb-h1"]),
     "mqa tp2 x dp2 zero1 + full": (MQA, ["parallel.tp=2", "parallel.dp=2", "parallel.zero_stage=1",
                                          "train.activation_checkpointing=full"]),
+    "gqa pp4 gpipe": (LLAMA, ["parallel.pp=4", "parallel.schedule=gpipe"]),
+    "mqa pp2 zb-h2 x dp2": (MQA, ["parallel.pp=2", "parallel.dp=2", "parallel.schedule=zb-h2"]),
 }
 SAVED_AT = ["parallel.tp=2", "parallel.pp=2"]
 
