@@ -26,8 +26,8 @@ COMMANDS = {
     "plan": ("plan", "predict memory and step time of parallel layouts"),
     "rehearse": ("rehearse", "run chosen ranks of a real layout on one CPU (fake process group and tensors)"),
     "pipeline-diagram": ("pipeline_diagram", "draw a pipeline schedule as a PNG timeline"),
-    "export-hf": ("export_hf", "export a checkpoint as a Hugging Face GPT-2 model"),
-    "import-hf": ("import_hf", "import a Hugging Face GPT-2 model as a trident checkpoint"),
+    "export-hf": ("export_hf", "export a checkpoint as a Hugging Face GPT-2 or Llama model"),
+    "import-hf": ("import_hf", "import a Hugging Face GPT-2 or Llama model as a trident checkpoint"),
 }
 
 

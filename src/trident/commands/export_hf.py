@@ -1,4 +1,4 @@
-"""`trident export-hf CKPT OUT [--verify] [--json]`: a checkpoint -> a Hugging Face GPT-2 model folder."""
+"""`trident export-hf CKPT OUT [--verify] [--json]`: a checkpoint -> a Hugging Face GPT-2 or Llama model folder."""
 from __future__ import annotations
 
 import argparse

@@ -1,4 +1,4 @@
-"""`trident import-hf DIR OUT [--json]`: a Hugging Face GPT-2 model folder -> a trident checkpoint."""
+"""`trident import-hf DIR OUT [--json]`: a Hugging Face GPT-2 or Llama model folder -> a trident checkpoint."""
 from __future__ import annotations
 
 import argparse
