@@ -247,7 +247,8 @@ def _load_llama(m, params: dict, tensors: dict, hf: dict, hf_dir: Path) -> None:
 
 def _check_shape(tensor: torch.Tensor, hf_name: str, want: tuple, hf_dir: Path) -> None:
     if tuple(tensor.shape) != tuple(want):
-        raise ValueError(f"{hf_dir}: tensor '{hf_name}' has shape {list(tensor.shape)}, config.json implies {list(want)}")
+        raise ValueError(f"{hf_dir}: tensor '{hf_name}' has shape {list(tensor.shape)}, "
+                         f"config.json implies {list(want)}")
 
 
 def _trident_config(hf: dict, pad_vocab_multiple: int | None, seed: int):

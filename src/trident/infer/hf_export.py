@@ -103,8 +103,8 @@ def hf_family(cfg) -> str:
         return "gpt2"
     raise ValueError("no Hugging Face architecture computes this model: GPT-2 needs model.position=learned, "
                      "norm=layernorm, mlp=gelu, bias=true, tie_embeddings=true, num_kv_heads=num_heads; Llama needs "
-                     f"position=rope, norm=rmsnorm, mlp=swiglu (this model: position={cfg.position}, norm={cfg.norm}, "
-                     f"mlp={cfg.mlp}, bias={cfg.bias}, tie_embeddings={cfg.tie_embeddings}, "
+                     f"position=rope, norm=rmsnorm, mlp=swiglu (this model: position={cfg.position}, "
+                     f"norm={cfg.norm}, mlp={cfg.mlp}, bias={cfg.bias}, tie_embeddings={cfg.tie_embeddings}, "
                      f"num_kv_heads={cfg.kv_heads})")
 
 

@@ -149,7 +149,8 @@ def trident_config_from_llama(hf: dict, pad_vocab_multiple: int | None, seed: in
     m = config.model
     m.num_layers, m.hidden_size, m.num_heads = hf["num_hidden_layers"], hf["hidden_size"], hf["num_attention_heads"]
     m.num_kv_heads = hf.get("num_key_value_heads") or m.num_heads
-    m.seq_length, m.vocab_size, m.ffn_hidden_size = hf["max_position_embeddings"], hf["vocab_size"], hf["intermediate_size"]
+    m.seq_length, m.vocab_size = hf["max_position_embeddings"], hf["vocab_size"]
+    m.ffn_hidden_size = hf["intermediate_size"]
     m.position, m.norm, m.mlp = LLAMA_BLOCKS
     m.rope_theta = float(rope.get("rope_theta", hf.get("rope_theta", 10000.0)))
     m.layernorm_epsilon = float(hf.get("rms_norm_eps", 1e-6))
