@@ -169,7 +169,7 @@ def layer_activation_bytes(config: Config, layout: Layout, mode: str, flash_atte
     hidden_masks = 2 * (1 if m.hidden_dropout > 0 else 0)  # two dropout masks, one byte an element
     norm = e if m.norm == "layernorm" else 4 + e  # RMSNorm keeps its fp32 input and its normalised output
     replicated = (2 * norm + 2 * e + hidden_masks) * sbh / shared  # two norm inputs, QKV and fc1 inputs, masks
-    qkv = 1 + 2 * m.kv_heads / m.num_heads  # Q, and K, V of fewer heads (grouped-query)
+    qkv = 1 + 2 * max(m.kv_heads, t) / m.num_heads  # Q; K, V of fewer heads (GQA), one a rank when replicated
     mlp = 4 if m.mlp == "swiglu" else 2  # SwiGLU: gate, silu(gate), up, their product; GeLU: input and output
     split = (e * (qkv + 1) * sbh + mlp * e * s * b * f) / t  # Q, K, V, proj input; the MLP's (ffn wide)
     if flash_attention:
