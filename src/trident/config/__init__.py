@@ -12,6 +12,7 @@ from typing import Optional
 
 import yaml
 
+from trident.config.eval_section import EvalConfig, eval_problem
 from trident.config.model import MODEL_CHOICES, ModelConfig, model_problems
 from trident.config.pipeline_schedules import DEFAULT_SCHEDULE, SPECS, Problem, spec
 # the typed-file machinery every config shares (curation pipelines and flow files too); re-exported here
@@ -113,6 +114,7 @@ class Config:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     diagnostics: DiagnosticsConfig = field(default_factory=DiagnosticsConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -265,6 +267,8 @@ def validate(config: Config, world_size: int | None = None) -> None:
             f" (global and ramp-up start/increment batch sizes {sizes} / micro_batch_size x dp = {granule})")
     _require(t.min_lr <= t.lr, "train.min_lr", f"must be <= train.lr, got {t.min_lr} > {t.lr}")
     _check_data_paths(config.data.paths)
+    if (problem := eval_problem(config.eval)) is not None:
+        raise ConfigError(f"config key '{problem[0]}': {problem[1]}")
 
 
 def validate_model(config: Config) -> None:

@@ -33,6 +33,7 @@ from trident.parallel.watch import failed_group
 from trident.text.storage import location
 from trident.train import allocator
 from trident.train.diagnostics import CorruptionError, RunDiagnostics
+from trident.train.downstream import DownstreamEval
 from trident.train.loggers import build_loggers
 from trident.train.metrics import MetricsWriter, console_line, peak_memory_bytes
 from trident.train.preemption import Preempted, StopRequests, stop_message, write_marker
@@ -61,6 +62,7 @@ class Trainer:
         self.precision = Precision.from_config(config.train, self.device)
         self.model: ParallelModel = parallelize(config, self.mesh, self.device, self.precision)
         self.diagnostics = RunDiagnostics(config, self.mesh, self.model, self.out, self.device, self.log)
+        self.downstream = DownstreamEval(config, self.tokenizer_file, self.log)  # config.eval: tasks scored in the run
         self.step, self.consumed_samples, self.consumed_tokens = 0, 0, 0
         self.checkpoint_root = location(config.checkpoint.dir) if config.checkpoint.dir else self.out / "checkpoints"
         self.writer = CheckpointWriter(self.checkpoint_root, self.mesh, config.checkpoint.keep_last,
@@ -257,6 +259,7 @@ class Trainer:
         self.diagnostics.after_step(self.step, record, micro, lambda: batch_documents(self.train_data, *record["samples"]))
         if cfg.train.eval_interval and self.step % cfg.train.eval_interval == 0:
             record["val_loss"] = _user_input(self.evaluate, f"validation at step {self.step}")
+        record |= self.downstream.at_step(self.step, self.model)
         metrics.write(record)
         if self.step % cfg.logging.log_interval == 0 or self.step == cfg.train.steps:
             self.log(console_line(record))
