@@ -119,3 +119,44 @@ def train_plain_loop(model, tokenizer, lines, steps=120, seq=24, batch=16):
         optimizer.step()
     model.eval()
     return loss.item()
+
+
+TRIVIAQA_DEV = ("verified-web-dev.json", "verified-wikipedia-dev.json", "web-dev.json", "wikipedia-dev.json")
+TRIVIAQA_TRAIN = ("web-train.json", "wikipedia-train.json")
+
+
+def write_triviaqa(root: Path, dev: list[tuple[str, list[str]]], train: list[tuple[str, list[str]]]) -> dict:
+    """root/triviaqa/qa/*.json in the published format from (question, aliases) pairs, each split cut into
+    contiguous parts over its files; returns split -> the same questions as hub rows, in the hub's order."""
+    folder = root / "triviaqa" / "qa"
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = {}
+    for split, items, files in (("validation", dev, TRIVIAQA_DEV), ("train", train, TRIVIAQA_TRAIN)):
+        size = -(-len(items) // len(files))
+        for f, name in enumerate(files):
+            part = items[f * size: (f + 1) * size]
+            data = [{"Question": q, "QuestionId": f"{split}_{f}_{i}", "QuestionSource": "test",
+                     "Answer": {"Aliases": aliases, "Value": aliases[0]}} for i, (q, aliases) in enumerate(part)]
+            (folder / name).write_text(json.dumps({"Data": data, "Version": 1.0}))
+        rows[split] = [{"question": q, "answer": {"aliases": aliases}} for q, aliases in items]
+    return rows
+
+
+def run_harness(model_args: str, tasks_dir: Path, names: list[str], shots: list[int]) -> dict:
+    """lm_eval on `--model trident` in one fresh process, offline: shot count -> task -> its results."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import json, sys, lm_eval; import trident.evaluate.lm_eval_model; "
+            "from lm_eval.tasks import TaskManager; "
+            "manager = TaskManager(include_path=sys.argv[1], include_defaults=False); "
+            "print('RESULTS ' + json.dumps({k: lm_eval.simple_evaluate(model='trident', model_args=sys.argv[3], "
+            "tasks=sys.argv[2].split(','), num_fewshot=int(k), task_manager=manager, batch_size=4, "
+            "device='cpu')['results'] for k in sys.argv[4].split(',')}))")
+    done = subprocess.run([sys.executable, "-c", code, str(tasks_dir), ",".join(names), model_args,
+                           ",".join(map(str, shots))], capture_output=True, text=True, timeout=400,
+                          env=dict(os.environ, **HARNESS_OFFLINE_ENV))
+    assert done.returncode == 0, done.stderr[-3000:]
+    line = next(line for line in done.stdout.splitlines() if line.startswith("RESULTS "))
+    return json.loads(line[len("RESULTS "):])

@@ -102,6 +102,24 @@ def race() -> dict:  # one row per article; `problems` is the repr of a list of 
     return {"test": rows}
 
 
+TRIVIAQA_ANSWER = {"aliases": Sequence(S), "normalized_aliases": Sequence(S), "matched_wiki_entity_name": S,
+                   "normalized_matched_wiki_entity_name": S, "normalized_value": S, "type": S, "value": S}
+
+
+def triviaqa() -> dict:  # rc.nocontext: the qa/*-{dev,train}.json files in sorted order, answers as a struct
+    out = {}
+    for split, pattern in (("validation", "*-dev.json"), ("train", "*-train.json")):
+        out[split] = [{"question": r["Question"], "question_id": r["QuestionId"], "question_source": r["QuestionSource"],
+                       "answer": {"aliases": r["Answer"]["Aliases"], "normalized_aliases": r["Answer"]["NormalizedAliases"],
+                                  "matched_wiki_entity_name": r["Answer"]["MatchedWikiEntityName"],
+                                  "normalized_matched_wiki_entity_name": r["Answer"]["NormalizedMatchedWikiEntityName"],
+                                  "normalized_value": r["Answer"]["NormalizedValue"], "type": r["Answer"]["Type"],
+                                  "value": r["Answer"]["Value"]}}
+                      for path in sorted((FIXTURES / "triviaqa/qa").glob(pattern))
+                      for r in json.loads(path.read_text())["Data"]]
+    return out
+
+
 def features(*labels_and_columns) -> Features:
     return Features(dict(labels_and_columns))
 
@@ -132,6 +150,8 @@ REPOS = {
                                                       ("label", ClassLabel(names=HANS_LABELS)),
                                                       *[(k, S) for k in HANS_TEXT_COLUMNS]))},
     "EleutherAI/race": {"high": (race, features(("article", S), ("problems", S)))},
+    "mandarjoshi/trivia_qa": {"rc.nocontext": (triviaqa, features(("question", S), ("question_id", S),
+                                                                   ("question_source", S), ("answer", TRIVIAQA_ANSWER)))},
 }
 
 

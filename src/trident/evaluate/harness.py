@@ -43,17 +43,12 @@ def evaluate_task(lm: LM, task: Task, shots: int, eval_docs: list[dict], pool: f
                   seed: int, data_source: str, construction: str = "harness") -> tuple[dict, list[dict], list[dict[str, float]]]:
     """(results entry, per-example log records, per-example metrics) of one task at one shot count."""
     prompts, owners, fewshot_ids = build_prompts(task, shots, eval_docs, pool, seed, construction)
-    scores = lm.loglikelihood_detailed(prompts, desc=f"{task.name} {shots}-shot")
+    score = _score_generations if task.output_type == "generate_until" else _score_loglikelihoods
     per_example, samples = [], []
-    for doc_index, (doc, (lo, hi)) in enumerate(zip(eval_docs, owners)):
-        metrics = task.score(doc, scores[lo:hi])
+    for doc_index, (doc, metrics, logged) in enumerate(score(lm, task, shots, eval_docs, prompts, owners)):
         per_example.append(metrics)
-        samples.append({
-            "doc_index": doc_index, "fewshot_indices": fewshot_ids[doc_index], "gold": task.doc_to_gold(doc),
-            "requests": prompts[lo:hi], "logprobs": [s.logprob for s in scores[lo:hi]],
-            "is_greedy": [s.is_greedy for s in scores[lo:hi]], "num_tokens": [s.num_tokens for s in scores[lo:hi]],
-            "metrics": metrics, **task.groups(doc),
-        })
+        samples.append({"doc_index": doc_index, "fewshot_indices": fewshot_ids[doc_index],
+                        "gold": task.doc_to_gold(doc), **logged, "metrics": metrics, **task.groups(doc)})
     values, errors = task.aggregate(per_example)
     entry = {
         "metrics": values,
@@ -74,7 +69,30 @@ def evaluate_task(lm: LM, task: Task, shots: int, eval_docs: list[dict], pool: f
             "seed": seed,
         },
     }
+    if task.output_type == "generate_until":
+        entry["generation"] = {"greedy": True, "until": list(task.until), "max_new_tokens": task.max_new_tokens}
     return entry, samples, per_example
+
+
+def _score_loglikelihoods(lm: LM, task: Task, shots: int, docs: list[dict], prompts: list[tuple[str, str]],
+                          owners: list[tuple[int, int]]):
+    """(document, metrics, what its log records) per document, from one batched scoring pass."""
+    scores = lm.loglikelihood_detailed(prompts, desc=f"{task.name} {shots}-shot")
+    for doc, (lo, hi) in zip(docs, owners):
+        mine = scores[lo:hi]
+        yield doc, task.score(doc, mine), {
+            "requests": prompts[lo:hi], "logprobs": [s.logprob for s in mine],
+            "is_greedy": [s.is_greedy for s in mine], "num_tokens": [s.num_tokens for s in mine]}
+
+
+def _score_generations(lm: LM, task: Task, shots: int, docs: list[dict], prompts: list[tuple[str, str]],
+                       owners: list[tuple[int, int]]):
+    """As _score_loglikelihoods for a generation task: one greedy generation per document."""
+    texts = lm.generate_until([context for context, _ in prompts], task.until, task.max_new_tokens)
+    for doc, (lo, _), text in zip(docs, owners, texts):
+        yield doc, task.score_generation(doc, text), {
+            "requests": prompts[lo:lo + 1], "generation": text, "answer": task.extract(text),
+            "targets": task.doc_to_targets(doc)}
 
 
 def run_evaluation(lm: LM | Callable[[], LM], tasks: list[str] | None, shots: list[int] | dict[str, list[int]] | None,

@@ -56,6 +56,10 @@ class LM(ABC):
                  top_k: int | None = None, seed: int = 1234) -> list[str]:
         """Continuations of each prompt (greedy when temperature == 0), stopping at end-of-document."""
 
+    def generate_until(self, prompts: list[str], until: tuple[str, ...], max_new_tokens: int) -> list[str]:
+        """Greedy continuations of each prompt, cut at the first of the `until` strings (generation tasks)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot score generation tasks")
+
     @abstractmethod
     def describe(self) -> dict:
         """JSON-able facts about the model for results.json (kind, name, checkpoint, sizes)."""
@@ -188,6 +192,48 @@ class CausalLM(LM):
             outputs.extend(self.codec.decode(n) for n in new)
         return outputs
 
+    def generate_until(self, prompts: list[str], until: tuple[str, ...], max_new_tokens: int) -> list[str]:
+        """Greedy continuations cut at the first `until` string, as lm-evaluation-harness's generate_until.
+
+        At most half the window is generated and each prompt keeps its last tokens that leave room for
+        that (the harness's left truncation), so prompt + generation always fit and no window slides.
+        Tokens are generated in rounds of growing budget (16, 32, ... up to max_new_tokens): greedy
+        decoding is deterministic, so a longer round repeats a shorter one's text, and prompts whose
+        text holds a stop string after a round are done."""
+        max_new = max(1, min(max_new_tokens, self.max_length // 2))
+        fitted = [self._fit_prompt(p, self.max_length - max_new) for p in prompts]
+        outputs: list[str] = [""] * len(prompts)
+        pending, budget = list(range(len(prompts))), min(GENERATION_ROUND, max_new)
+        while pending:
+            texts, ended = self._greedy([fitted[i] for i in pending], budget)
+            still = []
+            for i, text, eod in zip(pending, texts, ended):
+                if eod or budget == max_new or any(stop and stop in text for stop in until):
+                    outputs[i] = cut_at_stop(text, until)
+                else:
+                    still.append(i)
+            pending, budget = still, min(2 * budget, max_new)
+        return outputs
+
+    def _fit_prompt(self, prompt: str, room: int) -> str:
+        """prompt, or its end that encodes to at most `room` tokens."""
+        ids, keep = self._encode(prompt), room
+        fitted = prompt
+        while len(self._encode(fitted)) > room:  # decoded tokens may re-encode to more: keep fewer
+            fitted, keep = self.codec.decode(ids[len(ids) - keep:]), keep - 1
+        return fitted
+
+    def _greedy(self, prompts: list[str], budget: int) -> tuple[list[str], list[bool]]:
+        """(texts, whether each ended at end-of-document): KV-cached through trident.infer.generate
+        when the model is a trident GPT, else through `generate` (recomputing the prefix)."""
+        if not hasattr(self.forward, "new_cache"):
+            return self.generate(prompts, budget, temperature=0.0), [False] * len(prompts)
+        from trident.infer.generate import generate_tokens
+
+        done = [generate_tokens(self.forward, list(self._encode(p)), budget, self.vocab_size, self.eod_id,
+                                greedy=True, decode=self.codec.decode) for p in prompts]
+        return [g.text for g in done], [g.stop_reason == "eod" for g in done]
+
     def next_token_logits(self, rows: list[tuple[int, ...]]) -> torch.Tensor:
         """[len(rows), vocab_size] logits after the last token of each row (right-padded batch)."""
         ids = torch.full((len(rows), max(map(len, rows))), self.eod_id, dtype=torch.long)
@@ -202,6 +248,15 @@ class CausalLM(LM):
     def describe(self) -> dict:
         return {**self.info, "max_length": self.max_length, "vocab_size": self.vocab_size,
                 "batch_size": self.batch_size, "device": str(self.device)}
+
+
+GENERATION_ROUND = 16  # tokens of generate_until's first round
+
+
+def cut_at_stop(text: str, until: tuple[str, ...]) -> str:
+    """text up to the first occurrence of any stop string (the harness splits at each in turn: the same)."""
+    cuts = [text.index(stop) for stop in until if stop and stop in text]
+    return text[: min(cuts)] if cuts else text
 
 
 def count_parameters(model: torch.nn.Module) -> int:

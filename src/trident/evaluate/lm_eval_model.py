@@ -13,7 +13,9 @@ trident's CausalLM (the scorer `trident eval` uses):
   loglikelihood_rolling  the harness's own rolling windows (`get_rolling_token_windows`, context 1,
                          made disjoint), so every token is predicted once with the most context;
   generate_until         greedy (or sampled with `temperature`) KV-cached decoding, cut at the first
-                         `until` string, the context left-truncated to leave room for `max_gen_toks`.
+                         `until` string, the context left-truncated to leave room for `max_gen_toks`;
+                         greedy requests go through CausalLM.generate_until, the decoding trident's
+                         own generation tasks use (at most half the window generated).
 Needs `pip install 'trident-lm[lm-eval]'`.
 """
 from __future__ import annotations
@@ -86,6 +88,8 @@ class TridentLM(LM):
         until = [until] if isinstance(until, str) else list(until)
         max_new = int(gen_kwargs.get("max_gen_toks", DEFAULT_MAX_GEN_TOKS))
         temperature = float(gen_kwargs.get("temperature", 0.0)) if gen_kwargs.get("do_sample", False) else 0.0
+        if temperature == 0:  # trident's own generation tasks decode the same way (evaluate/lm.py)
+            return lm.generate_until([context], tuple(until), max_new)[0]
         prompt = list(lm.codec.encode(context))[-max(1, lm.max_length - max_new):]
         result = generate_tokens(lm.forward, prompt, max_new, lm.vocab_size, lm.eod_id, greedy=temperature == 0,
                                  temperature=temperature or 1.0, seed=int(gen_kwargs.get("seed", 1234)),

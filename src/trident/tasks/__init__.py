@@ -10,10 +10,11 @@ from trident.tasks.base import MultipleChoiceTask, Task
 from trident.tasks.files import TaskDataError
 from trident.tasks.hans import HANS
 from trident.tasks.hellaswag import HellaSwag
-from trident.tasks.lambada import Lambada, LambadaCloze
+from trident.tasks.lambada import Lambada, LambadaCloze, LambadaGeneration
 from trident.tasks.piqa import PIQA
 from trident.tasks.race import RACE
 from trident.tasks.superglue import RTE, BoolQ, WiC
+from trident.tasks.triviaqa import TriviaQA
 from trident.tasks.winogrande import WinoGrande
 
 _FACTORIES = {
@@ -30,6 +31,8 @@ _FACTORIES = {
     "anli_r3": lambda: ANLI(3),
     "hans": HANS,
     "race": RACE,
+    "lambada_gen": LambadaGeneration,
+    "triviaqa": TriviaQA,
 }
 ALIASES = {"lambada_openai": "lambada", "race_h": "race", "race-h": "race", "anli": "anli_r1,anli_r2,anli_r3"}
 TASK_NAMES = tuple(_FACTORIES)

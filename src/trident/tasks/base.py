@@ -29,6 +29,7 @@ class Task(ABC):
     hub: tuple[str, str | None] | None = None  # (dataset path, config) on the Hugging Face hub
     hub_splits: dict[str, str] = {}
     hub_revision: str | None = None  # a branch of the hub repository, e.g. its script-free parquet conversion
+    output_type: str = "loglikelihood"  # or "generate_until" (tasks/generation.py)
     metric_names: tuple[str, ...] = ("acc",)
     primary_metric: str = "acc"
     # lm-evaluation-harness hands its few-shot sampler the scored document (which is then never its own

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from trident.tasks.base import Task
 from trident.tasks.files import TEXT, TaskDataError, read_jsonl
+from trident.tasks.generation import GenerationTask
 from trident.tasks.metrics import bootstrap_stderr, mean, mean_stderr, perplexity
 from trident.tasks.types import Loglikelihood
 
@@ -83,3 +84,25 @@ class LambadaCloze(Lambada):
 
     def doc_to_text(self, doc):
         return super().doc_to_text(doc) + " ____. ->"
+
+
+class LambadaGeneration(GenerationTask, Lambada):
+    """LAMBADA as generation: the model writes on from the passage minus its last word; the first
+    whitespace-delimited word it writes (the harness's `regex` filter on (\\S+), "[invalid]" when it
+    writes none) must equal the last word, punctuation ignored, case kept; F1 as tasks/generation.py.
+    Few-shot examples as `lambada` under the harness construction ("context" + " " + "word")."""
+
+    name = "lambada_gen"
+    until = ("\n",)
+    max_new_tokens = 16  # a word: generations are cut after their first word anyway
+    ignore_case = False
+    answer_pattern = r"(\S+)"
+
+    def doc_to_targets(self, doc):
+        return [doc["text"].rsplit(" ", 1)[1]]
+
+    def harness_shot(self, doc):
+        return self.doc_to_text(doc) + " " + self.doc_to_targets(doc)[0]
+
+    def aggregate(self, per_example):
+        return Task.aggregate(self, per_example)  # means of exact_match and f1, not Lambada's perplexity
