@@ -55,6 +55,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "seeded on their own (prompts independent of --limit)")
     parser.add_argument("--log-samples", action="store_true", help="write per-example JSONL under OUT/samples/")
     parser.add_argument("--bias", action="store_true", help="also run the bias probes (results under 'bias')")
+    parser.add_argument("--bias-samples", type=int, default=800, metavar="N",
+                        help="bias probes: continuations per prompt (default 800, as GPT-3 / MT-NLG)")
+    parser.add_argument("--bias-length", type=int, default=50, metavar="T",
+                        help="bias probes: tokens per continuation (default 50, as GPT-3 / MT-NLG)")
+    parser.add_argument("--bias-top-p", type=float, default=0.9, metavar="P",
+                        help="bias probes: nucleus sampling at temperature 1 (default 0.9, as GPT-3 / MT-NLG)")
     parser.add_argument("--contamination-corpus", nargs="+", metavar="FILE",
                         help="training JSONL files: report per task the share of examples sharing a 13-gram "
                              "with them and the scores on the clean rest")
@@ -107,6 +113,11 @@ def _usage_problem(args) -> str | None:
         return "give --tasks (comma-separated) or --protocol"
     if args.fewshot_seeds < 1:
         return f"--fewshot-seeds must be >= 1, got {args.fewshot_seeds}"
+    if args.bias:
+        try:
+            _bias_settings(args).check()
+        except ValueError as error:
+            return f"--bias-samples/--bias-length/--bias-top-p: {error}"
     if args.hf and (args.overrides or args.nproc > 1):
         return "parallel.* overrides and --nproc apply to a trident CKPT, not --hf"
     return None
@@ -146,13 +157,20 @@ def _evaluate(args, load, out: str | None, resume_from: str | None, report_error
                                  contamination_corpus=args.contamination_corpus,
                                  contamination_ngram=args.contamination_ngram,
                                  fewshot_construction=args.fewshot_construction, fewshot_seeds=args.fewshot_seeds,
-                                 protocol=args.protocol, resume_from=resume_from)
+                                 protocol=args.protocol, resume_from=resume_from,
+                                 bias_settings=_bias_settings(args))
     except (TaskDataError, KeyError, FileNotFoundError, ImportError, ValueError) as err:
         if report_errors:  # ranks read the same files and requests, so all fail alike: one reports
             message = err.args[0] if isinstance(err, KeyError) and err.args else err
             print(f"trident eval: {message}", file=sys.stderr)
         return (2 if isinstance(err, PreflightError) else 1), None
     return 0, results
+
+
+def _bias_settings(args):
+    from trident.evaluate.cooccurrence import SamplingSettings
+
+    return SamplingSettings(samples=args.bias_samples, max_new_tokens=args.bias_length, top_p=args.bias_top_p)
 
 
 def _world_size() -> int:
@@ -163,7 +181,9 @@ def forwarded_argv(args) -> list[str]:
     """The `trident eval ...` arguments each torchrun rank gets: these args without --nproc."""
     argv = ["eval", args.checkpoint, *args.overrides, "--batch-size", str(args.batch_size), "--seed", str(args.seed),
             "--fewshot-seeds", str(args.fewshot_seeds), "--fewshot-construction", args.fewshot_construction,
-            "--contamination-ngram", str(args.contamination_ngram), "--device", args.device, "--dtype", args.dtype]
+            "--contamination-ngram", str(args.contamination_ngram), "--device", args.device, "--dtype", args.dtype,
+            "--bias-samples", str(args.bias_samples), "--bias-length", str(args.bias_length),
+            "--bias-top-p", str(args.bias_top_p)]
     shots = ",".join(map(str, args.shots)) if args.shots is not None else None
     for flag, value in (("--tasks", args.tasks), ("--shots", shots), ("--protocol", args.protocol),
                         ("--data-dir", args.data_dir), ("--out", args.out), ("--limit", args.limit),

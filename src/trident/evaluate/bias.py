@@ -5,9 +5,10 @@ co-occurrence and sentiment by group in generated text, and CrowS-Pairs likeliho
   log-ratio log P(female words) - log P(male words) of the next words; reported per occupation,
   averaged (negative = leans male, as the GPT-3 paper's "average bias"), and as the share of
   occupations that lean male.
-- cooccurrence / sentiment: `samples` continuations (temperature 1, top-k 40, seeded) of each
-  group's prompts; counts of lexicon adjectives (bias_lexicon.ADJECTIVES) per group, the most
-  frequent ones, and the mean sentiment per sample (+1 per positive, -1 per negative word).
+- cooccurrence / sentiment (evaluate/cooccurrence.py): `samples` continuations of `max_new_tokens`
+  tokens of each group's prompts, drawn at temperature 1 and top-p 0.9 (800 x 50 tokens, the GPT-3 /
+  MT-NLG protocol, by default); each group's most over-represented descriptive words against the
+  other groups of its axis, and its mean VADER sentiment per sample.
 - crows_pairs (only when DATA/crows_pairs/crows_pairs_anonymized.csv exists, the published CSV with
   sent_more, sent_less, bias_type): share of pairs where the more-stereotyping sentence is likelier
   (50% = no preference) and the mean |log-likelihood difference|, overall and per bias type.
@@ -17,17 +18,15 @@ from __future__ import annotations
 import csv
 import io
 import math
-import re
-from collections import Counter
 from pathlib import Path
 
 from trident.evaluate import bias_lexicon as lex
+from trident.evaluate.cooccurrence import SamplingSettings, cooccurrence
 from trident.evaluate.lm import LM
 from trident.tasks.files import TaskDataError
 from trident.tasks.metrics import mean
 
 CROWS_FILE = "crows_pairs/crows_pairs_anonymized.csv"
-WORD = re.compile(r"[a-z][a-z'-]*")
 
 
 def _logsumexp(values: list[float]) -> float:
@@ -55,36 +54,6 @@ def gender_occupation(lm: LM, occupations=lex.OCCUPATIONS, templates=lex.GENDER_
         "average_log_ratio": mean(list(per_occupation.values())),
         "fraction_male_leaning": mean([float(v < 0) for v in per_occupation.values()]),
     }
-
-
-def _words(text: str) -> list[str]:
-    return WORD.findall(text.lower())
-
-
-def sentiment(text: str) -> int:
-    """+1 for each positive and -1 for each negative lexicon word in text."""
-    return sum((w in lex.POSITIVE) - (w in lex.NEGATIVE) for w in _words(text))
-
-
-def cooccurrence(lm: LM, samples: int = 4, max_new_tokens: int = 16, seed: int = 1234,
-                 group_prompts=lex.GROUP_PROMPTS, top: int = 10) -> dict:
-    """Adjective counts and sentiment of generated continuations, per axis and group."""
-    out: dict = {}
-    for axis, groups in group_prompts.items():
-        out[axis] = {}
-        for g, (group, prompts) in enumerate(groups.items()):
-            texts = lm.generate([p for p in prompts for _ in range(samples)], max_new_tokens,
-                                temperature=1.0, top_k=40, seed=seed + g)
-            adjectives = Counter(w for t in texts for w in _words(t) if w in lex.ADJECTIVES)
-            total_words = sum(len(_words(t)) for t in texts)
-            out[axis][group] = {
-                "samples": len(texts),
-                "words": total_words,
-                "adjective_rate": sum(adjectives.values()) / total_words if total_words else 0.0,
-                "top_adjectives": adjectives.most_common(top),
-                "sentiment": mean([float(sentiment(t)) for t in texts]),
-            }
-    return out
 
 
 def _crows_rows(path: Path) -> list[dict]:
@@ -131,14 +100,15 @@ def crows_pairs(lm: LM, path: Path) -> dict:
     }
 
 
-def run_bias_probes(lm: LM, data_dir: Path | None = None, seed: int = 1234, samples: int = 4,
-                    max_new_tokens: int = 16) -> dict:
-    """All probes; crows_pairs only when its CSV is under data_dir."""
+def run_bias_probes(lm: LM, data_dir: Path | None = None, seed: int = 1234,
+                    settings: SamplingSettings | None = None) -> dict:
+    """All probes; crows_pairs only when its CSV is under data_dir. settings: how the co-occurrence
+    texts are sampled (default: the papers' 800 samples of 50 tokens at temperature 1, top-p 0.9)."""
+    settings = (settings or SamplingSettings()).check()
     result = {
         "gender_occupation": gender_occupation(lm),
-        "cooccurrence": cooccurrence(lm, samples=samples, max_new_tokens=max_new_tokens, seed=seed),
-        "settings": {"samples_per_prompt": samples, "max_new_tokens": max_new_tokens, "temperature": 1.0,
-                     "top_k": 40, "seed": seed},
+        "cooccurrence": cooccurrence(lm, settings, seed=seed),
+        "settings": {**settings.describe(), "seed": seed, "sentiment": "vaderSentiment compound score per sample"},
     }
     if data_dir is not None and (Path(data_dir) / CROWS_FILE).is_file():
         result["crows_pairs"] = crows_pairs(lm, Path(data_dir) / CROWS_FILE)
@@ -153,6 +123,9 @@ def summary_lines(bias: dict) -> list[str]:
     for axis, groups in bias["cooccurrence"].items():
         parts = [f"{group} {v['sentiment']:+.2f}" for group, v in groups.items()]
         lines.append(f"bias: sentiment by {axis}: " + ", ".join(parts))
+        for group, v in groups.items():
+            favoured = ", ".join(f"{w['word']} ({w['count']})" for w in v["over_represented"][:5]) or "none"
+            lines.append(f"bias: {axis} {group}: most over-represented words {favoured}")
     if "crows_pairs" in bias:
         c = bias["crows_pairs"]
         lines.append(f"bias: CrowS-Pairs stereotype preference {100 * c['pct_stereotype']:.1f}% of {c['n']} pairs")

@@ -1,9 +1,9 @@
 """Word lists for the bias probes, written for trident (small, readable, and meant to be extended).
 
 Occupations follow the GPT-3 paper's probe (Brown et al. 2020, sec. 6.2); group prompts follow its
-gender, race and religion co-occurrence probes. The sentiment lexicon is a short hand-made list of
-clearly positive / negative English adjectives; its scores are coarse and comparable only between
-groups of one run, not to SentiWordNet numbers in papers.
+gender, race and religion co-occurrence probes. ADJECTIVES are the descriptive words the
+co-occurrence analysis counts (evaluate/cooccurrence.py); sentiment comes from vaderSentiment, not
+from these lists.
 """
 from __future__ import annotations
 

@@ -100,7 +100,8 @@ def run_evaluation(lm: LM | Callable[[], LM], tasks: list[str] | None, shots: li
                    batch_size: int | None = None, limit: int | None = None, log_samples: bool = False,
                    bias: bool = False, progress: bool = True, contamination_corpus: list[str | Path] | None = None,
                    contamination_ngram: int = 13, fewshot_construction: str = "harness", fewshot_seeds: int = 1,
-                   protocol: str | None = None, resume_from: str | Path | None = None) -> dict:
+                   protocol: str | None = None, resume_from: str | Path | None = None,
+                   bias_settings=None) -> dict:
     """Evaluate `lm` on each task at each shot count; write OUT/results.json (when out_dir) and return it.
 
     lm may be a callable returning the LM: it is called only after every task/shot cell has been
@@ -115,12 +116,18 @@ def run_evaluation(lm: LM | Callable[[], LM], tasks: list[str] | None, shots: li
     scores each few-shot cell with S draws and adds "fewshot_spread" (evaluate/spread.py).
     resume_from: a folder whose results.json is a partial run of the same settings; its finished
     cells are reused (evaluate/resume.py). Pass it on every rank of a parallel evaluation.
+    bias_settings: the probes' sampling (evaluate/cooccurrence.SamplingSettings; default the papers').
     """
     cells = plan_cells(tasks, shots, protocol)
     seeds = draw_seeds(seed, fewshot_seeds)
     data_path = location(data_dir) if data_dir is not None else None
     loaded = load_checked(cells, data_path, limit, fewshot_construction)
     dirty, contamination = _contamination(loaded, contamination_corpus, contamination_ngram)
+    if bias:  # settings and the sentiment library checked before the model loads
+        from trident.evaluate.cooccurrence import SamplingSettings, sentiment_scorer
+
+        bias_settings = (bias_settings or SamplingSettings()).check()
+        sentiment_scorer()
     earlier = resume.read_results(resume_from)  # before the model loads: loading syncs the ranks
     lm = _ready(lm, batch_size, progress)
     results = _header(lm, seed, limit, fewshot_construction, seeds, protocol)
@@ -146,7 +153,7 @@ def run_evaluation(lm: LM | Callable[[], LM], tasks: list[str] | None, shots: li
     if bias:
         from trident.evaluate.bias import run_bias_probes
 
-        results["bias"] = run_bias_probes(lm, data_dir=data_path, seed=seed)
+        results["bias"] = run_bias_probes(lm, data_dir=data_path, seed=seed, settings=bias_settings)
     if protocol is not None:
         results["protocol"]["rows"] = paper_rows(protocol, results)
     results["partial"] = False

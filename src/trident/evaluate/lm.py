@@ -53,8 +53,9 @@ class LM(ABC):
 
     @abstractmethod
     def generate(self, prompts: list[str], max_new_tokens: int, temperature: float = 0.0,
-                 top_k: int | None = None, seed: int = 1234) -> list[str]:
-        """Continuations of each prompt (greedy when temperature == 0), stopping at end-of-document."""
+                 top_k: int | None = None, seed: int = 1234, top_p: float = 1.0) -> list[str]:
+        """Continuations of each prompt (greedy when temperature == 0, else sampled after top-k and
+        top-p filtering), stopping at end-of-document."""
 
     def generate_until(self, prompts: list[str], until: tuple[str, ...], max_new_tokens: int) -> list[str]:
         """Greedy continuations of each prompt, cut at the first of the `until` strings (generation tasks)."""
@@ -171,7 +172,7 @@ class CausalLM(LM):
     # ---- generation -------------------------------------------------------------------------
     @torch.inference_mode()
     def generate(self, prompts: list[str], max_new_tokens: int, temperature: float = 0.0,
-                 top_k: int | None = None, seed: int = 1234) -> list[str]:
+                 top_k: int | None = None, seed: int = 1234, top_p: float = 1.0) -> list[str]:
         """Recomputes the prefix every step (no KV cache): the harness uses it only for short probes."""
         generator = torch.Generator().manual_seed(seed)
         outputs = []
@@ -181,7 +182,7 @@ class CausalLM(LM):
             done = [False] * len(chunk)
             for _ in range(max_new_tokens):
                 rows = [tuple((c + n)[-self.max_length:]) for c, n in zip(chunk, new)]
-                next_ids = self._choose(self.next_token_logits(rows), temperature, top_k, generator)
+                next_ids = self._choose(self.next_token_logits(rows), temperature, top_k, generator, top_p)
                 for b, token in enumerate(next_ids.tolist()):
                     if not done[b]:
                         done[b] = token == self.eod_id
@@ -242,8 +243,9 @@ class CausalLM(LM):
         logits = self.forward(ids.to(self.device)).float().cpu()
         return torch.stack([logits[b, len(r) - 1, : self.vocab_size] for b, r in enumerate(rows)])
 
-    def _choose(self, logits: torch.Tensor, temperature: float, top_k: int | None, generator) -> torch.Tensor:
-        return sample_next(logits, max(temperature, 0.0), top_k or 0, generator=generator)
+    def _choose(self, logits: torch.Tensor, temperature: float, top_k: int | None, generator,
+                top_p: float = 1.0) -> torch.Tensor:
+        return sample_next(logits, max(temperature, 0.0), top_k or 0, top_p, generator=generator)
 
     def describe(self) -> dict:
         return {**self.info, "max_length": self.max_length, "vocab_size": self.vocab_size,

@@ -195,17 +195,17 @@ class ParallelLM(CausalLM):
     # ---- generation -----------------------------------------------------------------------------
     @torch.inference_mode()
     def generate(self, prompts: list[str], max_new_tokens: int, temperature: float = 0.0,
-                 top_k: int | None = None, seed: int = 1234) -> list[str]:
+                 top_k: int | None = None, seed: int = 1234, top_p: float = 1.0) -> list[str]:
         """As CausalLM.generate (same seed, same draws), KV-cached on this layout (trident.infer.engine):
         each step feeds one token per row, and only next-token statistics leave the last stage. Every
         data-parallel replica generates every prompt; the sampler's tokens reach every rank."""
-        self._agree(("generate", prompts, max_new_tokens, temperature, top_k, seed))
+        self._agree(("generate", prompts, max_new_tokens, temperature, top_k, seed, top_p))
         if self._engine is None:
             self._engine = Engine.from_parallel(self.model, self.vocab_size, slots=self.batch_size)
         generator = torch.Generator().manual_seed(seed)
 
         def choose(logits: torch.Tensor) -> torch.Tensor:
-            return self._choose(logits, temperature, top_k, generator)
+            return self._choose(logits, temperature, top_k, generator, top_p)
 
         outputs = []
         for start in range(0, len(prompts), self.batch_size):
