@@ -123,11 +123,7 @@ def run_evaluation(lm: LM | Callable[[], LM], tasks: list[str] | None, shots: li
     data_path = location(data_dir) if data_dir is not None else None
     loaded = load_checked(cells, data_path, limit, fewshot_construction)
     dirty, contamination = _contamination(loaded, contamination_corpus, contamination_ngram)
-    if bias:  # settings and the sentiment library checked before the model loads
-        from trident.evaluate.cooccurrence import SamplingSettings, sentiment_scorer
-
-        bias_settings = (bias_settings or SamplingSettings()).check()
-        sentiment_scorer()
+    bias_settings = _checked_bias_settings(bias_settings) if bias else None
     earlier = resume.read_results(resume_from)  # before the model loads: loading syncs the ranks
     lm = _ready(lm, batch_size, progress)
     results = _header(lm, seed, limit, fewshot_construction, seeds, protocol)
@@ -182,6 +178,14 @@ def score_cell(lm: LM, task: Task, k: int, docs: list[dict], pool: fewshot.FewSh
             for sample, flag in zip(draw[1], dirty):
                 sample["dirty"] = flag
     return entry, {s: samples for s, (_, samples, _) in zip(draws, scored)}
+
+
+def _checked_bias_settings(settings):
+    """The bias probes' sampling settings, checked (and the sentiment library found) before the model loads."""
+    from trident.evaluate.cooccurrence import SamplingSettings, sentiment_scorer
+
+    sentiment_scorer()
+    return (settings or SamplingSettings()).check()
 
 
 def _header(lm: LM, seed: int, limit: int | None, construction: str, seeds: list[int], protocol: str | None) -> dict:
