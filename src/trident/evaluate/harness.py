@@ -100,8 +100,7 @@ def run_evaluation(lm: LM | Callable[[], LM], tasks: list[str] | None, shots: li
                    batch_size: int | None = None, limit: int | None = None, log_samples: bool = False,
                    bias: bool = False, progress: bool = True, contamination_corpus: list[str | Path] | None = None,
                    contamination_ngram: int = 13, fewshot_construction: str = "harness", fewshot_seeds: int = 1,
-                   protocol: str | None = None, resume_from: str | Path | None = None,
-                   bias_settings=None) -> dict:
+                   protocol: str | None = None, resume_from: str | Path | None = None, bias_settings=None) -> dict:
     """Evaluate `lm` on each task at each shot count; write OUT/results.json (when out_dir) and return it.
 
     lm may be a callable returning the LM: it is called only after every task/shot cell has been
@@ -110,13 +109,13 @@ def run_evaluation(lm: LM | Callable[[], LM], tasks: list[str] | None, shots: li
     protocol (e.g. "mtnlg", evaluate/protocols.py) instead fixes tasks and shots (pass None for both).
     data_dir None reads the tasks from the Hugging Face hub (needs `datasets` and network).
     limit keeps the first N scored documents of each task. With log_samples, one JSONL per task and
-    shot count goes to OUT/samples/. With bias, the bias probes run too (results["bias"]). With
+    shot count goes to OUT/samples/. With bias, the bias probes run too (results["bias"]), sampled as
+    bias_settings says (evaluate/cooccurrence.SamplingSettings; default the papers'). With
     contamination_corpus (training JSONL files), each entry also gets a "contamination" report.
     fewshot_construction: "harness" or "per-document" (evaluate/fewshot.py). fewshot_seeds S > 1
     scores each few-shot cell with S draws and adds "fewshot_spread" (evaluate/spread.py).
     resume_from: a folder whose results.json is a partial run of the same settings; its finished
     cells are reused (evaluate/resume.py). Pass it on every rank of a parallel evaluation.
-    bias_settings: the probes' sampling (evaluate/cooccurrence.SamplingSettings; default the papers').
     """
     cells = plan_cells(tasks, shots, protocol)
     seeds = draw_seeds(seed, fewshot_seeds)
