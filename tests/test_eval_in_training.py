@@ -81,6 +81,7 @@ def test_in_training_scores_equal_trident_eval_and_losses_unchanged(tmp_path, to
     lines = [json.loads(x) for x in (tmp_path / "with" / "metrics.jsonl").read_text().splitlines()]
     assert _logged(lines, 2) == {**logged, "eval/seconds": seconds}
     if "parallel.tp=2" in layout:
+        _check_curves(tmp_path, lines)
         from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
         events = EventAccumulator(str(tmp_path / "with" / "tensorboard"), size_guidance={"scalars": 0})
@@ -101,3 +102,15 @@ def test_eval_section_mistakes_stop_the_run_before_its_first_step(tmp_path, toke
         tiny_config("eval.tasks=[piqa]").validate(1)
     with pytest.raises(ConfigError, match=r"eval\.shots"):
         tiny_config("eval.tasks=[piqa]", "eval.interval=5", "eval.shots=[-1]").validate(1)
+
+
+def _check_curves(tmp_path, lines):
+    """The PNG of the in-training scores (python -m trident.train.eval_curves) draws exactly the logged values."""
+    from trident.train.eval_curves import eval_series, main
+
+    series = eval_series(lines, "acc")
+    assert set(series) == set(TASKS) and series["piqa"]["1shot/acc"] == [
+        (r["step"], r["eval/piqa/1shot/acc"]) for r in lines if "eval/piqa/1shot/acc" in r]
+    assert main([str(tmp_path / "with" / "metrics.jsonl"), str(tmp_path / "curves.png"), "--metric", "acc"]) == 0
+    assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert main([str(tmp_path / "without" / "metrics.jsonl"), str(tmp_path / "none.png")]) == 2
