@@ -38,7 +38,8 @@ def _job(rank, world, layout, root, tokenizer_file, vocab_size):
     records, checkpoints = _train(tiny_config(*steps, *_eval_settings(tokenizer_file), *extra), root / "with",
                                   vocab_size)
     plain, _ = _train(tiny_config(*steps), root / "without", vocab_size)
-    lm = load_parallel(checkpoints / "step_0000002", layout, batch_size=2, tokenizer_path=tokenizer_file)
+    evaluation_layout = [x for x in layout if x.split("=")[0] in ("parallel.tp", "parallel.pp")]  # any layout loads
+    lm = load_parallel(checkpoints / "step_0000002", evaluation_layout, batch_size=2, tokenizer_path=tokenizer_file)
     again = run_evaluation(lm, TASKS, SHOTS, FIXTURES, None, limit=LIMIT, progress=False)
     return records, [r["loss"] for r in plain], again["results"], str(checkpoints)
 
@@ -60,7 +61,11 @@ def _expected(results):
             for metric, value in entry["metrics"].items()}
 
 
-@pytest.mark.parametrize("layout", [["parallel.tp=2"], ["parallel.pp=2"]], ids=["tp2", "pp2"])
+INTERLEAVED = ["parallel.pp=2", "parallel.virtual_stages=2", "parallel.schedule=interleaved", "model.num_layers=4"]
+
+
+@pytest.mark.parametrize("layout", [["parallel.tp=2"], ["parallel.pp=2"], INTERLEAVED],
+                         ids=["tp2", "pp2", "pp2-interleaved"])
 def test_in_training_scores_equal_trident_eval_and_losses_unchanged(tmp_path, tokenizer, layout):
     from trident.evaluate.harness import run_evaluation
     from trident.evaluate.lm import load_trident

@@ -162,7 +162,8 @@ class ParallelLM(CausalLM):
         for start in range(0, len(mine), window):
             group = mine[start: start + window]
             ids = [self._pad([row.tokens for row in batch]).to(self.device) for batch in group]
-            self.model.forward_logits(ids, lambda i, logits: scored.extend(self._score_batch(group[i], logits)))
+            self.model.forward_logits(ids + ids[-1:] * self._filler(len(ids)), lambda i, logits: scored.extend(
+                self._score_batch(group[i], logits) if i < len(group) else []))
             bar.update(len(group))
         bar.close()
         reporter = self.mesh.is_last_stage and self.mesh.tp_rank == 0  # one copy per replica
@@ -175,6 +176,11 @@ class ParallelLM(CausalLM):
         if missing:
             raise RuntimeError(f"internal error: requests {missing[:5]} were never scored")
         return results  # type: ignore[return-value]
+
+    def _filler(self, batches: int) -> int:
+        """Repeats of the last batch (whose logits are not read) that complete the groups of pp an
+        interleaved schedule walks micro-batches in (a training model with virtual stages)."""
+        return -batches % self.mesh.pp if self.model.config.parallel.virtual_stages > 1 else 0
 
     def _score_batch(self, batch: list[Row], logits: torch.Tensor) -> list[tuple[int, Loglikelihood]]:
         """Scores of the batch's requests from its logits [b, w, V/tp] (on the last stage)."""
