@@ -157,3 +157,15 @@ def test_tp2_generates_what_one_process_generates(data):
         for k in map(str, SHOTS):
             assert parallel[task][k]["metrics"] == single[task][k]["metrics"], (task, k)
             assert parallel[task][k]["generation"]["until"] == single[task][k]["generation"]["until"]
+
+
+def test_fewshot_spread_counts_exact_match_flips(data):
+    from trident.evaluate.harness import run_evaluation
+    from trident.evaluate.lm import load_trident
+
+    path, root, _ = data
+    entry = run_evaluation(load_trident(path, batch_size=4), ["triviaqa"], [1], root / "data", None, limit=4,
+                           fewshot_seeds=2, progress=False)["results"]["triviaqa"]["1"]
+    spread = entry["fewshot_spread"]["metrics"]
+    assert 0.0 <= spread["exact_match"]["flipped"] <= 1.0 and "flipped" not in spread["f1"]
+    assert spread["exact_match"]["per_seed"][0] == entry["metrics"]["exact_match"]

@@ -3,13 +3,13 @@
 `--fewshot-seeds S` scores each few-shot cell with S independent draws, seeds `seed, seed + 1, ...,
 seed + S - 1` (the first is the plain run's), and reports per metric the mean, the sample standard
 deviation (n - 1), min and max over the draws, and for accuracy-type metrics the share of examples
-whose correctness is not the same in every draw.
+whose correctness is not the same in every draw (acc* and exact_match).
 """
 from __future__ import annotations
 
 import statistics
 
-ACCURACY_PREFIX = "acc"  # per-example 0/1 values: correct or not
+ACCURACY_PREFIX = ("acc", "exact_match")  # per-example 0/1 values: correct or not
 
 
 def draw_seeds(seed: int, draws: int) -> list[int]:
