@@ -1,9 +1,10 @@
 """Plot a run's in-training downstream scores (config `eval`) from its metrics.jsonl.
 
-    python -m trident.train.eval_curves RUN/metrics.jsonl OUT.png [--metric acc]
+    python -m trident.train.eval_curves RUN/metrics.jsonl OUT.png [--metric acc,acc_norm]
 
-One panel per task: each shot count's primary metric against the training step, with the training
-loss (and validation loss, where logged) on a second panel; the evaluations' cost in seconds is
+One panel per task: each shot count's scores (the named metrics, else every metric but perplexity,
+which is not on a 0-1 scale) against the training step, with the training loss (and validation
+loss, where logged) on a last panel; the evaluations' cost in seconds is
 given in the title. Reads only the `eval/<task>/<k>shot/<metric>` fields the trainer writes.
 """
 from __future__ import annotations
@@ -17,12 +18,14 @@ from trident.train.metrics import read_metrics
 
 
 def eval_series(records: list[dict], metric: str | None = None) -> dict[str, dict[str, list[tuple[int, float]]]]:
-    """task -> "<k>shot/<metric>" -> [(step, value)], for `metric` or every metric when None."""
+    """task -> "<k>shot/<metric>" -> [(step, value)], for the comma-separated metrics named, or every
+    metric but perplexity when None."""
+    wanted = (lambda name: name in metric.split(",")) if metric else (lambda name: name != "perplexity")
     series: dict = defaultdict(lambda: defaultdict(list))
     for record in records:
         for key, value in record.items():
             parts = key.split("/")
-            if len(parts) == 4 and parts[0] == "eval" and (metric is None or parts[3] == metric):
+            if len(parts) == 4 and parts[0] == "eval" and wanted(parts[3]):
                 series[parts[1]][f"{parts[2]}/{parts[3]}"].append((record["step"], value))
     return {task: dict(lines) for task, lines in series.items()}
 
@@ -65,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m trident.train.eval_curves", description=__doc__.splitlines()[0])
     parser.add_argument("metrics", type=Path, help="a run's metrics.jsonl")
     parser.add_argument("out", type=Path, help="PNG to write")
-    parser.add_argument("--metric", help="only this metric (e.g. acc); default every one")
+    parser.add_argument("--metric", help="only these metrics, comma-separated (e.g. acc,acc_norm); "
+                                         "default every one but perplexity")
     parser.add_argument("--title", default="", help="figure title")
     args = parser.parse_args(argv)
     try:
