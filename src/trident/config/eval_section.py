@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 
 @dataclass
 class EvalConfig:
-    tasks: list = field(default_factory=list)  # task names as `trident eval --tasks`; []: none
+    tasks: list[str] = field(default_factory=list)  # task names as `trident eval --tasks`; []: none
     interval: int = 0  # steps between downstream evaluations; 0: never
-    shots: list = field(default_factory=lambda: [0])  # shot counts scored for every task
+    shots: list[int] = field(default_factory=lambda: [0])  # shot counts scored for every task
     limit: int = 0  # score the first N documents of each task; 0: all of them
     data_dir: str = ""  # folder with the tasks' published files; "": the Hugging Face hub
     batch_size: int = 8  # rows per forward pass

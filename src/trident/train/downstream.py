@@ -4,8 +4,9 @@ Every `eval.interval` steps the job scores `eval.tasks` at `eval.shots` on its o
 training model (this rank's chunks, in the same process group) is wrapped as a ParallelLM, the
 evaluator trident.evaluate uses for `trident eval CKPT parallel.tp=...`, so no checkpoint is
 written or read and the numbers are those `trident eval` gives for the step's checkpoint. The
-training state is left as it was: the chunks' train/eval modes and every RNG stream (torch CPU,
-CUDA, the tensor-parallel streams) are restored afterwards, so the run's losses do not change.
+training state is left as it was: the chunks' train/eval modes and the default RNG streams (torch
+CPU, CUDA) are restored afterwards, and the model's tensor-parallel stream is checked unchanged, so
+the run's losses do not change.
 The tasks' files are read and every task/shot cell is checked when the trainer starts, so a
 missing file stops the run before its first step rather than at its first evaluation.
 
@@ -16,7 +17,8 @@ from __future__ import annotations
 
 import time
 
-from trident.checkpoint.state import rng_state, set_rng_state
+import torch
+
 from trident.config import Config, ConfigError
 from trident.evaluate.harness import score_cell
 from trident.evaluate.parallel_lm import ParallelLM
@@ -62,13 +64,13 @@ class DownstreamEval:
         if not self.due(step):
             return {}
         start = time.perf_counter()
-        modes, rng = [chunk.training for chunk in model.chunks], rng_state(model.device)
+        modes, streams = [chunk.training for chunk in model.chunks], model.rng_states()
         try:
             record = self._score(self._model_lm(model))
         finally:  # the training state, whatever happened: dropout mode and every random stream
             for chunk, mode in zip(model.chunks, modes):
                 chunk.train(mode)
-            set_rng_state(rng, model.device)
+            _restore_streams(model, streams)
         record["eval/seconds"] = time.perf_counter() - start
         self.log(f"step {step} downstream eval ({record['eval/seconds']:.1f} s): " + ", ".join(
             f"{k[5:]} {v:.4g}" for k, v in record.items() if k != "eval/seconds" and self._primary(k)))
@@ -98,3 +100,15 @@ class DownstreamEval:
     def _primary(self, key: str) -> bool:
         task = key.split("/")[1]
         return task in self.loaded and key.endswith("/" + self.loaded[task][0].primary_metric)
+
+
+def _restore_streams(model, saved: dict) -> None:
+    """The default generators as `saved`; the model's own tensor-parallel stream is drawn from only by
+    dropout, which evaluation (eval mode) never runs, so it is checked unchanged rather than set."""
+    torch.set_rng_state(saved["torch_cpu"])
+    if "torch_cuda" in saved:
+        torch.cuda.set_rng_state(saved["torch_cuda"], model.device)
+    now = model.rng_states()
+    moved = [name for name in saved if name.startswith("tp_") and not torch.equal(now[name], saved[name])]
+    if moved:
+        raise RuntimeError(f"internal error: in-training evaluation drew from the model's stream(s) {moved}")
