@@ -194,7 +194,7 @@ def tokenize_files(inputs, output_prefix, tokenizer_path, json_key: str = "text"
     `bad_lines` (the first few as FILE:LINE: reason; all of them in OUTPUT_PREFIX.bad_lines.jsonl),
     `damaged_files` ({file: {reason: lines, "lines_before": N where it broke off}}, all of them),
     `tokenizer_sha256`, `vocab_size` and `max_token_id` (checked against the model at train start),
-    timings. strict=True raises TokenizeError on the first bad line or unreadable file.
+    timings (`seconds`, and `main_process_cpu_s`: this process's CPU, the part workers do not share). strict=True raises TokenizeError on the first bad line or unreadable file.
     """
     paths = _check_inputs(inputs)
     if max_doc_bytes is not None and max_doc_bytes < 1:
@@ -214,7 +214,7 @@ def _tokenize(paths, prefix: Path, target: str, tokenizer, json_key, workers, st
     damaged: dict = {}
     bad = _BadLines(prefix, strict)
     lines, max_id = 0, -1
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     bar = tqdm(desc=f"tokenize -> {location(target).name}", unit=" docs", disable=not progress, mininterval=0.5)
     lineage = DocumentLines(prefix, paths)
     try:
@@ -248,6 +248,8 @@ def _tokenize(paths, prefix: Path, target: str, tokenizer, json_key, workers, st
     stats = _stats(paths, target, tokenizer, json_key, builder, lines, dropped, bad, workers,
                    time.perf_counter() - start)
     stats["damaged_files"] = damaged  # {file: {reason: lines, "lines_before": N}}: damage_summary prints it
+    # the reading and writing process's own CPU: with workers, what bounds their scaling
+    stats["main_process_cpu_s"] = round(time.process_time() - cpu_start, 3)
     # what training checks the model against: which tokenizer, and the largest id actually present
     stats |= {"tokenizer_sha256": tokenizer.sha256(),
               "max_token_id": max(max_id, tokenizer.eod_id) if builder.num_documents else None}
