@@ -14,7 +14,7 @@ from trident.curate.executors import LocalExecutor
 from trident.curate.fuzzy_dedup import FuzzyDedup
 from trident.curate.minhash import MinHasher, jaccard, normalize_for_shingles, shingle_hashes
 from trident.curate.shards import read_shard, write_shard
-from trident.curate.shingle_kernel import (distinct_sorted, minhash_signatures, normalised_bytes, pair_jaccard,
+from trident.curate.shingle_kernel import (band_keys, distinct_sorted, minhash_signatures, normalised_bytes, pair_jaccard,
                                            shingle_hashes_flat, xxh64_bytes)
 
 
@@ -63,6 +63,13 @@ def test_signatures_and_pair_jaccard_equal_the_numpy_definitions():
     first, second = rng.integers(0, len(texts), 500), rng.integers(0, len(texts), 500)
     got = pair_jaccard(distinct, doc_offsets, first, second)
     assert got.tolist() == [jaccard(sets[a], sets[b]) for a, b in zip(first.tolist(), second.tolist())]
+
+
+@pytest.mark.parametrize("num_hashes,bands", [(100, 20), (100, 10), (100, 25), (128, 4), (96, 3), (100, 50), (8, 2)])
+def test_compiled_band_keys_equal_the_xxh3_loop(num_hashes, bands):
+    hasher = MinHasher(num_hashes=num_hashes, bands=bands)
+    sig = np.random.default_rng(bands).integers(0, 2**32, (200, num_hashes), dtype=np.uint64).astype(np.uint32)
+    assert np.array_equal(band_keys(hasher, sig), hasher.band_keys(sig))  # 8 and 4-byte bands: the loop itself
 
 
 @pytest.mark.parametrize("case", sorted(json.loads(RECORDED.read_text())))

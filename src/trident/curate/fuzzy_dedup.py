@@ -85,7 +85,7 @@ def _signature_task(job: dict) -> Counter:
     """Map: LSH band keys of every document of one shard, written to bucket partition files. Kept
     for the later steps: every document's shingle hashes (work/shingles/s<shard>.hashes, raw uint64,
     hashed once) with its keep-priority fields (s<shard>.npz), and every row's text size (work/rows)."""
-    from trident.curate.shingle_kernel import minhash_signatures, shingle_hashes_flat  # numba: in tasks only
+    from trident.curate.shingle_kernel import band_keys, minhash_signatures, shingle_hashes_flat  # numba: in tasks
 
     hasher = MinHasher(**job["minhash"])
     shard, work, counters = job["shard"], location(job["work"]), Counter()
@@ -99,7 +99,7 @@ def _signature_task(job: dict) -> Counter:
         counts.append(per_doc)
         signed = per_doc > 0
         counters["no_shingles"] += int(np.count_nonzero(~signed))  # empty text: left to exact dedup
-        keys = hasher.band_keys(minhash_signatures(flat, offsets, hasher.multipliers)[signed])
+        keys = band_keys(hasher, minhash_signatures(flat, offsets, hasher.multipliers)[signed])
         keys ^= np.array(salts, dtype=np.uint64)[signed][:, None]
         docs = doc_keys(shard, np.arange(len(sizes) - len(batch), len(sizes)))[signed]
         records = np.empty(keys.size, dtype=_BUCKET_DTYPE)

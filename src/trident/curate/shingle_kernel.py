@@ -8,6 +8,8 @@ Every function computes exactly what trident.curate.minhash defines (tests compa
   their single separating spaces; a non-empty text with at most ``ngram`` units is one shingle.
 - ``minhash_signatures``: per hash function ``(a * x mod 2**64) >> 32``, minimum over a document.
 - ``pair_jaccard``: |A & B| / |A | B| of the distinct hashes of two documents.
+- ``band_keys``: MinHasher.band_keys (xxh3_64 of each band's rows, seeded with the band) for bands
+  of 17-128 bytes (5-32 rows, the usual ones); other widths go to MinHasher's Python loop.
 Imported only by the tasks that run these loops, so importing trident stays free of numba;
 cache=True keeps the machine code on disk, so later processes load it instead of compiling.
 """
@@ -276,3 +278,61 @@ def pair_jaccard(flat, offsets, first, second):
         if size:
             out[k] = shared / (size - shared)
     return out
+
+
+# XXH3's default secret (its first 128 bytes: all that inputs of 17-128 bytes use), as uint64 words.
+_XXH3_SECRET = np.frombuffer(bytes.fromhex(
+    "b8fe6c3923a44bbe7c01812cf721ad1cded46de9839097db7240a4a4b7b3671f"
+    "cb79e64eccc0e578825ad07dccff7221b8084674f743248ee03590e6813a264c"
+    "3c2852bb91c300cb88d0658b1b532ea371644897a20df94e3819ef46a9deacd8"
+    "a8fa763fe39c343ff9dcbbc7c70b4f1d8a51e04bcdb45931c89f7ec9d9787364"), dtype="<u8").copy()
+_PRIME_MX1 = np.uint64(0x165667919E3779F9)
+
+
+@_jit
+def _fold_mul128(a, b):
+    """Low 64 bits XOR high 64 bits of the 128-bit product a*b."""
+    a_lo, a_hi, b_lo, b_hi = a & _LOW32, a >> np.uint64(32), b & _LOW32, b >> np.uint64(32)
+    ll, lh, hl, hh = a_lo * b_lo, a_lo * b_hi, a_hi * b_lo, a_hi * b_hi
+    cross = (ll >> np.uint64(32)) + (lh & _LOW32) + hl
+    high = hh + (lh >> np.uint64(32)) + (cross >> np.uint64(32))
+    low = (cross << np.uint64(32)) | (ll & _LOW32)
+    return low ^ high
+
+
+@_jit
+def _mix16(row, at, secret, word, seed):
+    """XXH3_mix16B of the 16 bytes at byte ``at`` of ``row`` (uint32 words), secret words ``word``.."""
+    k = at // 4
+    lo = np.uint64(row[k]) | (np.uint64(row[k + 1]) << np.uint64(32))
+    hi = np.uint64(row[k + 2]) | (np.uint64(row[k + 3]) << np.uint64(32))
+    return _fold_mul128(lo ^ (secret[word] + seed), hi ^ (secret[word + 1] - seed))
+
+
+@_jit
+def _band_key_kernel(sig, bands, secret):
+    n, rows = sig.shape[0], sig.shape[1] // bands
+    size = 4 * rows
+    keys = np.empty((n, bands), dtype=np.uint64)
+    for i in range(n):
+        for j in range(bands):
+            row, seed = sig[i, j * rows : (j + 1) * rows], np.uint64(j)
+            acc = np.uint64(size) * _P1
+            for step in range(3, -1, -1):  # XXH3_len_17to128_64b: pairs from both ends, widest first
+                if size > 32 * step:
+                    acc += _mix16(row, 16 * step, secret, 4 * step, seed)
+                    acc += _mix16(row, size - 16 * (step + 1), secret, 4 * step + 2, seed)
+            acc ^= acc >> np.uint64(37)
+            acc *= _PRIME_MX1
+            keys[i, j] = acc ^ (acc >> np.uint64(32))
+    return keys
+
+
+def band_keys(hasher, signatures: np.ndarray) -> np.ndarray:
+    """``hasher.band_keys(signatures)`` (a MinHasher), compiled for bands of 17-128 bytes."""
+    if not 17 <= 4 * hasher.rows <= 128:
+        return hasher.band_keys(signatures)
+    sig = np.ascontiguousarray(signatures, dtype=np.uint32)
+    if sig.ndim != 2 or sig.shape[1] != hasher.num_hashes:
+        raise ValueError(f"signatures must have shape (n, {hasher.num_hashes}), got {sig.shape}")
+    return _band_key_kernel(sig, hasher.bands, _XXH3_SECRET)
