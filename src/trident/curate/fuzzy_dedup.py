@@ -264,8 +264,10 @@ class FuzzyDedup(GlobalStage):
         """True Jaccard of every candidate pair (order of ``pairs``), from the hashes the signing kept."""
         if len(pairs) == 0:
             return np.zeros(0, dtype=np.float32)
-        jobs = [{"pairs": pairs[i : i + _VERIFY_BATCH], "shingle_dir": str(work / "shingles")}
-                for i in range(0, len(pairs), _VERIFY_BATCH)]
+        # At least one task per worker: the pool shares the merging, and this process never loads the kernels.
+        tasks = max(-(-len(pairs) // _VERIFY_BATCH), min(len(pairs), getattr(executor, "workers", 1)))
+        size = -(-len(pairs) // tasks)
+        jobs = [{"pairs": pairs[i : i + size], "shingle_dir": str(work / "shingles")} for i in range(0, len(pairs), size)]
         return np.concatenate(executor.map(_verify_task, jobs, desc="fuzzy_dedup: verify"))
 
     def _choose_drops(self, verified: np.ndarray, shingle_dir: Path) -> np.ndarray:
