@@ -1,12 +1,13 @@
 """Fuzzy deduplication: MinHash + LSH candidates, verified by true Jaccard, union-find components.
 
 Steps (each a map over files, so no step needs more than one shard or partition in memory):
-  1. per shard: MinHash signature and LSH band keys of every document (trident.curate.minhash),
-     shingled in batches (trident.curate.shingle_batch); (band, key, doc) records go to
-     ``partitions`` bucket files chosen by key, and every row's text size to a rows file;
+  1. per shard: every document shingled and hashed once in compiled code (trident.curate.shingle_kernel,
+     the rules of trident.curate.minhash), its MinHash signature and LSH band keys; (band, key, doc)
+     records go to ``partitions`` bucket files chosen by key; the hashes, keep-priority fields and
+     text sizes are kept for steps 3 to 5;
   2. per partition: documents sharing a (band, key) bucket become candidate pairs;
-  3. per shard holding candidates: their shingle hashes and keep-priority fields are saved;
-     per batch of pairs: true Jaccard of the shingle sets; pairs >= ``threshold`` are verified;
+  3. per batch of pairs: true Jaccard of the candidates' stored shingle sets (only their hashes are
+     read and sorted); pairs >= ``threshold`` are verified;
   4. here: union-find over verified pairs; in each component the best document by
      ``trident.curate.dedup_shared.best_first`` is kept, the others dropped (``dropped:duplicate``);
   5. per shard: the kept lines are copied byte for byte (not decoded and encoded again).
