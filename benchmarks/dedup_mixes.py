@@ -26,6 +26,7 @@ one another (a kept original counts as right).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import io
 import itertools
 import json
@@ -229,9 +230,7 @@ def main() -> None:
         return datasketch_dedup(Path(args.datasketch[0]), Path(args.datasketch[1]))
     from common import emit_json, load_average, print_table  # not in the datasketch process: torch
 
-    try:
-        import datasketch  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("datasketch") is None:
         sys.exit("benchmarks/dedup_mixes.py compares against datasketch, which is not installed: pip install -e .[bench]")
     docs, rounds = (2000, 1) if args.quick else (args.docs, args.rounds)
     cases = [("small", 0.05), ("web", 0.05), ("web", 0.15), ("web", 0.30), ("long", 0.15)]

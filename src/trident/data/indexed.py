@@ -117,8 +117,8 @@ class IndexedDatasetBuilder:
         if array.size and self._limit is not None and (array.max() > self._limit or array.min() < 0):
             raise ValueError(f"token id outside the range of {self.dtype} (max {array.max()})")
         self._bin.write(array.astype(self.dtype, copy=False).tobytes(order="C"))
-        for size in sizes:
-            self._sizes.append(int(size))
+        for length in sizes:
+            self._sizes.append(int(length))
             self._doc_idx.append(len(self._sizes))
 
     @property
