@@ -1,12 +1,13 @@
 """Fuzzy deduplication: MinHash + LSH candidates, verified by true Jaccard, union-find components.
 
 Steps (each a map over files, so no step needs more than one shard or partition in memory):
-  1. per shard: MinHash signature and LSH band keys of every document (trident.curate.minhash),
-     shingled in batches (trident.curate.shingle_batch); (band, key, doc) records go to
-     ``partitions`` bucket files chosen by key, and every row's text size to a rows file;
+  1. per shard: every document shingled and hashed once in compiled code (trident.curate.shingle_kernel,
+     the rules of trident.curate.minhash), its MinHash signature and LSH band keys; (band, key, doc)
+     records go to ``partitions`` bucket files chosen by key; the hashes, keep-priority fields and
+     text sizes are kept for steps 3 to 5;
   2. per partition: documents sharing a (band, key) bucket become candidate pairs;
-  3. per shard holding candidates: their shingle hashes and keep-priority fields are saved;
-     per batch of pairs: true Jaccard of the shingle sets; pairs >= ``threshold`` are verified;
+  3. per batch of pairs: true Jaccard of the candidates' stored shingle sets (only their hashes are
+     read and sorted); pairs >= ``threshold`` are verified;
   4. here: union-find over verified pairs; in each component the best document by
      ``trident.curate.dedup_shared.best_first`` is kept, the others dropped (``dropped:duplicate``);
   5. per shard: the kept lines are copied byte for byte (not decoded and encoded again).
@@ -28,23 +29,21 @@ from trident.curate.dedup_shared import (
     dataset_salt,
     doc_keys,
     load_partition,
-    parse_document,
     priority_array,
     priority_fields,
     save_partitioned,
     shard_documents,
-    shard_lines,
     split_keys,
     validate_common,
 )
-from trident.curate.minhash import MinHasher, bucket_pairs, jaccard, sorted_distinct
-from trident.curate.shingle_batch import shingle_hash_batch
+from trident.curate.minhash import MinHasher, bucket_pairs
 from trident.curate.stage import Executor, GlobalStage, register_stage
-from trident.text.storage import load_array, location, make_folder, remove_tree, save_array
+from trident.text.storage import is_remote, load_array, location, make_folder, open_write, remove_tree, save_array
 
 _BUCKET_DTYPE = [("band", "u2"), ("key", "u8"), ("doc", "u8")]
-_SIGNATURE_BATCH = 256  # documents whose shingles are held at once while signing
+_SIGNATURE_CHARS = 1 << 22  # characters of text shingled and signed at once (their hashes: 8 bytes each)
 _VERIFY_BATCH = 50_000  # candidate pairs per verification task
+_VERIFY_HASHES = 1 << 24  # shingle hashes (8 bytes each) a verification task holds at once
 
 
 class UnionFind:
@@ -84,44 +83,65 @@ class UnionFind:
 
 
 def _signature_task(job: dict) -> Counter:
-    """Map: LSH band keys of every document of one shard, written to bucket partition files;
-    the text size of every row goes to work/rows/s<shard>.npy for the copy at the end."""
-    hasher = MinHasher(**job["minhash"])
-    shard, counters, chunks, sizes = job["shard"], Counter(), [], []
-    batch_rows: list[int] = []
-    batch_texts: list[str] = []
-    batch_salts: list[int] = []
+    """Map: LSH band keys of every document of one shard, written to bucket partition files. Kept
+    for the later steps: every document's shingle hashes (work/shingles/s<shard>.hashes, raw uint64,
+    hashed once) with its keep-priority fields (s<shard>.npz), and every row's text size (work/rows)."""
+    from trident.curate.shingle_kernel import band_keys, minhash_signatures, shingle_hashes_flat  # numba: in tasks
 
-    def flush() -> None:
-        flat, offsets = shingle_hash_batch(batch_texts, hasher.ngram, hasher.unit)
-        signed = np.diff(offsets) > 0
+    hasher = MinHasher(**job["minhash"])
+    shard, work, counters = job["shard"], location(job["work"]), Counter()
+    chunks, sizes, fields, counts, batch, salts = [], [], [], [], [], []
+    make_folder(work / "shingles")
+
+    def flush(store) -> None:
+        flat, offsets = shingle_hashes_flat(batch, hasher.ngram, hasher.unit)
+        store.write(memoryview(flat.astype("<u8", copy=False)))  # kept for verification instead of hashed again
+        per_doc = np.diff(offsets)
+        counts.append(per_doc)
+        signed = per_doc > 0
         counters["no_shingles"] += int(np.count_nonzero(~signed))  # empty text: left to exact dedup
-        keys = hasher.band_keys(hasher.signatures_from_flat(flat, offsets)[signed])
-        keys ^= np.array(batch_salts, dtype=np.uint64)[signed][:, None]
-        docs = doc_keys(shard, batch_rows)[signed]
+        keys = band_keys(hasher, minhash_signatures(flat, offsets, hasher.multipliers)[signed])
+        keys ^= np.array(salts, dtype=np.uint64)[signed][:, None]
+        docs = doc_keys(shard, np.arange(len(sizes) - len(batch), len(sizes)))[signed]
         records = np.empty(keys.size, dtype=_BUCKET_DTYPE)
         records["band"] = np.tile(np.arange(hasher.bands), len(docs))
         records["key"] = keys.ravel()
         records["doc"] = np.repeat(docs, hasher.bands)
         chunks.append(records)
-        batch_rows.clear(), batch_texts.clear(), batch_salts.clear()
+        batch.clear(), salts.clear()
 
-    for row, doc in enumerate(shard_documents(location(job["path"]))):
-        counters["signed"] += 1
-        sizes.append(doc.nbytes)
-        batch_rows.append(row)
-        batch_texts.append(doc.text)
-        batch_salts.append(dataset_salt(doc, job["scope"]))
-        if len(batch_rows) >= _SIGNATURE_BATCH:
-            flush()
-    if batch_rows:
-        flush()
+    with open_write(_hashes_file(work / "shingles" / f"s{shard:06d}.npz")) as store:
+        held = 0
+        for doc in shard_documents(location(job["path"])):
+            sizes.append(doc.nbytes)
+            fields.append(priority_fields(doc, job["priority"], job["priority_field"]))
+            batch.append(doc.text)
+            salts.append(dataset_salt(doc, job["scope"]))
+            held += len(doc.text)
+            if held >= _SIGNATURE_CHARS:
+                flush(store)
+                held = 0
+        if batch:
+            flush(store)
+    counters["signed"] += len(sizes)
+    _save_shard_tables(work, shard, fields, counts, sizes)
     records = np.concatenate(chunks) if chunks else np.zeros(0, dtype=_BUCKET_DTYPE)
-    save_partitioned(records, records["key"] % np.uint64(job["partitions"]), location(job["work"]) / "buckets",
+    save_partitioned(records, records["key"] % np.uint64(job["partitions"]), work / "buckets",
                      "p", f"s{shard:06d}")
-    make_folder(location(job["work"]) / "rows")
-    save_array(location(job["work"]) / "rows" / f"s{shard:06d}.npy", np.array(sizes, dtype=np.int64))
     return counters
+
+
+def _save_shard_tables(work: Path, shard: int, fields: list, counts: list, sizes: list) -> None:
+    """Keep-priority fields and hash offsets of every row (shingles/s<shard>.npz), row sizes (rows/)."""
+    keys = doc_keys(shard, np.arange(len(fields)))
+    prio = priority_array(fields, keys)
+    offsets = np.zeros(len(fields) + 1, dtype=np.int64)
+    if counts:
+        np.cumsum(np.concatenate(counts), out=offsets[1:])
+    save_array(work / "shingles" / f"s{shard:06d}.npz", None, keys=keys, offsets=offsets,
+               **{name: prio[name] for name in prio.dtype.names if name != "key"})
+    make_folder(work / "rows")
+    save_array(work / "rows" / f"s{shard:06d}.npy", np.array(sizes, dtype=np.int64))
 
 
 def _bucket_task(job: dict) -> tuple[int, int]:
@@ -134,53 +154,51 @@ def _bucket_task(job: dict) -> tuple[int, int]:
     return buckets, len(pairs)
 
 
-def _shingle_task(job: dict) -> None:
-    """Save shingle hashes and keep-priority fields of one shard's candidate rows (for verification).
-
-    Only those rows' lines are decoded; the others are skipped as raw bytes.
-    """
-    hasher = MinHasher(**job["minhash"])
-    wanted, shard, path = set(job["rows"]), job["shard"], location(job["path"])
-    rows, texts, fields = [], [], []
-    for row, (number, data) in enumerate(shard_lines(path)):
-        if row in wanted:
-            doc = parse_document(path, number, data)
-            rows.append(row)
-            texts.append(doc.text)
-            fields.append(priority_fields(doc, job["priority"], job["priority_field"]))
-    keys = doc_keys(shard, rows)
-    prio = priority_array(fields, keys)
-    flat, offsets = shingle_hash_batch(texts, hasher.ngram, hasher.unit)
-    hashes = [sorted_distinct(flat[offsets[i] : offsets[i + 1]]) for i in range(len(rows))]
-    offsets = np.cumsum([0] + [h.size for h in hashes]).astype(np.int64)
-    flat = np.concatenate(hashes) if hashes else np.zeros(0, dtype=np.uint64)
-    save_array(_hashes_file(location(job["out"])), flat)  # .npy: no zip checksum over it
-    save_array(location(job["out"]), None, keys=keys, offsets=offsets,
-             **{name: prio[name] for name in prio.dtype.names if name != "key"})
-
-
 def _hashes_file(npz: Path) -> Path:
-    """Where ``_shingle_task`` puts the flat shingle hashes beside its .npz of keys and offsets."""
-    return npz.with_name(npz.name.replace(".npz", ".hashes.npy"))
+    """Where ``_signature_task`` puts a shard's flat shingle hashes beside its .npz of keys and offsets."""
+    return npz.with_name(npz.name.replace(".npz", ".hashes"))
+
+
+def _stored_hashes(npz: Path) -> tuple[np.ndarray, np.ndarray]:
+    """(offsets, flat hashes) of one shard as ``_signature_task`` stored them; a local file is
+    memory-mapped, so only the candidate documents' pages are read."""
+    with load_array(npz) as data:
+        offsets = data["offsets"]
+    path = _hashes_file(npz)
+    if offsets[-1] == 0:
+        return offsets, np.zeros(0, dtype=np.uint64)
+    if is_remote(path):
+        return offsets, np.frombuffer(path.read_bytes(), dtype="<u8")
+    return offsets, np.memmap(path, dtype="<u8", mode="r")
 
 
 def _verify_task(job: dict) -> np.ndarray:
-    """True Jaccard (float32) of each candidate pair, from the saved shingle hashes."""
-    loaded: dict[int, tuple[dict, np.ndarray, np.ndarray]] = {}
+    """True Jaccard (float32) of each candidate pair, from the stored shingle hashes: only the
+    pairs' documents are gathered, sorted and merged, in pieces of at most _VERIFY_HASHES hashes."""
+    from trident.curate.shingle_kernel import distinct_sorted, pair_jaccard
 
-    def hashes_of(key: int) -> np.ndarray:
-        shard = key >> 32
-        if shard not in loaded:
-            path = location(job["shingle_dir"]) / f"s{shard:06d}.npz"
-            with load_array(path) as data:
-                index = {int(k): i for i, k in enumerate(data["keys"])}
-                loaded[shard] = (index, data["offsets"], load_array(_hashes_file(path)))
-        index, offsets, flat = loaded[shard]
-        i = index[key]
-        return flat[offsets[i] : offsets[i + 1]]
-
-    pairs = job["pairs"]
-    return np.array([jaccard(hashes_of(int(a)), hashes_of(int(b))) for a, b in pairs], dtype=np.float32)
+    pairs, shingle_dir = job["pairs"], location(job["shingle_dir"])
+    keys = np.unique(pairs)
+    shards, rows = split_keys(keys)
+    starts, stops = np.empty(len(keys), dtype=np.int64), np.empty(len(keys), dtype=np.int64)
+    flats = {}
+    for shard in np.unique(shards).tolist():
+        here = shards == shard
+        offsets, flats[shard] = _stored_hashes(shingle_dir / f"s{shard:06d}.npz")
+        starts[here], stops[here] = offsets[rows[here]], offsets[rows[here] + 1]
+    first, second = np.searchsorted(keys, pairs[:, 0]), np.searchsorted(keys, pairs[:, 1])
+    cost = np.cumsum(stops[first] - starts[first] + stops[second] - starts[second])
+    out = np.empty(len(pairs), dtype=np.float32)
+    begin = 0
+    while begin < len(pairs):  # each piece gathers at most about _VERIFY_HASHES hashes
+        end = max(begin + 1, int(np.searchsorted(cost, cost[begin] + _VERIFY_HASHES, "right")))
+        used = np.unique(np.r_[first[begin:end], second[begin:end]])
+        gathered = np.concatenate([flats[int(shards[k])][starts[k] : stops[k]] for k in used.tolist()])
+        flat, offsets = distinct_sorted(gathered, np.r_[0, np.cumsum(stops[used] - starts[used])])
+        local_a, local_b = np.searchsorted(used, first[begin:end]), np.searchsorted(used, second[begin:end])
+        out[begin:end] = pair_jaccard(flat, offsets, local_a, local_b)
+        begin = end
+    return out
 
 
 def cluster_size_bin(size: int) -> str:
@@ -227,8 +245,9 @@ class FuzzyDedup(GlobalStage):
 
     def _candidates(self, inputs: list[Path], work: Path, executor: Executor) -> np.ndarray:
         """Sign every shard, then pair documents sharing a bucket; unique (k, 2) doc-key pairs."""
-        jobs = [{"shard": i, "path": str(p), "work": str(work), "minhash": self.minhash,
-                 "scope": self.scope, "partitions": self.partitions} for i, p in enumerate(inputs)]
+        jobs = [{"shard": i, "path": str(p), "work": str(work), "minhash": self.minhash, "scope": self.scope,
+                 "partitions": self.partitions, "priority": self.priority, "priority_field": self.priority_field}
+                for i, p in enumerate(inputs)]
         for counters in executor.map(_signature_task, jobs, desc="fuzzy_dedup: minhash"):
             self.counters["no_shingles"] += counters["no_shingles"]
         make_folder(work / "candidates")
@@ -243,18 +262,13 @@ class FuzzyDedup(GlobalStage):
         return pairs
 
     def _verify(self, inputs: list[Path], pairs: np.ndarray, work: Path, executor: Executor) -> np.ndarray:
-        """True Jaccard of every candidate pair (order of ``pairs``)."""
+        """True Jaccard of every candidate pair (order of ``pairs``), from the hashes the signing kept."""
         if len(pairs) == 0:
             return np.zeros(0, dtype=np.float32)
-        shingle_dir = work / "shingles"
-        make_folder(shingle_dir)
-        shards, rows = split_keys(np.unique(pairs))
-        jobs = [{"shard": s, "path": str(inputs[s]), "rows": rows[shards == s].tolist(),
-                 "minhash": self.minhash, "priority": self.priority, "priority_field": self.priority_field,
-                 "out": str(shingle_dir / f"s{s:06d}.npz")} for s in np.unique(shards).tolist()]
-        executor.map(_shingle_task, jobs, desc="fuzzy_dedup: shingles")
-        jobs = [{"pairs": pairs[i : i + _VERIFY_BATCH], "shingle_dir": str(shingle_dir)}
-                for i in range(0, len(pairs), _VERIFY_BATCH)]
+        # At least one task per worker: the pool shares the merging, and this process never loads the kernels.
+        tasks = max(-(-len(pairs) // _VERIFY_BATCH), min(len(pairs), getattr(executor, "workers", 1)))
+        size = -(-len(pairs) // tasks)
+        jobs = [{"pairs": pairs[i : i + size], "shingle_dir": str(work / "shingles")} for i in range(0, len(pairs), size)]
         return np.concatenate(executor.map(_verify_task, jobs, desc="fuzzy_dedup: verify"))
 
     def _choose_drops(self, verified: np.ndarray, shingle_dir: Path) -> np.ndarray:
@@ -277,12 +291,12 @@ class FuzzyDedup(GlobalStage):
 
     @staticmethod
     def _priorities(keys: np.ndarray, shingle_dir: Path) -> np.ndarray:
-        """Keep-priority records of the given documents, read from the shingle files."""
+        """Keep-priority records of the given documents, read from the shard tables."""
         parts = []
         for shard in np.unique(split_keys(keys)[0]).tolist():
             with load_array(shingle_dir / f"s{shard:06d}.npz") as data:
+                wanted = np.isin(data["keys"], keys)
                 rows = [(int(r), float(q), int(n), str(i)) for r, q, n, i in
-                        zip(data["rank"], data["quality"], data["length"], data["id"])]
-                parts.append(priority_array(rows, data["keys"]))
-        merged = concat_structured(parts)
-        return merged[np.isin(merged["key"], keys)]
+                        zip(data["rank"][wanted], data["quality"][wanted], data["length"][wanted], data["id"][wanted])]
+                parts.append(priority_array(rows, data["keys"][wanted]))
+        return concat_structured(parts)

@@ -187,7 +187,8 @@ def shingle_hashes(text: str, ngram: int = 5, unit: str = "char") -> np.ndarray:
         words = shingles(text, ngram, unit)
         if not words:
             return _EMPTY_HASHES
-        hashes = np.fromiter((xxhash.xxh64_intdigest(w.encode("utf-8")) for w in words), dtype=np.uint64)
+        hashes = np.fromiter((xxhash.xxh64_intdigest(w.encode("utf-8", errors="surrogatepass")) for w in words),
+                             dtype=np.uint64)
     # Repeats dropped after hashing (a 64-bit collision inside one document is negligible);
     # memory stays 8 bytes per shingle however long the document.
     return sorted_distinct(hashes)
@@ -236,6 +237,11 @@ class MinHasher:
         top = np.iinfo(np.uint64).max
         # Odd multipliers keep x -> a*x a bijection mod 2**64 (multiply-shift family).
         self._a = rng.integers(0, top, size=self.num_hashes, dtype=np.uint64, endpoint=True) | np.uint64(1)
+
+    @property
+    def multipliers(self) -> np.ndarray:
+        """The odd multipliers a_i of the hash functions (uint64, one per function)."""
+        return self._a
 
     @property
     def rows(self) -> int:

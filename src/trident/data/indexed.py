@@ -109,6 +109,18 @@ class IndexedDatasetBuilder:
         self._sizes.append(int(array.size))
         self._doc_idx.append(len(self._sizes))
 
+    def add_documents(self, tokens: np.ndarray, sizes: list[int]) -> None:
+        """Append several documents at once: ``tokens`` is their ids back to back, ``sizes`` their lengths."""
+        array = np.asarray(tokens)
+        if array.ndim != 1 or array.size != sum(sizes):
+            raise ValueError(f"{len(sizes)} documents of {sum(sizes)} tokens, got an array of shape {array.shape}")
+        if array.size and self._limit is not None and (array.max() > self._limit or array.min() < 0):
+            raise ValueError(f"token id outside the range of {self.dtype} (max {array.max()})")
+        self._bin.write(array.astype(self.dtype, copy=False).tobytes(order="C"))
+        for length in sizes:
+            self._sizes.append(int(length))
+            self._doc_idx.append(len(self._sizes))
+
     @property
     def num_documents(self) -> int:
         return len(self._sizes)

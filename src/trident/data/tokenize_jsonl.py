@@ -2,7 +2,10 @@
 
 The main process reads raw lines (decompressing .gz/.zst) and hands chunks of them to workers,
 which decode, parse and encode them; results come back in input order, so the output does not
-depend on the number of workers. Each document gets EOD appended (Megatron's --append-eod).
+depend on the number of workers. Each worker encodes on one core (Rust's batch threads off, in the
+pool and in-process alike), and a chunk's tokens come back as one array, which the main process
+writes in one call: its share of the work stays small, so two workers are nearly
+twice one. Each document gets EOD appended (Megatron's --append-eod).
 A bad line is counted by reason and reported as FILE:LINE; so is a line over max_doc_bytes (read
 in bounded pieces, never held whole) and a compressed file that breaks off (its earlier lines are
 kept, the next file is read). With strict=True the first one stops the run (and no output is left behind).
@@ -15,6 +18,7 @@ import multiprocessing
 import os
 import time
 from collections import Counter, deque
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
@@ -49,22 +53,43 @@ def _load_encoder(tokenizer_path: str, json_key: str) -> None:
 
 
 def _init_worker(tokenizer_path: str, json_key: str) -> None:
-    # each worker is one process; Rust-side threads on top would oversubscribe the cores
+    # each worker is one process on one core; Rust-side threads on top would oversubscribe the cores
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     _load_encoder(tokenizer_path, json_key)
 
 
-def _encode_chunk(chunk: tuple[str, list[tuple[int, bytes | LineResult]]]) -> list:
-    """[(line, token array)] for good lines, LineResult for bad ones, in the chunk's order."""
+@contextmanager
+def _one_thread_encoding():
+    """Rust's batch threads off while one worker encodes in this process: `workers` counts the cores
+    used, so that one worker is one core and two workers can be twice as fast."""
+    before = os.environ.get("TOKENIZERS_PARALLELISM")
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # read by tokenizers at every batch call
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("TOKENIZERS_PARALLELISM", None)
+        else:
+            os.environ["TOKENIZERS_PARALLELISM"] = before
+
+
+def _encode_chunk(chunk: tuple[str, list[tuple[int, bytes | LineResult]]]) -> tuple[np.ndarray, list]:
+    """(tokens, entries): tokens holds every non-empty document's ids followed by EOD, one int32
+    array for the chunk (one buffer to pickle and to write); entries, in the chunk's
+    order, is (line, tokens with EOD, identity) per good line (0 tokens: empty text) and the
+    LineResult of every bad one."""
     path, lines = chunk
     tokenizer, key = _worker["tokenizer"], _worker["key"]
     # the reader already judged some lines (too_large, unreadable_file): those pass through
     parsed = [raw if isinstance(raw, LineResult) else parse_line(path, number, raw, key) for number, raw in lines]
     good = [p for p in parsed if p.text is not None]
-    encoded = iter(tokenizer.encode_batch([p.text for p in good]))
+    encoded = tokenizer.encode_batch([p.text for p in good])
+    eod = [tokenizer.eod_id]
     # int32 halves what crosses the process boundary; every vocabulary id fits
-    return [(p.line, np.asarray(next(encoded), dtype=np.int32), _identity(p.value)) if p.text is not None else p
-            for p in parsed]
+    pieces = [np.asarray(ids + eod, dtype=np.int32) for ids in encoded if ids]
+    tokens = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int32)
+    counts = iter([len(ids) + 1 if ids else 0 for ids in encoded])
+    return tokens, [(p.line, next(counts), _identity(p.value)) if p.text is not None else p for p in parsed]
 
 
 def _identity(value: dict) -> dict | None:
@@ -101,9 +126,10 @@ def _chunks(inputs: list[Path], max_doc_bytes: int | None) -> Iterator[tuple[str
 def _encoded(inputs, tokenizer_path: str, json_key: str, workers: int, max_doc_bytes: int | None) -> Iterator[tuple]:
     """(input path, encoded chunk) in input order; at most a few chunks per worker in flight."""
     if workers <= 1:
-        _load_encoder(tokenizer_path, json_key)  # in-process: Rust's own threads do the batches
-        for chunk in _chunks(inputs, max_doc_bytes):
-            yield chunk[0], _encode_chunk(chunk)
+        _load_encoder(tokenizer_path, json_key)
+        with _one_thread_encoding():
+            for chunk in _chunks(inputs, max_doc_bytes):
+                yield chunk[0], _encode_chunk(chunk)
         return
     # spawn: a fork would inherit the parent's tokenizer thread pool (and torch), which can deadlock
     context = multiprocessing.get_context("spawn")
@@ -168,7 +194,7 @@ def tokenize_files(inputs, output_prefix, tokenizer_path, json_key: str = "text"
     `bad_lines` (the first few as FILE:LINE: reason; all of them in OUTPUT_PREFIX.bad_lines.jsonl),
     `damaged_files` ({file: {reason: lines, "lines_before": N where it broke off}}, all of them),
     `tokenizer_sha256`, `vocab_size` and `max_token_id` (checked against the model at train start),
-    timings. strict=True raises TokenizeError on the first bad line or unreadable file.
+    timings (`seconds`, and `main_process_cpu_s`: this process's CPU, the part workers do not share). strict=True raises TokenizeError on the first bad line or unreadable file.
     """
     paths = _check_inputs(inputs)
     if max_doc_bytes is not None and max_doc_bytes < 1:
@@ -183,31 +209,34 @@ def _tokenize(paths, prefix: Path, target: str, tokenizer, json_key, workers, st
     """tokenize_files writing PREFIX.* locally, named for `target` in its statistics."""
     from tqdm import tqdm
 
-    eod = np.array([tokenizer.eod_id], dtype=np.int32)
     builder = IndexedDatasetBuilder(prefix, best_dtype(tokenizer.vocab_size))
     dropped: Counter = Counter({reason: 0 for reason in _LISTED})
     damaged: dict = {}
     bad = _BadLines(prefix, strict)
     lines, max_id = 0, -1
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     bar = tqdm(desc=f"tokenize -> {location(target).name}", unit=" docs", disable=not progress, mininterval=0.5)
     lineage = DocumentLines(prefix, paths)
     try:
-        for path, results in _encoded(paths, str(tokenizer.source), json_key, max(1, int(workers)), max_doc_bytes):
-            for result in results:
+        for path, (tokens, entries) in _encoded(paths, str(tokenizer.source), json_key, max(1, int(workers)),
+                                                max_doc_bytes):
+            sizes = []
+            for entry in entries:
                 lines += 1
-                if not isinstance(result, tuple):
-                    dropped[result.reason] += 1
-                    if result.reason != "blank":
-                        bad.add(result)
-                    _note_damage(damaged, result)
-                elif result[1].size == 0:
+                if not isinstance(entry, tuple):
+                    dropped[entry.reason] += 1
+                    if entry.reason != "blank":
+                        bad.add(entry)
+                    _note_damage(damaged, entry)
+                elif entry[1] == 0:
                     dropped["empty_text"] += 1
                 else:
-                    max_id = max(max_id, int(result[1].max()))
-                    builder.add_document(np.concatenate([result[1], eod]))
-                    lineage.add(path, result[0], result[2])
-            bar.update(len(results))
+                    sizes.append(entry[1])
+                    lineage.add(path, entry[0], entry[2])
+            if sizes:
+                max_id = max(max_id, int(tokens.max()))  # EOD included: the result counts it anyway
+                builder.add_documents(tokens, sizes)
+            bar.update(len(entries))
         builder.finalize()
         lineage.save()
     except BaseException:
@@ -219,6 +248,8 @@ def _tokenize(paths, prefix: Path, target: str, tokenizer, json_key, workers, st
     stats = _stats(paths, target, tokenizer, json_key, builder, lines, dropped, bad, workers,
                    time.perf_counter() - start)
     stats["damaged_files"] = damaged  # {file: {reason: lines, "lines_before": N}}: damage_summary prints it
+    # the reading and writing process's own CPU: with workers, what bounds their scaling
+    stats["main_process_cpu_s"] = round(time.process_time() - cpu_start, 3)
     # what training checks the model against: which tokenizer, and the largest id actually present
     stats |= {"tokenizer_sha256": tokenizer.sha256(),
               "max_token_id": max(max_id, tokenizer.eod_id) if builder.num_documents else None}

@@ -1,0 +1,255 @@
+"""Fuzzy dedup end to end, one process each, start-up included: `trident curate` with only the
+fuzzy_dedup stage against a datasketch script, on several document-size mixes and duplicate rates.
+
+Corpus per case: unique paragraph documents (words drawn Zipf-like from the English of Python's
+language reference, a tail of pseudo-words, about 1 in 40 words with non-ASCII punctuation or
+accents: "“quoted”", "—", "café"), of a size mix (bytes, log-uniform): small 0.5-1 KB, web
+0.5-5 KB, long 3-5 KB; then `rate` of the corpus replaced by near-copies (3-8% of the words
+replaced, inserted or deleted; some re-cased or re-spaced). Four JSONL.zst shards, documents shuffled.
+Settings (MT-NLG as in issue 33): char 5-grams, 100 hashes, 20 bands of 5 rows, Jaccard >= 0.7.
+
+- trident: `python -m trident curate CONFIG --input DIR --out OUT workers=W` (stages: fuzzy_dedup
+  only), a fresh process; numba's machine code comes from its on-disk cache (one untimed warm-up
+  run first, as any run after the first install finds it).
+- datasketch: a fresh `python benchmarks/dedup_mixes.py --datasketch IN OUT` process: MinHash
+  (num_perm=100, seed=1; its default sha1 hash) over the same shingles (minhash.shingles),
+  MinHashLSH(params=(20, 5)), the usual one pass: a document whose query finds a kept document is
+  dropped, otherwise inserted and its raw line written. No verification.
+Both read the same shards and write the kept lines as JSONL.zst. Figures: wall seconds and CPU
+seconds (the child's user + system, from getrusage) of each process, best of `--rounds` (methods
+alternate), docs/s, the ratio trident / datasketch, and trident's 1 -> 2 worker wall speed-up.
+Quality: planted copies dropped (recall) and documents dropped that are not planted copies of
+one another (a kept original counts as right).
+
+    python benchmarks/dedup_mixes.py [--quick] [--docs N] [--rounds N] [--no-workers]
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import io
+import itertools
+import json
+import os
+import random
+import re
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+import zlib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BANDS, ROWS, THRESHOLD = 20, 5, 0.7
+MIXES = {"small": (500, 1000), "web": (500, 5000), "long": (3000, 5000)}
+EXOTIC = ["“quoted”", "—", "café", "naïve", "’s", "…", "résumé"]
+CONFIG = f"""executor: local
+workers: 1
+progress: false
+stages:
+  - stage: fuzzy_dedup
+    num_hashes: 100
+    bands: {BANDS}
+    ngram: 5
+    shingle: char
+    threshold: {THRESHOLD}
+"""
+
+
+# ---- corpus ----------------------------------------------------------------------------------------
+def vocabulary(rng: random.Random, tail: int = 30_000) -> tuple[list[str], list[float]]:
+    from pydoc_data.topics import topics
+
+    counts: dict[str, int] = {}
+    for word in re.findall(r"[a-z]+", " ".join(topics.values()).lower()):
+        counts[word] = counts.get(word, 0) + 1
+    words = sorted(counts, key=counts.get, reverse=True)
+    seen = set(words)
+    while len(words) < len(counts) + tail:
+        word = "".join(rng.choice("etaoinshrdlucmfwypvbgkjqxz"[: rng.randint(8, 26)]) for _ in range(rng.randint(3, 10)))
+        if word not in seen:
+            seen.add(word)
+            words.append(word)
+    cumulative = list(itertools.accumulate(1.0 / (rank + 10.0) for rank in range(len(words))))
+    return words, cumulative
+
+
+def paragraph_doc(rng: random.Random, vocab, cumulative, size: int) -> str:
+    words = rng.choices(vocab, cum_weights=cumulative, k=size // 5)
+    for i in range(0, len(words), 40):
+        words[min(len(words) - 1, i + rng.randrange(40))] = rng.choice(EXOTIC)
+    text, out = " ".join(words), []
+    for k, sentence in enumerate(re.findall(r"(?:\S+ ){6,14}", text + " ")):
+        out.append(sentence.strip().capitalize() + (".\n\n" if k % 5 == 4 else ". "))
+    return "".join(out)[:size].strip()
+
+
+def near_copy(rng: random.Random, text: str, vocab) -> str:
+    words = text.split(" ")
+    for _ in range(max(1, int(len(words) * rng.uniform(0.03, 0.08)))):
+        i, op = rng.randrange(len(words)), rng.randrange(3)
+        if op == 0:
+            words[i] = rng.choice(vocab)
+        elif op == 1:
+            words.insert(i, rng.choice(vocab))
+        elif len(words) > 1:
+            del words[i]
+    copy = " ".join(words)
+    return copy.upper() if rng.random() < 0.1 else copy.replace(". ", ".  \n") if rng.random() < 0.1 else copy
+
+
+def make_corpus(docs: int, mix: str, rate: float, seed: int) -> tuple[list[str], dict[int, int]]:
+    """(texts, planted {copy index: original index}) of `docs` documents, `rate` of them near-copies."""
+    rng = random.Random(seed)
+    vocab, weights = vocabulary(rng)
+    lo, hi = MIXES[mix]
+    originals = docs - int(docs * rate)
+    texts = [paragraph_doc(rng, vocab, weights, int(lo * (hi / lo) ** rng.random())) for _ in range(originals)]
+    sources = [rng.randrange(originals) for _ in range(docs - originals)]
+    texts += [near_copy(rng, texts[s], vocab) for s in sources]
+    order = list(range(docs))
+    rng.shuffle(order)
+    position = {old: new for new, old in enumerate(order)}
+    planted = {position[originals + k]: position[s] for k, s in enumerate(sources)}
+    return [texts[i] for i in order], planted
+
+
+def write_shards(texts: list[str], folder: Path, shards: int = 4) -> None:
+    import zstandard
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for k in range(shards):
+        lines = "".join(json.dumps({"id": f"d{i}", "text": texts[i]}) + "\n" for i in range(k, len(texts), shards))
+        (folder / f"part{k}.jsonl.zst").write_bytes(zstandard.ZstdCompressor(level=3).compress(lines.encode()))
+
+
+# ---- the datasketch process ------------------------------------------------------------------------
+def datasketch_dedup(src: Path, out: Path) -> None:
+    """One-pass MinHashLSH dedup of every shard of `src` into `out` (run as its own process)."""
+    import datasketch
+    import zstandard
+
+    from trident.curate.minhash import shingles
+
+    lsh = datasketch.MinHashLSH(num_perm=100, params=(BANDS, ROWS))
+    out.mkdir(parents=True, exist_ok=True)
+    for path in sorted(src.glob("*.jsonl.zst")):
+        with open(path, "rb") as fh, open(out / path.name, "wb") as dst, \
+                zstandard.ZstdCompressor(level=3).stream_writer(dst) as writer:
+            for line in io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(fh, read_across_frames=True)):
+                record = json.loads(line)
+                sketch = datasketch.MinHash(num_perm=100, seed=1)
+                sketch.update_batch([s.encode("utf-8") for s in shingles(record["text"], 5)])
+                if lsh.query(sketch):
+                    continue
+                lsh.insert(record["id"], sketch)
+                writer.write(line)
+
+
+# ---- measurement -----------------------------------------------------------------------------------
+def timed(cmd: list[str]) -> tuple[float, float]:
+    """(wall seconds, CPU seconds) of one child process run to completion."""
+    before, start = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.perf_counter() - start, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def kept_ids(folder: Path) -> set[str]:
+    import zstandard
+
+    ids = set()
+    for path in folder.glob("*.jsonl.zst"):
+        for line in zstandard.ZstdDecompressor().stream_reader(path.read_bytes(), read_across_frames=True).readall().splitlines():
+            if line.strip():
+                ids.add(json.loads(line)["id"])
+    return ids
+
+
+def quality(kept: set[str], planted: dict[int, int], docs: int) -> dict:
+    dropped = {i for i in range(docs) if f"d{i}" not in kept}
+    found = sum(1 for copy, original in planted.items() if copy in dropped or original in dropped)
+    groups = {i: i for i in range(docs)}
+    for copy, original in planted.items():
+        groups[copy] = original
+    # A drop is wrong when nothing else of its planted group (original and its copies) was kept.
+    kept_groups = {groups[i] for i in range(docs) if i not in dropped}
+    wrong = sum(1 for i in dropped if groups[i] not in kept_groups)
+    return {"dropped": len(dropped), "recall": found / max(1, len(planted)), "wrong_drops": wrong}
+
+
+def run_case(work: Path, docs: int, mix: str, rate: float, rounds: int, workers: bool) -> dict:
+    texts, planted = make_corpus(docs, mix, rate, seed=zlib.crc32(f"{mix}{rate}".encode()))
+    src = work / "in"
+    write_shards(texts, src)
+    config = work / "fuzzy.yaml"
+    config.write_text(CONFIG)
+    commands = {
+        "trident": lambda out, w=1: [sys.executable, "-m", "trident", "curate", str(config), "--input", str(src),
+                                     "--out", str(out), f"workers={w}"],
+        "datasketch": lambda out: [sys.executable, __file__, "--datasketch", str(src), str(out)],
+    }
+    best: dict[str, tuple[float, float]] = {}
+    for r in range(rounds):
+        for name in (["trident", "datasketch"] if r % 2 == 0 else ["datasketch", "trident"]):
+            wall, cpu = timed(commands[name](work / f"out_{name}"))
+            best[name] = min(best.get(name, (wall, cpu)), (wall, cpu))
+    if workers:
+        for r in range(rounds):
+            best["trident_2w"] = min(best.get("trident_2w", (1e9, 0)),
+                                     timed(commands["trident"](work / "out_2w", 2)))
+    row = {"mix": mix, "rate": rate, "docs": docs, "mb": sum(len(t.encode()) for t in texts) / 1e6,
+           "trident_wall_s": best["trident"][0], "trident_cpu_s": best["trident"][1],
+           "datasketch_wall_s": best["datasketch"][0], "datasketch_cpu_s": best["datasketch"][1],
+           "speedup_wall": best["datasketch"][0] / best["trident"][0],
+           "speedup_cpu": best["datasketch"][1] / best["trident"][1]}
+    row["trident_docs_per_s"] = docs / best["trident"][0]
+    row["datasketch_docs_per_s"] = docs / best["datasketch"][0]
+    if workers:
+        row["trident_2w_wall_s"] = best["trident_2w"][0]
+        row["workers_1_to_2"] = best["trident"][0] / best["trident_2w"][0]
+        if kept_ids(work / "out_2w") != kept_ids(work / "out_trident"):
+            raise SystemExit(f"{mix}/{rate}: 2 workers kept other documents than 1 worker")
+    row["trident_quality"] = quality(kept_ids(work / "out_trident"), planted, docs)
+    row["datasketch_quality"] = quality(kept_ids(work / "out_datasketch"), planted, docs)
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--datasketch", nargs=2, metavar=("IN", "OUT"), help="(internal) the datasketch process")
+    parser.add_argument("--quick", action="store_true", help="2,000 documents per case, 1 round")
+    parser.add_argument("--docs", type=int, default=10_000)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--no-workers", action="store_true", help="skip the 2-worker runs")
+    args = parser.parse_args()
+    if args.datasketch:
+        return datasketch_dedup(Path(args.datasketch[0]), Path(args.datasketch[1]))
+    from common import emit_json, load_average, print_table  # not in the datasketch process: torch
+
+    if importlib.util.find_spec("datasketch") is None:
+        sys.exit("benchmarks/dedup_mixes.py compares against datasketch, which is not installed: pip install -e .[bench]")
+    docs, rounds = (2000, 1) if args.quick else (args.docs, args.rounds)
+    cases = [("small", 0.05), ("web", 0.05), ("web", 0.15), ("web", 0.30), ("long", 0.15)]
+    load_before, rows = load_average(), []
+    with tempfile.TemporaryDirectory() as tmp:
+        warm = Path(tmp) / "warm"
+        run_case(warm, 200, "small", 0.1, 1, False)  # numba compiles into its on-disk cache once
+        for mix, rate in cases:
+            rows.append(run_case(Path(tmp) / f"{mix}{rate}", docs, mix, rate, rounds, not args.no_workers))
+    print_table("fuzzy dedup end to end (one process each, start-up included; char 5-grams, 100 hashes, 20x5, J>=0.7)",
+                ["mix", "dup rate", "docs", "MB", "trident docs/s", "datasketch docs/s", "x wall", "x CPU",
+                 "1->2 workers", "recall t/d", "wrong drops t/d"],
+                [[r["mix"], r["rate"], r["docs"], round(r["mb"], 1), round(r["trident_docs_per_s"]),
+                  round(r["datasketch_docs_per_s"]), round(r["speedup_wall"], 1), round(r["speedup_cpu"], 1),
+                  round(r.get("workers_1_to_2", float("nan")), 2),
+                  f"{r['trident_quality']['recall']:.3f}/{r['datasketch_quality']['recall']:.3f}",
+                  f"{r['trident_quality']['wrong_drops']}/{r['datasketch_quality']['wrong_drops']}"] for r in rows])
+    emit_json("dedup_mixes", {"cases": rows, "load_before": load_before, "load_after": load_average()})
+
+
+if __name__ == "__main__":
+    main()

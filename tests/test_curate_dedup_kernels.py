@@ -1,0 +1,87 @@
+"""Fuzzy dedup's compiled kernels against the definitions in trident.curate.minhash, and the stage's
+kept documents against those the implementation before the kernels kept (recorded, see dedup_fixtures)."""
+import json
+import os
+import random
+
+import numpy as np
+import pytest
+import xxhash
+
+from dedup_fixtures import RECORDED, SETTINGS, corpus_shards
+from trident.curate.document import Document
+from trident.curate.executors import LocalExecutor
+from trident.curate.fuzzy_dedup import FuzzyDedup
+from trident.curate.minhash import MinHasher, jaccard, normalize_for_shingles, shingle_hashes
+from trident.curate.shards import read_shard, write_shard
+from trident.curate.shingle_kernel import (band_keys, distinct_sorted, minhash_signatures, normalised_bytes, pair_jaccard,
+                                           shingle_hashes_flat, xxh64_bytes)
+
+
+def odd_texts(seed: int = 0) -> list[str]:
+    """Every kind of whitespace, multi-byte and case-changing characters, short and empty texts."""
+    rng = random.Random(seed)
+    alphabet = "ab cD\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f  xyZé’—\x85\xa0\u1680\u2003\u2028\u3000😀İǅß日"
+    fixed = ["", " ", "\u3000", "a", "ab", "abcde", " abcde ", "Zé  xx", "ÀB", "x" * 40, "é" * 40, "😀" * 9,
+             "\ud800 lone surrogate"]
+    return fixed + ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 70))) for _ in range(300)]
+
+
+def test_compiled_xxh64_equals_the_library():
+    for length in range(0, 80):
+        data = os.urandom(length)
+        assert xxh64_bytes(data) == xxhash.xxh64_intdigest(data)
+
+
+def test_normalisation_equals_the_python_rule():
+    texts = odd_texts(1)
+    buf, bounds = normalised_bytes(texts)
+    for i, text in enumerate(texts):
+        assert bytes(buf[bounds[i] : bounds[i + 1]]) == normalize_for_shingles(text).encode("utf-8", "surrogatepass")
+
+
+@pytest.mark.parametrize("ngram,unit", [(1, "char"), (2, "char"), (5, "char"), (9, "char"), (40, "char"),
+                                        (1, "word"), (3, "word")])
+def test_shingle_hashes_equal_the_per_document_sets(ngram, unit):
+    texts = odd_texts(2)
+    flat, offsets = shingle_hashes_flat(texts, ngram, unit)
+    assert len(offsets) == len(texts) + 1 and offsets[-1] == flat.size
+    for i, text in enumerate(texts):
+        assert set(flat[offsets[i] : offsets[i + 1]].tolist()) == set(shingle_hashes(text, ngram, unit).tolist())
+
+
+def test_signatures_and_pair_jaccard_equal_the_numpy_definitions():
+    texts = odd_texts(3) + [" ".join(f"w{i % 97}" for i in range(k, k + 300)) for k in range(0, 40, 3)]
+    hasher = MinHasher(bands=20)
+    flat, offsets = shingle_hashes_flat(texts)
+    assert np.array_equal(minhash_signatures(flat, offsets, hasher.multipliers),
+                          hasher.signatures_from_flat(flat, offsets))
+    distinct, doc_offsets = distinct_sorted(flat, offsets)
+    sets = [distinct[doc_offsets[i] : doc_offsets[i + 1]] for i in range(len(texts))]
+    assert all(np.array_equal(s, shingle_hashes(t)) for s, t in zip(sets, texts))
+    rng = np.random.default_rng(0)
+    first, second = rng.integers(0, len(texts), 500), rng.integers(0, len(texts), 500)
+    got = pair_jaccard(distinct, doc_offsets, first, second)
+    assert got.tolist() == [jaccard(sets[a], sets[b]) for a, b in zip(first.tolist(), second.tolist())]
+
+
+@pytest.mark.parametrize("num_hashes,bands", [(100, 20), (100, 10), (100, 25), (128, 4), (96, 3), (100, 50), (8, 2)])
+def test_compiled_band_keys_equal_the_xxh3_loop(num_hashes, bands):
+    hasher = MinHasher(num_hashes=num_hashes, bands=bands)
+    sig = np.random.default_rng(bands).integers(0, 2**32, (200, num_hashes), dtype=np.uint64).astype(np.uint32)
+    assert np.array_equal(band_keys(hasher, sig), hasher.band_keys(sig))  # 8 and 4-byte bands: the loop itself
+
+
+@pytest.mark.parametrize("case", sorted(json.loads(RECORDED.read_text())))
+def test_stage_keeps_what_the_implementation_before_the_kernels_kept(tmp_path, case):
+    recorded = json.loads(RECORDED.read_text())[case]
+    seed, name = case.split("/")
+    paths = []
+    for k, part in enumerate(corpus_shards(int(seed.removeprefix("seed")))):
+        paths.append(tmp_path / f"in{k}.jsonl.zst")
+        write_shard(paths[-1], [Document(i, t, m) for i, t, m in part])
+    stage = FuzzyDedup(**SETTINGS[name])
+    outputs = stage.run(paths, tmp_path / "out", LocalExecutor(1, progress=False))
+    assert sorted(d.id for p in outputs for d in read_shard(p)) == recorded["kept"]
+    counters = {k: v for k, v in stage.counters.items() if not k.startswith("bytes")}
+    assert dict(sorted(counters.items())) == recorded["counters"]
