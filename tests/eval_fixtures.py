@@ -27,6 +27,29 @@ metric_list:
 {metrics}"""
 
 
+HARNESS_LAMBADA_TASK = """task: {name}
+dataset_path: json
+dataset_kwargs: {{data_files: {{test: {data_file}}}}}
+test_split: test
+output_type: loglikelihood
+doc_to_text: "{{{{text.split(' ')[:-1]|join(' ')}}}}"
+doc_to_target: "{{{{' '+text.split(' ')[-1]}}}}"
+metric_list:
+  - metric: perplexity
+    aggregation: perplexity
+    higher_is_better: false
+  - metric: acc
+    aggregation: mean
+    higher_is_better: true
+"""
+
+
+def harness_lambada_task(name: str, data_file: str) -> str:
+    """A LAMBADA-style harness task (JSONL rows {"text": ...}, the last word the target) as a
+    template the caller still .format()s: `data_file` may hold its own {placeholder}."""
+    return HARNESS_LAMBADA_TASK.replace("{name}", name).replace("{data_file}", data_file)
+
+
 def harness_sentences(text: str, count: int = 12) -> list[str]:
     """The first `count` sentences of more than 6 words in `text` (the harness tests' documents)."""
     return [s.strip() for s in text.replace("\n", " ").split(". ") if len(s.split()) > 6][:count]

@@ -8,25 +8,12 @@ import sys
 
 import pytest
 
-from eval_fixtures import HARNESS_MC_TASK, HARNESS_OFFLINE_ENV, harness_sentences, write_harness_mc_data
+from eval_fixtures import (HARNESS_MC_TASK, HARNESS_OFFLINE_ENV, harness_lambada_task, harness_sentences,
+                           write_harness_mc_data)
 
 
 TASKS = {
-    "tiny_lambada": """task: tiny_lambada
-dataset_path: json
-dataset_kwargs: {{data_files: {{test: {data}/lambada.jsonl}}}}
-test_split: test
-output_type: loglikelihood
-doc_to_text: "{{{{text.split(' ')[:-1]|join(' ')}}}}"
-doc_to_target: "{{{{' '+text.split(' ')[-1]}}}}"
-metric_list:
-  - metric: perplexity
-    aggregation: perplexity
-    higher_is_better: false
-  - metric: acc
-    aggregation: mean
-    higher_is_better: true
-""",
+    "tiny_lambada": harness_lambada_task("tiny_lambada", "{data}/lambada.jsonl"),
     "tiny_rolling": """task: tiny_rolling
 dataset_path: json
 dataset_kwargs: {{data_files: {{test: {data}/lambada.jsonl}}}}

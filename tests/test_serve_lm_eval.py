@@ -11,25 +11,11 @@ import sys
 
 import pytest
 
-from eval_fixtures import FIXTURES, HARNESS_OFFLINE_ENV
+from eval_fixtures import FIXTURES, HARNESS_OFFLINE_ENV, harness_lambada_task
 from serve_fixtures import Server, serving_checkpoint
 
 TASKS = {
-    "serve_lambada": """task: serve_lambada
-dataset_path: json
-dataset_kwargs: {{data_files: {{test: {fixtures}/lambada/lambada_test.jsonl}}}}
-test_split: test
-output_type: loglikelihood
-doc_to_text: "{{{{text.split(' ')[:-1]|join(' ')}}}}"
-doc_to_target: "{{{{' '+text.split(' ')[-1]}}}}"
-metric_list:
-  - metric: perplexity
-    aggregation: perplexity
-    higher_is_better: false
-  - metric: acc
-    aggregation: mean
-    higher_is_better: true
-""",
+    "serve_lambada": harness_lambada_task("serve_lambada", "{fixtures}/lambada/lambada_test.jsonl"),
     "serve_hellaswag": """task: serve_hellaswag
 dataset_path: json
 dataset_kwargs: {{data_files: {{test: {fixtures}/hellaswag/hellaswag_val.jsonl}}}}
