@@ -1,9 +1,12 @@
 """Per-GPU memory of a parallel layout: weights, gradients, optimizer state, activations, buffers.
 
 Pure arithmetic on the config (no torch): the planner can size a 530B model on a laptop. Every figure
-is bytes on one GPU of the worst pipeline stage. Activation formulas follow Korthikanti et al. 2022
-("Reducing Activation Recomputation in Large Transformer Models"), written per tensor so that the
-element size, dropout masks and flash attention change them the way they change the real program.
+is bytes on one GPU of the worst pipeline stage. Two programs are modelled: trident's trainer (the
+default, `trainer=True`: plan/trainer_activations.py, tensor by tensor as its autograd graph keeps
+them, on CUDA or on the CPU) and Megatron-LM as MT-NLG ran it (`trident plan --paper`), whose
+activations follow Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer
+Models"), written per tensor so that the element size and dropout masks change them as they change
+that program.
 """
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ from functools import lru_cache
 
 from trident.config import Config
 from trident.config.pipeline_schedules import DEFAULT_SCHEDULE, spec
+from trident.plan import trainer_activations as trainer_acts
 
 CHECKPOINTING = ("none", "selective", "full")
 # Adam moments m and v in fp32; with 16-bit training an fp32 master copy of the weights as well.
@@ -71,10 +75,18 @@ class MemoryBreakdown:
     optimizer_unsharded: float = 0.0  # what the optimizer state would take without ZeRO-1
     p2p_buffers: float = 0.0  # pipeline send/receive buffers: live while micro-batches run
     reduce_buffers: float = 0.0  # gradient reduction buffers: live after backward, while gradients reduce
+    # trident's trainer reduces its fp32 buffer after the backward that fills it (a bucket starts once its
+    # gradients are final, as the pipeline drains): its reduction buffers and the activation peak are not
+    # live together. DeepSpeed-style buckets (the paper's program) reduce during the backward.
+    reduction_after_backward: bool = False
 
     @property
     def total(self) -> float:
-        return self.weights + self.gradients + self.optimizer + self.activations + self.logits + self.buffers
+        static = self.weights + self.gradients + self.optimizer
+        running = self.activations + self.logits + self.p2p_buffers
+        if self.reduction_after_backward:
+            return static + max(running, self.reduce_buffers)
+        return static + running + self.reduce_buffers
 
     def to_dict(self) -> dict:
         return {**asdict(self), "total": self.total}
@@ -194,33 +206,24 @@ def in_flight(layout: Layout, stage: int, micro: int) -> float:
     return spec(layout.schedule).in_flight(layout.pp, stage, micro, layout.virtual_stages)
 
 
-def stage_memory(config: Config, layout: Layout, stage: int, flash_attention: bool = False) -> MemoryBreakdown:
-    """Memory on one GPU of pipeline rank `stage`."""
-    m, t, p = config.model, config.train, layout
-    e = element_bytes(t.precision)
+def stage_memory(config: Config, layout: Layout, stage: int, flash_attention: bool = False,
+                 trainer: bool = False, device: str = "cuda") -> MemoryBreakdown:
+    """Memory on one GPU of pipeline rank `stage`: of trident's trainer on `device` ("cuda" or "cpu")
+    when `trainer`, else of Megatron-LM as the paper ran it (with flash attention if asked)."""
+    t, p = config.train, layout
     params = stage_params(config, layout, stage)
     weight_b, grad_b, state_b = state_bytes(t.precision, layout.grad_dtype)
-    weights = params * weight_b
-    gradients = params * grad_b
-    optimizer_full = params * state_b
+    weights, gradients, optimizer_full = params * weight_b, params * grad_b, params * state_b
     optimizer = optimizer_full / p.dp if p.zero_stage >= 1 else optimizer_full
-
-    micro = micro_batches(config, layout)
-    flight = in_flight(layout, stage, micro)
-    layers = stage_layers(config, layout)[stage]
-    sbh = m.seq_length * p.micro_batch * m.hidden_size
-    sp = p.tp if p.sequence_parallel else 1
-    stored = layers * layer_activation_bytes(config, layout, p.checkpointing, flash_attention) * flight
-    if p.checkpointing == "full":
-        # Backward recomputes one layer at a time: its full working set exists once, beside the checkpoints.
-        stored += layer_activation_bytes(config, layout, "none", flash_attention)
-    logits = 0.0
-    if stage == p.pp - 1:
-        stored += e * sbh / sp  # final LayerNorm input
-        # Vocab-parallel logits in the training precision plus the fp32 copy the cross-entropy keeps.
-        logits = m.seq_length * p.micro_batch * m.padded_vocab_size(p.tp) / p.tp * (e + 4)
+    flight = in_flight(layout, stage, micro_batches(config, layout))
+    if trainer:
+        activations, logits = trainer_activation_bytes(config, layout, stage, flight, device)
+    else:
+        activations, logits = paper_activation_bytes(config, layout, stage, flight, flash_attention)
+    e = element_bytes(t.precision)
+    sbh = config.model.seq_length * p.micro_batch * config.model.hidden_size
     # send + receive buffers, activations forward and gradients backward
-    p2p = 4 * e * sbh / sp if p.pp > 1 else 0.0
+    p2p = 4 * e * sbh / (p.tp if p.sequence_parallel else 1) if p.pp > 1 else 0.0
     reduce = 0.0
     if p.dp > 1 and p.grad_dtype == "param":
         # Separate reduce buckets, two in flight (DeepSpeed style). An fp32 main-grad buffer (Megatron,
@@ -230,9 +233,57 @@ def stage_memory(config: Config, layout: Layout, stage: int, flash_attention: bo
         # trident's ZeRO-1 reduce-scatter writes each bucket's 1/dp to a separate output (gloo must not
         # alias input and output), and every bucket is in flight at once: 1/dp of the gradients.
         reduce = gradients / p.dp
-    return MemoryBreakdown(weights=weights, gradients=gradients, optimizer=optimizer, activations=stored,
+    return MemoryBreakdown(weights=weights, gradients=gradients, optimizer=optimizer, activations=activations,
                            logits=logits, buffers=p2p + reduce, stage=stage, in_flight=flight, params=params,
-                           optimizer_unsharded=optimizer_full, p2p_buffers=p2p, reduce_buffers=reduce)
+                           optimizer_unsharded=optimizer_full, p2p_buffers=p2p, reduce_buffers=reduce,
+                           reduction_after_backward=trainer and p.grad_dtype == "fp32")
+
+
+def paper_activation_bytes(config: Config, layout: Layout, stage: int, flight: float,
+                           flash_attention: bool) -> tuple[float, float]:
+    """(activations, logits) of Megatron-LM's program: Korthikanti's per-layer tensors times the
+    micro-batches in flight, one recomputed layer's working set with full checkpointing, and on the
+    last stage the logits plus the fp32 copy the loss keeps."""
+    m, p = config.model, layout
+    e = element_bytes(config.train.precision)
+    sbh = m.seq_length * p.micro_batch * m.hidden_size
+    sp = p.tp if p.sequence_parallel else 1
+    stored = stage_layers(config, layout)[stage] * layer_activation_bytes(config, layout, p.checkpointing,
+                                                                         flash_attention) * flight
+    if p.checkpointing == "full":
+        # Backward recomputes one layer at a time: its full working set exists once, beside the checkpoints.
+        stored += layer_activation_bytes(config, layout, "none", flash_attention)
+    logits = 0.0
+    if stage == p.pp - 1:
+        stored += e * sbh / sp  # final LayerNorm input
+        logits = m.seq_length * p.micro_batch * m.padded_vocab_size(p.tp) / p.tp * (e + 4)
+    return stored, logits
+
+
+def trainer_activation_bytes(config: Config, layout: Layout, stage: int, flight: float,
+                             device: str) -> tuple[float, float]:
+    """(activations, logits) of trident's trainer at its forward/backward peak: what every micro-batch
+    in flight keeps, plus the largest momentary working set (a layer's backward, or the loss on the
+    last stage); `logits` is the loss's share: its kept probabilities and what its working set needs
+    beyond a layer's backward (so the two add up to the peak)."""
+    p, mode = layout, layout.checkpointing
+    x = trainer_acts.shape(config, layout, device)
+    kept = stage_layers(config, layout)[stage] * trainer_acts.layer_bytes(config, x, mode) * flight
+    if device == "cuda" and mode != "full" and p.pp > 1:
+        # the executor keeps each received chunk input for its gradient, while LayerNorm saves an fp32 copy
+        receiving = 1.0 if stage > 0 else (p.virtual_stages - 1) / p.virtual_stages
+        kept += x.e * x.sbh / x.sp * flight * p.virtual_stages * receiving
+    if stage == 0:
+        kept += trainer_acts.first_stage_extra(x, mode) * flight
+    working = trainer_acts.backward_working_set(config, x, mode)
+    if stage != p.pp - 1:
+        return kept + working, 0.0
+    probabilities = trainer_acts.FP32 * x.s * x.b * x.vocab / x.tp
+    loss_flight = flight if p.virtual_stages == 1 else 1.0  # an interleaved last chunk runs B right after F
+    kept += (trainer_acts.last_stage_kept(x, mode) - probabilities) * loss_flight
+    # a layer's backward starts once this micro-batch's probabilities are freed
+    peak_working = max(trainer_acts.loss_working_set(x), working - probabilities)
+    return kept + working, probabilities * loss_flight + peak_working - working
 
 
 def distinct_stages(config: Config, layout: Layout) -> dict[int, int]:
@@ -253,8 +304,10 @@ def _distinct(layers: tuple[int, ...]) -> dict[int, int]:
     return counts
 
 
-def memory_per_gpu(config: Config, layout: Layout, flash_attention: bool = False) -> MemoryBreakdown:
-    """The worst stage's memory: what must fit on every GPU."""
+def memory_per_gpu(config: Config, layout: Layout, flash_attention: bool = False, trainer: bool = False,
+                   device: str = "cuda") -> MemoryBreakdown:
+    """The worst stage's memory: what must fit on every GPU (arguments as stage_memory's)."""
     # Within a kind, the earliest rank holds the most micro-batches in flight: it is the one to check.
-    stages = [stage_memory(config, layout, i, flash_attention) for i in distinct_stages(config, layout)]
+    stages = [stage_memory(config, layout, i, flash_attention, trainer, device)
+              for i in distinct_stages(config, layout)]
     return max(stages, key=lambda s: s.total)

@@ -45,8 +45,10 @@ def memory_table(plan: Plan) -> Table:
                   _gib(other), "for comparison, not in the total")
     table.add_row("activations", _gib(mem.activations), f"checkpointing={layout.checkpointing}"
                   + (", sequence parallel" if layout.sequence_parallel else ""))
-    table.add_row("logits", _gib(mem.logits), "last stage: vocab-parallel logits + fp32 loss copy")
-    table.add_row("buffers", _gib(mem.buffers), "pipeline p2p and gradient buckets")
+    table.add_row("logits", _gib(mem.logits), "last stage: the loss's fp32 probabilities and working set")
+    table.add_row("buffers", _gib(mem.buffers), "pipeline p2p and gradient buckets" + (
+        " (buckets live after backward: the total takes the larger of them and the activations)"
+        if mem.reduction_after_backward else ""))
     table.add_row("total", _gib(mem.total), f"usable {_gib(plan.usable_bytes)} GiB on {plan.hardware}", style="bold")
     return table
 

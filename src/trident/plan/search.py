@@ -92,13 +92,20 @@ def evaluate(config: Config, layout: Layout, hardware: Hardware, gpus: int, gpus
         return plan
     device = per_device(hardware, gpus, gpus_per_node)
     plan.usable_bytes = device.usable_bytes
-    plan.memory = memory_per_gpu(config, layout, flash_attention)
+    # flash_attention: the program of trident's trainer (SDPA, its saved tensors, its loss), on the
+    # profile's kind of device; without it Megatron-LM's as the paper ran it
+    plan.memory = memory_per_gpu(config, layout, trainer=flash_attention, device=device_kind(hardware))
     if plan.memory.total > device.usable_bytes:
         plan.reasons.append(f"needs {plan.memory.total / 2**30:.1f} GiB per GPU (stage {plan.memory.stage}), "
                             f"more than the {device.usable_bytes / 2**30:.1f} GiB usable on {hardware.name}")
     if plan.ok or time_if_too_big:
         plan.time = step_time(config, layout, device, gpus_per_node)
     return plan
+
+
+def device_kind(hardware: Hardware) -> str:
+    """"cpu" for the CPU profile (ranks as processes on one host, CPU autocast), else "cuda"."""
+    return "cpu" if hardware.shared_host else "cuda"
 
 
 def mesh_problems(config: Config, tp: int, pp: int, dp: int) -> list[str]:

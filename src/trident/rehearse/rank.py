@@ -14,7 +14,9 @@ Memory is counted by category (LiveBytes sees every tensor the code allocates):
   activations                    peak during forward/backward above what was live before it
                                  (saved activations, logits, pipeline receive buffers)
   buffers                        peak during gradient reduction and the update above what was live
-                                 before it (reduce-scatter outputs, temporaries)
+                                 before forward/backward (reduce-scatter outputs, temporaries: a
+                                 bucket's reduction may start during the backward, as the pipeline
+                                 drains, so its output is already live when the reduction phase begins)
   peak                           the highest live total of the whole build and step
 """
 from __future__ import annotations
@@ -50,13 +52,12 @@ def _batches(config: Config, mesh) -> tuple[list, int]:
 
 
 def _step(model: ParallelModel, live: LiveBytes, batches: list, divisor: int, lr: float) -> dict[str, int]:
-    """One training step; the live-bytes peak above the start of each phase."""
+    """One training step; the live-bytes peak of each phase above the level before the step."""
     peaks: dict[str, int] = {}
-    start = {"at": live.now}
+    before = live.now
 
     def on_phase(name: str) -> None:
-        peaks[name] = live.peak - start["at"]
-        start["at"] = live.now
+        peaks[name] = live.peak - before
         live.reset_peak()
 
     live.reset_peak()

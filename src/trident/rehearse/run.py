@@ -12,12 +12,14 @@ from trident.plan.memory import Layout, stage_memory
 from trident.rehearse.rank import CATEGORIES, default_ranks, rehearse_rank
 
 
-def planned(config: Config, world_size: int, stage: int) -> dict[str, float]:
-    """`trident plan`'s memory of one rank of `stage`, in the rehearsal's categories: trident keeps
-    fp32 gradient buffers and runs attention through SDPA (no s x s scores are kept). Pipeline
-    receive buffers are live during forward/backward, so they count with the activations there."""
+def planned(config: Config, world_size: int, stage: int, device: str = "cpu") -> dict[str, float]:
+    """`trident plan`'s memory of one rank of `stage`, in the rehearsal's categories: the program of
+    trident's trainer (fp32 gradient buffers, SDPA, what its autograd graph keeps) on `device`; the
+    rehearsal runs the CPU's program (CPU autocast keeps LayerNorm in bf16, CUDA's runs it in fp32).
+    Pipeline receive buffers and the loss are live during forward/backward, so they count with the
+    activations there; the total is the plan's peak (the reduction follows the backward)."""
     layout = Layout.from_config(config, world_size, grad_dtype="fp32")
-    plan = stage_memory(config, layout, stage, flash_attention=True)
+    plan = stage_memory(config, layout, stage, trainer=True, device=device)
     return {"weights": plan.weights, "gradients": plan.gradients, "optimizer": plan.optimizer,
             "activations": plan.activations + plan.logits + plan.p2p_buffers, "buffers": plan.reduce_buffers,
             "total": plan.total}
@@ -45,6 +47,7 @@ def rehearse(config: Config, world_size: int, ranks: list[int] | None = None, st
         with context.Pool(1) as pool:
             result = pool.apply(_child, (config, world_size, rank, steps))
         result["plan"] = planned(config, world_size, result["stage"])
+        result["plan_cuda"] = planned(config, world_size, result["stage"], device="cuda")
         results.append(result)
         if on_rank is not None:
             on_rank(result)

@@ -1,0 +1,109 @@
+"""Activation memory of trident's own trainer (model/gpt.py, parallel/tensor.py, SDPA), tensor by tensor.
+
+Pure arithmetic, like plan/memory.py, which uses it for the default plan; Megatron-2021's program (the
+paper's, `trident plan --paper`) is memory.layer_activation_bytes' Korthikanti formulas. Bytes on one
+TP rank, per micro-batch. Each term names the tensor the trainer's autograd graph keeps, found by
+counting every live tensor of a rehearsal (docs/planner.md, "What the trainer keeps"):
+
+- QKV and fc1 inputs are kept at full sequence length: with sequence parallelism the column-parallel
+  linear saves the all-gathered input (Megatron re-gathers it in backward instead), without it the
+  LayerNorm output is replicated over TP.
+- LayerNorm inputs: on CUDA, autocast runs LayerNorm in fp32 and it saves an fp32 copy of its input
+  (the bf16 residual itself is then not kept); on the CPU (and in fp32) it saves the residual.
+- SDPA (flash in 16-bit, memory-efficient attention for fp32 on CUDA, the CPU's flash kernel): no
+  s x s scores, an fp32 log-sum-exp per row; its output is the projection's input (a view of it,
+  except CUDA's memory-efficient kernel, whose layout needs a copy).
+- The loss: the vocabulary-parallel cross-entropy keeps fp32 probabilities [s, b, V/t] per micro-batch
+  and briefly holds the logits, an fp32 copy and the exponentials; with tp = 1 torch's cross-entropy keeps
+  fp32 log-probabilities and its backward briefly holds three [s, b, V] fp32 tensors.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DEVICES = ("cuda", "cpu")
+FP32 = 4
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The sizes one TP rank's activations are made of."""
+    s: int  # sequence length
+    b: int  # micro-batch
+    h: int
+    f: int  # MLP width
+    a: int  # heads
+    vocab: int  # padded vocabulary
+    tp: int
+    sp: int  # tp with sequence parallelism, else 1: the split of the residual stream
+    e: int  # bytes of an activation element (training precision)
+    device: str  # "cuda" or "cpu": autocast's rules differ
+
+    @property
+    def sbh(self) -> int:
+        return self.s * self.b * self.h
+
+    @property
+    def ln_input(self) -> float:
+        """What one LayerNorm keeps of its input: an fp32 copy under CUDA autocast, else the residual."""
+        element = FP32 if self.device == "cuda" else self.e
+        return element * self.sbh / self.sp
+
+
+def shape(config, layout, device: str) -> Shape:
+    if device not in DEVICES:
+        raise ValueError(f"device must be one of {', '.join(DEVICES)}, got {device!r}")
+    m = config.model
+    return Shape(s=m.seq_length, b=layout.micro_batch, h=m.hidden_size, f=m.ffn_size, a=m.num_heads,
+                 vocab=m.padded_vocab_size(layout.tp), tp=layout.tp, sp=layout.tp if layout.sequence_parallel else 1,
+                 e=4 if config.train.precision == "fp32" else 2, device=device)
+
+
+def layer_bytes(config, x: Shape, mode: str) -> float:
+    """Bytes one transformer layer keeps for backward per micro-batch (`full`: its checkpointed input;
+    `selective` recomputes only the attention core, whose saved tensors SDPA already keeps small)."""
+    e, sbh, t = x.e, x.sbh, x.tp
+    if mode == "full":
+        return e * sbh / x.sp
+    gathered = 2 * e * sbh  # QKV and fc1 inputs, full sequence length
+    split = (3 * e * sbh + e * sbh + 2 * e * x.s * x.b * x.f) / t  # QKV output, attention output, fc1 and GeLU outputs
+    if x.device == "cuda" and e == FP32:
+        split += e * sbh / t  # memory-efficient attention's output layout: the projection input is a copy
+    lse = FP32 * x.a * x.s * x.b / t if mode == "none" else 0.0
+    masks = 2 * sbh / x.sp if config.model.hidden_dropout > 0 else 0.0  # one byte an element
+    return 2 * x.ln_input + gathered + split + lse + masks
+
+
+def backward_working_set(config, x: Shape, mode: str) -> float:
+    """Bytes one layer's backward needs beyond what it keeps: the incoming gradient (full length in the
+    MLP), the GeLU-input gradient beside the GeLU output's, a 16/32-bit weight gradient before it is
+    added to the fp32 buffer; with full recompute, the layer's recomputed activations as well."""
+    e = x.e
+    extra = e * x.sbh + e * x.s * x.b * x.f / x.tp + e * x.h * x.f / x.tp
+    if mode == "full":
+        extra += layer_bytes(config, x, "none")
+    return extra
+
+
+def first_stage_extra(x: Shape, mode: str) -> float:
+    """With sequence parallelism the embedding's full-length output stays alive under the first
+    block's input (a narrow view of it) while that input is kept: by the checkpoint (full), or by the
+    first LayerNorm where it saves the residual itself (the CPU; CUDA keeps an fp32 copy instead)."""
+    if x.sp == 1 or (mode != "full" and x.device == "cuda"):
+        return 0.0
+    return x.e * x.sbh * (1 - 1 / x.sp)
+
+
+def last_stage_kept(x: Shape, mode: str) -> float:
+    """Kept per micro-batch after the last layer: the final LayerNorm's input and its output (the
+    head's input, full length) and the loss's fp32 probabilities (s b V/t; tp = 1: log-probabilities)."""
+    norm = (x.e * x.sbh / x.sp if mode == "full" else x.ln_input) + x.e * x.sbh
+    return norm + FP32 * x.s * x.b * x.vocab / x.tp
+
+
+def loss_working_set(x: Shape) -> float:
+    """Bytes the loss needs for a moment beyond its kept probabilities. Vocabulary-parallel: the
+    logits, their fp32 copy (the logits themselves in fp32) and the shifted logits, (e + 4) s b V/t;
+    torch's cross-entropy (tp = 1): its backward's two further fp32 [s, b, V] tensors."""
+    logits = x.s * x.b * x.vocab / x.tp
+    return (x.e + FP32) * logits if x.tp > 1 else 2 * FP32 * logits
