@@ -33,24 +33,31 @@ def _child(config: Config, world_size: int, rank: int, steps: int) -> dict:
 
 
 def rehearse(config: Config, world_size: int, ranks: list[int] | None = None, steps: int = 1,
-             on_rank=None) -> dict:
-    """{"layout": ..., "ranks": [{rank, stage, seconds, measured, plan, ...}, ...]}; `on_rank(result)`
-    is called as each rank finishes."""
+             on_rank=None, pool=None) -> dict:
+    """{"layout": ..., "ranks": [{rank, stage, seconds, measured, plan, plan_cuda, ...}, ...]}; `on_rank(result)`
+    is called as each rank finishes. Each rank runs in a fresh process, or, given a `pool` of spawned
+    processes (a multiprocessing Pool), in that pool, all at once: faster, but a reused process's
+    resident memory is no longer its rank's own."""
     p = config.parallel
     ranks = ranks if ranks is not None else default_ranks(config)
     bad = [r for r in ranks if not 0 <= r < world_size]
     if bad:
         raise ValueError(f"--ranks {bad}: outside the world of {world_size} ranks")
-    results = []
-    context = multiprocessing.get_context("spawn")
-    for rank in ranks:
-        with context.Pool(1) as pool:
-            result = pool.apply(_child, (config, world_size, rank, steps))
+    def finish(result: dict) -> dict:
         result["plan"] = planned(config, world_size, result["stage"])
         result["plan_cuda"] = planned(config, world_size, result["stage"], device="cuda")
-        results.append(result)
         if on_rank is not None:
             on_rank(result)
+        return result
+
+    jobs = [(config, world_size, rank, steps) for rank in ranks]
+    if pool is not None:
+        results = [finish(result) for result in pool.starmap(_child, jobs)]
+    else:
+        results = []
+        for job in jobs:
+            with multiprocessing.get_context("spawn").Pool(1) as fresh:
+                results.append(finish(fresh.apply(_child, job)))
     layout = {"world_size": world_size, "tp": p.tp, "pp": p.pp, "dp": world_size // (p.tp * p.pp),
               "virtual_stages": p.virtual_stages, "schedule": p.schedule, "zero_stage": p.zero_stage,
               "micro_batch_size": config.train.micro_batch_size, "global_batch_size": config.train.global_batch_size,
