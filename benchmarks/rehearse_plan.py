@@ -1,16 +1,24 @@
 """Planner against rehearsal: `trident plan`'s memory per rank beside what `trident rehearse` measures
-when the real training code runs that rank (fake process group, fake tensors), for three layouts:
+when the real training code runs that rank (fake process group, fake tensors), for these layouts:
 
 - mtnlg-530b at TP8 x PP35 x DP8 on 2,240 GPUs (ZeRO-1, full recompute, 1F1B: the paper's layout);
 - mtnlg-530b at TP8 x PP15 x DP8 on 960 GPUs, interleaved 1F1B with 7 virtual stages (no batch ramp-up:
   its 32-sequence steps are not a multiple of 15 micro-batches; the rehearsal steps a full batch anyway);
-- gpt-1.3b at TP2 x PP2 x DP2 on 8 GPUs without recompute.
+- gpt-1.3b at TP2 x PP2 x DP2 on 8 GPUs without recompute;
+- user-like layouts of the small presets (issue 25): gpt-125m at TP2 x PP2 x DP2 with sequence
+  parallelism, ZeRO-1 and selective recompute in bf16; at DP4 in fp32 without recompute; at PP4 x DP2
+  interleaved (3 virtual stages) with full recompute; gpt-1.3b at TP4 x DP2 with ZeRO-1 and full
+  recompute; a 12-layer model (hidden 512, 8 heads, sequence 1024, vocabulary 32,000) at TP2 x PP2 x DP2
+  in fp16 without recompute.
+
+The plan compared is the CPU's program (what the rehearsal runs: CPU autocast, gloo's overlapped
+pipeline contract); "plan CUDA GiB" is the same rank planned for GPUs (docs/planner.md).
 
 Each layout rehearses the first rank of its first, a middle and its last pipeline stage, every rank
 in a fresh process; the table prints measured / planned per category and the seconds and resident
 memory each rank took (targets: peak within 10% of the plan; < 2 min and < 4 GB a 530B rank).
 
-    python benchmarks/rehearse_plan.py [--only NAME]
+    python benchmarks/rehearse_plan.py [--only NAME ...]
 """
 from __future__ import annotations
 
@@ -28,18 +36,30 @@ LAYOUTS = {
                                              "parallel.virtual_stages=7", "train.rampup_batch_size=null"], 960),
     "1.3b-tp2-pp2-dp2": ("gpt-1.3b", ["parallel.tp=2", "parallel.pp=2", "parallel.zero_stage=1",
                                       "train.activation_checkpointing=none"], 8),
+    "125m-tp2-pp2-dp2-sp-selective": ("gpt-125m", ["parallel.tp=2", "parallel.pp=2", "parallel.zero_stage=1",
+                                                   "parallel.sequence_parallel=true",
+                                                   "train.activation_checkpointing=selective"], 8),
+    "125m-dp4-fp32": ("gpt-125m", ["train.precision=fp32", "train.activation_checkpointing=none"], 4),
+    "125m-pp4-interleaved-full": ("gpt-125m", ["parallel.pp=4", "parallel.schedule=interleaved",
+                                               "parallel.virtual_stages=3", "train.activation_checkpointing=full"], 8),
+    "1.3b-tp4-dp2-zero1-full": ("gpt-1.3b", ["parallel.tp=4", "parallel.zero_stage=1",
+                                             "train.activation_checkpointing=full"], 8),
+    "12layer-tp2-pp2-dp2-fp16": ("gpt-125m", ["model.hidden_size=512", "model.num_heads=8", "model.seq_length=1024",
+                                              "model.vocab_size=32000", "parallel.tp=2", "parallel.pp=2",
+                                              "train.precision=fp16", "train.activation_checkpointing=none",
+                                              "train.global_batch_size=64", "train.micro_batch_size=4"], 8),
 }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", choices=sorted(LAYOUTS), help="rehearse one layout")
+    parser.add_argument("--only", nargs="+", choices=sorted(LAYOUTS), help="rehearse these layouts only")
     args = parser.parse_args()
     rows, figures = [], {}
     for name, (preset, overrides, gpus) in LAYOUTS.items():
-        if args.only and name != args.only:
+        if args.only and name not in args.only:
             continue
-        config = load_config(preset, overrides)
+        config = load_config(preset, overrides + ["train.rampup_batch_size=null"])
         config.validate(gpus)
         result = rehearse(config, gpus)
         figures[name] = result
@@ -47,10 +67,11 @@ def main() -> None:
             ratios = {category: measured / plan if plan else float("nan")
                       for category, measured, plan in comparison_rows(rank)}
             rows.append([name, rank["rank"], rank["stage"], f"{rank['measured']['peak'] / 2**30:.2f}",
-                         f"{rank['plan']['total'] / 2**30:.2f}"]
+                         f"{rank['plan']['total'] / 2**30:.2f}", f"{rank['plan_cuda']['total'] / 2**30:.2f}"]
                         + [f"{ratios[c]:.3f}" for c in (*CATEGORIES, "peak")]
                         + [f"{rank['seconds']:.0f}", f"{rank['rss_peak_bytes'] / 2**30:.2f}"])
-    print_table("planner vs rehearsal, memory per rank (m/p: measured / planned)", ["layout", "rank", "stage", "peak GiB", "plan GiB", *[f"{c} m/p" for c in CATEGORIES],
+    print_table("planner vs rehearsal, memory per rank (m/p: measured / planned)",
+                ["layout", "rank", "stage", "peak GiB", "plan GiB", "plan CUDA GiB", *[f"{c} m/p" for c in CATEGORIES],
                  "peak m/p", "s", "RSS GiB"], rows)
     emit_json("rehearse_plan", {"layouts": figures})
 

@@ -2,7 +2,7 @@
 import json
 
 from trident.cli import main
-from trident.plan.memory import Layout
+from trident.plan.memory import Layout, memory_per_gpu
 from trident.plan.report import compare_measured
 from trident.plan.search import evaluate
 from trident.hardware import load_hardware
@@ -86,4 +86,7 @@ def test_the_plan_assumes_the_trainer_unless_asked_for_the_paper(capsys):
         plans[bool(extra)] = json.loads(capsys.readouterr().out)["memory"]
     assert plans[False]["gradients"] == 4 * plans[False]["params"]  # fp32
     assert plans[True]["gradients"] == 2 * plans[True]["params"]  # bf16, the paper's 16 bytes/param
-    assert plans[False]["activations"] < plans[True]["activations"]  # no s x s scores kept
+    config = load_config("mtnlg-530b")
+    trainer = memory_per_gpu(config, Layout.from_config(config, 2240, "fp32"), flash_attention=True, device="cuda")
+    paper = memory_per_gpu(config, Layout.from_config(config, 2240))
+    assert plans[False]["activations"] == trainer.activations != paper.activations == plans[True]["activations"]

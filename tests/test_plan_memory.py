@@ -89,9 +89,10 @@ def test_korthikanti_formula_with_dropout_in_bf16():
                                                   ("zb-h1", 4, 8, 1), ("zb-h2", 4, 8, 1), ("zb-h2", 4, 3, 1)])
 def test_in_flight_matches_the_real_schedule(schedule, pp, micro, v):
     layout = Layout(tp=1, pp=pp, dp=1, micro_batch=1, virtual_stages=v, schedule=schedule)
-    peaks = peak_inflight(schedule_for(schedule, pp, micro, v, "batched"))  # the lists NCCL runs
-    for stage in range(pp):
-        assert in_flight(layout, stage, micro) == pytest.approx(peaks[stage] / v)
+    for contract in ("batched", "overlapped"):  # the lists NCCL runs, and gloo (and a rehearsal)
+        peaks = peak_inflight(schedule_for(schedule, pp, micro, v, contract))
+        for stage in range(pp):
+            assert in_flight(layout, stage, micro, contract) == pytest.approx(peaks[stage] / v), (contract, stage)
 
 
 def test_uneven_partition_puts_the_extra_layers_first():

@@ -16,7 +16,7 @@ LAYOUTS = {
     "tp2 pp2 dp2, sequence parallel, ZeRO-1, selective, bf16": (
         "gpt-125m", ["model.num_layers=4", "parallel.tp=2", "parallel.pp=2", "parallel.sequence_parallel=true",
                      "parallel.zero_stage=1", "train.activation_checkpointing=selective",
-                     "train.global_batch_size=16", "train.micro_batch_size=4"], 8, [0, 2]),
+                     "train.global_batch_size=24", "train.micro_batch_size=4"], 8, [0, 2]),
     "dp4, fp32, no recompute": (
         "gpt-125m", ["model.num_layers=4", "train.precision=fp32", "train.activation_checkpointing=none",
                      "train.global_batch_size=16", "train.micro_batch_size=4"], 4, [0]),

@@ -22,7 +22,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--paper", action="store_true",
                         help="plan as MT-NLG ran (Megatron 2021): gradients in the training precision (16 bytes/param "
                              "in bf16) and math attention keeping s x s scores; default: as trident's trainer runs "
-                             "(an fp32 gradient buffer, 18 bytes/param, and SDPA attention)")
+                             "(an fp32 gradient buffer, 18 bytes/param, SDPA attention, the tensors its autograd "
+                             "graph keeps under the device's autocast; docs/planner.md)")
     # the trainer's assumptions, now the default; kept so that earlier command lines still work
     parser.add_argument("--flash-attention", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--fp32-grads", action="store_true", help=argparse.SUPPRESS)

@@ -2,7 +2,7 @@
 
 Pure arithmetic on the config (no torch): the planner can size a 530B model on a laptop. Every figure
 is bytes on one GPU of the worst pipeline stage. Two programs are modelled: trident's trainer (the
-default, `trainer=True`: plan/trainer_activations.py, tensor by tensor as its autograd graph keeps
+default of `trident plan`, `flash_attention=True`: plan/trainer_activations.py, tensor by tensor as its autograd graph keeps
 them, on CUDA or on the CPU) and Megatron-LM as MT-NLG ran it (`trident plan --paper`), whose
 activations follow Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer
 Models"), written per tensor so that the element size and dropout masks change them as they change
@@ -21,6 +21,9 @@ CHECKPOINTING = ("none", "selective", "full")
 # Adam moments m and v in fp32; with 16-bit training an fp32 master copy of the weights as well.
 ADAM_MOMENT_BYTES = 8
 MASTER_BYTES = 4
+# Micro-batches of slack the overlapped pipeline contract gives 1F1B and zero-bubble schedules
+# (parallel/pipeline/overlap.py's OVERLAPPED_EXTRA_WARMUP; the planner stays below parallel/).
+OVERLAPPED_SLACK = 1
 
 
 @dataclass(frozen=True)
@@ -164,7 +167,8 @@ def stage_params(config: Config, layout: Layout, stage: int) -> float:
 
 
 def layer_activation_bytes(config: Config, layout: Layout, mode: str, flash_attention: bool = False) -> float:
-    """Activation bytes one layer keeps for backward, per micro-batch, on one TP rank.
+    """Activation bytes one layer of Megatron-LM's program keeps for backward, per micro-batch, on one
+    TP rank (trident's trainer: trainer_activations.layer_bytes).
 
     none: every tensor backward needs (Korthikanti's 34 sbh + 5 a s^2 b for bf16 with dropout);
     selective: the attention core (scores, softmax, dropout) is recomputed, so its s^2 terms go;
@@ -194,32 +198,42 @@ def layer_activation_bytes(config: Config, layout: Layout, mode: str, flash_atte
     return replicated + split + core
 
 
-def in_flight(layout: Layout, stage: int, micro: int) -> float:
+def in_flight(layout: Layout, stage: int, micro: int, contract: str = "batched") -> float:
     """Micro-batches whose activations stage `stage` holds at the peak, counted in whole-stage units.
 
     The schedule's record says (config.pipeline_schedules.ScheduleSpec.in_flight): GPipe all of them;
     1F1B and ZB-H1 pp - stage (Narayanan et al. 2021); ZB-H2 2 pp - 1 - stage (pipeline.zero_bubble);
-    interleaved 1F1B Megatron's warm-up plus the one in flight, each 1/v of the stage. These are the
-    schedules NCCL runs (batched exchanges); on gloo, overlapped 1F1B and the zero-bubble schedules
-    hold one more (1F1B: on every stage but the last; pipeline.overlap.schedule_for).
+    interleaved 1F1B Megatron's warm-up plus the one in flight, each 1/v of the stage. That is the
+    `batched` contract NCCL runs; under the `overlapped` one (gloo, and a rehearsal's fake process
+    group) 1F1B holds one more on every stage but the last and the zero-bubble schedules one more on
+    every stage (pipeline.overlap.schedule_for's slack).
     """
-    return spec(layout.schedule).in_flight(layout.pp, stage, micro, layout.virtual_stages)
+    rules = spec(layout.schedule)
+    held = rules.in_flight(layout.pp, stage, micro, layout.virtual_stages)
+    if contract != "overlapped" or layout.pp == 1 or rules.interleaved or rules.holds_every_micro_batch:
+        return held
+    if rules.splits_weight_grads or stage < layout.pp - 1:
+        return float(min(held + OVERLAPPED_SLACK, micro))
+    return held
 
 
 def stage_memory(config: Config, layout: Layout, stage: int, flash_attention: bool = False,
-                 trainer: bool = False, device: str = "cuda") -> MemoryBreakdown:
-    """Memory on one GPU of pipeline rank `stage`: of trident's trainer on `device` ("cuda" or "cpu")
-    when `trainer`, else of Megatron-LM as the paper ran it (with flash attention if asked)."""
+                 device: str = "cuda") -> MemoryBreakdown:
+    """Memory on one GPU of pipeline rank `stage`. `flash_attention`: the program of trident's trainer
+    (SDPA attention and what its autograd graph keeps) on `device`, "cuda" or "cpu" (autocast differs);
+    without it, Megatron-LM's as the paper ran it (math attention keeping the s x s scores)."""
     t, p = config.train, layout
     params = stage_params(config, layout, stage)
     weight_b, grad_b, state_b = state_bytes(t.precision, layout.grad_dtype)
     weights, gradients, optimizer_full = params * weight_b, params * grad_b, params * state_b
     optimizer = optimizer_full / p.dp if p.zero_stage >= 1 else optimizer_full
-    flight = in_flight(layout, stage, micro_batches(config, layout))
-    if trainer:
+    # trident's pipeline runs batched exchanges on NCCL, overlapped ones on gloo (the CPU)
+    contract = "overlapped" if flash_attention and device == "cpu" else "batched"
+    flight = in_flight(layout, stage, micro_batches(config, layout), contract)
+    if flash_attention:
         activations, logits = trainer_activation_bytes(config, layout, stage, flight, device)
     else:
-        activations, logits = paper_activation_bytes(config, layout, stage, flight, flash_attention)
+        activations, logits = paper_activation_bytes(config, layout, stage, flight)
     e = element_bytes(t.precision)
     sbh = config.model.seq_length * p.micro_batch * config.model.hidden_size
     # send + receive buffers, activations forward and gradients backward
@@ -236,11 +250,10 @@ def stage_memory(config: Config, layout: Layout, stage: int, flash_attention: bo
     return MemoryBreakdown(weights=weights, gradients=gradients, optimizer=optimizer, activations=activations,
                            logits=logits, buffers=p2p + reduce, stage=stage, in_flight=flight, params=params,
                            optimizer_unsharded=optimizer_full, p2p_buffers=p2p, reduce_buffers=reduce,
-                           reduction_after_backward=trainer and p.grad_dtype == "fp32")
+                           reduction_after_backward=flash_attention and p.grad_dtype == "fp32")
 
 
-def paper_activation_bytes(config: Config, layout: Layout, stage: int, flight: float,
-                           flash_attention: bool) -> tuple[float, float]:
+def paper_activation_bytes(config: Config, layout: Layout, stage: int, flight: float) -> tuple[float, float]:
     """(activations, logits) of Megatron-LM's program: Korthikanti's per-layer tensors times the
     micro-batches in flight, one recomputed layer's working set with full checkpointing, and on the
     last stage the logits plus the fp32 copy the loss keeps."""
@@ -248,11 +261,10 @@ def paper_activation_bytes(config: Config, layout: Layout, stage: int, flight: f
     e = element_bytes(config.train.precision)
     sbh = m.seq_length * p.micro_batch * m.hidden_size
     sp = p.tp if p.sequence_parallel else 1
-    stored = stage_layers(config, layout)[stage] * layer_activation_bytes(config, layout, p.checkpointing,
-                                                                         flash_attention) * flight
+    stored = stage_layers(config, layout)[stage] * layer_activation_bytes(config, layout, p.checkpointing) * flight
     if p.checkpointing == "full":
         # Backward recomputes one layer at a time: its full working set exists once, beside the checkpoints.
-        stored += layer_activation_bytes(config, layout, "none", flash_attention)
+        stored += layer_activation_bytes(config, layout, "none")
     logits = 0.0
     if stage == p.pp - 1:
         stored += e * sbh / sp  # final LayerNorm input
@@ -304,10 +316,10 @@ def _distinct(layers: tuple[int, ...]) -> dict[int, int]:
     return counts
 
 
-def memory_per_gpu(config: Config, layout: Layout, flash_attention: bool = False, trainer: bool = False,
+def memory_per_gpu(config: Config, layout: Layout, flash_attention: bool = False,
                    device: str = "cuda") -> MemoryBreakdown:
     """The worst stage's memory: what must fit on every GPU (arguments as stage_memory's)."""
     # Within a kind, the earliest rank holds the most micro-batches in flight: it is the one to check.
-    stages = [stage_memory(config, layout, i, flash_attention, trainer, device)
+    stages = [stage_memory(config, layout, i, flash_attention, device)
               for i in distinct_stages(config, layout)]
     return max(stages, key=lambda s: s.total)

@@ -94,7 +94,7 @@ def evaluate(config: Config, layout: Layout, hardware: Hardware, gpus: int, gpus
     plan.usable_bytes = device.usable_bytes
     # flash_attention: the program of trident's trainer (SDPA, its saved tensors, its loss), on the
     # profile's kind of device; without it Megatron-LM's as the paper ran it
-    plan.memory = memory_per_gpu(config, layout, trainer=flash_attention, device=device_kind(hardware))
+    plan.memory = memory_per_gpu(config, layout, flash_attention, device_kind(hardware))
     if plan.memory.total > device.usable_bytes:
         plan.reasons.append(f"needs {plan.memory.total / 2**30:.1f} GiB per GPU (stage {plan.memory.stage}), "
                             f"more than the {device.usable_bytes / 2**30:.1f} GiB usable on {hardware.name}")

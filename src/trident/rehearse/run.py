@@ -19,7 +19,7 @@ def planned(config: Config, world_size: int, stage: int, device: str = "cpu") ->
     Pipeline receive buffers and the loss are live during forward/backward, so they count with the
     activations there; the total is the plan's peak (the reduction follows the backward)."""
     layout = Layout.from_config(config, world_size, grad_dtype="fp32")
-    plan = stage_memory(config, layout, stage, trainer=True, device=device)
+    plan = stage_memory(config, layout, stage, flash_attention=True, device=device)
     return {"weights": plan.weights, "gradients": plan.gradients, "optimizer": plan.optimizer,
             "activations": plan.activations + plan.logits + plan.p2p_buffers, "buffers": plan.reduce_buffers,
             "total": plan.total}
