@@ -17,8 +17,9 @@ LAYOUTS = {
         "gpt-125m", ["model.num_layers=4", "parallel.tp=2", "parallel.pp=2", "parallel.sequence_parallel=true",
                      "parallel.zero_stage=1", "train.activation_checkpointing=selective",
                      "train.global_batch_size=24", "train.micro_batch_size=4"], 8, [0, 2]),
-    "dp4, fp32, no recompute": (
-        "gpt-125m", ["model.num_layers=4", "train.precision=fp32", "train.activation_checkpointing=none",
+    "dp4, fp32, no recompute, dropout": (  # Megatron's dropout: on the CPU, SDPA's math path (fp32 scores)
+        "gpt-125m", ["model.num_layers=4", "model.hidden_dropout=0.1", "model.attention_dropout=0.1",
+                     "train.precision=fp32", "train.activation_checkpointing=none",
                      "train.global_batch_size=16", "train.micro_batch_size=4"], 4, [0]),
     "pp4 interleaved v2, full recompute, bf16": (
         "gpt-125m", ["model.num_layers=8", "parallel.pp=4", "parallel.schedule=interleaved",

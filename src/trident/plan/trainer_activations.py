@@ -11,7 +11,8 @@ counting every live tensor of a rehearsal (docs/planner.md, "What the trainer ke
 - LayerNorm inputs: on CUDA, autocast runs LayerNorm in fp32 and it saves an fp32 copy of its input
   (the bf16 residual itself is then not kept); on the CPU (and in fp32) it saves the residual.
 - SDPA (flash in 16-bit, memory-efficient attention for fp32 on CUDA, the CPU's flash kernel): no
-  s x s scores, an fp32 log-sum-exp per row; its output is the projection's input (a view of it,
+  s x s scores, an fp32 log-sum-exp per row (on the CPU with attention dropout, SDPA's math path
+  keeps fp32 scores: math_attention_bytes); its output is the projection's input (a view of it,
   except CUDA's memory-efficient kernel, whose layout needs a copy).
 - The loss: the vocabulary-parallel cross-entropy keeps fp32 probabilities [s, b, V/t] per micro-batch
   and briefly holds the logits, an fp32 copy and the exponentials; with tp = 1 torch's cross-entropy keeps
@@ -69,9 +70,24 @@ def layer_bytes(config, x: Shape, mode: str) -> float:
     split = (3 * e * sbh + e * sbh + 2 * e * x.s * x.b * x.f) / t  # QKV output, attention output, fc1 and GeLU outputs
     if x.device == "cuda" and e == FP32:
         split += e * sbh / t  # memory-efficient attention's output layout: the projection input is a copy
-    lse = FP32 * x.a * x.s * x.b / t if mode == "none" else 0.0
+    core = 0.0
+    if mode == "none":
+        core = math_attention_bytes(config, x) if math_attention(config, x) else FP32 * x.a * x.s * x.b / t
     masks = 2 * sbh / x.sp if config.model.hidden_dropout > 0 else 0.0  # one byte an element
-    return 2 * x.ln_input + gathered + split + lse + masks
+    return 2 * x.ln_input + gathered + split + core + masks
+
+
+def math_attention(config, x: Shape) -> bool:
+    """The CPU's SDPA has no fused kernel with dropout: it takes the math path (CUDA's flash does not)."""
+    return x.device == "cpu" and config.model.attention_dropout > 0
+
+
+def math_attention_bytes(config, x: Shape) -> float:
+    """What SDPA's math path keeps on the CPU, in fp32 whatever the training precision: the softmax,
+    the (float) dropout mask and the dropped probabilities, s x s per head, and the scaled Q and K and
+    V (an fp32 copy of V in 16-bit training)."""
+    copies = 3 if x.e < FP32 else 2
+    return (3 * FP32 * x.a * x.s * x.s * x.b + copies * FP32 * x.sbh) / x.tp
 
 
 def backward_working_set(config, x: Shape, mode: str) -> float:
@@ -82,6 +98,8 @@ def backward_working_set(config, x: Shape, mode: str) -> float:
     extra = e * x.sbh + e * x.s * x.b * x.f / x.tp + e * x.h * x.f / x.tp
     if mode == "full":
         extra += layer_bytes(config, x, "none")
+    elif mode == "selective" and math_attention(config, x):
+        extra += math_attention_bytes(config, x)  # the recomputed attention core
     return extra
 
 
