@@ -61,19 +61,23 @@ def main() -> None:
             continue
         config = load_config(preset, overrides + ["train.rampup_batch_size=null"])
         config.validate(gpus)
-        result = rehearse(config, gpus)
+        result = rehearse(config, gpus, on_rank=lambda rank, name=name: print(name, _row(rank), flush=True))
         figures[name] = result
-        for rank in result["ranks"]:
-            ratios = {category: measured / plan if plan else float("nan")
-                      for category, measured, plan in comparison_rows(rank)}
-            rows.append([name, rank["rank"], rank["stage"], f"{rank['measured']['peak'] / 2**30:.2f}",
-                         f"{rank['plan']['total'] / 2**30:.2f}", f"{rank['plan_cuda']['total'] / 2**30:.2f}"]
-                        + [f"{ratios[c]:.3f}" for c in (*CATEGORIES, "peak")]
-                        + [f"{rank['seconds']:.0f}", f"{rank['rss_peak_bytes'] / 2**30:.2f}"])
+        rows += [[name, *_row(rank)] for rank in result["ranks"]]
     print_table("planner vs rehearsal, memory per rank (m/p: measured / planned)",
                 ["layout", "rank", "stage", "peak GiB", "plan GiB", "plan CUDA GiB", *[f"{c} m/p" for c in CATEGORIES],
                  "peak m/p", "s", "RSS GiB"], rows)
     emit_json("rehearse_plan", {"layouts": figures})
+
+
+def _row(rank: dict) -> list:
+    """One rank's table row (after the layout's name): measured / planned per category."""
+    ratios = {category: measured / plan if plan else float("nan")
+              for category, measured, plan in comparison_rows(rank)}
+    gib = [rank["measured"]["peak"], rank["plan"]["total"], rank["plan_cuda"]["total"]]
+    return ([rank["rank"], rank["stage"], *[f"{value / 2**30:.2f}" for value in gib]]
+            + [f"{ratios[c]:.3f}" for c in (*CATEGORIES, "peak")]
+            + [f"{rank['seconds']:.0f}", f"{rank['rss_peak_bytes'] / 2**30:.2f}"])
 
 
 if __name__ == "__main__":

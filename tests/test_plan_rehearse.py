@@ -1,6 +1,6 @@
 """`trident plan` models what trident's trainer does: on small user-like layouts (tensor, sequence,
 pipeline, interleaved and data parallelism; ZeRO-1; bf16 and fp32; no, selective and full
-recomputation) the planned memory of a rank agrees within 10% with what `trident rehearse` measures
+recomputation; GPT and Llama-style blocks) the planned memory of a rank agrees within 10% with what `trident rehearse` measures
 when the real training code runs that rank, per category and in total (peak vs the plan's total)."""
 import multiprocessing
 
@@ -25,6 +25,11 @@ LAYOUTS = {
         "gpt-125m", ["model.num_layers=8", "parallel.pp=4", "parallel.schedule=interleaved",
                      "parallel.virtual_stages=2", "train.activation_checkpointing=full",
                      "train.global_batch_size=8", "train.micro_batch_size=2"], 4, [0, 3]),
+    "Llama-style (GQA, RoPE, SwiGLU, RMSNorm) tp2 pp2 dp2, sequence parallel, no recompute, bf16": (
+        "llama-7b", ["model.num_layers=4", "model.num_heads=8", "model.num_kv_heads=2", "model.ffn_hidden_size=688",
+                     "parallel.tp=2", "parallel.pp=2", "parallel.sequence_parallel=true",
+                     "train.activation_checkpointing=none", "train.global_batch_size=24",
+                     "train.micro_batch_size=4"], 8, [0]),
     "tp4 dp2, ZeRO-1, full recompute, bf16": (
         "gpt-1.3b", ["model.num_layers=4", "parallel.tp=4", "parallel.zero_stage=1",
                      "train.activation_checkpointing=full", "train.global_batch_size=8", "train.micro_batch_size=2"],

@@ -292,7 +292,7 @@ def trainer_activation_bytes(config: Config, layout: Layout, stage: int, flight:
         return kept + working, 0.0
     probabilities = trainer_acts.FP32 * x.s * x.b * x.vocab / x.tp
     loss_flight = flight if p.virtual_stages == 1 else 1.0  # an interleaved last chunk runs B right after F
-    kept += (trainer_acts.last_stage_kept(x, mode) - probabilities) * loss_flight
+    kept += (trainer_acts.last_stage_kept(x) - probabilities) * loss_flight
     # a layer's backward starts once this micro-batch's probabilities are freed
     peak_working = max(trainer_acts.loss_working_set(x), working - probabilities)
     return kept + working, probabilities * loss_flight + peak_working - working

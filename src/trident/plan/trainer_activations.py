@@ -39,6 +39,11 @@ class Shape:
     sp: int  # tp with sequence parallelism, else 1: the split of the residual stream
     e: int  # bytes of an activation element (training precision)
     device: str  # "cuda" or "cpu": autocast's rules differ
+    kv: float = 1.0  # key/value heads a rank holds over its query heads (grouped-query attention)
+    grouped: bool = False  # separate Q and KV projections (fewer key/value heads than heads)
+    norm: str = "layernorm"
+    swiglu: bool = False
+    rope: bool = False
 
     @property
     def sbh(self) -> int:
@@ -46,7 +51,11 @@ class Shape:
 
     @property
     def ln_input(self) -> float:
-        """What one LayerNorm keeps of its input: an fp32 copy under CUDA autocast, else the residual."""
+        """What one norm keeps: LayerNorm its input, an fp32 copy under CUDA autocast, else the residual
+        itself; RMSNorm (fp32 on every device) its fp32 input (a copy in 16-bit) and the normalised
+        output the weight multiplies."""
+        if self.norm == "rmsnorm":
+            return (max(self.e, FP32) + self.e) * self.sbh / self.sp
         element = FP32 if self.device == "cuda" else self.e
         return element * self.sbh / self.sp
 
@@ -57,7 +66,9 @@ def shape(config, layout, device: str) -> Shape:
     m = config.model
     return Shape(s=m.seq_length, b=layout.micro_batch, h=m.hidden_size, f=m.ffn_size, a=m.num_heads,
                  vocab=m.padded_vocab_size(layout.tp), tp=layout.tp, sp=layout.tp if layout.sequence_parallel else 1,
-                 e=4 if config.train.precision == "fp32" else 2, device=device)
+                 e=4 if config.train.precision == "fp32" else 2, device=device,
+                 kv=max(m.kv_heads, layout.tp) / m.num_heads,  # fewer than tp: one replicated a rank
+                 grouped=m.kv_heads != m.num_heads, norm=m.norm, swiglu=m.mlp == "swiglu", rope=m.position == "rope")
 
 
 def layer_bytes(config, x: Shape, mode: str) -> float:
@@ -67,7 +78,13 @@ def layer_bytes(config, x: Shape, mode: str) -> float:
     if mode == "full":
         return e * sbh / x.sp
     gathered = 2 * e * sbh  # QKV and fc1 inputs, full sequence length
-    split = (3 * e * sbh + e * sbh + 2 * e * x.s * x.b * x.f) / t  # QKV output, attention output, fc1 and GeLU outputs
+    mlp = 4 if x.swiglu else 2  # gate, SiLU, up and their product; or fc1 and GeLU outputs
+    # Q, K, V (K and V of the key/value heads), the attention output; the MLP's
+    split = ((1 + 2 * x.kv) * e * sbh + e * sbh + mlp * e * x.s * x.b * x.f) / t
+    if x.rope and mode == "none":
+        # SDPA keeps the rotated Q and K (rotation by constant angles keeps only the angles); the
+        # projection's output stays only where it holds V: the fused QKV, not grouped attention's Q
+        split += ((1 + x.kv) - (1 if x.grouped else 0)) * e * sbh / t
     if x.device == "cuda" and e == FP32:
         split += e * sbh / t  # memory-efficient attention's output layout: the projection input is a copy
     core = 0.0
@@ -95,7 +112,8 @@ def backward_working_set(config, x: Shape, mode: str) -> float:
     MLP), the GeLU-input gradient beside the GeLU output's, a 16/32-bit weight gradient before it is
     added to the fp32 buffer; with full recompute, the layer's recomputed activations as well."""
     e = x.e
-    extra = e * x.sbh + e * x.s * x.b * x.f / x.tp + e * x.h * x.f / x.tp
+    mlp = 2 if x.swiglu else 1  # SwiGLU: the gradients of both branches
+    extra = e * x.sbh + mlp * e * x.s * x.b * x.f / x.tp + e * x.h * x.f / x.tp
     if mode == "full":
         extra += layer_bytes(config, x, "none")
     elif mode == "selective" and math_attention(config, x):
@@ -112,10 +130,10 @@ def first_stage_extra(x: Shape, mode: str) -> float:
     return x.e * x.sbh * (1 - 1 / x.sp)
 
 
-def last_stage_kept(x: Shape, mode: str) -> float:
+def last_stage_kept(x: Shape) -> float:
     """Kept per micro-batch after the last layer: the final LayerNorm's input and its output (the
     head's input, full length) and the loss's fp32 probabilities (s b V/t; tp = 1: log-probabilities)."""
-    norm = (x.e * x.sbh / x.sp if mode == "full" else x.ln_input) + x.e * x.sbh
+    norm = x.ln_input + x.e * x.sbh  # the final norm is never recomputed
     return norm + FP32 * x.s * x.b * x.vocab / x.tp
 
 
