@@ -141,7 +141,7 @@ def predict(config_overrides: list[str], nproc: int, peak_tflops: float, efficie
     layout = replace(Layout.from_config(config, nproc), grad_dtype="fp32")
     plan = evaluate(config, layout, hardware, nproc, hardware.gpus_per_node, flash_attention=True)
     if plan.memory is not None:
-        plan.memory = stage_memory(config, layout, 0, flash_attention=True)
+        plan.memory = stage_memory(config, layout, 0, flash_attention=True, device="cpu")  # the CPU run it is checked against
     return config, layout, hardware, plan
 
 
