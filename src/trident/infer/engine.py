@@ -56,9 +56,8 @@ class Engine:
     @classmethod
     def from_parallel(cls, model, vocab_size: int, slots: int) -> "Engine":
         """From a trident.parallel.parallelize.ParallelModel (this rank's chunks of a layout)."""
-        config = model.config
         return cls(model.chunks, model.mesh, vocab_size=vocab_size, slots=slots,
-                   sequence_parallel=config.parallel.sequence_parallel, autocast=model.precision.autocast,
+                   sequence_parallel=model.layout.sequence_parallel, autocast=model.precision.autocast,
                    device=model.device)
 
     @classmethod

@@ -116,7 +116,7 @@ class ParallelModel:
                  precision: Precision, buffers, optimizer, rng: T.TPRandomState):
         self.config, self.layout, self.mesh, self.chunks, self.named_params = config, layout, mesh, chunks, named_params
         self.executor, self.precision, self.device = executor, precision, precision.device
-        self.zero, self.buffers, self.optimizer, self.rng = layout.zero, buffers, optimizer, rng
+        self.buffers, self.optimizer, self.rng = buffers, optimizer, rng
 
     @property
     def scaler(self):
@@ -227,7 +227,7 @@ class ParallelModel:
         non-finite `loss` skips the step too)."""
         grads = self.optimizer.grads()
         scale_(grads, 1.0 / self.scaler.scale)
-        grad_norm = math.sqrt(self.to_float(global_grad_norm_squared(self.optimizer, self.mesh, self.zero)))
+        grad_norm = math.sqrt(self.to_float(global_grad_norm_squared(self.optimizer, self.mesh, self.layout.zero)))
         overflow = not (math.isfinite(grad_norm) and math.isfinite(loss))
         if not overflow:
             scale_(grads, clip_coefficient(grad_norm, self.config.train.clip_grad))
@@ -243,13 +243,20 @@ class ParallelModel:
             states["torch_cuda"] = torch.cuda.get_rng_state(self.device)
         return states | {f"tp_{k}": v for k, v in self.rng.get_states().items()}
 
+    def set_rng_states(self, streams: dict[str, torch.Tensor]) -> None:
+        """Put back streams as `rng_states()` returned them."""
+        torch.set_rng_state(streams["torch_cpu"])
+        if "torch_cuda" in streams:
+            torch.cuda.set_rng_state(streams["torch_cuda"], self.device)
+        self.rng.set_states({k[3:]: v for k, v in streams.items() if k.startswith("tp_")})
+
     def state_pieces(self) -> list[StatePiece]:
         """This rank's whole state as records: weights, owned Adam ranges, RNG streams, loss scaler
         and optimizer step count. Weights are primary on DP rank 0 only; Adam state with ZeRO on
         every rank (each owns a disjoint part), without it on DP rank 0 (the others are replicas)."""
         pieces = weight_pieces(self.named_params, primary=self.mesh.dp_rank == 0)
         if self.optimizer is not None:
-            owns_adam = self.zero or self.mesh.dp_rank == 0
+            owns_adam = self.layout.zero or self.mesh.dp_rank == 0
             pieces += adam_pieces(self.named_params, self.buffers, self.optimizer, primary=owns_adam)
             pieces.append(StatePiece("optimizer_steps", "trainer", value=self.optimizer.steps))
         pieces += rng_pieces(self.rng_states())
@@ -264,10 +271,7 @@ class ParallelModel:
         loaded = reader.fill(wanted, layout=self.layout.record, rank=self.mesh.rank, model_config=self.config.model)
         streams = {piece.name: piece.tensor for piece in by_kind(loaded, "rng")}
         if streams:
-            torch.set_rng_state(streams["torch_cpu"])
-            if "torch_cuda" in streams:
-                torch.cuda.set_rng_state(streams["torch_cuda"], self.device)
-            self.rng.set_states({k[3:]: v for k, v in streams.items() if k.startswith("tp_")})
+            self.set_rng_states(streams)
         for piece in by_kind(loaded, "scaler"):
             self.scaler.load_state_dict(piece.value)
         for piece in by_kind(loaded, "trainer"):

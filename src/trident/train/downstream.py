@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import time
 
-import torch
-
 from trident.config import Config, ConfigError
 from trident.evaluate.harness import score_cell
 from trident.evaluate.parallel_lm import ParallelLM
@@ -70,7 +68,7 @@ class DownstreamEval:
         finally:  # the training state, whatever happened: dropout mode and every random stream
             for chunk, mode in zip(model.chunks, modes):
                 chunk.train(mode)
-            _restore_streams(model, streams)
+            model.set_rng_states(streams)
         record["eval/seconds"] = time.perf_counter() - start
         self.log(f"step {step} downstream eval ({record['eval/seconds']:.1f} s): " + ", ".join(
             f"{k[5:]} {v:.4g}" for k, v in record.items() if k != "eval/seconds" and self._primary(k)))
@@ -100,15 +98,3 @@ class DownstreamEval:
     def _primary(self, key: str) -> bool:
         task = key.split("/")[1]
         return task in self.loaded and key.endswith("/" + self.loaded[task][0].primary_metric)
-
-
-def _restore_streams(model, saved: dict) -> None:
-    """The default generators as `saved`; the model's own tensor-parallel stream is drawn from only by
-    dropout, which evaluation (eval mode) never runs, so it is checked unchanged rather than set."""
-    torch.set_rng_state(saved["torch_cpu"])
-    if "torch_cuda" in saved:
-        torch.cuda.set_rng_state(saved["torch_cuda"], model.device)
-    now = model.rng_states()
-    moved = [name for name in saved if name.startswith("tp_") and not torch.equal(now[name], saved[name])]
-    if moved:
-        raise RuntimeError(f"internal error: in-training evaluation drew from the model's stream(s) {moved}")
