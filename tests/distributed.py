@@ -10,7 +10,7 @@ from datetime import timedelta
 from trident.train.launch import free_port
 
 
-def _worker(fn, rank, world_size, port, results, args, pg_timeout):
+def _worker(fn, rank, world_size, port, results, args, pg_timeout, peers_alive):
     import torch
     import torch.distributed as dist
 
@@ -20,8 +20,9 @@ def _worker(fn, rank, world_size, port, results, args, pg_timeout):
     try:
         dist.init_process_group("gloo", rank=rank, world_size=world_size, timeout=timedelta(seconds=pg_timeout))
         results.put((rank, "ok", fn(rank, world_size, *args)))
-        dist.barrier()
-        dist.destroy_process_group()
+        if peers_alive:  # with a dead or hung peer a barrier would only wait out the group's timeout
+            dist.barrier()
+            dist.destroy_process_group()
     except BaseException:  # report any failure to the parent instead of hanging it
         results.put((rank, "error", traceback.format_exc()))
 
@@ -34,7 +35,7 @@ def run_distributed(fn, world_size: int, *args, timeout: float = 120.0, pg_timeo
     context = mp.get_context("fork")
     results = context.Queue()
     port = free_port()
-    procs = [context.Process(target=_worker, args=(fn, r, world_size, port, results, args, pg_timeout),
+    procs = [context.Process(target=_worker, args=(fn, r, world_size, port, results, args, pg_timeout, not expect_dead),
                              daemon=True)
              for r in range(world_size)]
     for proc in procs:

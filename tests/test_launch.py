@@ -51,3 +51,23 @@ def test_the_folder_the_script_prepared_is_one_train_accepts(tmp_path, capsys):
 def test_multi_node_train_needs_a_rendezvous(tmp_path, capsys):
     assert main(["train", "tiny", "--nnodes", "2", "--out", str(tmp_path / "run")]) == 2
     assert "--rdzv-endpoint" in capsys.readouterr().err
+
+
+def test_the_launcher_starts_torchrun_without_loading_torch(tmp_path):
+    """`trident train --nproc N` only spawns torchrun: loading torch there would cost every launch seconds."""
+    import subprocess
+    import sys
+
+    script = f"""
+import sys, time
+import trident.train.launch as launch
+seen = []
+launch.relaunch_with_torchrun = lambda command: (seen.append(command), (0, time.time()))[1]
+from trident.cli import main
+code = main(["train", "tiny", "parallel.dp=2", "--nproc", "2", "--out", {str(tmp_path / 'run')!r}])
+assert code == 0 and "torch.distributed.run" in seen[0], (code, seen)
+loaded = sorted(m for m in sys.modules if m == "torch" or m.startswith("torch."))
+assert not loaded, loaded[:5]
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]

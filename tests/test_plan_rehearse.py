@@ -2,11 +2,11 @@
 pipeline, interleaved and data parallelism; ZeRO-1; bf16 and fp32; no, selective and full
 recomputation; GPT and Llama-style blocks) the planned memory of a rank agrees within 10% with what `trident rehearse` measures
 when the real training code runs that rank, per category and in total (peak vs the plan's total)."""
-import multiprocessing
 
 import pytest
 
 from trident.config import load_config
+from trident.hardware import clean_process_context
 from trident.rehearse.run import rehearse
 
 # Shapes shrunk from the presets so that a rank rehearses in seconds; the layouts are the users'.
@@ -40,8 +40,8 @@ CATEGORIES = ("weights", "gradients", "optimizer", "activations", "buffers")
 
 @pytest.fixture(scope="module")
 def pool():
-    """Two spawned processes (this machine's cores) that rehearse every rank of the module in turn."""
-    with multiprocessing.get_context("spawn").Pool(2) as workers:
+    """Two worker processes (this machine's cores) that rehearse every rank of the module in turn."""
+    with clean_process_context(("trident.rehearse.rank",)).Pool(2) as workers:
         yield workers
 
 

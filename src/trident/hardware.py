@@ -147,3 +147,17 @@ def peak_tflops(device, dtype, configured: float = 0.0) -> float:
                 return value if dtype != torch.float32 else value / 16.0  # fp32 without TF32: ~1/16
         return 0.0
     return measured_cpu_peak_tflops(dtype)
+
+
+def clean_process_context(preload: tuple[str, ...] = ()):
+    """A multiprocessing context whose workers start clean, as spawned ones do (no inherited threads,
+    locks or state), but cheaply: on Linux a fork server that imported the `preload` modules once forks
+    each worker, which then skips the seconds `import torch` costs a fresh interpreter; elsewhere spawn.
+    The server is started once per process, with the modules of the first call."""
+    import multiprocessing
+
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(list(preload))
+    return context

@@ -25,7 +25,6 @@ import signal
 import time
 from dataclasses import dataclass
 
-import torch
 
 ENV = "TRIDENT_INJECT"
 SIGNALS = {"sigterm": signal.SIGTERM, "sigusr1": signal.SIGUSR1, "sigint": signal.SIGINT, "sigusr2": signal.SIGUSR2}
@@ -149,9 +148,10 @@ class Injector:
         return None
 
 
-@torch.no_grad()
-def flip_bit(tensor: torch.Tensor, element: int = 0, bit: int = 20) -> None:
+def flip_bit(tensor, element: int = 0, bit: int = 20) -> None:
     """XOR one bit of one element in place (a mantissa bit by default: the value stays finite)."""
+    import torch  # here, not at the top: a launcher parses TRIDENT_INJECT without loading torch
+
     flat = tensor.detach().view(-1)
     as_int = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[flat.element_size()]
     word = flat[element:element + 1].view(as_int)

@@ -1,13 +1,13 @@
 """Rehearse chosen ranks of a layout, each in a fresh process, beside `trident plan`'s prediction.
 
 A fresh process per rank: the fake process group is per process, and each rank's resident memory
-(the figure that says whether a laptop can rehearse it) is then its own.
+(the figure that says whether a laptop can rehearse it) is then its own. Each is forked from a server
+that has imported the training code once (hardware.clean_process_context), not started from nothing.
 """
 from __future__ import annotations
 
-import multiprocessing
-
 from trident.config import Config
+from trident.hardware import clean_process_context
 from trident.plan.memory import Layout, stage_memory
 from trident.rehearse.rank import CATEGORIES, default_ranks, rehearse_rank
 
@@ -35,7 +35,7 @@ def _child(config: Config, world_size: int, rank: int, steps: int) -> dict:
 def rehearse(config: Config, world_size: int, ranks: list[int] | None = None, steps: int = 1,
              on_rank=None, pool=None) -> dict:
     """{"layout": ..., "ranks": [{rank, stage, seconds, measured, plan, plan_cuda, ...}, ...]}; `on_rank(result)`
-    is called as each rank finishes. Each rank runs in a fresh process, or, given a `pool` of spawned
+    is called as each rank finishes. Each rank runs in a fresh process, or, given a `pool` of worker
     processes (a multiprocessing Pool), in that pool, all at once: faster, but a reused process's
     resident memory is no longer its rank's own."""
     p = config.parallel
@@ -56,7 +56,7 @@ def rehearse(config: Config, world_size: int, ranks: list[int] | None = None, st
     else:
         results = []
         for job in jobs:
-            with multiprocessing.get_context("spawn").Pool(1) as fresh:
+            with clean_process_context(("trident.rehearse.rank",)).Pool(1) as fresh:
                 results.append(finish(fresh.apply(_child, job)))
     layout = {"world_size": world_size, "tp": p.tp, "pp": p.pp, "dp": world_size // (p.tp * p.pp),
               "virtual_stages": p.virtual_stages, "schedule": p.schedule, "zero_stage": p.zero_stage,

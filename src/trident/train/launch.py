@@ -12,9 +12,6 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-import torch
-import torch.distributed as dist
-
 from trident.train.preemption import STOP_SIGNALS
 
 
@@ -49,9 +46,13 @@ def torchrun_command(nproc: int, module_args: list[str], max_restarts: int = 0, 
 
 
 def _torchrun_has(option: str) -> bool:
-    from torch.distributed.run import get_args_parser
+    """Whether this torch's torchrun takes `option`, read from its source: importing torch to ask would
+    cost the launcher seconds, before torchrun itself loads it again."""
+    import importlib.util
 
-    return any(option in action.option_strings for action in get_args_parser()._actions)
+    spec = importlib.util.find_spec("torch")  # the top-level package: found without being imported
+    run_py = Path(spec.submodule_search_locations[0]) / "distributed" / "run.py"
+    return f'"{option}"' in run_py.read_text()
 
 
 def relaunch_with_torchrun(command: list[str]) -> tuple[int, float]:
@@ -134,6 +135,9 @@ def _send(pid: int, signum: int) -> None:
 
 def init_distributed(backend: str = "auto", timeout_s: int = 600) -> None:
     """Join the process group described by torchrun's environment (nothing to do for one process)."""
+    import torch  # here, not at the top: the launcher itself never loads torch (seconds per start)
+    import torch.distributed as dist
+
     if under_torchrun():
         die_with_parent()  # torchrun gone (a lost node, a killed launcher): this rank goes too
         _default_stop_signals()
@@ -157,6 +161,8 @@ def init_distributed(backend: str = "auto", timeout_s: int = 600) -> None:
 
 def shutdown_distributed(wait: bool = True) -> None:
     """Leave the process group, after a barrier unless every rank is known to be leaving already."""
+    import torch.distributed as dist
+
     if dist.is_initialized():
         if wait:
             dist.barrier()

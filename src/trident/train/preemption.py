@@ -17,10 +17,6 @@ import threading
 import time
 from pathlib import Path
 
-import torch
-import torch.distributed as dist
-
-from trident.parallel.watch import watched
 from trident.text.atomic import write_json_atomic
 
 EXIT_PREEMPTED = 75  # sysexits' EX_TEMPFAIL: stopped on request after saving; run again to resume
@@ -63,7 +59,7 @@ class StopRequests:
     def saved(self) -> None:
         self.last_save = time.monotonic()
 
-    def agree(self, device: torch.device | None = None) -> tuple[str | None, bool]:
+    def agree(self, device=None) -> tuple[str | None, bool]:
         """Collective over the world: (the signal that stops every rank, or None; whether a time-based
         save is due)."""
         if self.signal_name is not None and not self.announced:
@@ -72,6 +68,11 @@ class StopRequests:
                      + (" (Ctrl-C again to stop without saving)" if self.signal_name == "SIGINT" else ""))
         code = 0 if self.signal_name is None else 1 + [s.name for s in STOP_SIGNALS].index(self.signal_name)
         due = int(self.interval_s > 0 and time.monotonic() - self.last_save >= self.interval_s)
+        import torch  # here: the launcher reads this module's markers without loading torch
+        import torch.distributed as dist
+
+        from trident.parallel.watch import watched
+
         if dist.is_initialized() and dist.get_world_size() > 1:
             flags = torch.tensor([code, due], dtype=torch.int32, device=device or torch.device("cpu"))
             with watched(None, "all_reduce stop flags"):
