@@ -17,7 +17,7 @@ def test_a_lost_node_leaves_the_survivor_to_finish_on_a_smaller_dp(tmp_path):
     corpus, out, port = tiny_corpus(tmp_path), tmp_path / "run", free_port()
 
     def agent(hosts_store: bool):  # the first node hosts the rendezvous store: it is the one that stays
-        conf = f"is_host={str(hosts_store).lower()},keep_alive_interval=1,keep_alive_max_attempt=2"
+        conf = f"is_host={str(hosts_store).lower()},keep_alive_interval=1,keep_alive_max_attempt=2,last_call_timeout=1"
         elastic = ("--nnodes", "1:2", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "lost-node",
                    "--rdzv-conf", conf, "--max-restarts", "2")
         command = train_command(corpus, out, "train.steps=24", "checkpoint.save_interval=4", "checkpoint.load=auto",
