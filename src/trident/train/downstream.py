@@ -18,9 +18,6 @@ from __future__ import annotations
 import time
 
 from trident.config import Config, ConfigError
-from trident.evaluate.harness import score_cell
-from trident.evaluate.parallel_lm import ParallelLM
-from trident.evaluate.preflight import PreflightError, load_checked, plan_cells
 from trident.text.storage import location
 
 CONSTRUCTION = "harness"  # lm-evaluation-harness's few-shot sampler, as `trident eval`'s default
@@ -41,6 +38,9 @@ class DownstreamEval:
         self.lm = None
         if not self.enabled:
             return
+        # the evaluation code is loaded only by runs that evaluate: every rank start pays for its imports
+        from trident.evaluate.preflight import PreflightError, load_checked, plan_cells
+
         self.tokenizer_source = tokenizer_file or config.data.tokenizer
         if not self.tokenizer_source:
             raise ConfigError("config key 'eval.tasks': scoring tasks during training needs the tokenizer: "
@@ -74,9 +74,10 @@ class DownstreamEval:
             f"{k[5:]} {v:.4g}" for k, v in record.items() if k != "eval/seconds" and self._primary(k)))
         return record
 
-    def _model_lm(self, model) -> ParallelLM:
-        """The evaluator over the training model's chunks; the tokenizer is read once."""
+    def _model_lm(self, model):
+        """The evaluator over the training model's chunks (a ParallelLM); the tokenizer is read once."""
         if self.lm is None:
+            from trident.evaluate.parallel_lm import ParallelLM
             from trident.data.tokenizer import Tokenizer
 
             tokenizer = Tokenizer.load(self.tokenizer_source)
@@ -86,7 +87,9 @@ class DownstreamEval:
         self.lm.model = model.eval()
         return self.lm
 
-    def _score(self, lm: ParallelLM) -> dict:
+    def _score(self, lm) -> dict:
+        from trident.evaluate.harness import score_cell
+
         record = {}
         for name, (task, docs, pool) in self.loaded.items():
             source = str(task.root(self.data_path)) if self.data_path is not None else f"hub:{task.hub}"
