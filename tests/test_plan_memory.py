@@ -124,3 +124,26 @@ def test_bytes_per_parameter_by_precision_and_gradient_dtype():
     assert per_param(memory_per_gpu(config, replace(layout, grad_dtype="fp32"))) == pytest.approx(18)
     fp32 = load_config("mtnlg-530b", ["train.precision=fp32"])
     assert per_param(memory_per_gpu(fp32, layout)) == pytest.approx(16)  # 4 + 4 + m, v; no separate master
+
+
+@pytest.mark.parametrize("overrides,gpus", [
+    (["parallel.tp=2", "parallel.pp=2", "parallel.sequence_parallel=true", "parallel.zero_stage=1"], 8),
+    (["parallel.pp=4", "parallel.schedule=interleaved", "parallel.virtual_stages=2"], 4),
+    (["parallel.pp=2", "parallel.layer_partition=[3,5]", "parallel.zero_stage=1"], 2),
+    (["parallel.tp=1", "parallel.sequence_parallel=true", "parallel.zero_stage=1"], 1)])
+def test_the_planner_derives_what_each_rank_layout_has(overrides, gpus):
+    """Sequence split, ZeRO in effect and every stage's layers: the planner's candidate and the
+    trainer's RankLayout read them from the same rules (parallel/layout_rules.py)."""
+    from trident.config import load_config
+    from trident.parallel.layout import rank_layout
+    from trident.parallel.mesh import Mesh
+    from trident.plan.memory import Layout, stage_layers
+
+    config = load_config("tiny", ["model.num_layers=8", *overrides]).validate(gpus)
+    planned = Layout.from_config(config, gpus)
+    p = config.parallel
+    for rank in range(gpus):
+        actual = rank_layout(config, Mesh(dp=gpus // (p.tp * p.pp), pp=p.pp, tp=p.tp, rank=rank))
+        assert (planned.sequence_split, planned.zero) == (actual.sequence_split, actual.zero)
+        layers = sum(len(chunk) for chunk in actual.chunk_layers)
+        assert stage_layers(config, planned)[actual.pp_rank] == layers

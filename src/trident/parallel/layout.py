@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from trident.parallel.layout_rules import sequence_split, zero_in_effect
 from trident.parallel.mesh import layout_of
 from trident.parallel.pipeline.schedules import partition_layers
 
@@ -35,7 +36,7 @@ class RankLayout:
     @property
     def sequence_split(self) -> int:
         """How many parts sequence parallelism splits the activations' sequence into (1: none)."""
-        return self.tp if self.sequence_parallel else 1
+        return sequence_split(self.tp, self.sequence_parallel)
 
     def activation_shape(self, seq_length: int, micro_batch: int) -> tuple[int, int, int]:
         """[s, b, h] of the hidden states passed between stages for sequences of `seq_length`."""
@@ -54,7 +55,7 @@ def rank_layout(config, mesh) -> RankLayout:
     chunks = partition_layers(m.num_layers, mesh.pp, p.virtual_stages, p.layer_partition)[mesh.pp_rank]
     return RankLayout(tp=mesh.tp, pp=mesh.pp, dp=mesh.dp, world_size=mesh.world_size, tp_rank=mesh.tp_rank,
                       pp_rank=mesh.pp_rank, dp_rank=mesh.dp_rank, virtual_stages=p.virtual_stages,
-                      schedule=p.schedule, sequence_parallel=p.sequence_parallel and mesh.tp > 1,
-                      zero=p.zero_stage == 1 and mesh.dp > 1, seq_length=m.seq_length, hidden_size=m.hidden_size,
+                      schedule=p.schedule, sequence_parallel=sequence_split(mesh.tp, p.sequence_parallel) > 1,
+                      zero=zero_in_effect(p.zero_stage, mesh.dp), seq_length=m.seq_length, hidden_size=m.hidden_size,
                       micro_batch_size=config.train.micro_batch_size, padded_vocab_size=m.padded_vocab_size(mesh.tp),
                       chunk_layers=tuple(chunks), record=layout_of(mesh))

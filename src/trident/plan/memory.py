@@ -15,6 +15,7 @@ from functools import lru_cache
 
 from trident.config import Config
 from trident.config.pipeline_schedules import DEFAULT_SCHEDULE, spec
+from trident.parallel.layout_rules import sequence_split, stage_layer_counts, zero_in_effect
 from trident.plan import trainer_activations as trainer_acts
 
 CHECKPOINTING = ("none", "selective", "full")
@@ -46,6 +47,16 @@ class Layout:
     @property
     def gpus(self) -> int:
         return self.tp * self.pp * self.dp
+
+    @property
+    def sequence_split(self) -> int:
+        """The activations' sequence split under sequence parallelism, as the trainer's RankLayout has it."""
+        return sequence_split(self.tp, self.sequence_parallel)
+
+    @property
+    def zero(self) -> bool:
+        """ZeRO-1 in effect (asked for, and more than one replica), as the trainer's RankLayout has it."""
+        return zero_in_effect(self.zero_stage, self.dp)
 
     def label(self) -> str:
         extra = f" v{self.virtual_stages}" if self.virtual_stages > 1 else ""
@@ -113,26 +124,11 @@ def micro_batches(config: Config, layout: Layout) -> int:
     return config.train.global_batch_size // (layout.micro_batch * layout.dp)
 
 
-def chunk_layers(num_layers: int, chunks: int) -> list[int]:
-    """Layers of each model chunk, balanced, earlier chunks taking the remainder (as array_split)."""
-    base, extra = divmod(num_layers, chunks)
-    return [base + (1 if i < extra else 0) for i in range(chunks)]
-
-
-@lru_cache(maxsize=4096)
-def _rank_layers(num_layers: int, pp: int, virtual: int, partition: tuple | None) -> tuple[int, ...]:
-    sizes = list(partition) if partition and len(partition) == pp * virtual else chunk_layers(num_layers, pp * virtual)
-    layers = [0] * pp
-    for i, size in enumerate(sizes):
-        layers[i % pp] += size
-    return tuple(layers)
-
-
 def stage_layers(config: Config, layout: Layout) -> tuple[int, ...]:
-    """Transformer layers on each pipeline rank: chunk i sits on rank i % pp (interleaved placement)."""
+    """Transformer layers on each pipeline rank, split as the trainer splits them."""
     partition = config.parallel.layer_partition
-    return _rank_layers(config.model.num_layers, layout.pp, layout.virtual_stages,
-                        tuple(partition) if partition else None)
+    return stage_layer_counts(config.model.num_layers, layout.pp, layout.virtual_stages,
+                              tuple(partition) if partition else None)
 
 
 def layer_params(config: Config, tp: int) -> float:
@@ -179,7 +175,7 @@ def layer_activation_bytes(config: Config, layout: Layout, mode: str, flash_atte
     e = element_bytes(config.train.precision)
     sbh = s * b * h
     # Replicated across TP ranks unless sequence parallelism splits them along the sequence.
-    shared = t if layout.sequence_parallel else 1
+    shared = layout.sequence_split
     if mode == "full":
         return e * sbh / shared
     hidden_masks = 2 * (1 if m.hidden_dropout > 0 else 0)  # two dropout masks, one byte an element
@@ -226,7 +222,7 @@ def stage_memory(config: Config, layout: Layout, stage: int, flash_attention: bo
     params = stage_params(config, layout, stage)
     weight_b, grad_b, state_b = state_bytes(t.precision, layout.grad_dtype)
     weights, gradients, optimizer_full = params * weight_b, params * grad_b, params * state_b
-    optimizer = optimizer_full / p.dp if p.zero_stage >= 1 else optimizer_full
+    optimizer = optimizer_full / p.dp if p.zero else optimizer_full
     # trident's pipeline runs batched exchanges on NCCL, overlapped ones on gloo (the CPU)
     contract = "overlapped" if flash_attention and device == "cpu" else "batched"
     flight = in_flight(layout, stage, micro_batches(config, layout), contract)
@@ -237,13 +233,13 @@ def stage_memory(config: Config, layout: Layout, stage: int, flash_attention: bo
     e = element_bytes(t.precision)
     sbh = config.model.seq_length * p.micro_batch * config.model.hidden_size
     # send + receive buffers, activations forward and gradients backward
-    p2p = 4 * e * sbh / (p.tp if p.sequence_parallel else 1) if p.pp > 1 else 0.0
+    p2p = 4 * e * sbh / p.sequence_split if p.pp > 1 else 0.0
     reduce = 0.0
     if p.dp > 1 and p.grad_dtype == "param":
         # Separate reduce buckets, two in flight (DeepSpeed style). An fp32 main-grad buffer (Megatron,
         # trident) is all-reduced in place: its buckets are views, no extra memory.
         reduce = 2 * min(config.parallel.bucket_size_mb * 2**20, gradients)
-    elif p.dp > 1 and p.zero_stage >= 1:
+    elif p.zero:
         # trident's ZeRO-1 reduce-scatter writes each bucket's 1/dp to a separate output (gloo must not
         # alias input and output), and every bucket is in flight at once: 1/dp of the gradients.
         reduce = gradients / p.dp
@@ -260,7 +256,7 @@ def paper_activation_bytes(config: Config, layout: Layout, stage: int, flight: f
     m, p = config.model, layout
     e = element_bytes(config.train.precision)
     sbh = m.seq_length * p.micro_batch * m.hidden_size
-    sp = p.tp if p.sequence_parallel else 1
+    sp = p.sequence_split
     stored = stage_layers(config, layout)[stage] * layer_activation_bytes(config, layout, p.checkpointing) * flight
     if p.checkpointing == "full":
         # Backward recomputes one layer at a time: its full working set exists once, beside the checkpoints.

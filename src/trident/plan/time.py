@@ -134,7 +134,7 @@ def stage_seconds(config: Config, layout: Layout, hardware: Hardware, gpus_per_n
 
     pp = 0.0
     if layout.pp > 1:
-        sent = act_bytes / (layout.tp if layout.sequence_parallel else 1)
+        sent = act_bytes / layout.sequence_split
         bw, lat = link(hardware, layout.tp * layout.pp, gpus_per_node)
         # Activations forward and gradients backward, once per model chunk the micro-batch passes here.
         pp = 2 * layout.virtual_stages * (sent / (bw * 1e9) + lat * 1e-6) * (1 - hardware.pp_overlap)
@@ -146,7 +146,7 @@ def gradient_sync_seconds(config: Config, layout: Layout, hardware: Hardware, gp
     weight_b, grad_b, _ = state_bytes(config.train.precision, layout.grad_dtype)
     params = max(stage_params(config, layout, i) for i in distinct_stages(config, layout))
     bw, lat = link(hardware, layout.gpus, gpus_per_node)
-    if layout.zero_stage >= 1:
+    if layout.zero:
         # ZeRO-1: reduce-scatter the gradients, all-gather the updated weights.
         seconds = ring_time(params * (grad_b + weight_b), layout.dp, bw, lat, factor=1.0)
     else:
@@ -163,7 +163,7 @@ def optimizer_seconds(config: Config, layout: Layout, hardware: Hardware) -> flo
     """Adam is bandwidth-bound: read gradient and state, write state and weights (per owned parameter)."""
     weight_b, grad_b, state_b = state_bytes(config.train.precision, layout.grad_dtype)
     params = max(stage_params(config, layout, i) for i in distinct_stages(config, layout))
-    owned = params / layout.dp if layout.zero_stage >= 1 else params
+    owned = params / layout.dp if layout.zero else params
     per_param = grad_b + 2 * state_b + weight_b * (1 if state_b > ADAM_MOMENT_BYTES else 2)  # fp32: w read too
     return owned * per_param / (hardware.hbm_gbs * 1e9)
 

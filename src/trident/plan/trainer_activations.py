@@ -65,7 +65,7 @@ def shape(config, layout, device: str) -> Shape:
         raise ValueError(f"device must be one of {', '.join(DEVICES)}, got {device!r}")
     m = config.model
     return Shape(s=m.seq_length, b=layout.micro_batch, h=m.hidden_size, f=m.ffn_size, a=m.num_heads,
-                 vocab=m.padded_vocab_size(layout.tp), tp=layout.tp, sp=layout.tp if layout.sequence_parallel else 1,
+                 vocab=m.padded_vocab_size(layout.tp), tp=layout.tp, sp=layout.sequence_split,
                  e=4 if config.train.precision == "fp32" else 2, device=device,
                  kv=max(m.kv_heads, layout.tp) / m.num_heads,  # fewer than tp: one replicated a rank
                  grouped=m.kv_heads != m.num_heads, norm=m.norm, swiglu=m.mlp == "swiglu", rope=m.position == "rope")
