@@ -11,7 +11,7 @@ from trident.data.tokenizer import Tokenizer, train_tokenizer
 from trident.evaluate.lm import CausalLM, trident_lm
 from trident.model.gpt import build_model
 
-# lm-evaluation-harness in a subprocess: nothing from the hub, no tokenizer thread pools
+# lm-evaluation-harness offline: nothing from the hub, no tokenizer thread pools
 HARNESS_OFFLINE_ENV = {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
                        "TOKENIZERS_PARALLELISM": "false"}
 # a 3-way multiple-choice harness task over a local JSON file ({data}); {metrics}: its metric_list lines
@@ -165,21 +165,40 @@ def write_triviaqa(root: Path, dev: list[tuple[str, list[str]]], train: list[tup
     return rows
 
 
-def run_harness(model_args: str, tasks_dir: Path, names: list[str], shots: list[int]) -> dict:
-    """lm_eval on `--model trident` in one fresh process, offline: shot count -> task -> its results."""
-    import os
-    import subprocess
-    import sys
+def harness_results(tasks_dir: Path, names: list[str], models: list[tuple[str, str]],
+                    num_fewshot: int | None = None) -> list[dict]:
+    """lm-evaluation-harness on each (model, model_args) in turn over the tasks of `tasks_dir` alone: its
+    results per task. In this process (torch and the model classes load once per test worker, not once per
+    interpreter) and offline, through `lm_eval.evaluate`, the harness's documented low-level entry, with the
+    models and tasks set up as simple_evaluate sets them up; what is left out is its report of the
+    environment (a `pip list` each call) and its bootstrap stderr (pool processes; no test reads a stderr)."""
+    import inspect
 
-    code = ("import json, sys, lm_eval; import trident.evaluate.lm_eval_model; "
-            "from lm_eval.tasks import TaskManager; "
-            "manager = TaskManager(include_path=sys.argv[1], include_defaults=False); "
-            "print('RESULTS ' + json.dumps({k: lm_eval.simple_evaluate(model='trident', model_args=sys.argv[3], "
-            "tasks=sys.argv[2].split(','), num_fewshot=int(k), task_manager=manager, batch_size=4, "
-            "device='cpu')['results'] for k in sys.argv[4].split(',')}))")
-    done = subprocess.run([sys.executable, "-c", code, str(tasks_dir), ",".join(names), model_args,
-                           ",".join(map(str, shots))], capture_output=True, text=True, timeout=400,
-                          env=dict(os.environ, **HARNESS_OFFLINE_ENV))
-    assert done.returncode == 0, done.stderr[-3000:]
-    line = next(line for line in done.stdout.splitlines() if line.startswith("RESULTS "))
-    return json.loads(line[len("RESULTS "):])
+    import datasets
+    import huggingface_hub
+    import lm_eval
+    import pytest
+    from lm_eval.api.registry import get_model
+    from lm_eval.tasks import TaskManager
+
+    import trident.evaluate.lm_eval_model  # noqa: F401  (registers --model trident)
+
+    manager = TaskManager(include_path=str(tasks_dir), include_defaults=False)
+    seed = inspect.signature(lm_eval.simple_evaluate).parameters["fewshot_random_seed"].default
+    results = []
+    with pytest.MonkeyPatch.context() as patch:
+        for key, value in HARNESS_OFFLINE_ENV.items():
+            patch.setenv(key, value)
+        patch.setattr(datasets.config, "HF_HUB_OFFLINE", True)  # read at import: the variable alone is too late
+        patch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+        for model, args in models:
+            lm = get_model(model).create_from_arg_string(args, {"batch_size": 4, "max_batch_size": None,
+                                                                "device": "cpu"})
+            tasks = manager.load(list(names))
+            for task in tasks["tasks"].values():  # simple_evaluate's rules: a config's 0 shots stay 0
+                default = task.get_config("num_fewshot")
+                if (num_fewshot is not None and default != 0) or default is None:
+                    task.set_config(key="num_fewshot", value=num_fewshot or 0)
+                task.set_fewshot_seed(seed=seed)
+            results.append(lm_eval.evaluate(lm=lm, task_dict=tasks, bootstrap_iters=0)["results"])
+    return results

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from distributed import run_distributed
-from eval_fixtures import harness_sentences, run_harness, write_triviaqa
+from eval_fixtures import harness_results, harness_sentences, write_triviaqa
 
 SHOTS = [0, 1]
 PROMPTS = ["Return the", "def read(path):", "The value of the", "", "Question: What is the path?\nAnswer:"]
@@ -118,8 +118,8 @@ def test_exact_match_and_f1_equal_the_harness(data):
 
     path, root, tasks = data
     ours = run_evaluation(load_trident(path, batch_size=4), TASKS, SHOTS, root / "data", None, progress=False)
-    theirs = run_harness(f"checkpoint={path}", tasks, ["tiny_triviaqa", "tiny_triviaqa_f1", "tiny_lambada_gen",
-                                                         "tiny_lambada_gen_f1"], SHOTS)
+    names = ["tiny_triviaqa", "tiny_triviaqa_f1", "tiny_lambada_gen", "tiny_lambada_gen_f1"]
+    theirs = {str(k): harness_results(tasks, names, [("trident", f"checkpoint={path}")], k)[0] for k in SHOTS}
     seen = set()
     for k in SHOTS:
         harness = theirs[str(k)]

@@ -3,10 +3,7 @@ its logits and greedy continuation; exported back, every tensor is the original;
 Llama-style checkpoint exports as sharded safetensors (readable files) that transformers loads with
 trident's logits, and scores alike on trident's evaluator; unsupported folders are refused by key."""
 import json
-import os
 import stat
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -115,30 +112,18 @@ def test_trident_eval_scores_the_checkpoint_and_its_export_alike(trained_llama_c
             assert results[1][task]["1"]["metrics"][metric] == pytest.approx(value, rel=1e-4), (task, metric)
 
 
-HARNESS = ("import json, sys, lm_eval; import trident.evaluate.lm_eval_model; "
-           "from lm_eval.tasks import TaskManager; "
-           "manager = TaskManager(include_path=sys.argv[1], include_defaults=False); "
-           "print('RESULTS ' + json.dumps([lm_eval.simple_evaluate(model=m, model_args=a, tasks=['tiny_mc'], "
-           "task_manager=manager, batch_size=4, device='cpu')['results']['tiny_mc'] "
-           "for m, a in (sys.argv[2:4], sys.argv[4:6])]))")
-
-
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(300)
 def test_lm_eval_harness_scores_the_export_as_trident_scores_the_checkpoint(trained_llama_checkpoint, exported,
                                                                            tmp_path):
-    from eval_fixtures import HARNESS_MC_TASK, HARNESS_OFFLINE_ENV, write_harness_mc_data
+    from eval_fixtures import HARNESS_MC_TASK, harness_results, write_harness_mc_data
 
     path, _, text = trained_llama_checkpoint
     (tmp_path / "tasks").mkdir()
     metrics = "  - metric: acc\n  - metric: acc_norm\n"
     data = write_harness_mc_data(tmp_path / "mc.jsonl", text)
     (tmp_path / "tasks" / "tiny_mc.yaml").write_text(HARNESS_MC_TASK.format(data=data, metrics=metrics))
-    done = subprocess.run([sys.executable, "-c", HARNESS, str(tmp_path / "tasks"), "trident", f"checkpoint={path}",
-                           "hf", f"pretrained={exported[1]}"], capture_output=True, text=True, timeout=500,
-                          env=dict(os.environ, **HARNESS_OFFLINE_ENV))
-    assert done.returncode == 0, done.stderr[-3000:]
-    line = next(line for line in done.stdout.splitlines() if line.startswith("RESULTS "))
-    ours, theirs = json.loads(line[len("RESULTS "):])
+    ours, theirs = (results["tiny_mc"] for results in harness_results(
+        tmp_path / "tasks", ["tiny_mc"], [("trident", f"checkpoint={path}"), ("hf", f"pretrained={exported[1]}")]))
     numbers = {k: v for k, v in theirs.items() if isinstance(v, float) and "stderr" not in k}
     assert set(numbers) == {"acc,none", "acc_norm,none"}
     for metric, value in numbers.items():

@@ -2,13 +2,10 @@
 the same checkpoint exported to Hugging Face (`--model hf`): a multiple-choice task, LAMBADA (acc
 and perplexity) and a rolling-loglikelihood task, all read from local files (no hub, no network)."""
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
-from eval_fixtures import (HARNESS_MC_TASK, HARNESS_OFFLINE_ENV, harness_lambada_task, harness_sentences,
+from eval_fixtures import (HARNESS_MC_TASK, harness_lambada_task, harness_results, harness_sentences,
                            write_harness_mc_data)
 
 
@@ -46,32 +43,15 @@ def _write_tasks(root, text):
     return tasks
 
 
-def _harness(models: list[tuple[str, str]], tasks) -> list[dict]:
-    """lm_eval in one fresh process (one import of the harness), offline: per model, its results per task."""
-    code = ("import json, sys, lm_eval; import trident.evaluate.lm_eval_model; "
-            "from lm_eval.tasks import TaskManager; "
-            "manager = TaskManager(include_path=sys.argv[1], include_defaults=False); "
-            "models = [sys.argv[i:i + 2] for i in range(3, len(sys.argv), 2)]; "
-            "print('RESULTS ' + json.dumps([lm_eval.simple_evaluate(model=m, model_args=a, "
-            "tasks=sys.argv[2].split(','), task_manager=manager, batch_size=4, device='cpu')['results'] "
-            "for m, a in models]))")
-    env = dict(os.environ, **HARNESS_OFFLINE_ENV)
-    done = subprocess.run([sys.executable, "-c", code, str(tasks), ",".join(NAMES),
-                           *[part for model in models for part in model]],
-                          capture_output=True, text=True, timeout=400, env=env)
-    assert done.returncode == 0, done.stderr[-3000:]
-    line = next(line for line in done.stdout.splitlines() if line.startswith("RESULTS "))
-    return json.loads(line[len("RESULTS "):])
-
-
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(300)
 def test_harness_scores_trident_like_its_hugging_face_export(trained_checkpoint, tmp_path):  # noqa: F811
     from trident.infer.hf_export import export_hf
 
     path, _, text = trained_checkpoint
     export_hf(path, tmp_path / "hf")
     tasks = _write_tasks(tmp_path, text)
-    ours, theirs = _harness([("trident", f"checkpoint={path}"), ("hf", f"pretrained={tmp_path / 'hf'}")], tasks)
+    ours, theirs = harness_results(tasks, NAMES, [("trident", f"checkpoint={path}"),
+                                                  ("hf", f"pretrained={tmp_path / 'hf'}")])
     for task in NAMES:
         numbers = {k: v for k, v in theirs[task].items() if isinstance(v, float) and "stderr" not in k}
         assert numbers, theirs[task]

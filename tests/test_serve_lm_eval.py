@@ -4,14 +4,9 @@ the harness finds the server's tokenizer routes, sends token-id prompts with ech
 each continuation's log-likelihood and greediness from the OpenAI-format answer."""
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 
-from eval_fixtures import FIXTURES, HARNESS_OFFLINE_ENV, harness_lambada_task
+from eval_fixtures import FIXTURES, harness_lambada_task, harness_results
 from serve_fixtures import Server, serving_checkpoint
 
 TASKS = {
@@ -30,15 +25,8 @@ metric_list:
 """,
 }
 
-HARNESS = ("import json, sys, lm_eval; import trident.evaluate.lm_eval_model; "
-           "from lm_eval.tasks import TaskManager; "
-           "manager = TaskManager(include_path=sys.argv[1], include_defaults=False); "
-           "print('RESULTS ' + json.dumps([lm_eval.simple_evaluate(model=m, model_args=a, tasks=sys.argv[2].split(','), "
-           "task_manager=manager, batch_size=4, device='cpu')['results'] "
-           "for m, a in (sys.argv[3:5], sys.argv[5:7])]))")
 
-
-@pytest.mark.timeout(400)
+@pytest.mark.timeout(300)
 def test_local_completions_scores_like_model_trident(tmp_path):
     checkpoint, _ = serving_checkpoint(tmp_path)
     tasks = tmp_path / "tasks"
@@ -48,15 +36,11 @@ def test_local_completions_scores_like_model_trident(tmp_path):
     server = Server(checkpoint, "--max-batch", "8", "--model-name", "tiny")
     try:
         remote = f"base_url={server.url}/v1/completions,model=tiny,num_concurrent=2,max_retries=1"
-        done = subprocess.run([sys.executable, "-c", HARNESS, str(tasks), ",".join(TASKS),
-                               "trident", f"checkpoint={checkpoint}", "local-completions", remote],
-                              capture_output=True, text=True, timeout=350, env=dict(os.environ, **HARNESS_OFFLINE_ENV))
-        assert done.returncode == 0, done.stderr[-3000:]
+        ours, served = harness_results(tasks, list(TASKS), [("trident", f"checkpoint={checkpoint}"),
+                                                            ("local-completions", remote)])
         assert server.stop() == 0
     finally:
         server.kill()
-    line = next(line for line in done.stdout.splitlines() if line.startswith("RESULTS "))
-    ours, served = json.loads(line[len("RESULTS "):])
     for task in TASKS:
         numbers = {k: v for k, v in ours[task].items() if isinstance(v, float) and "stderr" not in k}
         assert len(numbers) == 2, ours[task]
