@@ -3,6 +3,8 @@
 --model_args, as the harness's own flags, or both (model_args win) without a duplicate-keyword error."""
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import subprocess
@@ -51,16 +53,28 @@ def test_model_args_and_harness_flags_both_set_device_and_batch_size(trained_che
 
 
 @pytest.mark.timeout(300)
-def test_the_documented_command_line_runs_verbatim(trained_checkpoint, tmp_path):
-    """One harness run (it indexes its ~14k built-in task files first, ~30 s here): the README's line,
-    plus the local task folder; the harness passes its own batch_size and device beside model_args'."""
+def test_the_documented_command_line_runs_verbatim(trained_checkpoint, tmp_path, monkeypatch):
+    """One harness run through trident's command line (in this process: its torch and harness imports are
+    loaded already; the harness indexes its ~14k built-in task files first, most of this test's time): the
+    README's line, plus the local task folder; the harness passes its own batch_size and device beside
+    model_args'. A wrong flag gets the harness's usage error and exit code 2 from `python -m trident`."""
+    import datasets
+
+    from trident.cli import main
+
     path, _, text = trained_checkpoint
     tasks = _write_task(tmp_path, text)
-    done = _lm_eval(["--model", "trident", "--model_args", f"checkpoint={path},device=cpu,batch_size=8",
-                     "--tasks", "tiny_mc", "--include_path", str(tasks), "--output_path", str(tmp_path / "out")],
-                    tmp_path)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "tiny_mc" in done.stdout  # the harness's own results table
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", sys.argv)  # `trident lm-eval` hands the harness its own argv
+    for key, value in HARNESS_OFFLINE_ENV.items():  # the harness sets TOKENIZERS_PARALLELISM itself: put back
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)  # read at import: the variable alone is too late
+    table = io.StringIO()
+    with contextlib.redirect_stdout(table):
+        code = main(["lm-eval", "--model", "trident", "--model_args", f"checkpoint={path},device=cpu,batch_size=8",
+                     "--tasks", "tiny_mc", "--include_path", str(tasks), "--output_path", str(tmp_path / "out")])
+    assert code == 0
+    assert "tiny_mc" in table.getvalue()  # the harness's own results table
     (results_file,) = (tmp_path / "out").rglob("results_*.json")
     assert 0.0 <= json.loads(results_file.read_text())["results"]["tiny_mc"]["acc,none"] <= 1.0
     wrong = _lm_eval(["--model", "trident", "--no-such-flag"], tmp_path)
