@@ -13,6 +13,7 @@ S3 settings come from the usual places: AWS_* variables and ~/.aws for credentia
 """
 from __future__ import annotations
 
+import bisect
 import hashlib
 import io
 import os
@@ -65,16 +66,34 @@ def open_write(path):
     return open(path, "wb") if not is_remote(path) else path.fs.open(path.path, "wb")
 
 
+MERGED_GET_BYTES = 8 << 20  # AWS's advice for ranged GETs is 8-16 MB: larger reads stay concurrent GETs
+
+
+def merged_gets(spans: list[tuple[int, int]], size: int) -> list[tuple[int, int]]:
+    """(start, end) byte ranges, sorted, that cover the (offset, length) spans of a `size`-byte object:
+    spans that touch or overlap share one range while it stays under MERGED_GET_BYTES (a rank's rows of
+    a tile are such runs; a request costs far more than its bytes). No byte outside a span is fetched."""
+    gets: list[list[int]] = []
+    for offset, length in sorted(spans):
+        end = min(offset + length, size)
+        if gets and offset <= gets[-1][1] and max(end, gets[-1][1]) - gets[-1][0] <= MERGED_GET_BYTES:
+            gets[-1][1] = max(gets[-1][1], end)
+        else:
+            gets.append([offset, end])
+    return [(start, end) for start, end in gets]
+
+
 class RangeReader:
     """A binary file opened for reads at chosen offsets: every read fetches exactly the bytes asked
     for (one ranged GET on an object store, no read-ahead), and `bytes_read` counts them.
     `prefetch(spans)` fetches many spans of an object concurrently (one round trip's latency
-    instead of one per span); reads of exactly those spans are then served from memory."""
+    instead of one per span), spans that touch as one ranged GET of up to MERGED_GET_BYTES; reads of
+    exactly those spans are then served from memory."""
 
     def __init__(self, path) -> None:
         self.path = location(path)
         self.name, self.remote = str(self.path), is_remote(self.path)
-        self.fetched: dict[tuple[int, int], bytes] = {}
+        self.fetched: dict[tuple[int, int], memoryview] = {}
         self.position = 0
         if self.remote:
             self.handle = self.path.fs.open(self.path.path, "rb", cache_type="none")
@@ -88,18 +107,24 @@ class RangeReader:
         """Fetch the (offset, length) spans concurrently (object stores; nothing to do locally)."""
         if not self.remote or not spans:
             return
-        starts = [offset for offset, _ in spans]
-        ends = [min(offset + length, self.size) for offset, length in spans]
-        blocks = self.path.fs.cat_ranges([self.path.path] * len(spans), starts, ends)
-        self.fetched = {span: block for span, block in zip(spans, blocks)}
+        gets = merged_gets(spans, self.size)
+        blocks = self.path.fs.cat_ranges([self.path.path] * len(gets), [a for a, _ in gets], [b for _, b in gets])
         self.bytes_read += sum(len(block) for block in blocks)
+        views = [memoryview(block) for block in blocks]  # slices share the block's memory
+        self.fetched = {}
+        for offset, length in spans:
+            i = bisect.bisect_right(gets, (offset, float("inf"))) - 1
+            start = offset - gets[i][0]
+            self.fetched[(offset, length)] = views[i][start:start + min(length, self.size - offset)]
 
     def seek(self, offset: int) -> None:
         self.position = offset  # the handle is moved only when a read is not served from `fetched`
 
     def read(self, length: int) -> bytes:
         data = self.fetched.pop((self.position, length), None)
-        if data is None:
+        if data is not None:
+            data = bytes(data)
+        else:
             self.handle.seek(self.position)
             data = self.handle.read(length)
             self.bytes_read += len(data)
