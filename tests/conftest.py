@@ -65,3 +65,20 @@ def s3():
     server = LocalS3().start()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def ray_cluster(s3):
+    """A local Ray cluster of 2 CPUs for every Ray test of this test process, started once (a start costs
+    ~5 s of CPU and ~15 s here) by trident's own RayExecutor; executors made while it runs join it, as
+    `trident curate --executor ray` joins a running cluster. It starts after the local S3 so that its
+    workers inherit the endpoint; at the end the executor that started it must shut it down."""
+    import ray
+
+    from trident.curate.executors import RayExecutor
+
+    assert not ray.is_initialized()
+    starter = RayExecutor(workers=2, progress=False)
+    yield starter
+    starter.close()
+    assert not ray.is_initialized(), "RayExecutor.close left up the local cluster it started"

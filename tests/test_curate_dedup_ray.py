@@ -162,17 +162,20 @@ def test_empty_and_duplicate_free_inputs(tmp_path):
 
 
 @pytest.mark.timeout(120)
-def test_ray_two_workers_match_local_executor(tmp_path, corpus, monkeypatch):
+def test_ray_two_workers_match_local_executor(tmp_path, corpus, monkeypatch, ray_cluster):
+    import ray
+
     taken = []
     real = dedup_distributed.run_distributed
     monkeypatch.setattr(dedup_distributed, "run_distributed", lambda *a: taken.append(1) or real(*a))
     params = PARAMS[0]
     local, on_ray = FuzzyDedup(**params), FuzzyDedup(**params)
     expected = kept_ids(local.run(corpus, tmp_path / "local", LocalExecutor(1, progress=False)))
-    executor = RayExecutor(workers=2, progress=False)
+    executor = RayExecutor(workers=2, progress=False)  # joins the session's cluster of 2 CPUs
     try:
         assert executor.workers == 2
         assert kept_ids(on_ray.run(corpus, tmp_path / "ray", executor)) == expected
     finally:
         executor.close()
+    assert ray.is_initialized()  # it left up the cluster it joined (ray_cluster checks a starter shuts it down)
     assert taken == [1] and dict(on_ray.counters) == dict(local.counters)

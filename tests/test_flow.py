@@ -41,7 +41,30 @@ def _run(flow: Path, out: Path, capsys) -> dict:
     return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
 
 
-def test_flow_runs_end_to_end_and_reruns_only_what_changed(tmp_path, capsys):
+@pytest.fixture
+def commands_in_process(monkeypatch):
+    """The flow's `trident train` and `trident eval` stages run through trident.cli.main in this process
+    instead of a fresh interpreter each (~3 s of CPU for `import torch` apiece): these tests are about
+    which stages run; test_demo.py runs them as child processes, as a user's flow does."""
+    import signal
+
+    from trident.flow import stages
+    from trident.flow.spec import FlowError
+    from trident.train.preemption import STOP_SIGNALS
+
+    def in_process(args: list[str]) -> None:
+        if main(args):
+            raise FlowError(f"`trident {args[0]}` failed")
+
+    handlers = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}  # `trident train` catches stop signals
+    monkeypatch.setattr(stages, "_trident", in_process)
+    yield
+    for sig, handler in handlers.items():
+        signal.signal(sig, handler)
+
+
+def test_flow_runs_end_to_end_reruns_only_what_changed_and_resumes_a_killed_stage(tmp_path, capsys,
+                                                                                   commands_in_process):
     out = tmp_path / "out"
     first = _run(_flow(tmp_path, steps=4), out, capsys)
     assert first["ran"] == STAGES
@@ -51,22 +74,18 @@ def test_flow_runs_end_to_end_and_reruns_only_what_changed(tmp_path, capsys):
         assert part in report, part
     assert (out / "loss.png").exists() and json.loads((out / "eval" / "results.json").read_text())["results"]
     assert _run(_flow(tmp_path, steps=4), out, capsys)["ran"] == []
-    changed = _run(_flow(tmp_path, steps=6), out, capsys)
-    assert changed["ran"] == ["train", "eval", "report"]
-    assert json.loads((out / "train" / "metrics.jsonl").read_text().splitlines()[-1])["step"] == 6
 
-
-def test_a_killed_stage_resumes_and_a_bad_flow_is_one_line(tmp_path, capsys):
-    out = tmp_path / "out"
-    flow = _flow(tmp_path, steps=2)
-    _run(flow, out, capsys)
     for stage in ("train", "eval"):  # killed inside train: it resumes from its checkpoint, not from step 0
         stamp = json.loads((out / ".flow" / f"{stage}.json").read_text())
         (out / ".flow" / f"{stage}.json").write_text(json.dumps({**stamp, "done": False}))
     checkpoint = next((out / "train" / "checkpoints").glob("step_*"))
-    assert _run(flow, out, capsys)["ran"] == ["train", "eval"]
+    assert _run(_flow(tmp_path, steps=4), out, capsys)["ran"] == ["train", "eval"]
     assert checkpoint.exists()
-    bad = tmp_path / "bad.yaml"
+
+    changed = _run(_flow(tmp_path, steps=6), out, capsys)
+    assert changed["ran"] == ["train", "eval", "report"]
+    assert json.loads((out / "train" / "metrics.jsonl").read_text().splitlines()[-1])["step"] == 6
+    bad = tmp_path / "bad.yaml"  # a bad flow is one line
     bad.write_text(yaml.safe_dump({"sources": [{"name": "x", "paths": ["nothing/*.jsonl"]}]}))
     assert main(["run", str(bad), "--out", str(out)]) == 1
     assert "matches no file" in capsys.readouterr().err
