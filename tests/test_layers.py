@@ -1,6 +1,7 @@
 """The architecture as a test: every import inside src/trident points down the layer order that the
 README's Architecture section lists, and no file or function outgrows a sitting's reading."""
 import ast
+import functools
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "trident"
@@ -23,8 +24,14 @@ def package_of(module: str) -> str | None:
     return parts[1] if len(parts) > 1 else "__init__"
 
 
+@functools.lru_cache(maxsize=None)
+def syntax_nodes(path: Path) -> tuple[ast.AST, ...]:
+    """Every node of a source file, parsed once for all the checks of this module."""
+    return tuple(ast.walk(ast.parse(path.read_text(), str(path))))
+
+
 def imported_modules(path: Path, module: str):
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in syntax_nodes(path):
         if isinstance(node, ast.Import):
             yield from ((node.lineno, alias.name) for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -57,7 +64,7 @@ def test_files_and_functions_stay_small():
         text = path.read_text()
         if text.count("\n") > 400:
             big.append(f"{path}: {text.count(chr(10))} lines")
-        for node in ast.walk(ast.parse(text)):
+        for node in syntax_nodes(path):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 60:
                 big.append(f"{path}:{node.lineno}: {node.name} has {node.end_lineno - node.lineno + 1} lines")
     assert not big, "\n".join(big)
@@ -94,7 +101,7 @@ def test_only_parallel_touches_optimizer_and_buffer_internals():
         module = ".".join(path.relative_to(SRC.parent).with_suffix("").parts)
         if module.startswith("trident.parallel."):
             continue
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in syntax_nodes(path):
             if isinstance(node, ast.Attribute) and (node.attr in INTERNAL_ATTRIBUTES or
                                                     (node.attr in MODEL_PARTS and _ends_in_model(node.value))):
                 wrong.append(f"{path.relative_to(SRC.parent)}:{node.lineno}: .{node.attr}")
