@@ -18,11 +18,10 @@ from typing import Any, Iterator
 
 import numpy as np
 import xxhash
-import zstandard
 
 from trident.curate.document import CurateError, Document
 from trident.curate.droplog import DropLog, log_path
-from trident.curate.shards import FRAME_BYTES, ShardWriter, read_shard, write_shard
+from trident.curate.shards import ShardWriter, read_shard, write_shard
 from trident.curate.stage import Executor, GlobalStage, output_paths
 from trident.text.jsonl import UnreadableFile, iter_raw_lines
 from trident.text.storage import load_array, location, make_folder, save_array
@@ -197,19 +196,6 @@ def shard_documents(path: Path) -> Iterator[Document]:
         yield parse_document(path, number, data)
 
 
-class LineWriter(ShardWriter):
-    """A ShardWriter that also takes lines already in its JSON form, copied byte for byte."""
-
-    def write_line(self, data: bytes) -> None:
-        """Append one record line (without its newline)."""
-        self._zst.write(data + b"\n")
-        self.count += 1
-        self._frame_bytes += len(data) + 1
-        if self._frame_bytes >= FRAME_BYTES:
-            self._zst.flush(zstandard.FLUSH_FRAME)
-            self._frame_bytes = 0
-
-
 def filter_lines_task(job: dict) -> Counter:
     """Copy shard ``src`` to ``dst`` line by line without the rows in ``drop``; byte counters
     from ``sizes`` (a .npy of every row's text size in UTF-8 bytes, saved when the shard was read)."""
@@ -218,7 +204,7 @@ def filter_lines_task(job: dict) -> Counter:
     drop = np.zeros(len(sizes), dtype=bool)
     drop[np.asarray(job["drop"], dtype=np.int64)] = True
     rows = 0
-    with LineWriter(dst) as writer, DropLog(log_path(dst)) as drops:
+    with ShardWriter(dst) as writer, DropLog(log_path(dst)) as drops:
         for row, (number, data) in enumerate(shard_lines(src)):
             if row < len(sizes) and not drop[row]:
                 writer.write_line(data)

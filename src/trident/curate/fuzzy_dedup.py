@@ -1,13 +1,14 @@
 """Fuzzy deduplication: MinHash + LSH candidates, verified by true Jaccard, union-find components.
 
 Steps (each a map over files, so no step needs more than one shard or partition in memory):
-  1. per shard: every document shingled and hashed once in compiled code (trident.curate.shingle_kernel,
-     the rules of trident.curate.minhash), its MinHash signature and LSH band keys; (band, key, doc)
-     records go to ``partitions`` bucket files chosen by key; the hashes, keep-priority fields and
-     text sizes are kept for steps 3 to 5;
+  1. per shard: every document normalised and shingle-hashed in compiled code
+     (trident.curate.shingle_kernel, the rules of trident.curate.minhash), its MinHash signature and
+     LSH band keys; (band, key, doc) records go to ``partitions`` bucket files chosen by key; the
+     normalised UTF-8 text, keep-priority fields and text sizes are kept for steps 3 to 5;
   2. per partition: documents sharing a (band, key) bucket become candidate pairs;
-  3. per batch of pairs: true Jaccard of the candidates' stored shingle sets (only their hashes are
-     read and sorted); pairs >= ``threshold`` are verified;
+  3. per batch of pairs: true Jaccard of the candidates' shingle sets, hashed again from their kept
+     normalised text (only candidates' bytes are read: a byte per text byte on disk, where keeping
+     every document's hashes wrote eight); pairs >= ``threshold`` are verified;
   4. here: union-find over verified pairs; in each component the best document by
      ``trident.curate.dedup_shared.best_first`` is kept, the others dropped (``dropped:duplicate``);
   5. per shard: the kept lines are copied byte for byte (not decoded and encoded again).
@@ -41,9 +42,9 @@ from trident.curate.stage import Executor, GlobalStage, register_stage
 from trident.text.storage import is_remote, load_array, location, make_folder, open_write, remove_tree, save_array
 
 _BUCKET_DTYPE = [("band", "u2"), ("key", "u8"), ("doc", "u8")]
-_SIGNATURE_CHARS = 1 << 22  # characters of text shingled and signed at once (their hashes: 8 bytes each)
+_SIGNATURE_CHARS = 1 << 20  # characters of text shingled and signed at once (their hashes: 8 bytes each)
 _VERIFY_BATCH = 50_000  # candidate pairs per verification task
-_VERIFY_HASHES = 1 << 24  # shingle hashes (8 bytes each) a verification task holds at once
+_VERIFY_BYTES = 1 << 21  # normalised text bytes a verification task hashes at once (<= 1 hash, 8 bytes, each)
 
 
 class UnionFind:
@@ -84,21 +85,21 @@ class UnionFind:
 
 def _signature_task(job: dict) -> Counter:
     """Map: LSH band keys of every document of one shard, written to bucket partition files. Kept
-    for the later steps: every document's shingle hashes (work/shingles/s<shard>.hashes, raw uint64,
-    hashed once) with its keep-priority fields (s<shard>.npz), and every row's text size (work/rows)."""
-    from trident.curate.shingle_kernel import band_keys, minhash_signatures, shingle_hashes_flat  # numba: in tasks
+    for the later steps: every document's normalised UTF-8 text (work/shingles/s<shard>.text) with
+    its keep-priority fields (s<shard>.npz), and every row's text size (work/rows)."""
+    from trident.curate.shingle_kernel import band_keys, hashes_of_normalised, minhash_signatures, normalised_bytes
 
     hasher = MinHasher(**job["minhash"])
     shard, work, counters = job["shard"], location(job["work"]), Counter()
-    chunks, sizes, fields, counts, batch, salts = [], [], [], [], [], []
+    chunks, sizes, fields, lengths, batch, salts = [], [], [], [], [], []
     make_folder(work / "shingles")
 
     def flush(store) -> None:
-        flat, offsets = shingle_hashes_flat(batch, hasher.ngram, hasher.unit)
-        store.write(memoryview(flat.astype("<u8", copy=False)))  # kept for verification instead of hashed again
-        per_doc = np.diff(offsets)
-        counts.append(per_doc)
-        signed = per_doc > 0
+        buf, bounds = normalised_bytes(batch)
+        store.write(memoryview(buf))  # kept for verification: a byte per byte, hashed again only for candidates
+        lengths.append(np.diff(bounds))
+        flat, offsets = hashes_of_normalised(buf, bounds, hasher.ngram, hasher.unit)
+        signed = np.diff(offsets) > 0
         counters["no_shingles"] += int(np.count_nonzero(~signed))  # empty text: left to exact dedup
         keys = band_keys(hasher, minhash_signatures(flat, offsets, hasher.multipliers)[signed])
         keys ^= np.array(salts, dtype=np.uint64)[signed][:, None]
@@ -110,7 +111,7 @@ def _signature_task(job: dict) -> Counter:
         chunks.append(records)
         batch.clear(), salts.clear()
 
-    with open_write(_hashes_file(work / "shingles" / f"s{shard:06d}.npz")) as store:
+    with open_write(_text_file(work / "shingles" / f"s{shard:06d}.npz")) as store:
         held = 0
         for doc in shard_documents(location(job["path"])):
             sizes.append(doc.nbytes)
@@ -124,20 +125,20 @@ def _signature_task(job: dict) -> Counter:
         if batch:
             flush(store)
     counters["signed"] += len(sizes)
-    _save_shard_tables(work, shard, fields, counts, sizes)
+    _save_shard_tables(work, shard, fields, lengths, sizes)
     records = np.concatenate(chunks) if chunks else np.zeros(0, dtype=_BUCKET_DTYPE)
     save_partitioned(records, records["key"] % np.uint64(job["partitions"]), work / "buckets",
                      "p", f"s{shard:06d}")
     return counters
 
 
-def _save_shard_tables(work: Path, shard: int, fields: list, counts: list, sizes: list) -> None:
-    """Keep-priority fields and hash offsets of every row (shingles/s<shard>.npz), row sizes (rows/)."""
+def _save_shard_tables(work: Path, shard: int, fields: list, lengths: list, sizes: list) -> None:
+    """Keep-priority fields and normalised-text offsets of every row (shingles/s<shard>.npz), row sizes (rows/)."""
     keys = doc_keys(shard, np.arange(len(fields)))
     prio = priority_array(fields, keys)
     offsets = np.zeros(len(fields) + 1, dtype=np.int64)
-    if counts:
-        np.cumsum(np.concatenate(counts), out=offsets[1:])
+    if lengths:
+        np.cumsum(np.concatenate(lengths), out=offsets[1:])
     save_array(work / "shingles" / f"s{shard:06d}.npz", None, keys=keys, offsets=offsets,
                **{name: prio[name] for name in prio.dtype.names if name != "key"})
     make_folder(work / "rows")
@@ -154,47 +155,65 @@ def _bucket_task(job: dict) -> tuple[int, int]:
     return buckets, len(pairs)
 
 
-def _hashes_file(npz: Path) -> Path:
-    """Where ``_signature_task`` puts a shard's flat shingle hashes beside its .npz of keys and offsets."""
-    return npz.with_name(npz.name.replace(".npz", ".hashes"))
+def _text_file(npz: Path) -> Path:
+    """Where ``_signature_task`` puts a shard's normalised texts beside its .npz of keys and offsets."""
+    return npz.with_name(npz.name.replace(".npz", ".text"))
 
 
-def _stored_hashes(npz: Path) -> tuple[np.ndarray, np.ndarray]:
-    """(offsets, flat hashes) of one shard as ``_signature_task`` stored them; a local file is
-    memory-mapped, so only the candidate documents' pages are read."""
+def _stored_texts(npz: Path) -> tuple[np.ndarray, np.ndarray]:
+    """(offsets, normalised UTF-8 bytes) of one shard as ``_signature_task`` stored them; a local
+    file is memory-mapped, so only the candidate documents' pages are read."""
     with load_array(npz) as data:
         offsets = data["offsets"]
-    path = _hashes_file(npz)
+    path = _text_file(npz)
     if offsets[-1] == 0:
-        return offsets, np.zeros(0, dtype=np.uint64)
+        return offsets, np.zeros(0, dtype=np.uint8)
     if is_remote(path):
-        return offsets, np.frombuffer(path.read_bytes(), dtype="<u8")
-    return offsets, np.memmap(path, dtype="<u8", mode="r")
+        return offsets, np.frombuffer(path.read_bytes(), dtype=np.uint8)
+    return offsets, np.memmap(path, dtype=np.uint8, mode="r")
+
+
+def _ranges(begin: np.ndarray, length: np.ndarray) -> np.ndarray:
+    """The indices begin[k] .. begin[k] + length[k] - 1 of every k, concatenated."""
+    ends = np.cumsum(length)
+    return np.arange(ends[-1] if len(ends) else 0) + np.repeat(begin - (ends - length), length)
+
+
+def _gather(texts: dict, shards: np.ndarray, starts: np.ndarray, stops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(bytes, bounds): document k's stored bytes texts[shards[k]][starts[k]:stops[k]] are
+    ``bytes[bounds[k]:bounds[k+1]]``; one indexed read per shard (a memory map reads only those pages)."""
+    lengths = stops - starts
+    bounds = np.r_[0, np.cumsum(lengths)]
+    out = np.empty(bounds[-1], dtype=np.uint8)
+    for shard in np.unique(shards).tolist():
+        mine = shards == shard
+        out[_ranges(bounds[:-1][mine], lengths[mine])] = texts[shard][_ranges(starts[mine], lengths[mine])]
+    return out, bounds
 
 
 def _verify_task(job: dict) -> np.ndarray:
-    """True Jaccard (float32) of each candidate pair, from the stored shingle hashes: only the
-    pairs' documents are gathered, sorted and merged, in pieces of at most _VERIFY_HASHES hashes."""
-    from trident.curate.shingle_kernel import distinct_sorted, pair_jaccard
+    """True Jaccard (float32) of each candidate pair: only the pairs' documents are gathered,
+    shingle-hashed and compared, in pieces of at most _VERIFY_BYTES normalised bytes."""
+    from trident.curate.shingle_kernel import hashes_of_normalised, pair_jaccard
 
-    pairs, shingle_dir = job["pairs"], location(job["shingle_dir"])
+    pairs, shingle_dir, ngram, unit = job["pairs"], location(job["shingle_dir"]), job["ngram"], job["unit"]
     keys = np.unique(pairs)
     shards, rows = split_keys(keys)
     starts, stops = np.empty(len(keys), dtype=np.int64), np.empty(len(keys), dtype=np.int64)
-    flats = {}
+    texts = {}
     for shard in np.unique(shards).tolist():
         here = shards == shard
-        offsets, flats[shard] = _stored_hashes(shingle_dir / f"s{shard:06d}.npz")
+        offsets, texts[shard] = _stored_texts(shingle_dir / f"s{shard:06d}.npz")
         starts[here], stops[here] = offsets[rows[here]], offsets[rows[here] + 1]
     first, second = np.searchsorted(keys, pairs[:, 0]), np.searchsorted(keys, pairs[:, 1])
     cost = np.cumsum(stops[first] - starts[first] + stops[second] - starts[second])
     out = np.empty(len(pairs), dtype=np.float32)
     begin = 0
-    while begin < len(pairs):  # each piece gathers at most about _VERIFY_HASHES hashes
-        end = max(begin + 1, int(np.searchsorted(cost, cost[begin] + _VERIFY_HASHES, "right")))
+    while begin < len(pairs):  # each piece gathers at most about _VERIFY_BYTES bytes
+        end = max(begin + 1, int(np.searchsorted(cost, cost[begin] + _VERIFY_BYTES, "right")))
         used = np.unique(np.r_[first[begin:end], second[begin:end]])
-        gathered = np.concatenate([flats[int(shards[k])][starts[k] : stops[k]] for k in used.tolist()])
-        flat, offsets = distinct_sorted(gathered, np.r_[0, np.cumsum(stops[used] - starts[used])])
+        gathered, bounds = _gather(texts, shards[used], starts[used], stops[used])
+        flat, offsets = hashes_of_normalised(gathered, bounds, ngram, unit)
         local_a, local_b = np.searchsorted(used, first[begin:end]), np.searchsorted(used, second[begin:end])
         out[begin:end] = pair_jaccard(flat, offsets, local_a, local_b)
         begin = end
@@ -268,7 +287,8 @@ class FuzzyDedup(GlobalStage):
         # At least one task per worker: the pool shares the merging, and this process never loads the kernels.
         tasks = max(-(-len(pairs) // _VERIFY_BATCH), min(len(pairs), getattr(executor, "workers", 1)))
         size = -(-len(pairs) // tasks)
-        jobs = [{"pairs": pairs[i : i + size], "shingle_dir": str(work / "shingles")} for i in range(0, len(pairs), size)]
+        jobs = [{"pairs": pairs[i : i + size], "shingle_dir": str(work / "shingles"), "ngram": self.minhash["ngram"],
+                 "unit": self.minhash["unit"]} for i in range(0, len(pairs), size)]
         return np.concatenate(executor.map(_verify_task, jobs, desc="fuzzy_dedup: verify"))
 
     def _choose_drops(self, verified: np.ndarray, shingle_dir: Path) -> np.ndarray:

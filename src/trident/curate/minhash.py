@@ -343,12 +343,18 @@ def bucket_pairs(band: np.ndarray, key: np.ndarray, doc: np.ndarray,
     same = (band[1:] == band[:-1]) & (key[1:] == key[:-1])
     starts = np.flatnonzero(np.r_[True, ~same])
     sizes = np.diff(np.r_[starts, len(doc)])
-    # Buckets of two entries (nearly all of them): one vectorised step instead of a loop.
-    first = starts[sizes == 2]
-    distinct = doc[first] != doc[first + 1]
-    chunks = [np.stack([doc[first[distinct]], doc[first[distinct] + 1]], axis=1)]
-    buckets = int(np.count_nonzero(distinct))
-    for start, size in zip(starts[sizes > 2].tolist(), sizes[sizes > 2].tolist()):
+    # A bucket's documents are sorted; one listed twice (never, from one signing pass) takes the loop.
+    repeated = np.zeros(len(starts), dtype=bool)
+    repeated[np.searchsorted(starts, np.flatnonzero(same & (doc[1:] == doc[:-1])), "right") - 1] = True
+    chunks, buckets = [np.zeros((0, 2), dtype=doc.dtype)], 0
+    # Buckets of one size at once (nearly all hold 2-4 documents): all pairs by index arithmetic.
+    for m in np.unique(sizes[(sizes >= 2) & (sizes <= all_pairs_up_to) & ~repeated]).tolist():
+        first = starts[(sizes == m) & ~repeated]
+        i, j = np.triu_indices(m, k=1)
+        chunks.append(np.stack([doc[first[:, None] + i].ravel(), doc[first[:, None] + j].ravel()], axis=1))
+        buckets += len(first)
+    for start, size in zip(starts[(sizes > 2) & ((sizes > all_pairs_up_to) | repeated)].tolist(),
+                           sizes[(sizes > 2) & ((sizes > all_pairs_up_to) | repeated)].tolist()):
         members = np.unique(doc[start : start + size])
         m = len(members)
         if m < 2:

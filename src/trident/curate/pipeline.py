@@ -257,7 +257,8 @@ def _run_phases(specs: list[dict], files: list[tuple[Path, str]], work: Path, po
     errors: list[dict] = []
     problems: list[str] = []
     current: list = files
-    for number, (kind, phase_specs) in enumerate(split_phases(specs)):
+    phases = split_phases(specs)
+    for number, (kind, phase_specs) in enumerate(phases):
         phase_dir = work / f"phase-{number:02d}"
         if kind == "global":
             current, counters, seconds = run_global_phase(phase_specs[0], current, phase_dir, pool)
@@ -266,7 +267,8 @@ def _run_phases(specs: list[dict], files: list[tuple[Path, str]], work: Path, po
         read_raw = number == 0
         shard_inputs = current if read_raw else [(p, None) for p in current]
         names = "+".join(s["stage"] for s in phase_specs) or "read"
-        current, totals = run_stream_phase(phase_specs, shard_inputs, phase_dir, pool, options, read_raw, desc=names)
+        current, totals = run_stream_phase(phase_specs, shard_inputs, phase_dir, pool, options, read_raw, desc=names,
+                                           work_only=number < len(phases) - 1)
         if read_raw:
             stage_stats.append({"name": "read", "kind": "read", "params": {}, "counters": totals["read"],
                                 "seconds": round(totals["seconds"][0], 3)})

@@ -14,7 +14,7 @@ from typing import Iterator
 
 from trident.curate.document import CurateError
 from trident.curate.droplog import DropLog, log_path
-from trident.curate.shards import RecordLog, read_documents, read_shard, write_shard
+from trident.curate.shards import LEVEL, WORK_LEVEL, RecordLog, read_documents, read_shard, write_shard
 from trident.curate.stage import Executor, GlobalStage, StreamingStage, build_stage, stage_class
 from trident.text.atomic import write_json_atomic
 from trident.text.storage import location, make_folder, remove_tree
@@ -95,7 +95,7 @@ def stream_shard(task: dict) -> dict:
     for slot, stage in enumerate(stages, start=1):
         assert isinstance(stage, StreamingStage)
         docs = _timed(stage.process(docs), spent, slot)
-    written = write_shard(location(task["output"]), docs)
+    written = write_shard(location(task["output"]), docs, WORK_LEVEL if task.get("work_only") else LEVEL)
     drops.close()  # complete before the marker: a resumed run keeps it
     own = [spent[0]] + [spent[i] - spent[i - 1] for i in range(1, len(spent))]
     result = {
@@ -117,8 +117,10 @@ def _drop_log(output: str) -> DropLog:
 
 
 def run_stream_phase(specs: list[dict], inputs: list[tuple[Path, str | None]], phase_dir: Path,
-                     executor: Executor, options: dict, read_raw: bool, desc: str) -> tuple[list[Path], dict]:
-    """Run fused streaming stages over every input shard (one task each); returns (outputs, totals)."""
+                     executor: Executor, options: dict, read_raw: bool, desc: str,
+                     work_only: bool = False) -> tuple[list[Path], dict]:
+    """Run fused streaming stages over every input shard (one task each); returns (outputs, totals).
+    ``work_only``: a later phase reads the outputs and they are never published (faster zstd level)."""
     make_folder(phase_dir)
     tasks = []
     for index, (path, dataset) in enumerate(inputs):
@@ -126,6 +128,7 @@ def run_stream_phase(specs: list[dict], inputs: list[tuple[Path, str | None]], p
             "specs": specs, "input": str(path), "output": str(phase_dir / f"shard-{index:05d}.jsonl.zst"),
             "read_raw": read_raw, "dataset": dataset, "strict": options["strict"],
             "max_doc_bytes": options["max_doc_bytes"], "modules": options.get("modules", []),
+            "work_only": work_only,
         })
     results = executor.map(stream_shard, tasks, desc=desc)
     totals = {"read": Counter(), "stages": [Counter() for _ in specs], "errors": [], "written": 0,

@@ -1,0 +1,309 @@
+"""Fuzzy dedup's inner loops as numba functions: shingle hashing over UTF-8 bytes, MinHash
+signatures, exact Jaccard of candidate pairs, LSH band keys.
+
+trident.curate.shingle_kernel is the module to call: it states what each loop computes and runs it
+either from the ahead-of-time extension trident.curate.kernel_build makes of these functions (no
+numba import at run time) or, where none can be built, through numba's JIT (cache=True: machine
+code kept on disk). Importing this module imports numba.
+"""
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+
+_P1, _P2, _P3 = np.uint64(0x9E3779B185EBCA87), np.uint64(0xC2B2AE3D27D4EB4F), np.uint64(0x165667B19E3779F9)
+_P4, _P5 = np.uint64(0x85EBCA77C2B2AE63), np.uint64(0x27D4EB2F165667C5)
+_LOW32 = np.uint64(0xFFFFFFFF)
+_jit = numba.njit(cache=True, nogil=True)
+# Helpers are inlined into the loops that call them (numba's own inlining): a call per shingle
+# through numba's calling convention cost a quarter of the hashing time.
+_inline = numba.njit(cache=True, nogil=True, inline="always")
+
+
+@_inline
+def _rotl(x, r):
+    return (x << np.uint64(r)) | (x >> np.uint64(64 - r))
+
+
+@_inline
+def _round(acc, lane):
+    acc = acc + lane * _P2
+    return _rotl(acc, 31) * _P1
+
+
+@_inline
+def _merge(acc, lane):
+    acc = acc ^ _round(np.uint64(0), lane)
+    return acc * _P1 + _P4
+
+
+@_inline
+def _xxh64(words, p, stop):
+    """XXH64 (seed 0) of bytes p..stop-1 of a text whose ``words[k]`` holds bytes k..k+7
+    little-endian (github.com/Cyan4973/xxHash, its reference algorithm)."""
+    length = stop - p
+    if length >= 32:
+        v1, v2, v3, v4 = _P1 + _P2, _P2, np.uint64(0), np.uint64(0) - _P1
+        while p + 32 <= stop:
+            v1 = _round(v1, words[p])
+            v2 = _round(v2, words[p + 8])
+            v3 = _round(v3, words[p + 16])
+            v4 = _round(v4, words[p + 24])
+            p += 32
+        h = _rotl(v1, 1) + _rotl(v2, 7) + _rotl(v3, 12) + _rotl(v4, 18)
+        h = _merge(_merge(_merge(_merge(h, v1), v2), v3), v4)
+    else:
+        h = _P5
+    h += np.uint64(length)
+    while p + 8 <= stop:
+        h ^= _round(np.uint64(0), words[p])
+        h = _rotl(h, 27) * _P1 + _P4
+        p += 8
+    if p + 4 <= stop:
+        h ^= (words[p] & _LOW32) * _P1
+        h = _rotl(h, 23) * _P2 + _P3
+        p += 4
+    while p < stop:
+        h ^= (words[p] & np.uint64(0xFF)) * _P5
+        h = _rotl(h, 11) * _P1
+        p += 1
+    h ^= h >> np.uint64(33)
+    h *= _P2
+    h ^= h >> np.uint64(29)
+    h *= _P3
+    return h ^ (h >> np.uint64(32))
+
+
+@_jit
+def xxh64_of(buf):
+    """XXH64 (seed 0) of a whole uint8 array (the tests compare it with the xxhash library)."""
+    return _xxh64(_byte_words(buf, 0, len(buf)), 0, len(buf))
+
+
+@_inline
+def _byte_words(buf, start, stop):
+    """words[k] = bytes start+k .. start+k+7 of ``buf`` little-endian (zeros past ``stop``)."""
+    words = np.zeros(stop - start + 1, dtype=np.uint64)
+    for k in range(stop - start - 1, -1, -1):
+        words[k] = (words[k + 1] << np.uint64(8)) | np.uint64(buf[start + k])
+    return words
+
+
+@_inline
+def _is_space(buf, p, stop, wide_spaces):
+    """(whether the non-ASCII code point at byte p is str.isspace() whitespace, its UTF-8 width)."""
+    lead = buf[p]
+    width = 2 if lead < 0xE0 else 3 if lead < 0xF0 else 4
+    if not (lead == 0xC2 or lead == 0xE1 or lead == 0xE2 or lead == 0xE3) or p + width > stop:
+        return False, width  # only these lead bytes begin a wide space
+    code = np.int64(lead & (0x3F >> (width - 1)))
+    for k in range(1, width):
+        code = (code << 6) | (buf[p + k] & 0x3F)
+    for space in wide_spaces:
+        if code == space:
+            return True, width
+    return False, width
+
+
+@_jit
+def normalise_kernel(raw, bounds, ascii_space, wide_spaces):
+    """normalize_for_shingles of UTF-8 texts lower-cased but for ASCII A-Z (done here):
+    whitespace runs -> one space, stripped."""
+    out = np.empty(len(raw), dtype=np.uint8)
+    new_bounds = np.zeros_like(bounds)
+    n = 0
+    for i in range(len(bounds) - 1):
+        p, stop, pending, wrote = bounds[i], bounds[i + 1], False, False
+        while p < stop:
+            lead = raw[p]
+            if lead < 0x80:  # the common case inline: one byte, one table look-up
+                space, width = ascii_space[lead], 1
+            else:
+                space, width = _is_space(raw, p, stop, wide_spaces)
+            if space:
+                pending = wrote  # leading whitespace is dropped, trailing never written
+                p += width
+                continue
+            if pending:
+                out[n] = 32
+                n += 1
+                pending = False
+            if lead < 0x80:
+                out[n] = lead + 32 if 65 <= lead <= 90 else lead
+                n += 1
+                p += 1
+            else:
+                width = min(width, stop - p)
+                out[n : n + width] = raw[p : p + width]
+                n += width
+                p += width
+            wrote = True
+        new_bounds[i + 1] = n
+    return out[:n], new_bounds
+
+
+@_inline
+def _unit_starts(buf, start, stop, word):
+    """Offsets (from ``start``) where each unit (code point, or word after a space) begins, then
+    where the last one's shingle ends."""
+    out = np.empty(stop - start + 1, dtype=np.int64)
+    n = 0
+    for p in range(start, stop):
+        if word:
+            if p == start or buf[p - 1] == 32:
+                out[n] = p - start
+                n += 1
+        elif (buf[p] & 0xC0) != 0x80:
+            out[n] = p - start
+            n += 1
+    out[n] = stop - start + 1 if word else stop - start  # a word shingle ends before the next space
+    return out[: n + 1]
+
+
+@_jit
+def shingle_kernel(buf, bounds, ngram, word):
+    """(flat hashes, offsets) of the texts ``buf[bounds[i]:bounds[i+1]]`` (already normalised)."""
+    n = len(bounds) - 1
+    counts = np.zeros(n + 1, dtype=np.int64)
+    flat = np.empty(len(buf) + n, dtype=np.uint64)  # at most one shingle per byte, or one per text
+    filled = 0
+    shift = 1 if word else 0  # a word shingle's bytes stop before the space that follows it
+    for i in range(n):
+        start, stop = bounds[i], bounds[i + 1]
+        if stop == start:
+            continue
+        words = _byte_words(buf, start, stop)
+        starts = _unit_starts(buf, start, stop, word)
+        units = len(starts) - 1
+        if units <= ngram:
+            flat[filled] = _xxh64(words, 0, stop - start)
+            filled += 1
+            counts[i + 1] = 1
+            continue
+        for k in range(units - ngram + 1):
+            flat[filled] = _xxh64(words, starts[k], starts[k + ngram] - shift)
+            filled += 1
+        counts[i + 1] = units - ngram + 1
+    return flat[:filled], np.cumsum(counts)
+
+
+@_jit
+def signature_kernel(flat, offsets, a):
+    """(n, len(a)) uint32: per document, per function, min over its hashes x of (a*x mod 2**64) >> 32.
+
+    Computed on 32-bit halves (x = xh*2**32 + xl, a likewise): the top half of a*x mod 2**64 is
+    (hi32(al*xl) + al*xh + ah*xl) mod 2**32, and taking the top half commutes with the minimum, so
+    the minimum is taken over those: 8 lanes of uint32 per AVX2 instruction instead of 4 of uint64."""
+    n, m = len(offsets) - 1, len(a)
+    sig = np.empty((n, m), dtype=np.uint32)
+    longest = 0
+    for i in range(n):
+        longest = max(longest, offsets[i + 1] - offsets[i])
+    low, high = np.empty(longest, dtype=np.uint32), np.empty(longest, dtype=np.uint32)
+    for i in range(n):
+        size = offsets[i + 1] - offsets[i]
+        for s in range(size):  # a document's halves stay in L1 across the m passes
+            low[s] = np.uint32(flat[offsets[i] + s] & _LOW32)
+            high[s] = np.uint32(flat[offsets[i] + s] >> np.uint64(32))
+        for j in range(m):
+            a_low, a_high = np.uint32(a[j] & _LOW32), np.uint32(a[j] >> np.uint64(32))
+            wide, best = np.uint64(a_low), np.uint32(0xFFFFFFFF)
+            for s in range(size):  # a min-reduction the compiler vectorises
+                carry = np.uint32((wide * np.uint64(low[s])) >> np.uint64(32))
+                best = min(best, np.uint32(carry + np.uint32(a_low * high[s]) + np.uint32(a_high * low[s])))
+            sig[i, j] = best
+    return sig
+
+
+@_inline
+def _mark(keys, stamps, flags, stamp, mask, value, flag):
+    """Set ``flag`` on ``value`` in the open-addressing table whose live slots carry ``stamp`` (added
+    if absent); returns the value's flags before."""
+    slot = np.int64(value & mask)  # the values are xxh64 hashes: their low bits are uniform
+    while stamps[slot] == stamp:
+        if keys[slot] == value:
+            before = flags[slot]
+            flags[slot] = before | flag
+            return before
+        slot = (slot + 1) & np.int64(mask)
+    stamps[slot], keys[slot], flags[slot] = stamp, value, flag
+    return np.uint8(0)
+
+
+@_jit
+def pair_jaccard(flat, offsets, first, second):
+    """Jaccard of the hash sets of documents first[k] and second[k] (``flat[offsets[i]:offsets[i+1]]``,
+    repeats and order immaterial); 0.0 when both are empty. One pass over each pair's hashes through
+    a table at most half full, sized to the pair (no sorting): A's hashes marked 1, B's marked 2;
+    |A|, |B| and |A & B| are counted as marks first appear."""
+    longest = 1
+    for i in range(len(offsets) - 1):
+        longest = max(longest, offsets[i + 1] - offsets[i])
+    capacity = 1
+    while capacity < 4 * longest:
+        capacity *= 2
+    keys, stamps = np.empty(capacity, dtype=np.uint64), np.zeros(capacity, dtype=np.int64)
+    flags = np.zeros(capacity, dtype=np.uint8)
+    out = np.zeros(len(first), dtype=np.float64)
+    for k in range(len(first)):
+        a_start, a_stop = offsets[first[k]], offsets[first[k] + 1]
+        b_start, b_stop = offsets[second[k]], offsets[second[k] + 1]
+        size = 1
+        while size < 2 * ((a_stop - a_start) + (b_stop - b_start)):
+            size *= 2
+        mask, stamp = np.uint64(size - 1), np.int64(k + 1)  # a new stamp empties the table
+        in_a = in_b = shared = 0
+        for s in range(a_start, a_stop):
+            if _mark(keys, stamps, flags, stamp, mask, flat[s], np.uint8(1)) == 0:
+                in_a += 1
+        for s in range(b_start, b_stop):
+            before = _mark(keys, stamps, flags, stamp, mask, flat[s], np.uint8(2))
+            if (before & 2) == 0:
+                in_b += 1
+                shared += before & 1
+        if in_a + in_b:
+            out[k] = shared / (in_a + in_b - shared)
+    return out
+
+
+_PRIME_MX1 = np.uint64(0x165667919E3779F9)
+
+
+@_inline
+def _fold_mul128(a, b):
+    """Low 64 bits XOR high 64 bits of the 128-bit product a*b."""
+    a_lo, a_hi, b_lo, b_hi = a & _LOW32, a >> np.uint64(32), b & _LOW32, b >> np.uint64(32)
+    ll, lh, hl, hh = a_lo * b_lo, a_lo * b_hi, a_hi * b_lo, a_hi * b_hi
+    cross = (ll >> np.uint64(32)) + (lh & _LOW32) + hl
+    high = hh + (lh >> np.uint64(32)) + (cross >> np.uint64(32))
+    low = (cross << np.uint64(32)) | (ll & _LOW32)
+    return low ^ high
+
+
+@_inline
+def _mix16(row, at, secret, word, seed):
+    """XXH3_mix16B of the 16 bytes at byte ``at`` of ``row`` (uint32 words), secret words ``word``.."""
+    k = at // 4
+    lo = np.uint64(row[k]) | (np.uint64(row[k + 1]) << np.uint64(32))
+    hi = np.uint64(row[k + 2]) | (np.uint64(row[k + 3]) << np.uint64(32))
+    return _fold_mul128(lo ^ (secret[word] + seed), hi ^ (secret[word + 1] - seed))
+
+
+@_jit
+def band_key_kernel(sig, bands, secret):
+    n, rows = sig.shape[0], sig.shape[1] // bands
+    size = 4 * rows
+    keys = np.empty((n, bands), dtype=np.uint64)
+    for i in range(n):
+        for j in range(bands):
+            row, seed = sig[i, j * rows : (j + 1) * rows], np.uint64(j)
+            acc = np.uint64(size) * _P1
+            for step in range(3, -1, -1):  # XXH3_len_17to128_64b: pairs from both ends, widest first
+                if size > 32 * step:
+                    acc += _mix16(row, 16 * step, secret, 4 * step, seed)
+                    acc += _mix16(row, size - 16 * (step + 1), secret, 4 * step + 2, seed)
+            acc ^= acc >> np.uint64(37)
+            acc *= _PRIME_MX1
+            keys[i, j] = acc ^ (acc >> np.uint64(32))
+    return keys

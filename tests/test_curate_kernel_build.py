@@ -1,0 +1,86 @@
+"""The ahead-of-time build of fuzzy dedup's kernels (trident.curate.kernel_build): the extension
+computes what numba's JIT computes, a failed build falls back to the JIT, and a fuzzy-dedup run
+imports neither numba nor the other stages' libraries."""
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from test_curate_dedup_kernels import odd_texts
+from trident.curate import kernel_build, shingle_jit
+from trident.curate.minhash import MinHasher
+from trident.curate.shingle_kernel import _ASCII_SPACE, _WIDE_SPACES, _XXH3_SECRET
+from trident.curate.stage import BUILTIN_STAGES, STAGE_MODULES, registered_stages
+
+
+def _compare(aot, jit, name, *args):
+    got, want = getattr(aot, name)(*args), getattr(jit, name)(*args)
+    for a, b in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+        assert np.array_equal(a, b), name
+
+
+def test_the_extension_computes_what_the_jit_computes():
+    try:
+        aot = kernel_build.aot_module("aot")  # built once per machine into $TRIDENT_CACHE/kernels
+    except kernel_build.KernelBuildError as err:
+        pytest.skip(f"no ahead-of-time build here (the JIT serves): {err}")
+    assert aot.__file__ == str(kernel_build.extension_path())
+    texts = odd_texts(4) + ["word " * 400, "x"]
+    data = [t.encode("utf-8", "surrogatepass") for t in texts]
+    raw = np.frombuffer(b"".join(data), dtype=np.uint8).copy()
+    bounds = np.r_[0, np.cumsum([len(d) for d in data])].astype(np.int64)
+    _compare(aot, shingle_jit, "normalise_kernel", raw, bounds, _ASCII_SPACE, _WIDE_SPACES)
+    buf, norm = shingle_jit.normalise_kernel(raw, bounds, _ASCII_SPACE, _WIDE_SPACES)
+    buf = np.ascontiguousarray(buf)
+    for ngram, word in [(5, False), (1, False), (3, True)]:
+        _compare(aot, shingle_jit, "shingle_kernel", buf, norm, ngram, word)
+    flat, offsets = shingle_jit.shingle_kernel(buf, norm, 5, False)
+    flat, offsets = np.ascontiguousarray(flat), np.ascontiguousarray(offsets)
+    hasher = MinHasher(bands=20)
+    _compare(aot, shingle_jit, "signature_kernel", flat, offsets, hasher.multipliers)
+    pairs = np.random.default_rng(0).integers(0, len(texts), (2, 300))
+    _compare(aot, shingle_jit, "pair_jaccard", flat, offsets, pairs[0], pairs[1])
+    sig = shingle_jit.signature_kernel(flat, offsets, hasher.multipliers)
+    _compare(aot, shingle_jit, "band_key_kernel", sig, 20, _XXH3_SECRET)
+    _compare(aot, shingle_jit, "xxh64_of", raw)
+
+
+def test_a_failed_build_leaves_the_jit_and_its_reason(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRIDENT_CACHE", str(tmp_path))
+    monkeypatch.setattr(kernel_build, "_build_in_child", lambda path: "exit 1: cc: not found")
+    assert kernel_build.aot_module("auto") is None
+    failed = kernel_build.extension_path().with_name(kernel_build.module_name() + ".failed")
+    assert failed.read_text() == "exit 1: cc: not found\n"
+    assert kernel_build.aot_module("auto") is None  # not retried: the reason is kept
+    with pytest.raises(kernel_build.KernelBuildError, match="cc: not found"):
+        kernel_build.aot_module("aot")
+
+
+def test_the_mode_is_checked(monkeypatch):
+    monkeypatch.setenv("TRIDENT_KERNELS", "fast")
+    with pytest.raises(ValueError, match="TRIDENT_KERNELS='fast'"):
+        kernel_build._mode()
+
+
+def test_the_module_name_follows_the_kernel_source(monkeypatch):
+    name = kernel_build.module_name()
+    monkeypatch.setitem(kernel_build.EXPORTS, "xxh64_of", "u8(u1[:])")
+    assert kernel_build.module_name() != name
+    assert kernel_build.target_cpu() in ("", "x86-64-v2", "x86-64-v3")
+
+
+def test_builtin_stage_modules_are_where_the_stages_register():
+    stages = registered_stages()
+    builtin = {name: cls.__module__ for name, cls in stages.items() if cls.__module__ in STAGE_MODULES}
+    assert builtin == BUILTIN_STAGES
+
+
+def test_a_fuzzy_dedup_pipeline_imports_only_what_it_runs():
+    code = ("import sys\n"
+            "from trident.curate.pipeline import load_pipeline_config\n"
+            "load_pipeline_config([{'stage': 'fuzzy_dedup', 'bands': 20}])\n"
+            "heavy = [m for m in ('numba', 'ftfy', 'warcio', 'trafilatura', 'resiliparse', 'torch', 'matplotlib',"
+            " 'scipy', 'ray', 'transformers') if m in sys.modules]\n"
+            "assert not heavy, heavy\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
