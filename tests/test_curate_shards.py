@@ -10,7 +10,7 @@ from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
 from trident.curate.document import CurateError, Document
-from trident.curate.shards import RecordLog, read_documents, read_shard, write_shard
+from trident.curate.shards import RecordLog, read_documents, read_shard, record_lines, write_shard
 
 
 def _read(path, strict=False, **kwargs):
@@ -61,6 +61,28 @@ def test_jsonl_bad_lines_are_reported_with_line_numbers_and_counted(tmp_path):
     assert all(e["file"] == str(path) for e in log.errors)
     with pytest.raises(CurateError, match=r"mixed.jsonl: record at line 2: malformed_json"):
         _read(path, strict=True)
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_record_lines_are_the_documents_lines_with_the_same_reports(tmp_path, strict):
+    path = tmp_path / "mixed.jsonl.zst"
+    good = [{"text": "plain"}, {"id": 7, "text": "number id", "url": "u"}, {"id": None, "text": "null id"},
+            {"text": "ünï “quoted” — 😀", "source": "own", "dataset": "mine", "quality_score": 0.5},
+            {"meta": {"nested": [1, 2]}, "text": "text after meta", "id": "x"}, {"text": ""}]
+    bad = [b'{"text": "unterminated', b"\xff not utf-8", {"url": "no text"}, b'{"text": "lone \\ud800"}', b"", b"   ",
+           b"[1]", {"text": "x" * 300}]
+    records = [r for pair in zip(good, bad) for r in pair] + good[len(bad):]
+    path.write_bytes(zstandard.ZstdCompressor().compress(_lines(*records)))
+    docs_log, lines_log = RecordLog(strict=strict), RecordLog(strict=strict)
+    try:
+        want = [json.dumps(d.to_json(), ensure_ascii=False).encode() for d in
+                read_documents(path, docs_log, dataset="web", max_doc_bytes=200)]
+    except CurateError as err:
+        with pytest.raises(CurateError, match=str(err).split(":")[1]):
+            list(record_lines(path, lines_log, "web", max_doc_bytes=200))
+        return
+    assert list(record_lines(path, lines_log, "web", max_doc_bytes=200)) == want
+    assert len(want) == len(good) and lines_log.counters == docs_log.counters and lines_log.errors == docs_log.errors
 
 
 @pytest.mark.parametrize("suffix", [".jsonl.gz", ".jsonl.zst"])

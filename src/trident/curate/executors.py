@@ -12,9 +12,32 @@ import os
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any, Callable
 
-from tqdm import tqdm
-
 from trident.curate.document import CurateError
+
+
+class _Quiet:
+    """The part of tqdm's interface the executors use, doing nothing (progress off: no tqdm import,
+    which costs ~0.03 s of a short run)."""
+
+    def update(self, n: int = 1) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> "_Quiet":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+
+def _progress(total: int, desc: str | None, enabled: bool):
+    if not enabled:
+        return _Quiet()
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="task", leave=False)
 
 
 class LocalExecutor:
@@ -32,7 +55,7 @@ class LocalExecutor:
 
     def map(self, fn: Callable[[Any], Any], items: list, desc: str | None = None) -> list:
         items = list(items)
-        bar = tqdm(total=len(items), desc=desc, unit="task", disable=not self.progress, leave=False)
+        bar = _progress(len(items), desc, self.progress)
         try:
             if self.workers == 1 or len(items) <= 1:
                 results = []
@@ -94,7 +117,7 @@ class RayExecutor:
         index = {ref: i for i, ref in enumerate(refs)}
         results: list[Any] = [None] * len(refs)
         pending = list(refs)
-        with tqdm(total=len(refs), desc=desc, unit="task", disable=not self.progress, leave=False) as bar:
+        with _progress(len(refs), desc, self.progress) as bar:
             while pending:
                 done, pending = ray.wait(pending, num_returns=1)
                 for ref in done:

@@ -14,7 +14,8 @@ from typing import Iterator
 
 from trident.curate.document import CurateError
 from trident.curate.droplog import DropLog, log_path
-from trident.curate.shards import LEVEL, WORK_LEVEL, RecordLog, read_documents, read_shard, write_shard
+from trident.curate.shards import (LEVEL, WORK_LEVEL, RecordLog, input_format, read_documents, read_shard,
+                                   record_lines, write_lines, write_shard)
 from trident.curate.stage import Executor, GlobalStage, StreamingStage, build_stage, stage_class
 from trident.text.atomic import write_json_atomic
 from trident.text.storage import location, make_folder, remove_tree
@@ -85,17 +86,22 @@ def stream_shard(task: dict) -> dict:
         stage.setup()
         stage.drops = drops
     log = RecordLog(strict=task["strict"], drops=drops)
-    if task["read_raw"]:
-        docs = read_documents(location(task["input"]), log, dataset=task["dataset"],
-                              max_doc_bytes=task["max_doc_bytes"])
-    else:
-        docs = read_shard(location(task["input"]))
     spent = [0.0] * (len(stages) + 1)
-    docs = _timed(docs, spent, 0)
-    for slot, stage in enumerate(stages, start=1):
-        assert isinstance(stage, StreamingStage)
-        docs = _timed(stage.process(docs), spent, slot)
-    written = write_shard(location(task["output"]), docs, WORK_LEVEL if task.get("work_only") else LEVEL)
+    level = WORK_LEVEL if task.get("work_only") else LEVEL
+    if task["read_raw"] and not stages and input_format(location(task["input"])) == "jsonl":
+        lines = record_lines(location(task["input"]), log, task["dataset"], task["max_doc_bytes"])
+        written = write_lines(location(task["output"]), _timed(lines, spent, 0), level)  # no Documents needed
+    else:
+        if task["read_raw"]:
+            docs = read_documents(location(task["input"]), log, dataset=task["dataset"],
+                                  max_doc_bytes=task["max_doc_bytes"])
+        else:
+            docs = read_shard(location(task["input"]))
+        docs = _timed(docs, spent, 0)
+        for slot, stage in enumerate(stages, start=1):
+            assert isinstance(stage, StreamingStage)
+            docs = _timed(stage.process(docs), spent, slot)
+        written = write_shard(location(task["output"]), docs, level)
     drops.close()  # complete before the marker: a resumed run keeps it
     own = [spent[0]] + [spent[i] - spent[i - 1] for i in range(1, len(spent))]
     result = {

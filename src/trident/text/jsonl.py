@@ -158,11 +158,15 @@ def iter_jsonl(path, key: str | None = "text", max_line_bytes: int | None = None
     """Every line of a JSONL file as a LineResult, in file order (UnreadableFile as iter_raw_lines)."""
     name = str(path)
     for number, raw, size in iter_raw_lines(path, max_line_bytes):
-        if raw is None:
-            yield LineResult(name, number, reason="too_large",
-                             detail=f"{size} bytes, over the limit of {max_line_bytes}")
-        else:
-            yield parse_line(name, number, raw, key)
+        yield line_result(name, number, raw, size, key, max_line_bytes)
+
+
+def line_result(name: str, number: int, raw: bytes | None, size: int, key: str | None,
+                max_line_bytes: int | None) -> LineResult:
+    """The LineResult of one of iter_raw_lines' lines (``raw`` None: over ``max_line_bytes``)."""
+    if raw is None:
+        return LineResult(name, number, reason="too_large", detail=f"{size} bytes, over the limit of {max_line_bytes}")
+    return parse_line(name, number, raw, key)
 
 
 def iter_texts(path, key: str = "text", counters: Counter | None = None,
