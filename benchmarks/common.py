@@ -11,6 +11,7 @@ import multiprocessing as mp
 import os
 import queue as queue_module
 import statistics
+import subprocess
 import sys
 import time
 import traceback
@@ -85,6 +86,36 @@ def matmul_peak_tflops(dtype, device: str = "cpu", size: int = 1024, seconds: fl
         flops = 2.0 * size**3 * count / 1e12
         best = {"wall": max(best["wall"], flops / timer.wall), "cpu": max(best["cpu"], flops / timer.cpu)}
     return best
+
+
+_LOOP = ("import sys, time\n"
+         "n, wall, cpu, x = int(sys.argv[1]), time.perf_counter(), time.process_time(), 0\n"
+         "for i in range(n):\n    x += i * i\n"
+         "print(time.perf_counter() - wall, time.process_time() - cpu)\n")
+
+
+def _loops(n: int, copies: int) -> list[tuple[float, float]]:
+    """(wall s, CPU s) of the pure-Python loop of n steps in each of `copies` processes run at once."""
+    procs = [subprocess.Popen([sys.executable, "-c", _LOOP, str(n)], stdout=subprocess.PIPE, text=True)
+             for _ in range(copies)]
+    return [tuple(float(v) for v in p.communicate()[0].split()) for p in procs]
+
+
+def two_process_ceiling(seconds: float = 1.5, repeats: int = 2) -> dict:
+    """This machine's own 1 -> 2 process ceiling, now: one pure-Python loop alone, then two copies in
+    two processes at once (nothing shared). "throughput": the pair's steps per wall second over one
+    loop's (2.0 on two free cores); "cpu_per_step": the pair's CPU per step over one loop's (1.0 when
+    a busy second core does not slow the first: more on shared or hyper-threaded vCPUs). Best of
+    `repeats`."""
+    (wall, _), = _loops(200_000, 1)
+    n = max(100_000, int(200_000 * seconds / max(wall, 1e-6)))
+    best = {"throughput": 0.0, "cpu_per_step": float("inf")}
+    for _ in range(repeats):
+        (wall1, cpu1), = _loops(n, 1)
+        pair = _loops(n, 2)
+        best["throughput"] = max(best["throughput"], 2 * wall1 / max(w for w, _ in pair))
+        best["cpu_per_step"] = min(best["cpu_per_step"], sum(c for _, c in pair) / (2 * cpu1))
+    return {k: round(v, 3) for k, v in best.items()}
 
 
 def median(values) -> float:

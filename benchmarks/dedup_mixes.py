@@ -9,15 +9,19 @@ replaced, inserted or deleted; some re-cased or re-spaced). Four JSONL.zst shard
 Settings (MT-NLG as in issue 33): char 5-grams, 100 hashes, 20 bands of 5 rows, Jaccard >= 0.7.
 
 - trident: `python -m trident curate CONFIG --input DIR --out OUT workers=W` (stages: fuzzy_dedup
-  only), a fresh process; numba's machine code comes from its on-disk cache (one untimed warm-up
-  run first, as any run after the first install finds it).
+  only), a fresh process. As any run after the first finds it: one untimed warm-up run builds the
+  compiled kernels (trident.curate.kernel_build; numba's JIT cache where no C compiler is found), and
+  trident's bytecode is compiled first (as pip does; PYTHONDONTWRITEBYTECODE on this machine
+  would otherwise leave every process compiling trident from source).
 - datasketch: a fresh `python benchmarks/dedup_mixes.py --datasketch IN OUT` process: MinHash
   (num_perm=100, seed=1; its default sha1 hash) over the same shingles (minhash.shingles),
   MinHashLSH(params=(20, 5)), the usual one pass: a document whose query finds a kept document is
   dropped, otherwise inserted and its raw line written. No verification.
 Both read the same shards and write the kept lines as JSONL.zst. Figures: wall seconds and CPU
 seconds (the child's user + system, from getrusage) of each process, best of `--rounds` (methods
-alternate), docs/s, the ratio trident / datasketch, and trident's 1 -> 2 worker wall speed-up.
+alternate), docs/s, the ratio trident / datasketch, and trident's 1 -> 2 worker wall speed-up
+and CPU ratio (own runs, alternating), beside this machine's ceiling measured before and after:
+two pure-Python loops in two processes against one (benchmarks/common.py two_process_ceiling).
 Quality: planted copies dropped (recall) and documents dropped that are not planted copies of
 one another (a kept original counts as right).
 
@@ -197,10 +201,11 @@ def run_case(work: Path, docs: int, mix: str, rate: float, rounds: int, workers:
         for name in (["trident", "datasketch"] if r % 2 == 0 else ["datasketch", "trident"]):
             wall, cpu = timed(commands[name](work / f"out_{name}"))
             best[name] = min(best.get(name, (wall, cpu)), (wall, cpu))
-    if workers:
+    if workers:  # 1 and 2 workers alternating, so both see the same machine
         for r in range(rounds):
-            best["trident_2w"] = min(best.get("trident_2w", (1e9, 0)),
-                                     timed(commands["trident"](work / "out_2w", 2)))
+            for w in ((2, 1) if r % 2 == 0 else (1, 2)):
+                key, out = ("trident_2w", work / "out_2w") if w == 2 else ("trident_1w", work / "out_1w")
+                best[key] = min(best.get(key, (1e9, 0)), timed(commands["trident"](out, w)))
     row = {"mix": mix, "rate": rate, "docs": docs, "mb": sum(len(t.encode()) for t in texts) / 1e6,
            "trident_wall_s": best["trident"][0], "trident_cpu_s": best["trident"][1],
            "datasketch_wall_s": best["datasketch"][0], "datasketch_cpu_s": best["datasketch"][1],
@@ -209,8 +214,9 @@ def run_case(work: Path, docs: int, mix: str, rate: float, rounds: int, workers:
     row["trident_docs_per_s"] = docs / best["trident"][0]
     row["datasketch_docs_per_s"] = docs / best["datasketch"][0]
     if workers:
-        row["trident_2w_wall_s"] = best["trident_2w"][0]
-        row["workers_1_to_2"] = best["trident"][0] / best["trident_2w"][0]
+        row["trident_2w_wall_s"], row["trident_2w_cpu_s"] = best["trident_2w"]
+        row["workers_1_to_2"] = best["trident_1w"][0] / best["trident_2w"][0]
+        row["cpu_2w_over_1w"] = best["trident_2w"][1] / best["trident_1w"][1]
         if kept_ids(work / "out_2w") != kept_ids(work / "out_trident"):
             raise SystemExit(f"{mix}/{rate}: 2 workers kept other documents than 1 worker")
     row["trident_quality"] = quality(kept_ids(work / "out_trident"), planted, docs)
@@ -228,27 +234,39 @@ def main() -> None:
     args = parser.parse_args()
     if args.datasketch:
         return datasketch_dedup(Path(args.datasketch[0]), Path(args.datasketch[1]))
-    from common import emit_json, load_average, print_table  # not in the datasketch process: torch
+    from common import emit_json, load_average, print_table, two_process_ceiling  # not in the datasketch process
 
     if importlib.util.find_spec("datasketch") is None:
         sys.exit("benchmarks/dedup_mixes.py compares against datasketch, which is not installed: pip install -e .[bench]")
     docs, rounds = (2000, 1) if args.quick else (args.docs, args.rounds)
     cases = [("small", 0.05), ("web", 0.05), ("web", 0.15), ("web", 0.30), ("long", 0.15)]
     load_before, rows = load_average(), []
+    ceiling = [two_process_ceiling()] if not args.no_workers else []
+    # As after an install: trident's bytecode compiled (pip does it; this machine's
+    # PYTHONDONTWRITEBYTECODE would leave trident alone to compile from source in every process).
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "src" / "trident")], check=True)
     with tempfile.TemporaryDirectory() as tmp:
         warm = Path(tmp) / "warm"
-        run_case(warm, 200, "small", 0.1, 1, False)  # numba compiles into its on-disk cache once
+        run_case(warm, 200, "small", 0.1, 1, False)  # the kernels are built (or numba's cache filled) once
         for mix, rate in cases:
             rows.append(run_case(Path(tmp) / f"{mix}{rate}", docs, mix, rate, rounds, not args.no_workers))
+    ceiling += [two_process_ceiling()] if not args.no_workers else []
     print_table("fuzzy dedup end to end (one process each, start-up included; char 5-grams, 100 hashes, 20x5, J>=0.7)",
                 ["mix", "dup rate", "docs", "MB", "trident docs/s", "datasketch docs/s", "x wall", "x CPU",
-                 "1->2 workers", "recall t/d", "wrong drops t/d"],
+                 "1->2 workers", "CPU 2w/1w", "recall t/d", "wrong drops t/d"],
                 [[r["mix"], r["rate"], r["docs"], round(r["mb"], 1), round(r["trident_docs_per_s"]),
                   round(r["datasketch_docs_per_s"]), round(r["speedup_wall"], 1), round(r["speedup_cpu"], 1),
-                  round(r.get("workers_1_to_2", float("nan")), 2),
+                  round(r.get("workers_1_to_2", float("nan")), 2), round(r.get("cpu_2w_over_1w", float("nan")), 2),
                   f"{r['trident_quality']['recall']:.3f}/{r['datasketch_quality']['recall']:.3f}",
                   f"{r['trident_quality']['wrong_drops']}/{r['datasketch_quality']['wrong_drops']}"] for r in rows])
-    emit_json("dedup_mixes", {"cases": rows, "load_before": load_before, "load_after": load_average()})
+    if ceiling:
+        print(f"1 -> 2 workers {min(r['workers_1_to_2'] for r in rows):.2f}-{max(r['workers_1_to_2'] for r in rows):.2f}x "
+              f"(CPU 2w/1w {min(r['cpu_2w_over_1w'] for r in rows):.2f}-{max(r['cpu_2w_over_1w'] for r in rows):.2f}); "
+              f"this machine's ceiling, two pure-Python loops in two processes over one: "
+              f"{' / '.join(str(c['throughput']) for c in ceiling)}x (before / after; CPU per step "
+              f"{' / '.join(str(c['cpu_per_step']) for c in ceiling)})")
+    print(f"load average before {load_before['load_1m']}, after {load_average()['load_1m']}")
+    emit_json("dedup_mixes", {"cases": rows, "ceiling": ceiling, "load_before": load_before, "load_after": load_average()})
 
 
 if __name__ == "__main__":
