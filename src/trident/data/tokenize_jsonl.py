@@ -1,8 +1,9 @@
 """JSONL corpora -> one Megatron indexed dataset, encoded by a pool of worker processes.
 
-The main process reads raw lines (decompressing .gz/.zst) and hands chunks of them to workers,
-which decode, parse and encode them; results come back in input order, so the output does not
-depend on the number of workers. Each worker encodes on one core (Rust's batch threads off, in the
+The main process reads raw lines (decompressing .gz/.zst) and hands chunks of them to helper
+processes, which decode, parse and encode them, encoding chunks itself while the helpers are busy
+(N workers: this process and N - 1 helpers); results are taken in input order, so the output does
+not depend on the number of workers. Each worker encodes on one core (Rust's batch threads off, in the
 pool and in-process alike), and a chunk's tokens come back as one array, which the main process
 writes in one call: its share of the work stays small, so two workers are nearly
 twice one. Each document gets EOD appended (Megatron's --append-eod).
@@ -124,25 +125,38 @@ def _chunks(inputs: list[Path], max_doc_bytes: int | None) -> Iterator[tuple[str
 
 
 def _encoded(inputs, tokenizer_path: str, json_key: str, workers: int, max_doc_bytes: int | None) -> Iterator[tuple]:
-    """(input path, encoded chunk) in input order; at most a few chunks per worker in flight."""
+    """(input path, encoded chunk) in input order; at most a few chunks per worker in flight.
+    With N workers this process is one of them: it encodes a chunk itself whenever the N - 1 helper
+    processes have two each queued, so N workers cost N interpreter starts and tokenizer loads, as
+    N separate runs would, not N + 1."""
+    _load_encoder(tokenizer_path, json_key)
     if workers <= 1:
-        _load_encoder(tokenizer_path, json_key)
         with _one_thread_encoding():
             for chunk in _chunks(inputs, max_doc_bytes):
                 yield chunk[0], _encode_chunk(chunk)
         return
     # spawn: a fork would inherit the parent's tokenizer thread pool (and torch), which can deadlock
     context = multiprocessing.get_context("spawn")
-    with context.Pool(workers, initializer=_init_worker, initargs=(tokenizer_path, json_key)) as pool:
-        pending: deque = deque()
+    helpers = workers - 1
+    with context.Pool(helpers, initializer=_init_worker, initargs=(tokenizer_path, json_key)) as pool, \
+            _one_thread_encoding():
+        pending: deque = deque()  # (path, AsyncResult or this process's finished result), in input order
         for chunk in _chunks(inputs, max_doc_bytes):
-            pending.append((chunk[0], pool.apply_async(_encode_chunk, (chunk,))))
-            if len(pending) >= 4 * workers:
+            queued = sum(1 for _, work in pending if not isinstance(work, tuple) and not work.ready())
+            if queued < 2 * helpers:
+                pending.append((chunk[0], pool.apply_async(_encode_chunk, (chunk,))))
+            else:
+                pending.append((chunk[0], _encode_chunk(chunk)))
+            while pending and (_finished(pending[0][1]) or len(pending) >= 4 * workers):
                 path, work = pending.popleft()
-                yield path, work.get()
+                yield path, work if isinstance(work, tuple) else work.get()
         while pending:
             path, work = pending.popleft()
-            yield path, work.get()
+            yield path, work if isinstance(work, tuple) else work.get()
+
+
+def _finished(work) -> bool:
+    return isinstance(work, tuple) or work.ready()
 
 
 def _check_inputs(inputs) -> list[Path]:
