@@ -2,13 +2,12 @@
 kept documents against those the implementation before the kernels kept (recorded, see dedup_fixtures)."""
 import json
 import os
-import random
 
 import numpy as np
 import pytest
 import xxhash
 
-from dedup_fixtures import RECORDED, SETTINGS, corpus_shards
+from dedup_fixtures import RECORDED, SETTINGS, corpus_shards, odd_texts
 from trident.curate.document import Document
 from trident.curate.executors import LocalExecutor
 from trident.curate.fuzzy_dedup import FuzzyDedup
@@ -16,15 +15,6 @@ from trident.curate.minhash import MinHasher, jaccard, normalize_for_shingles, s
 from trident.curate.shards import read_shard, write_shard
 from trident.curate.shingle_kernel import (band_keys, minhash_signatures, normalised_bytes, pair_jaccard,
                                            shingle_hashes_flat, xxh64_bytes)
-
-
-def odd_texts(seed: int = 0) -> list[str]:
-    """Every kind of whitespace, multi-byte and case-changing characters, short and empty texts."""
-    rng = random.Random(seed)
-    alphabet = "ab cD\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f  xyZé’—\x85\xa0\u1680\u2003\u2028\u3000😀İǅß日"
-    fixed = ["", " ", "\u3000", "a", "ab", "abcde", " abcde ", "Zé  xx", "ÀB", "x" * 40, "é" * 40, "😀" * 9,
-             "\ud800 lone surrogate"]
-    return fixed + ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 70))) for _ in range(300)]
 
 
 def test_compiled_xxh64_equals_the_library():

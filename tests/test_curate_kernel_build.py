@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from test_curate_dedup_kernels import odd_texts
+from dedup_fixtures import odd_texts
 from trident.curate import kernel_build, shingle_jit
 from trident.curate.minhash import MinHasher
 from trident.curate.shingle_kernel import _ASCII_SPACE, _WIDE_SPACES, _XXH3_SECRET
