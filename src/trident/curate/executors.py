@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from collections import deque
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from typing import Any, Callable
 
 from trident.curate.document import CurateError
@@ -41,8 +42,9 @@ def _progress(total: int, desc: str | None, enabled: bool):
 
 
 class LocalExecutor:
-    """`workers` local processes (1: in this process, no pool). The pool starts on first use and
-    is reused by every later `map` until `close`, so its start-up cost is paid once a run."""
+    """`workers` local processes: this one and `workers - 1` helpers (1: this process alone, no
+    pool). The pool starts on first use and is reused by every later `map` until `close`, so its
+    start-up cost is paid once a run."""
 
     dedup_on_workers = False  # fuzzy dedup's union-find runs here, on one machine
 
@@ -68,14 +70,26 @@ class LocalExecutor:
             bar.close()
 
     def _pool_map(self, fn, items: list, bar) -> list:
+        """This process is one of the workers: it runs the next item itself while each of the
+        `workers - 1` helper processes has one queued, so N workers start N - 1 interpreters."""
+        helpers = self.workers - 1
         if self._pool is None:
-            # spawn: workers start clean (no inherited threads or locks), like Ray workers do.
-            self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=multiprocessing.get_context("spawn"))
+            # spawn: helpers start clean (no inherited threads or locks), like Ray workers do.
+            self._pool = ProcessPoolExecutor(max_workers=helpers, mp_context=multiprocessing.get_context("spawn"))
         results: list[Any] = [None] * len(items)
-        futures = {self._pool.submit(fn, item): i for i, item in enumerate(items)}
-        for future in as_completed(futures):
-            results[futures[future]] = future.result()
-            bar.update()
+        waiting, futures = deque(range(len(items))), {}
+        while waiting or futures:
+            while waiting and len(futures) < helpers:
+                index = waiting.popleft()
+                futures[self._pool.submit(fn, items[index])] = index
+            if waiting:
+                index = waiting.popleft()
+                results[index] = fn(items[index])
+                bar.update()
+            done = [f for f in futures if f.done()] if waiting else wait(futures, return_when=FIRST_COMPLETED).done
+            for future in done:
+                results[futures.pop(future)] = future.result()
+                bar.update()
         return results
 
     def close(self) -> None:

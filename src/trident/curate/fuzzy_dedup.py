@@ -284,7 +284,7 @@ class FuzzyDedup(GlobalStage):
         """True Jaccard of every candidate pair (order of ``pairs``), from the hashes the signing kept."""
         if len(pairs) == 0:
             return np.zeros(0, dtype=np.float32)
-        # At least one task per worker: the pool shares the merging, and this process never loads the kernels.
+        # At least one task per worker (this process is one of them): every worker shares the merging.
         tasks = max(-(-len(pairs) // _VERIFY_BATCH), min(len(pairs), getattr(executor, "workers", 1)))
         size = -(-len(pairs) // tasks)
         jobs = [{"pairs": pairs[i : i + size], "shingle_dir": str(work / "shingles"), "ngram": self.minhash["ngram"],
