@@ -57,6 +57,20 @@ def test_a_failed_build_leaves_the_jit_and_its_reason(tmp_path, monkeypatch):
         kernel_build.aot_module("aot")
 
 
+def test_an_unwritable_cache_or_a_broken_module_leaves_the_jit(tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("TRIDENT_CACHE", str(blocker))  # kernels/ cannot be made under a file
+    assert kernel_build.aot_module("auto") is None
+    with pytest.raises(kernel_build.KernelBuildError, match="unavailable"):
+        kernel_build.aot_module("aot")
+    monkeypatch.setenv("TRIDENT_CACHE", str(tmp_path / "cache"))
+    broken = kernel_build.extension_path()
+    broken.parent.mkdir(parents=True)
+    broken.write_bytes(b"not a shared library")
+    assert kernel_build.aot_module("auto") is None
+
+
 def test_the_mode_is_checked(monkeypatch):
     monkeypatch.setenv("TRIDENT_KERNELS", "fast")
     with pytest.raises(ValueError, match="TRIDENT_KERNELS='fast'"):

@@ -165,7 +165,18 @@ def _locked(folder: Path):
 
 
 def aot_module(mode: str = "auto") -> ModuleType | None:
-    """The extension module, built first if need be; None where it cannot be had (reason logged)."""
+    """The extension module, built first if need be; None where it cannot be had (reason logged):
+    a failed build, an unwritable cache folder, a module that does not load."""
+    try:
+        return _built_module(mode)
+    except (OSError, ImportError) as err:
+        if mode == "aot":
+            raise KernelBuildError(f"the ahead-of-time kernels are unavailable: {err}") from err
+        log.warning("fuzzy dedup kernels: no ahead-of-time module (%s); using numba's JIT", err)
+        return None
+
+
+def _built_module(mode: str) -> ModuleType | None:
     path = extension_path()
     failed = path.with_name(path.name.split(".")[0] + ".failed")
     if path.exists():
