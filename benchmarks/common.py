@@ -10,6 +10,7 @@ import json
 import multiprocessing as mp
 import os
 import queue as queue_module
+import resource
 import statistics
 import subprocess
 import sys
@@ -25,6 +26,21 @@ from trident.train.launch import free_port
 
 # Benchmarks run as `python benchmarks/X.py`; make the sibling module importable for forked workers too.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def timed_processes(*commands: list[str]) -> tuple[float, float]:
+    """(wall seconds, CPU seconds) of child processes started together and run to completion (CPU:
+    theirs and their own children's), trident imported from this checkout's src/."""
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    before, start = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
+    procs = [subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+             for command in commands]
+    failed = [command for command, proc in zip(commands, procs) if proc.wait() != 0]
+    if failed:
+        raise SystemExit(f"failed (run it by hand to see why): {' '.join(map(str, failed[0]))}")
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.perf_counter() - start, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 class RandomTokens:

@@ -34,15 +34,12 @@ import importlib.util
 import io
 import itertools
 import json
-import os
 import random
 import re
-import resource
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
 import zlib
 from pathlib import Path
 
@@ -156,11 +153,9 @@ def datasketch_dedup(src: Path, out: Path) -> None:
 # ---- measurement -----------------------------------------------------------------------------------
 def timed(cmd: list[str]) -> tuple[float, float]:
     """(wall seconds, CPU seconds) of one child process run to completion."""
-    before, start = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
-    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return time.perf_counter() - start, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    from common import timed_processes  # here: the datasketch child process runs this file without trident
+
+    return timed_processes(cmd)
 
 
 def kept_ids(folder: Path) -> set[str]:

@@ -29,17 +29,13 @@ import filecmp
 import json
 import os
 import random
-import resource
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from common import emit_json, load_average, print_table, two_process_ceiling
+from common import emit_json, load_average, print_table, timed_processes, two_process_ceiling
 from dedup_mixes import paragraph_doc, vocabulary
 
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def write_corpus(path: Path, docs: int, seed: int = 0) -> None:
@@ -49,15 +45,6 @@ def write_corpus(path: Path, docs: int, seed: int = 0) -> None:
         for i in range(docs):
             text = paragraph_doc(rng, vocab, cumulative, int(500 * 10 ** rng.random()))
             out.write(json.dumps({"id": f"d{i}", "text": text}) + "\n")
-
-
-def timed(cmd: list[str]) -> tuple[float, float]:
-    """(wall seconds, CPU seconds of the child and its children)."""
-    before, start = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
-    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return time.perf_counter() - start, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def trident_command(corpus: Path, tokenizer: Path, prefix: Path, workers: int) -> list[str]:
@@ -92,14 +79,7 @@ def halves_at_once(corpus: Path, tokenizer: Path, work: Path) -> tuple[float, fl
     halves = [work / "half0.jsonl", work / "half1.jsonl"]
     halves[0].write_text("".join(lines[: len(lines) // 2]), encoding="utf-8")
     halves[1].write_text("".join(lines[len(lines) // 2 :]), encoding="utf-8")
-    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    before, start = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
-    procs = [subprocess.Popen(trident_command(h, tokenizer, work / f"h{k}", 1), env=env, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL) for k, h in enumerate(halves)]
-    if any(p.wait() != 0 for p in procs):
-        raise SystemExit("a half-corpus trident tokenize run failed")
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return time.perf_counter() - start, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return timed_processes(*(trident_command(h, tokenizer, work / f"h{k}", 1) for k, h in enumerate(halves)))
 
 
 def identical(prefix_a: Path, prefix_b: Path) -> bool:
@@ -113,7 +93,7 @@ def measure(corpus: Path, tokenizer: Path, work: Path, rounds: int, script: Path
     main: dict[int, float] = {}  # the reading/writing process's CPU seconds (stats: main_process_cpu_s)
     for r in range(rounds):
         for workers in ((1, 2) if r % 2 == 0 else (2, 1)):
-            result = timed(trident_command(corpus, tokenizer, work / f"t{workers}", workers))
+            result = timed_processes(trident_command(corpus, tokenizer, work / f"t{workers}", workers))
             main_cpu = json.loads((work / f"t{workers}.stats.json").read_text())["main_process_cpu_s"]
             if result < best.get(f"trident_{workers}", (float("inf"),)):
                 best[f"trident_{workers}"], main[workers] = result, main_cpu
@@ -121,7 +101,7 @@ def measure(corpus: Path, tokenizer: Path, work: Path, rounds: int, script: Path
                                      halves_at_once(corpus, tokenizer, work))
     for workers in (1, 2) if script is not None else ():
         for _ in range(rounds):
-            result = timed(megatron_command(script, corpus, tokenizer, work / f"m{workers}", workers))
+            result = timed_processes(megatron_command(script, corpus, tokenizer, work / f"m{workers}", workers))
             best[f"megatron_{workers}"] = min(best.get(f"megatron_{workers}", result), result)
     return best, main
 

@@ -54,9 +54,9 @@ def rehearse(config: Config, world_size: int, ranks: list[int] | None = None, st
     if pool is not None:
         results = [finish(result) for result in pool.starmap(_child, jobs)]
     else:
-        results = []
+        results, context = [], clean_process_context(("trident.rehearse.rank",))
         for job in jobs:
-            with clean_process_context(("trident.rehearse.rank",)).Pool(1) as fresh:
+            with context.Pool(1) as fresh:
                 results.append(finish(fresh.apply(_child, job)))
     layout = {"world_size": world_size, "tp": p.tp, "pp": p.pp, "dp": world_size // (p.tp * p.pp),
               "virtual_stages": p.virtual_stages, "schedule": p.schedule, "zero_stage": p.zero_stage,
