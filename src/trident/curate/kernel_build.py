@@ -157,10 +157,9 @@ def _locked(folder: Path):
     handle = open(folder / ".lock", "a+")
     try:
         import fcntl
-
-        fcntl.flock(handle, fcntl.LOCK_EX)
     except ImportError:  # no fcntl: builds may overlap; each renames a whole file into place
-        pass
+        return handle
+    fcntl.flock(handle, fcntl.LOCK_EX)
     return handle
 
 
