@@ -1,4 +1,6 @@
 import os
+import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -6,6 +8,23 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+def pytest_configure(config):
+    """The session's first process (xdist's controller, or pytest alone) starts kernel_warmup.py at
+    the lowest priority: dedup's compiled kernels are built in idle CPU time, not inside a test."""
+    if hasattr(config, "workerinput"):
+        return
+    config.kernel_warmup = subprocess.Popen(
+        [sys.executable, str(Path(__file__).with_name("kernel_warmup.py"))], stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL, start_new_session=True, preexec_fn=lambda: os.nice(19))
+
+
+def pytest_unconfigure(config):
+    warmup = getattr(config, "kernel_warmup", None)
+    if warmup is not None and warmup.poll() is None:  # the session is over: nothing waits for it now
+        os.killpg(warmup.pid, signal.SIGTERM)
+        warmup.wait()
 
 
 @pytest.fixture(autouse=True)
