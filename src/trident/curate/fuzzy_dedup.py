@@ -229,6 +229,8 @@ def cluster_size_bin(size: int) -> str:
 class FuzzyDedup(GlobalStage):
     """Drop near-duplicates: MinHash + LSH candidates, verified by Jaccard, one kept per component."""
 
+    worker_modules = ("trident.curate.shingle_kernel",)
+
     def __init__(self, num_hashes: int = 100, bands: int = 10, ngram: int = 5, shingle: str = "char",
                  seed: int = 1, threshold: float = 0.7, priority: list[str] | None = None,
                  priority_field: str = "dataset", scope: str = "global", partitions: int = 16,

@@ -29,7 +29,7 @@ from trident.config.typed import fill
 from trident.curate.document import CurateError, Document
 from trident.curate.droplog import check_logged, publish_logs
 from trident.curate.executors import make_executor
-from trident.curate.runner import import_modules, run_global_phase, run_stream_phase, split_phases
+from trident.curate.runner import import_modules, run_global_phase, run_stream_phase, split_phases, task_modules
 from trident.curate.settings import (
     NAME,
     CurateConfigError,
@@ -207,6 +207,7 @@ def run_pipeline(config: str | Path | dict | list | CurationConfig, inputs: list
     options = {"strict": cfg.strict, "max_doc_bytes": cfg.max_doc_bytes, "modules": cfg.modules}
     start = time.time()
     pool = make_executor(cfg.executor, cfg.workers, cfg.ray_address, progress=cfg.progress)
+    pool.warm_up(task_modules(specs, cfg.modules))
     try:
         current, stage_stats, errors, problems = _run_phases(specs, files, work, pool, options)
     finally:

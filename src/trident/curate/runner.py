@@ -54,6 +54,15 @@ def import_modules(modules: list[str]) -> None:
             raise CurateError(f"pipeline config: modules: cannot import {module!r} ({err})") from err
 
 
+def task_modules(specs: list[dict], modules: list[str]) -> list[str]:
+    """Every module a worker process needs for the tasks of these stages (for executor.warm_up)."""
+    needed = [__name__, *modules]
+    for spec in specs:
+        cls = stage_class(spec["stage"])
+        needed += [cls.__module__, *cls.worker_modules]
+    return list(dict.fromkeys(needed))
+
+
 def _timed(docs: Iterator, spent: list[float], slot: int) -> Iterator:
     """Pass `docs` through, adding the time spent producing each item to spent[slot] (this
     includes the time of the generators upstream; stream_shard subtracts it)."""

@@ -66,6 +66,7 @@ class Stage:
     """Base of all stages: a registry `name`, the keyword parameters it was built with, counters."""
 
     name: str = ""
+    worker_modules: tuple[str, ...] = ()  # imported inside its tasks: worker processes load them at start
 
     def __init__(self, **params: Any) -> None:
         self.params = params

@@ -1,0 +1,40 @@
+"""LocalExecutor: results in input order from this process and its helpers, helpers started (and their
+modules imported) by warm_up before the first map, and no worker left idle while another finishes an item."""
+import os
+import time
+
+import pytest
+
+from trident.curate.executors import LocalExecutor
+
+
+def _pid_after(seconds: float) -> int:
+    time.sleep(seconds)
+    return os.getpid()
+
+
+def _square(x: int) -> int:
+    return x * x
+
+
+@pytest.mark.timeout(60)
+def test_two_workers_share_equal_items_evenly_and_keep_the_order():
+    executor = LocalExecutor(workers=2, progress=False)
+    try:
+        executor.warm_up(["json", __name__])
+        assert executor.map(_square, list(range(7))) == [x * x for x in range(7)]  # the helper is up now
+        pids = executor.map(_pid_after, [0.5] * 4)
+        # Each worker holds one item and takes the next when it finishes. Before, this process ran its
+        # next item whenever the helper was a moment behind, and the helper then sat idle: 3 + 1.
+        assert sorted(pids.count(pid) for pid in set(pids)) == [2, 2]
+        assert os.getpid() in pids
+    finally:
+        executor.close()
+
+
+def test_one_worker_runs_everything_here_and_warm_up_starts_nothing():
+    executor = LocalExecutor(workers=1, progress=False)
+    executor.warm_up([__name__])
+    assert executor._pool is None
+    assert executor.map(_pid_after, [0.0, 0.0]) == [os.getpid()] * 2
+    executor.close()
