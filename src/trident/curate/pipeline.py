@@ -207,8 +207,8 @@ def run_pipeline(config: str | Path | dict | list | CurationConfig, inputs: list
     options = {"strict": cfg.strict, "max_doc_bytes": cfg.max_doc_bytes, "modules": cfg.modules}
     start = time.time()
     pool = make_executor(cfg.executor, cfg.workers, cfg.ray_address, progress=cfg.progress)
-    pool.warm_up(task_modules(specs, cfg.modules))
     try:
+        pool.warm_up(task_modules(specs, cfg.modules))
         current, stage_stats, errors, problems = _run_phases(specs, files, work, pool, options)
     finally:
         pool.close()
