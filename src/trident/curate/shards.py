@@ -70,11 +70,16 @@ def read_documents(path: Path, log: RecordLog, dataset: str | None = None,
     fmt = input_format(path)
     reader = {"warc": _read_warc, "html": _read_html, "jsonl": _read_jsonl}[fmt]
     for doc in reader(path, log, max_doc_bytes):
-        doc.meta.setdefault("source", path.name)
-        if dataset is not None:
-            doc.meta.setdefault("dataset", dataset)
         log.counters["out"] += 1
-        yield doc
+        yield _tagged(doc, path, dataset)
+
+
+def _tagged(doc: Document, path: Path, dataset: str | None) -> Document:
+    """``doc`` with meta source (the file's name) and dataset, where it has none of its own."""
+    doc.meta.setdefault("source", path.name)
+    if dataset is not None:
+        doc.meta.setdefault("dataset", dataset)
+    return doc
 
 
 def read_shard(path: Path) -> Iterator[Document]:
@@ -122,11 +127,8 @@ def record_lines(path: Path, log: RecordLog, dataset: str | None = None,
             counters["in"] += 1
             doc = _document(path, result, log)
             if doc is not None:
-                doc.meta.setdefault("source", path.name)
-                if dataset is not None:
-                    doc.meta.setdefault("dataset", dataset)
                 counters["out"] += 1
-                yield json.dumps(doc.to_json(), ensure_ascii=False).encode("utf-8")
+                yield json.dumps(_tagged(doc, path, dataset).to_json(), ensure_ascii=False).encode("utf-8")
     except UnreadableFile as err:
         counters["in"] += 1
         log.bad(path, f"line {err.line}", "unreadable_file", err.detail)

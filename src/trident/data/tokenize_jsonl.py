@@ -142,21 +142,26 @@ def _encoded(inputs, tokenizer_path: str, json_key: str, workers: int, max_doc_b
             _one_thread_encoding():
         pending: deque = deque()  # (path, AsyncResult or this process's finished result), in input order
         for chunk in _chunks(inputs, max_doc_bytes):
-            queued = sum(1 for _, work in pending if not isinstance(work, tuple) and not work.ready())
+            queued = sum(1 for _, work in pending if not _finished(work))
             if queued < 2 * helpers:
                 pending.append((chunk[0], pool.apply_async(_encode_chunk, (chunk,))))
             else:
                 pending.append((chunk[0], _encode_chunk(chunk)))
             while pending and (_finished(pending[0][1]) or len(pending) >= 4 * workers):
                 path, work = pending.popleft()
-                yield path, work if isinstance(work, tuple) else work.get()
+                yield path, _result(work)
         while pending:
             path, work = pending.popleft()
-            yield path, work if isinstance(work, tuple) else work.get()
+            yield path, _result(work)
 
 
 def _finished(work) -> bool:
+    """Whether a pending entry is done: this process's own result (a tuple) or a ready AsyncResult."""
     return isinstance(work, tuple) or work.ready()
+
+
+def _result(work) -> tuple:
+    return work if isinstance(work, tuple) else work.get()
 
 
 def _check_inputs(inputs) -> list[Path]:
