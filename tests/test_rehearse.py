@@ -68,3 +68,32 @@ def test_bad_requests_fail_at_start_with_exit_2(args, message, capsys):
 
     assert main(["rehearse", "tiny", *LAYOUT, "--gpus", "4", *args]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_phase_peak_never_counts_what_reference_cycles_left_from_the_phase_before():
+    """A tensor an earlier phase left in a reference cycle is freed before the next phase is measured,
+    whenever Python's own cyclic gc would have run (it once added 8 KB to a real rank's "buffers")."""
+    import gc
+
+    import torch
+
+    from trident.rehearse.live_bytes import LiveBytes
+    from trident.rehearse.rank import _step
+
+    class CycleLeavingModel:
+        def train_step(self, batches, divisor, lr, on_phase):
+            cycle = {"activation": torch.ones(2048)}
+            cycle["self"] = cycle  # garbage once this frame ends, freed only by the cyclic gc
+            del cycle
+            on_phase("forward_backward")
+            torch.ones(16)  # a temporary, freed at once
+            on_phase("finalize")
+            on_phase("step")
+
+    gc.disable()
+    try:
+        with LiveBytes() as live:
+            peaks = _step(CycleLeavingModel(), live, [], 1, 0.0)
+    finally:
+        gc.enable()
+    assert peaks == {"forward_backward": 2048 * 4, "finalize": 16 * 4, "step": 0}

@@ -21,6 +21,7 @@ Memory is counted by category (LiveBytes sees every tensor the code allocates):
 """
 from __future__ import annotations
 
+import gc
 import resource
 import time
 
@@ -54,10 +55,15 @@ def _batches(config: Config, mesh) -> tuple[list, int]:
 def _step(model: ParallelModel, live: LiveBytes, batches: list, divisor: int, lr: float) -> dict[str, int]:
     """One training step; the live-bytes peak of each phase above the level before the step."""
     peaks: dict[str, int] = {}
+    gc.collect()  # the level before the step: what is reachable, not what gc has yet to free
     before = live.now
 
     def on_phase(name: str) -> None:
         peaks[name] = live.peak - before
+        # Tensors a phase leaves in reference cycles (a lazy import's caught exception keeps the first
+        # forward's frames) live until Python's cyclic gc happens to run: freed at every phase's end,
+        # so the next phase's peak never depends on when that was (it once put 8 KB into "buffers").
+        gc.collect()
         live.reset_peak()
 
     live.reset_peak()
