@@ -20,12 +20,14 @@ Settings (MT-NLG as in issue 33): char 5-grams, 100 hashes, 20 bands of 5 rows, 
 Both read the same shards and write the kept lines as JSONL.zst. Figures: wall seconds and CPU
 seconds (the child's user + system, from getrusage) of each process, best of `--rounds` (methods
 alternate), docs/s, the ratio trident / datasketch, and trident's 1 -> 2 worker wall speed-up
-and CPU ratio (own runs, alternating), beside this machine's ceiling measured before and after:
-two pure-Python loops in two processes against one (benchmarks/common.py two_process_ceiling).
+and CPU ratio (own runs, alternating) on the same corpus and on one 4x its size (same mix and rate:
+a run's start-up, ~0.5 s the same for both, is most of what 2 workers cannot split in a 2-7 s run),
+beside this machine's ceiling measured before and after: two pure-Python loops in two processes
+against one (benchmarks/common.py two_process_ceiling).
 Quality: planted copies dropped (recall) and documents dropped that are not planted copies of
 one another (a kept original counts as right).
 
-    python benchmarks/dedup_mixes.py [--quick] [--docs N] [--rounds N] [--no-workers]
+    python benchmarks/dedup_mixes.py [--quick] [--docs N] [--rounds N] [--workers-docs [N ...]]
 """
 from __future__ import annotations
 
@@ -181,29 +183,20 @@ def quality(kept: set[str], planted: dict[int, int], docs: int) -> dict:
     return {"dropped": len(dropped), "recall": found / max(1, len(planted)), "wrong_drops": wrong}
 
 
-def run_case(work: Path, docs: int, mix: str, rate: float, rounds: int, workers: bool) -> dict:
+def run_case(work: Path, docs: int, mix: str, rate: float, rounds: int, workers_docs: list[int]) -> dict:
     texts, planted = make_corpus(docs, mix, rate, seed=zlib.crc32(f"{mix}{rate}".encode()))
     src = work / "in"
     write_shards(texts, src)
     config = work / "fuzzy.yaml"
     config.write_text(CONFIG)
-    commands = {
-        "trident": lambda out, w=1: [sys.executable, "-m", "trident", "curate", str(config), "--input", str(src),
-                                     "--out", str(out), f"workers={w}"],
-        "datasketch": lambda out: [sys.executable, __file__, "--datasketch", str(src), str(out)],
-    }
+    commands = {"trident": lambda out: trident_command(config, src, out, 1),
+                "datasketch": lambda out: [sys.executable, __file__, "--datasketch", str(src), str(out)]}
     best: dict[str, tuple[float, float]] = {}
     for r in range(rounds):
         for name in (["trident", "datasketch"] if r % 2 == 0 else ["datasketch", "trident"]):
             shutil.rmtree(work / f"out_{name}", ignore_errors=True)  # a fresh output folder, not timed
             wall, cpu = timed(commands[name](work / f"out_{name}"))
             best[name] = min(best.get(name, (wall, cpu)), (wall, cpu))
-    if workers:  # 1 and 2 workers alternating, so both see the same machine
-        for r in range(rounds):
-            for w in ((2, 1) if r % 2 == 0 else (1, 2)):
-                key, out = ("trident_2w", work / "out_2w") if w == 2 else ("trident_1w", work / "out_1w")
-                shutil.rmtree(out, ignore_errors=True)
-                best[key] = min(best.get(key, (1e9, 0)), timed(commands["trident"](out, w)))
     row = {"mix": mix, "rate": rate, "docs": docs, "mb": sum(len(t.encode()) for t in texts) / 1e6,
            "trident_wall_s": best["trident"][0], "trident_cpu_s": best["trident"][1],
            "datasketch_wall_s": best["datasketch"][0], "datasketch_cpu_s": best["datasketch"][1],
@@ -211,15 +204,35 @@ def run_case(work: Path, docs: int, mix: str, rate: float, rounds: int, workers:
            "speedup_cpu": best["datasketch"][1] / best["trident"][1]}
     row["trident_docs_per_s"] = docs / best["trident"][0]
     row["datasketch_docs_per_s"] = docs / best["datasketch"][0]
-    if workers:
-        row["trident_2w_wall_s"], row["trident_2w_cpu_s"] = best["trident_2w"]
-        row["workers_1_to_2"] = best["trident_1w"][0] / best["trident_2w"][0]
-        row["cpu_2w_over_1w"] = best["trident_2w"][1] / best["trident_1w"][1]
-        if kept_ids(work / "out_2w") != kept_ids(work / "out_trident"):
-            raise SystemExit(f"{mix}/{rate}: 2 workers kept other documents than 1 worker")
     row["trident_quality"] = quality(kept_ids(work / "out_trident"), planted, docs)
     row["datasketch_quality"] = quality(kept_ids(work / "out_datasketch"), planted, docs)
+    row["workers"] = []
+    for size in workers_docs:  # this corpus, or a larger one of the same mix
+        if size != docs:
+            src = work / f"in_{size}"
+            write_shards(make_corpus(size, mix, rate, seed=zlib.crc32(f"{mix}{rate}{size}".encode()))[0], src)
+        row["workers"].append({"docs": size, **workers_speedup(work / f"w{size}", config, src, rounds)})
     return row
+
+
+def trident_command(config: Path, src: Path, out: Path, workers: int) -> list[str]:
+    return [sys.executable, "-m", "trident", "curate", str(config), "--input", str(src), "--out", str(out),
+            f"workers={workers}"]
+
+
+def workers_speedup(work: Path, config: Path, src: Path, rounds: int) -> dict:
+    """trident's 1 -> 2 worker wall speed-up and CPU ratio on `src` (1 and 2 workers alternating, so
+    both see the same machine; best of `rounds` each); exits if the kept documents differ."""
+    best: dict[int, tuple[float, float]] = {}
+    for r in range(rounds):
+        for w in ((2, 1) if r % 2 == 0 else (1, 2)):
+            shutil.rmtree(work / f"out_{w}w", ignore_errors=True)
+            best[w] = min(best.get(w, (1e9, 0)), timed(trident_command(config, src, work / f"out_{w}w", w)))
+    if kept_ids(work / "out_2w") != kept_ids(work / "out_1w"):
+        raise SystemExit(f"{src}: 2 workers kept other documents than 1 worker")
+    shutil.rmtree(work, ignore_errors=True)
+    return {"wall_1w_s": best[1][0], "wall_2w_s": best[2][0], "speedup": best[1][0] / best[2][0],
+            "cpu_2w_over_1w": best[2][1] / best[1][1]}
 
 
 def main() -> None:
@@ -228,7 +241,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="2,000 documents per case, 1 round")
     parser.add_argument("--docs", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--no-workers", action="store_true", help="skip the 2-worker runs")
+    parser.add_argument("--workers-docs", type=int, nargs="*", default=None,
+                        help="corpus sizes of the 1 -> 2 worker runs (default: --docs and 4x --docs; none: skip)")
     args = parser.parse_args()
     if args.datasketch:
         return datasketch_dedup(Path(args.datasketch[0]), Path(args.datasketch[1]))
@@ -237,30 +251,35 @@ def main() -> None:
     if importlib.util.find_spec("datasketch") is None:
         sys.exit("benchmarks/dedup_mixes.py compares against datasketch, which is not installed: pip install -e .[bench]")
     docs, rounds = (2000, 1) if args.quick else (args.docs, args.rounds)
+    sizes = [docs, 4 * docs] if args.workers_docs is None else args.workers_docs
     cases = [("small", 0.05), ("web", 0.05), ("web", 0.15), ("web", 0.30), ("long", 0.15)]
     load_before, rows = load_average(), []
-    ceiling = [two_process_ceiling()] if not args.no_workers else []
+    ceiling = [two_process_ceiling()] if sizes else []
     # As after an install: trident's bytecode compiled (pip does it; this machine's
     # PYTHONDONTWRITEBYTECODE would leave trident alone to compile from source in every process).
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "src" / "trident")], check=True)
     with tempfile.TemporaryDirectory() as tmp:
         warm = Path(tmp) / "warm"
-        run_case(warm, 200, "small", 0.1, 1, False)  # the kernels are built (or numba's cache filled) once
+        run_case(warm, 200, "small", 0.1, 1, [])  # the kernels are built (or numba's cache filled) once
         for mix, rate in cases:
-            rows.append(run_case(Path(tmp) / f"{mix}{rate}", docs, mix, rate, rounds, not args.no_workers))
-    ceiling += [two_process_ceiling()] if not args.no_workers else []
+            rows.append(run_case(Path(tmp) / f"{mix}{rate}", docs, mix, rate, rounds, sizes))
+    ceiling += [two_process_ceiling()] if sizes else []
     print_table("fuzzy dedup end to end (one process each, start-up included; char 5-grams, 100 hashes, 20x5, J>=0.7)",
                 ["mix", "dup rate", "docs", "MB", "trident docs/s", "datasketch docs/s", "x wall", "x CPU",
-                 "1->2 workers", "CPU 2w/1w", "recall t/d", "wrong drops t/d"],
+                 "recall t/d", "wrong drops t/d"],
                 [[r["mix"], r["rate"], r["docs"], round(r["mb"], 1), round(r["trident_docs_per_s"]),
                   round(r["datasketch_docs_per_s"]), round(r["speedup_wall"], 1), round(r["speedup_cpu"], 1),
-                  round(r.get("workers_1_to_2", float("nan")), 2), round(r.get("cpu_2w_over_1w", float("nan")), 2),
                   f"{r['trident_quality']['recall']:.3f}/{r['datasketch_quality']['recall']:.3f}",
                   f"{r['trident_quality']['wrong_drops']}/{r['datasketch_quality']['wrong_drops']}"] for r in rows])
-    if ceiling:
-        print(f"1 -> 2 workers {min(r['workers_1_to_2'] for r in rows):.2f}-{max(r['workers_1_to_2'] for r in rows):.2f}x "
-              f"(CPU 2w/1w {min(r['cpu_2w_over_1w'] for r in rows):.2f}-{max(r['cpu_2w_over_1w'] for r in rows):.2f}); "
-              f"this machine's ceiling, two pure-Python loops in two processes over one: "
+    if sizes:
+        print_table("trident 1 -> 2 workers (best wall of each, alternating; kept documents identical)",
+                    ["mix", "dup rate", "docs", "1 worker s", "2 workers s", "1->2 workers", "CPU 2w/1w"],
+                    [[r["mix"], r["rate"], w["docs"], round(w["wall_1w_s"], 2), round(w["wall_2w_s"], 2),
+                      round(w["speedup"], 2), round(w["cpu_2w_over_1w"], 2)] for r in rows for w in r["workers"]])
+        for size in sizes:
+            got = [w["speedup"] for r in rows for w in r["workers"] if w["docs"] == size]
+            print(f"1 -> 2 workers on {size:,}-document corpora: {min(got):.2f}-{max(got):.2f}x")
+        print(f"this machine's ceiling, two pure-Python loops in two processes over one: "
               f"{' / '.join(str(c['throughput']) for c in ceiling)}x (before / after; CPU per step "
               f"{' / '.join(str(c['cpu_per_step']) for c in ceiling)})")
     print(f"load average before {load_before['load_1m']}, after {load_average()['load_1m']}")

@@ -1,6 +1,7 @@
 """LocalExecutor: results in input order from this process and its helpers, helpers started (and their
 modules imported) by warm_up before the first map, and no worker left idle while another finishes an item."""
 import os
+import threading
 import time
 
 import pytest
@@ -15,6 +16,13 @@ def _pid_after(seconds: float) -> int:
 
 def _square(x: int) -> int:
     return x * x
+
+
+_SET_IN_THIS_PROCESS = []  # a forked helper has a copy; a spawned one imports the module afresh
+
+
+def _copied_state(_) -> tuple[int, list]:
+    return os.getpid(), list(_SET_IN_THIS_PROCESS)
 
 
 @pytest.mark.timeout(60)
@@ -38,3 +46,25 @@ def test_one_worker_runs_everything_here_and_warm_up_starts_nothing():
     assert executor._pool is None
     assert executor.map(_pid_after, [0.0, 0.0]) == [os.getpid()] * 2
     executor.close()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("other_thread", [False, True])
+def test_helpers_fork_only_while_no_other_thread_runs(other_thread):
+    """A forked helper starts in milliseconds, but copies locks other threads may hold: with another
+    thread alive the helper is spawned instead. Either way the results are the same."""
+    _SET_IN_THIS_PROCESS[:] = ["set before the helper started"]
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait, daemon=True)
+    if other_thread:
+        thread.start()
+    executor = LocalExecutor(workers=2, progress=False)
+    try:
+        executor.warm_up([__name__])
+        results = executor.map(_copied_state, list(range(6)))
+    finally:
+        executor.close()
+        stop.set()
+    helper = [state for pid, state in results if pid != os.getpid()]
+    assert helper, "the helper ran no item"
+    assert all(state == ([] if other_thread else _SET_IN_THIS_PROCESS) for state in helper)

@@ -220,6 +220,25 @@ def _verify_task(job: dict) -> np.ndarray:
     return out
 
 
+def _pair_bytes(pairs: np.ndarray, shingle_dir: Path) -> np.ndarray:
+    """Each pair's normalised text bytes (both documents): what verifying it costs, about."""
+    shards, rows = split_keys(pairs.ravel())
+    sizes = np.empty(len(rows), dtype=np.int64)
+    for shard in np.unique(shards).tolist():
+        here = shards == shard
+        with load_array(shingle_dir / f"s{shard:06d}.npz") as data:
+            sizes[here] = np.diff(data["offsets"])[rows[here]]
+    return sizes.reshape(pairs.shape).sum(axis=1)
+
+
+def _equal_cost_bounds(cost: np.ndarray, tasks: int) -> np.ndarray:
+    """Cut points splitting consecutive items into ``tasks`` runs of about equal total cost (pairs of
+    long documents cost more to verify: equal counts left one worker waiting for the other)."""
+    total = np.cumsum(cost)
+    cuts = np.searchsorted(total, total[-1] * np.arange(1, tasks) / tasks, "right") if len(total) else []
+    return np.unique(np.r_[0, cuts, len(cost)]).astype(np.int64)
+
+
 def cluster_size_bin(size: int) -> str:
     """Histogram bin of a duplicate-cluster size: "02".."19", then "20+"."""
     return "20+" if size >= 20 else f"{size:02d}"
@@ -288,9 +307,9 @@ class FuzzyDedup(GlobalStage):
             return np.zeros(0, dtype=np.float32)
         # At least one task per worker (this process is one of them): every worker shares the merging.
         tasks = max(-(-len(pairs) // _VERIFY_BATCH), min(len(pairs), getattr(executor, "workers", 1)))
-        size = -(-len(pairs) // tasks)
-        jobs = [{"pairs": pairs[i : i + size], "shingle_dir": str(work / "shingles"), "ngram": self.minhash["ngram"],
-                 "unit": self.minhash["unit"]} for i in range(0, len(pairs), size)]
+        bounds = _equal_cost_bounds(_pair_bytes(pairs, work / "shingles"), tasks)
+        jobs = [{"pairs": pairs[a:b], "shingle_dir": str(work / "shingles"), "ngram": self.minhash["ngram"],
+                 "unit": self.minhash["unit"]} for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
         return np.concatenate(executor.map(_verify_task, jobs, desc="fuzzy_dedup: verify"))
 
     def _choose_drops(self, verified: np.ndarray, shingle_dir: Path) -> np.ndarray:
