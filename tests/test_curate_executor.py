@@ -1,8 +1,10 @@
 """LocalExecutor: results in input order from this process and its helpers, helpers started (and their
 modules imported) by warm_up before the first map, and no worker left idle while another finishes an item."""
+import multiprocessing
 import os
 import threading
 import time
+from concurrent.futures import ProcessPoolExecutor
 
 import pytest
 
@@ -48,16 +50,12 @@ def test_one_worker_runs_everything_here_and_warm_up_starts_nothing():
     executor.close()
 
 
-@pytest.mark.timeout(60)
-@pytest.mark.parametrize("other_thread", [False, True])
-def test_helpers_fork_only_while_no_other_thread_runs(other_thread):
-    """A forked helper starts in milliseconds, but copies locks other threads may hold: with another
-    thread alive the helper is spawned instead. Either way the results are the same."""
+def _states_seen_by_helper(other_thread: bool) -> list:
+    """In a clean process (no thread but its own): what a LocalExecutor's helper sees of this process."""
     _SET_IN_THIS_PROCESS[:] = ["set before the helper started"]
     stop = threading.Event()
-    thread = threading.Thread(target=stop.wait, daemon=True)
     if other_thread:
-        thread.start()
+        threading.Thread(target=stop.wait, daemon=True).start()
     executor = LocalExecutor(workers=2, progress=False)
     try:
         executor.warm_up([__name__])
@@ -65,6 +63,16 @@ def test_helpers_fork_only_while_no_other_thread_runs(other_thread):
     finally:
         executor.close()
         stop.set()
-    helper = [state for pid, state in results if pid != os.getpid()]
+    return [state for pid, state in results if pid != os.getpid()]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("other_thread", [False, True])
+def test_helpers_fork_only_while_no_other_thread_runs(other_thread):
+    """A forked helper starts in milliseconds, but copies locks other threads may hold: with another
+    thread alive the helper is spawned instead. Either way the results are the same. Run in a fresh
+    process: a test worker may hold threads earlier tests left (servers, Ray)."""
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as clean:
+        helper = clean.submit(_states_seen_by_helper, other_thread).result(timeout=50)
     assert helper, "the helper ran no item"
-    assert all(state == ([] if other_thread else _SET_IN_THIS_PROCESS) for state in helper)
+    assert all(state == ([] if other_thread else ["set before the helper started"]) for state in helper)
