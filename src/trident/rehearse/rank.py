@@ -74,11 +74,15 @@ def _step(model: ParallelModel, live: LiveBytes, batches: list, divisor: int, lr
 def measure(config: Config, mesh, steps: int = 1) -> dict:
     """Build this rank's ParallelModel and run `steps` training steps on a full global batch of
     zeros, counting live bytes; real tensors, or fake ones when called under FakeTensorMode."""
-    with LiveBytes() as live:
-        model = parallelize(config, mesh, torch.device("cpu"))
-        batches, divisor = _batches(config, mesh)
-        phases = [_step(model, live, batches, divisor, config.train.lr) for _ in range(steps)]
-        peak = live.highest
+    gc.freeze()  # what exists already is not this rank's: _step's collections scan only what comes now
+    try:
+        with LiveBytes() as live:
+            model = parallelize(config, mesh, torch.device("cpu"))
+            batches, divisor = _batches(config, mesh)
+            phases = [_step(model, live, batches, divisor, config.train.lr) for _ in range(steps)]
+            peak = live.highest
+    finally:
+        gc.unfreeze()
     files = save_plan(model.state_pieces(), mesh)  # after measuring: its copies are not the step's
     measured = model.state_bytes() | {
         "activations": max(p["forward_backward"] for p in phases),
