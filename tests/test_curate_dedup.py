@@ -226,3 +226,16 @@ def test_fuzzy_same_result_with_worker_processes(tmp_path):
     b = kept_ids(parallel.run(inputs, tmp_path / "p", LocalExecutor(2, progress=False)))
     assert a == b and len(a) == 40
     assert serial.counters == parallel.counters
+
+
+@pytest.mark.parametrize("tasks", [1, 2, 3, 7])
+def test_verification_tasks_cover_every_pair_once_with_about_equal_text(tasks):
+    """Candidate pairs are cut into runs by the bytes their documents hold, not by their count."""
+    from trident.curate.fuzzy_dedup import _equal_cost_bounds
+
+    cost = np.array(random.Random(tasks).choices([100, 4_000], weights=[4, 1], k=500))
+    bounds = _equal_cost_bounds(cost, tasks)
+    assert bounds[0] == 0 and bounds[-1] == len(cost) and np.all(np.diff(bounds) > 0)
+    assert len(bounds) - 1 == tasks
+    shares = [cost[a:b].sum() for a, b in zip(bounds[:-1], bounds[1:])]
+    assert max(shares) <= cost.sum() / tasks + cost.max()

@@ -44,10 +44,11 @@ def _progress(total: int, desc: str | None, enabled: bool):
 
 
 def start_method() -> str:
-    """How helpers start: forked while this process runs no other thread (a copy of it, numpy and
-    trident already imported: ~0.05 s, where a fresh interpreter took ~0.5 s of a run of a few
-    seconds); otherwise spawned, a clean interpreter, since a fork copies locks that other threads
-    may hold."""
+    """How helpers start: forked while this process runs no other Python thread (a copy of it, numpy
+    and trident already imported: ~0.05 s, where a fresh interpreter took ~0.5 s of a run of a few
+    seconds; native pools such as OpenBLAS's are reset at fork by their own handlers, as with
+    multiprocessing's fork default); otherwise spawned, a clean interpreter, since a fork copies
+    locks that other threads may hold (logging's, a server's)."""
     if "fork" in multiprocessing.get_all_start_methods() and threading.active_count() == 1:
         return "fork"
     return "spawn"
@@ -76,8 +77,8 @@ class LocalExecutor:
 
     def warm_up(self, modules: list[str]) -> None:
         """Start the helpers now, each importing `modules` while this process reads the config and
-        the inputs: a helper's start-up (~0.5 s) otherwise delays the first map, and on a run of a
-        few seconds it kept two workers from being twice as fast as one."""
+        the inputs: a spawned helper's start-up (~0.5 s) otherwise delays the first map, and on a
+        run of a few seconds it kept two workers from being twice as fast as one."""
         if self.workers > 1 and self._pool is None:
             self._pool = self._new_pool()
             for _ in range(self.workers - 1):
@@ -104,7 +105,7 @@ class LocalExecutor:
         """Each worker (this process, through one thread, and each helper process) holds one item
         and gets the next the moment it finishes, so none idles while another finishes its item
         (run in this process's main thread, an item kept a finished helper waiting: 4 shards on 2
-        workers took 3 items' time). N workers start N - 1 interpreters."""
+        workers took 3 items' time). N workers start N - 1 processes."""
         if self._pool is None:
             self._pool = self._new_pool()
         if self._local is None:
