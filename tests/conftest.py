@@ -17,9 +17,21 @@ def pytest_configure(config):
     if hasattr(config, "workerinput"):
         _own_core(config.workerinput)
         return
+    _compile_trident()
     config.kernel_warmup = subprocess.Popen(
         [sys.executable, str(Path(__file__).with_name("kernel_warmup.py"))], stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL, start_new_session=True, preexec_fn=_idle_priority)
+
+
+def _compile_trident() -> None:
+    """trident's bytecode, as pip compiles an installed package's: an editable install has none, and
+    where PYTHONDONTWRITEBYTECODE is set (this machine) every interpreter the tests start (ranks,
+    launchers, CLI runs: about 45) would compile trident from source again (~0.5 s for all of it)."""
+    import compileall
+
+    import trident
+
+    compileall.compile_dir(Path(trident.__file__).parent, quiet=1)
 
 
 def _own_core(workerinput: dict) -> None:
