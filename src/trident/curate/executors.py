@@ -11,7 +11,7 @@ import importlib
 import multiprocessing
 import os
 import threading
-from collections import deque
+from collections import Counter, deque
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from typing import Any, Callable
 
@@ -43,7 +43,7 @@ def _progress(total: int, desc: str | None, enabled: bool):
     return tqdm(total=total, desc=desc, unit="task", leave=False)
 
 
-def start_method() -> str:
+def _start_method() -> str:
     """How helpers start: forked while this process runs no other Python thread (a copy of it, numpy
     and trident already imported: ~0.05 s, where a fresh interpreter took ~0.5 s of a run of a few
     seconds; native pools such as OpenBLAS's are reset at fork by their own handlers, as with
@@ -85,7 +85,7 @@ class LocalExecutor:
                 self._pool.submit(_import_modules, list(modules))
 
     def _new_pool(self) -> ProcessPoolExecutor:
-        return ProcessPoolExecutor(max_workers=self.workers - 1, mp_context=multiprocessing.get_context(start_method()))
+        return ProcessPoolExecutor(max_workers=self.workers - 1, mp_context=multiprocessing.get_context(_start_method()))
 
     def map(self, fn: Callable[[Any], Any], items: list, desc: str | None = None) -> list:
         items = list(items)
@@ -111,18 +111,16 @@ class LocalExecutor:
         if self._local is None:
             self._local = ThreadPoolExecutor(max_workers=1)  # the main thread only hands out items
         capacity = {self._pool: self.workers - 1, self._local: 1}
-        busy = dict.fromkeys(capacity, 0)
         results: list[Any] = [None] * len(items)
         waiting, running = deque(range(len(items))), {}
         while waiting or running:
+            busy = Counter(runner for runner, _ in running.values())
             for runner in capacity:
-                while waiting and busy[runner] < capacity[runner]:
+                for _ in range(min(len(waiting), capacity[runner] - busy[runner])):
                     index = waiting.popleft()
                     running[runner.submit(fn, items[index])] = runner, index
-                    busy[runner] += 1
             for future in wait(running, return_when=FIRST_COMPLETED).done:
-                runner, index = running.pop(future)
-                busy[runner] -= 1
+                index = running.pop(future)[1]
                 results[index] = future.result()
                 bar.update()
         return results
