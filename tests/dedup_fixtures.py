@@ -30,6 +30,40 @@ SETTINGS = {
 }
 
 
+class UnionFind:
+    """The reference for connected components: disjoint sets (path halving, union by size)."""
+
+    def __init__(self) -> None:
+        self.parent: dict = {}
+        self.size: dict = {}
+
+    def find(self, item):
+        parent = self.parent
+        if item not in parent:
+            parent[item], self.size[item] = item, 1
+            return item
+        while parent[item] != item:
+            parent[item] = parent[parent[item]]
+            item = parent[item]
+        return item
+
+    def union(self, a, b) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra == rb:
+            return
+        if self.size[ra] < self.size[rb]:
+            ra, rb = rb, ra
+        self.parent[rb] = ra
+        self.size[ra] += self.size[rb]
+
+    def components(self) -> list[list]:
+        """Every set with its members in insertion order."""
+        groups: dict = {}
+        for item in self.parent:
+            groups.setdefault(self.find(item), []).append(item)
+        return list(groups.values())
+
+
 def odd_texts(seed: int = 0) -> list[str]:
     """Every kind of whitespace, multi-byte and case-changing characters, short and empty texts."""
     rng = random.Random(seed)

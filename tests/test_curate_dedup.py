@@ -6,11 +6,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from dedup_fixtures import UnionFind
 from trident.curate.dedup import ExactDedup, exact_hash, normalize_for_exact
 from trident.curate.dedup_shared import best_first, priority_array, priority_fields
 from trident.curate.document import Document
 from trident.curate.executors import LocalExecutor
-from trident.curate.fuzzy_dedup import FuzzyDedup, UnionFind
+from trident.curate.fuzzy_dedup import FuzzyDedup, component_labels
 from trident.curate.minhash import jaccard, shingle_hashes
 from trident.curate.shards import read_shard, write_shard
 from trident.curate.stage import build_stage
@@ -64,6 +65,22 @@ def test_union_find_transitive_components():
         forest.union(a, b)
     assert sorted(sorted(c) for c in forest.components()) == [["A", "B", "C"], ["D", "E"], ["F"]]
     assert forest.find("A") == forest.find("C") != forest.find("D")
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_component_labels_are_union_finds_components_labelled_by_their_smallest_node(seed):
+    rng = np.random.default_rng(seed)
+    nodes = rng.choice(2**40, size=int(rng.integers(30, 300)), replace=False).astype(np.uint64)
+    pairs = nodes[rng.integers(0, len(nodes), size=(int(rng.integers(1, 400)), 2))]
+    path = np.sort(nodes[:40])[::-1]  # a long descending path: the slow case of min-label propagation
+    pairs = np.concatenate([pairs, np.stack([path[:-1], path[1:]], axis=1)])
+    forest = UnionFind()
+    for a, b in pairs.tolist():
+        forest.union(a, b)
+    found, labels = component_labels(pairs)
+    assert found.tolist() == sorted(forest.parent)
+    assert {int(n): int(found[label]) for n, label in zip(found, labels)} == \
+        {m: min(c) for c in forest.components() for m in c}
 
 
 def test_priority_order_source_then_quality_then_length_then_id():

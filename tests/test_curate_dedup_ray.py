@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from dedup_fixtures import UnionFind
 from trident.curate import dedup_distributed
 from trident.curate.components import (
     both_directions,
@@ -18,7 +19,7 @@ from trident.curate.components import (
 )
 from trident.curate.document import Document
 from trident.curate.executors import LocalExecutor, RayExecutor
-from trident.curate.fuzzy_dedup import FuzzyDedup, UnionFind
+from trident.curate.fuzzy_dedup import FuzzyDedup
 from trident.curate.shards import read_shard, write_shard
 
 

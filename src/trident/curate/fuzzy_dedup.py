@@ -1,4 +1,4 @@
-"""Fuzzy deduplication: MinHash + LSH candidates, verified by true Jaccard, union-find components.
+"""Fuzzy deduplication: MinHash + LSH candidates, verified by true Jaccard, connected components.
 
 Steps (each a map over files, so no step needs more than one shard or partition in memory):
   1. per shard: every document normalised and shingle-hashed in compiled code
@@ -9,7 +9,7 @@ Steps (each a map over files, so no step needs more than one shard or partition 
   3. per batch of pairs: true Jaccard of the candidates' shingle sets, hashed again from their kept
      normalised text (only candidates' bytes are read: a byte per text byte on disk, where keeping
      every document's hashes wrote eight); pairs >= ``threshold`` are verified;
-  4. here: union-find over verified pairs; in each component the best document by
+  4. here: connected components of the verified pairs (vectorised); in each component the best document by
      ``trident.curate.dedup_shared.best_first`` is kept, the others dropped (``dropped:duplicate``);
   5. per shard: the kept lines are copied byte for byte (not decoded and encoded again).
 Counters: candidates (unique pairs), verified_pairs, components (of >= 2 documents),
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -47,40 +46,22 @@ _VERIFY_BATCH = 50_000  # candidate pairs per verification task
 _VERIFY_BYTES = 1 << 21  # normalised text bytes a verification task hashes at once (<= 1 hash, 8 bytes, each)
 
 
-class UnionFind:
-    """Disjoint sets over arbitrary hashable items (path halving + union by size)."""
-
-    def __init__(self) -> None:
-        self.parent: dict[Any, Any] = {}
-        self.size: dict[Any, int] = {}
-
-    def find(self, item: Any) -> Any:
-        """The representative of ``item``'s set (adds ``item`` as a singleton if new)."""
-        parent = self.parent
-        if item not in parent:
-            parent[item], self.size[item] = item, 1
-            return item
-        while parent[item] != item:
-            parent[item] = parent[parent[item]]
-            item = parent[item]
-        return item
-
-    def union(self, a: Any, b: Any) -> None:
-        """Merge the sets of ``a`` and ``b``."""
-        ra, rb = self.find(a), self.find(b)
-        if ra == rb:
-            return
-        if self.size[ra] < self.size[rb]:
-            ra, rb = rb, ra
-        self.parent[rb] = ra
-        self.size[ra] += self.size[rb]
-
-    def components(self) -> list[list[Any]]:
-        """Every set with its members in insertion order; sets ordered by first member."""
-        groups: dict[Any, list[Any]] = {}
-        for item in self.parent:
-            groups.setdefault(self.find(item), []).append(item)
-        return list(groups.values())
+def component_labels(pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(nodes, labels): the distinct items of the (k, 2) edge array ``pairs``, sorted, and for each
+    the index in ``nodes`` of its component's smallest item (min-label propagation with pointer
+    jumping, vectorised: a Python union-find's per-pair loop was a serial part of every run)."""
+    nodes, inverse = np.unique(pairs, return_inverse=True)
+    first, second = inverse.reshape(-1, 2).T
+    labels = np.arange(len(nodes))
+    while True:
+        low = np.minimum(labels[first], labels[second])
+        lowered = labels.copy()
+        np.minimum.at(lowered, first, low)
+        np.minimum.at(lowered, second, low)
+        lowered = lowered[lowered]  # a label's own label is smaller or equal: jump to it
+        if np.array_equal(lowered, labels):
+            return nodes, labels
+        labels = lowered
 
 
 def _signature_task(job: dict) -> Counter:
@@ -313,22 +294,21 @@ class FuzzyDedup(GlobalStage):
         return np.concatenate(executor.map(_verify_task, jobs, desc="fuzzy_dedup: verify"))
 
     def _choose_drops(self, verified: np.ndarray, shingle_dir: Path) -> np.ndarray:
-        """Union-find over verified pairs; every component member but the best one is dropped."""
-        forest = UnionFind()
-        for a, b in verified.tolist():
-            forest.union(a, b)
-        components = [c for c in forest.components() if len(c) > 1]
-        if not components:
+        """Components of the verified pairs; every member but each component's best one is dropped."""
+        if len(verified) == 0:
             return np.zeros(0, dtype=np.uint64)
-        prio = self._priorities(np.unique(verified), shingle_dir)
-        position = {int(k): i for i, k in enumerate(prio["key"])}
-        dropped: list[int] = []
-        for members in components:
-            self.counters["components"] += 1
-            self.counters[f"hist:cluster_size:{cluster_size_bin(len(members))}"] += 1
-            records = prio[[position[m] for m in members]]
-            dropped.extend(records["key"][best_first(records)[1:]].tolist())
-        return np.array(dropped, dtype=np.uint64)
+        nodes, labels = component_labels(verified)
+        prio = self._priorities(nodes, shingle_dir)
+        prio = prio[np.searchsorted(prio["key"], nodes)]  # row i is nodes[i]'s
+        order = best_first(prio)
+        order = order[np.argsort(labels[order], kind="stable")]  # by component, best first
+        grouped = labels[order]
+        starts = np.flatnonzero(np.r_[True, grouped[1:] != grouped[:-1]])
+        sizes, counts = np.unique(np.diff(np.r_[starts, len(grouped)]), return_counts=True)
+        self.counters["components"] += len(starts)
+        for size, count in zip(sizes.tolist(), counts.tolist()):
+            self.counters[f"hist:cluster_size:{cluster_size_bin(size)}"] += count
+        return prio["key"][np.delete(order, starts)]
 
     @staticmethod
     def _priorities(keys: np.ndarray, shingle_dir: Path) -> np.ndarray:
