@@ -72,6 +72,16 @@ def _one_thread():
 _TRAINED = {}  # one trained checkpoint for the whole session (per xdist worker)
 
 
+@pytest.fixture(params=["plain", "compiled"])
+def loop_route(request, monkeypatch):
+    """The test runs twice: the data index builders' loops as plain Python, then compiled (trident
+    picks by a loop's length; both routes must give the same bits)."""
+    from trident.data import compiled
+
+    monkeypatch.setattr(compiled, "PLAIN_UP_TO", 10**18 if request.param == "plain" else -1)
+    return request.param
+
+
 @pytest.fixture(scope="session")
 def trained_checkpoint(tmp_path_factory):
     """(checkpoint path, tokenizer, sample text) of a 2-layer model trained for 40 steps on docstrings."""

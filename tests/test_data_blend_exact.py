@@ -1,4 +1,4 @@
-"""The compiled blend gives exactly the greedy loop's output: random, tied, tiny and long cases."""
+"""The blend (its loop plain or compiled) gives exactly the greedy loop's output: random, tied, tiny and long cases."""
 import numpy as np
 import pytest
 
@@ -50,7 +50,7 @@ def random_weights(rng, case):
     return w
 
 
-def test_many_random_cases_match_the_loop():
+def test_many_random_cases_match_the_loop(loop_route):
     rng = np.random.default_rng(18)
     for case in range(150):
         assert_same(random_weights(rng, case), int(rng.integers(0, 400)))
@@ -61,7 +61,7 @@ def test_many_random_cases_match_the_loop():
     [0.1] * 10,  # sums to 0.9999999999999999 in float64
     [1 / 3] * 3, [0.7, 0.2, 0.1], [1e-12, 1.0, 1e-12], [0, 0, 5, 0], [2.0**-40, 1.0],
 ])
-def test_special_weights_match_the_loop(weights):
+def test_special_weights_match_the_loop(weights, loop_route):
     assert_same(weights, 3000)
 
 

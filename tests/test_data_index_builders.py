@@ -61,7 +61,7 @@ def test_split_matches_the_sorting_split():
             assert_identical(got, want, f"n={n} fraction={fraction} seed={case}")
 
 
-def test_doc_sample_and_shuffle_indices_match_the_earlier_code():
+def test_doc_sample_and_shuffle_indices_match_the_earlier_code(loop_route):
     rng = np.random.default_rng(1)
     for case in range(80):
         num_docs = int(rng.integers(1, 60))
@@ -95,7 +95,7 @@ class TiedKeys:
 
 
 @pytest.mark.parametrize("seed", range(5))
-def test_shuffle_keeps_tied_keys_in_window_order(seed):
+def test_shuffle_keeps_tied_keys_in_window_order(seed, loop_route):
     assert_identical(build_shuffle_idx(500, 37, 5, TiedKeys(seed)),
                      reference_shuffle_idx(500, 37, 5, TiedKeys(seed)), "tied keys")
     keys = TiedKeys(seed).random(1000)
@@ -104,7 +104,7 @@ def test_shuffle_keeps_tied_keys_in_window_order(seed):
 
 
 @pytest.mark.parametrize("keys", [[], [0.5], [0.0, 0.0], [1 - 2**-53, 0.0, 1 - 2**-53], [2.0, -1.0, 2.0]])
-def test_key_sort_edges(keys):
+def test_key_sort_edges(keys, loop_route):
     keys = np.asarray(keys, dtype=np.float64)
     assert np.array_equal(sort_random_keys(keys), np.argsort(keys, kind="stable"))
 

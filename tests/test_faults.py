@@ -18,9 +18,9 @@ from trident.checkpoint.reader import CheckpointReader, complete_checkpoints
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("fault", ["dies", "hangs"])
 def test_other_ranks_exit_with_a_clear_message(fault):
-    (message, seconds), _ = run_distributed(faulty_rank, 2, fault, pg_timeout=5, timeout=60, expect_dead=(1,))
+    (message, seconds), _ = run_distributed(faulty_rank, 2, fault, pg_timeout=3, timeout=60, expect_dead=(1,))
     assert "another rank probably died or hung" in message and "checkpoint.load=auto" in message
-    assert seconds < 30  # pg timeout 5 s: a hang is detected, not waited on forever
+    assert seconds < 30  # timeouts of 3 s: a hang is detected, not waited on forever
 
 
 @pytest.mark.timeout(180)

@@ -12,7 +12,7 @@ from trident.checkpoint.writer import CheckpointWriter
 from trident.parallel.mesh import Mesh
 from trident.parallel.state import weight_piece
 
-TIMEOUT_S = 5  # parallel.timeout_s of train_fixtures.faulty_rank
+TIMEOUT_S = 3  # parallel.timeout_s of train_fixtures.faulty_rank
 
 
 @pytest.mark.timeout(60)

@@ -1,5 +1,5 @@
 """Llama-style blocks in every layout, against one process (as tests/test_tensor_parallel.py and
-tests/test_pipeline_parallel.py for GPT): per-step losses and the final full weights after 5 steps
+tests/test_pipeline_parallel.py for GPT): per-step losses and the final full weights after 3 steps
 with a batch ramp-up, for grouped-query (key/value heads sharded at tp=2, replicated at tp=4) and
 multi-query attention; with sequence parallelism, every pipeline schedule (GPipe, 1F1B,
 interleaved, ZB-H1, ZB-H2), ZeRO-1 and activation checkpointing. Then a checkpoint saved at tp=2 x pp=2
@@ -8,10 +8,9 @@ import numpy as np
 import pytest
 
 from distributed import run_distributed
-from train_fixtures import LLAMA, MQA, RAMP, assert_matches, run_steps, tiny_config, train_full
+from train_fixtures import LLAMA, MQA, RAMP, STOP, assert_matches, run_steps, tiny_config, train_full
 from trident.checkpoint.reader import complete_checkpoints
 
-STOP = 3
 CASES = {
     "gqa tp4 (kv replicated) + sp": (LLAMA, ["parallel.tp=4", "parallel.sequence_parallel=true"]),
     "gqa tp2 (kv sharded) x pp2 1f1b + sp": (LLAMA, ["parallel.tp=2", "parallel.pp=2", "parallel.schedule=1f1b",

@@ -65,8 +65,10 @@ def gather_full_params(trainer):
     return {name: full_tensor(trainer, param, param.detach()) for name, param in trainer.model.named_params}
 
 
+# Batches of 8 then 16 sequences: both sizes of the ramp in 3 steps (a further step repeats the last one's code
+# paths, and costs a multi-rank layout test hundreds of gloo collectives of 1-8 ms each on 2 cores)
 RAMP = ["train.global_batch_size=16", "train.micro_batch_size=2", "train.rampup_batch_size=[8,8,256]",
-        "train.steps=5", "model.num_layers=4"]
+        "train.steps=3", "model.num_layers=4"]
 
 
 # tiny's shape with Llama-style blocks: rotary positions, RMSNorm, SwiGLU, 2 key/value heads for 4 query
@@ -136,7 +138,7 @@ def faulty_rank(rank, world, fault, layout="parallel.dp=2"):
     from trident.train.trainer import RankFailure, Trainer
 
     os.environ["TRIDENT_INJECT"] = f"rank=1,step=2,kind={'exit' if fault == 'dies' else 'hang'}"
-    trainer = Trainer(tiny_config(layout, "train.steps=50", "parallel.timeout_s=5"), f"/tmp/unused-faults-{rank}",
+    trainer = Trainer(tiny_config(layout, "train.steps=50", "parallel.timeout_s=3"), f"/tmp/unused-faults-{rank}",
                       datasets=(RandomTokens(32), None), vocab_size=VOCAB, log=lambda *a: None)
     trainer.train_step()
     start = time.time()
@@ -147,7 +149,7 @@ def faulty_rank(rank, world, fault, layout="parallel.dp=2"):
     return "no error", time.time() - start
 
 
-STEPS, STOP = 6, 3
+STEPS, STOP = 4, 2  # saved after the ramp's both batch sizes, resumed for two more steps
 
 
 BASE = ["train.global_batch_size=16", "train.micro_batch_size=2", "train.rampup_batch_size=[8,8,256]",

@@ -65,6 +65,13 @@ def read_log(path: Path | str) -> Iterator[dict]:
                 yield json.loads(line)
 
 
+def count_records(path: Path | str) -> int:
+    """The number of records in one drop log: its non-empty lines, counted without decoding them
+    (a serial step at a run's end, where parsing every record took ~0.1 s per 10,000 drops)."""
+    with open_read(path) as raw, zstandard.ZstdDecompressor().stream_reader(raw) as stream:
+        return sum(1 for line in io.BufferedReader(stream, 1 << 20) if line.strip())
+
+
 def publish_logs(work: Path, folder: Path, keep_work: bool) -> dict:
     """Move (copy, with keep_work) every drop log under WORK/phase-*/ to FOLDER/phase-NN/; returns
     {"folder", "files", "records"} (records counted as they are published)."""
@@ -74,7 +81,7 @@ def publish_logs(work: Path, folder: Path, keep_work: bool) -> dict:
         target = folder / log.parent.name / log.name
         (copy_file if keep_work else replace)(log, target)
         files += 1
-        records += sum(1 for _ in read_log(target))
+        records += count_records(target)
     return {"folder": folder.name, "files": files, "records": records}
 
 

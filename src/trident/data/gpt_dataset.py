@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from trident.data.compiled import compiled
+from trident.data.compiled import loop
 from trident.data.index_cache import array_digest, load_or_build, smallest_int
 from trident.data.indexed import IndexedDataset, data_file, index_file
 from trident.text.storage import fingerprint
@@ -65,15 +65,15 @@ def build_sample_idx(sizes: np.ndarray, doc_idx: np.ndarray, seq_length: int,
     """(num_windows+1, 2) [position in doc_idx, offset]: where each window starts in the stream.
 
     Window j starts at stream position j*seq_length; the returned row j+1 is also window j's last
-    token. Zero-length documents are skipped naturally (no window starts inside one). One compiled
-    pass over the documents (as Megatron's C++ helper); int32 when every value fits, else int64.
+    token. Zero-length documents are skipped naturally (no window starts inside one). One pass over
+    the documents, compiled when long (as Megatron's C++ helper); int32 when every value fits, else int64.
     """
     sizes, doc_idx = np.asarray(sizes), np.asarray(doc_idx)
     int32_max = np.iinfo(np.int32).max
     # positions < len(doc_idx) and offsets < the largest size: int32 is safe when both bounds fit
     surely_int32 = len(doc_idx) <= int32_max and (len(sizes) == 0 or int(sizes.max()) <= int32_max)
     sample_idx = np.empty((num_windows + 1, 2), dtype=np.int32 if surely_int32 else np.int64)
-    filled = compiled(_place_windows)(sizes, doc_idx, seq_length, sample_idx)
+    filled = loop(_place_windows, len(doc_idx) + num_windows)(sizes, doc_idx, seq_length, sample_idx)
     if filled < num_windows + 1:
         tokens = int(sizes[doc_idx].sum(dtype=np.int64))
         raise ValueError(f"{num_windows} windows of {seq_length + 1} tokens need "
@@ -121,12 +121,12 @@ def _bucket_argsort(keys, order):
 
 
 def sort_random_keys(keys: np.ndarray) -> np.ndarray:
-    """The stable argsort of `keys`: by buckets (compiled) when all lie in [0, 1), as
+    """The stable argsort of `keys`: by buckets (compiled when many) when all lie in [0, 1), as
     Generator.random's do, else stable_argsort."""
     if len(keys) == 0 or not (keys.min() >= 0.0 and keys.max() < 1.0):
         return stable_argsort(keys)
     order = np.empty(len(keys), dtype=np.int64)
-    compiled(_bucket_argsort)(keys, order)
+    loop(_bucket_argsort, 4 * len(keys))(keys, order)
     return order
 
 
