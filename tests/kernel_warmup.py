@@ -1,8 +1,9 @@
 """Started by conftest.py at the start of a test session, at the lowest CPU priority: builds fuzzy
 dedup's ahead-of-time kernels (trident.curate.kernel_build, ~25 s of CPU on a fresh machine) and
-fills numba's JIT cache for the kernels (~24 s), so both happen in the cores' idle time instead of
-inside the first test that needs them. Tests never depend on it having finished: a test that needs
-the extension waits on the build's own lock, and a JIT call compiles what the cache lacks.
+fills numba's JIT cache for the kernels (~24 s) and for the data index builders' loops (~7 s), so
+all of it happens in the cores' idle time instead of inside the first test that needs them. Tests
+never depend on it having finished: a test that needs the extension waits on the build's own lock,
+and a JIT call compiles what the cache lacks.
 
     python tests/kernel_warmup.py
 """
@@ -30,6 +31,21 @@ def warm_jit() -> None:
     jit.xxh64_of(raw)
 
 
+def warm_data_loops() -> None:
+    """Run trident.data's loops compiled, with the argument types the tests' long and `loop_route` cases use."""
+    from trident.data import compiled
+    from trident.data.blend import build_blending_indices
+    from trident.data.gpt_dataset import build_sample_idx, sort_random_keys
+
+    compiled.PLAIN_UP_TO = -1
+    build_blending_indices([0.3, 0.7], 10)
+    sizes = np.full(8, 40, dtype=np.int32)
+    for doc_idx in (np.arange(8, dtype=np.int32), np.arange(8, dtype=np.int64)):
+        build_sample_idx(sizes, doc_idx, 16, 10)
+    sort_random_keys(np.random.default_rng(0).random(100))
+
+
 if __name__ == "__main__":
     kernel_build.aot_module("auto")
+    warm_data_loops()
     warm_jit()
