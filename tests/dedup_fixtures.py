@@ -15,6 +15,8 @@ import random
 import sys
 from pathlib import Path
 
+import numpy as np
+
 RECORDED = Path(__file__).parent / "fixtures" / "dedup_kept.json"
 SPACES = ["\t", "\n", "\x0b", "\x0c", "\r", "\x1c", "\x1f", "\x85", "\xa0", "\u1680", "\u2003", "\u2028",
           "\u2029", "\u202f", "\u205f", "\u3000", "  "]
@@ -62,6 +64,25 @@ class UnionFind:
         for item in self.parent:
             groups.setdefault(self.find(item), []).append(item)
         return list(groups.values())
+
+
+def random_graph(seed: int) -> np.ndarray:
+    """(k, 2) uint64 edges among 30-300 random 40-bit nodes, with a long descending path (the slow case
+    of min-label propagation)."""
+    rng = np.random.default_rng(seed)
+    nodes = rng.choice(2**40, size=int(rng.integers(30, 300)), replace=False).astype(np.uint64)
+    pairs = nodes[rng.integers(0, len(nodes), size=(int(rng.integers(10, 400)), 2))]
+    path = np.sort(nodes[:40])[::-1]
+    return np.concatenate([pairs, np.stack([path[:-1], path[1:]], axis=1)])
+
+
+def smallest_in_component(pairs: np.ndarray, min_size: int = 1) -> dict[int, int]:
+    """node -> the smallest node of its connected component (of at least ``min_size`` nodes; a
+    self-pair makes one of 1), by UnionFind (the reference)."""
+    forest = UnionFind()
+    for a, b in pairs.tolist():
+        forest.union(a, b)
+    return {m: min(c) for c in forest.components() if len(c) >= min_size for m in c}
 
 
 def odd_texts(seed: int = 0) -> list[str]:

@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dedup_fixtures import UnionFind
+from dedup_fixtures import UnionFind, random_graph, smallest_in_component
 from trident.curate.dedup import ExactDedup, exact_hash, normalize_for_exact
 from trident.curate.dedup_shared import best_first, priority_array, priority_fields
 from trident.curate.document import Document
@@ -69,18 +69,11 @@ def test_union_find_transitive_components():
 
 @pytest.mark.parametrize("seed", range(6))
 def test_component_labels_are_union_finds_components_labelled_by_their_smallest_node(seed):
-    rng = np.random.default_rng(seed)
-    nodes = rng.choice(2**40, size=int(rng.integers(30, 300)), replace=False).astype(np.uint64)
-    pairs = nodes[rng.integers(0, len(nodes), size=(int(rng.integers(1, 400)), 2))]
-    path = np.sort(nodes[:40])[::-1]  # a long descending path: the slow case of min-label propagation
-    pairs = np.concatenate([pairs, np.stack([path[:-1], path[1:]], axis=1)])
-    forest = UnionFind()
-    for a, b in pairs.tolist():
-        forest.union(a, b)
+    pairs = random_graph(seed)
     found, labels = component_labels(pairs)
-    assert found.tolist() == sorted(forest.parent)
-    assert {int(n): int(found[label]) for n, label in zip(found, labels)} == \
-        {m: min(c) for c in forest.components() for m in c}
+    expected = smallest_in_component(pairs)
+    assert found.tolist() == sorted(expected)
+    assert {int(n): int(found[label]) for n, label in zip(found, labels)} == expected
 
 
 def test_priority_order_source_then_quality_then_length_then_id():

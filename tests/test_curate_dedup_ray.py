@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dedup_fixtures import UnionFind
+from dedup_fixtures import random_graph, smallest_in_component
 from trident.curate import dedup_distributed
 from trident.curate.components import (
     both_directions,
@@ -62,16 +62,8 @@ def components_by_stars(pairs: np.ndarray, partitions: int) -> dict[int, int]:
 
 @pytest.mark.parametrize("seed", range(6))
 def test_star_rounds_label_each_component_by_its_smallest_node(seed):
-    rng = np.random.default_rng(seed)
-    nodes = rng.choice(2**40, size=int(rng.integers(30, 300)), replace=False).astype(np.uint64)
-    pairs = nodes[rng.integers(0, len(nodes), size=(int(rng.integers(10, 400)), 2))]
-    path = np.sort(nodes[:40])[::-1]  # a long descending path: the slow case of min-label propagation
-    pairs = np.concatenate([pairs, np.stack([path[:-1], path[1:]], axis=1)])
-    forest = UnionFind()
-    for a, b in pairs.tolist():
-        forest.union(a, b)
-    expected = {m: min(c) for c in forest.components() if len(c) > 1 for m in c}
-    assert components_by_stars(pairs, partitions=int(rng.integers(1, 6))) == expected
+    pairs = random_graph(seed)
+    assert components_by_stars(pairs, partitions=1 + seed % 5) == smallest_in_component(pairs, min_size=2)
 
 
 def test_unstable_nodes_detects_non_stars():
