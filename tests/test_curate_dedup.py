@@ -7,11 +7,12 @@ import numpy as np
 import pytest
 
 from dedup_fixtures import UnionFind, random_graph, smallest_in_component
+from trident.curate.components import component_labels
 from trident.curate.dedup import ExactDedup, exact_hash, normalize_for_exact
 from trident.curate.dedup_shared import best_first, priority_array, priority_fields
 from trident.curate.document import Document
 from trident.curate.executors import LocalExecutor
-from trident.curate.fuzzy_dedup import FuzzyDedup, component_labels
+from trident.curate.fuzzy_dedup import FuzzyDedup
 from trident.curate.minhash import jaccard, shingle_hashes
 from trident.curate.shards import read_shard, write_shard
 from trident.curate.stage import build_stage

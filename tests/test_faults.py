@@ -9,7 +9,7 @@ import time
 import pytest
 
 from distributed import run_distributed
-from train_fixtures import VOCAB, faulty_rank, RandomTokens, tiny_config, tiny_corpus
+from train_fixtures import FAULT_TIMEOUT_S, VOCAB, faulty_rank, RandomTokens, tiny_config, tiny_corpus
 from trident.checkpoint.format import FORMAT_VERSION
 from trident.checkpoint.integrity import CheckpointError
 from trident.checkpoint.reader import CheckpointReader, complete_checkpoints
@@ -18,7 +18,8 @@ from trident.checkpoint.reader import CheckpointReader, complete_checkpoints
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("fault", ["dies", "hangs"])
 def test_other_ranks_exit_with_a_clear_message(fault):
-    (message, seconds), _ = run_distributed(faulty_rank, 2, fault, pg_timeout=3, timeout=60, expect_dead=(1,))
+    (message, seconds), _ = run_distributed(faulty_rank, 2, fault, pg_timeout=FAULT_TIMEOUT_S, timeout=60,
+                                            expect_dead=(1,))
     assert "another rank probably died or hung" in message and "checkpoint.load=auto" in message
     assert seconds < 30  # timeouts of 3 s: a hang is detected, not waited on forever
 

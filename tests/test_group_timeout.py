@@ -7,12 +7,10 @@ import pytest
 import torch
 
 from distributed import run_distributed
-from train_fixtures import VOCAB, faulty_rank, RandomTokens, tiny_config
+from train_fixtures import FAULT_TIMEOUT_S, VOCAB, faulty_rank, RandomTokens, tiny_config
 from trident.checkpoint.writer import CheckpointWriter
 from trident.parallel.mesh import Mesh
 from trident.parallel.state import weight_piece
-
-TIMEOUT_S = 3  # parallel.timeout_s of train_fixtures.faulty_rank
 
 
 @pytest.mark.timeout(60)
@@ -23,7 +21,7 @@ def test_hung_peer_is_reported_naming_its_group_within_the_timeout(layout, group
     (message, seconds), _ = run_distributed(faulty_rank, 2, "hangs", layout, pg_timeout=120, timeout=50, expect_dead=(1,))
     assert message.startswith("rank 0 (rank 0/2:"), message
     assert f"exchanging data with other ranks in the {group}: another rank probably died or hung" in message
-    assert seconds < TIMEOUT_S + 30, seconds
+    assert seconds < FAULT_TIMEOUT_S + 30, seconds
 
 
 def test_checkpoint_writer_gives_up_on_a_silent_rank_after_its_timeout(tmp_path):

@@ -133,12 +133,16 @@ def assert_matches(results, reference):
             np.testing.assert_allclose(value, expected, rtol=1e-4, atol=2e-5, err_msg=name)
 
 
+FAULT_TIMEOUT_S = 3  # parallel.timeout_s of faulty_rank: how long rank 0 waits for a hung peer
+
+
 def faulty_rank(rank, world, fault, layout="parallel.dp=2"):
     """Rank 1 dies or hangs before step 2 (TRIDENT_INJECT); rank 0 trains on: (its error message, seconds to it)."""
     from trident.train.trainer import RankFailure, Trainer
 
     os.environ["TRIDENT_INJECT"] = f"rank=1,step=2,kind={'exit' if fault == 'dies' else 'hang'}"
-    trainer = Trainer(tiny_config(layout, "train.steps=50", "parallel.timeout_s=3"), f"/tmp/unused-faults-{rank}",
+    config = tiny_config(layout, "train.steps=50", f"parallel.timeout_s={FAULT_TIMEOUT_S}")
+    trainer = Trainer(config, f"/tmp/unused-faults-{rank}",
                       datasets=(RandomTokens(32), None), vocab_size=VOCAB, log=lambda *a: None)
     trainer.train_step()
     start = time.time()

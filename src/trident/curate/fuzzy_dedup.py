@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from trident.curate.components import component_labels
 from trident.curate.dedup_shared import (
     apply_drops_lines,
     best_first,
@@ -44,24 +45,6 @@ _BUCKET_DTYPE = [("band", "u2"), ("key", "u8"), ("doc", "u8")]
 _SIGNATURE_CHARS = 1 << 20  # characters of text shingled and signed at once (their hashes: 8 bytes each)
 _VERIFY_BATCH = 50_000  # candidate pairs per verification task
 _VERIFY_BYTES = 1 << 21  # normalised text bytes a verification task hashes at once (<= 1 hash, 8 bytes, each)
-
-
-def component_labels(pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(nodes, labels): the distinct items of the (k, 2) edge array ``pairs``, sorted, and for each
-    the index in ``nodes`` of its component's smallest item (min-label propagation with pointer
-    jumping, vectorised: a Python union-find's per-pair loop was a serial part of every run)."""
-    nodes, inverse = np.unique(pairs, return_inverse=True)
-    first, second = inverse.reshape(-1, 2).T
-    labels = np.arange(len(nodes))
-    while True:
-        low = np.minimum(labels[first], labels[second])
-        lowered = labels.copy()
-        np.minimum.at(lowered, first, low)
-        np.minimum.at(lowered, second, low)
-        lowered = lowered[lowered]  # a label's own label is smaller or equal: jump to it
-        if np.array_equal(lowered, labels):
-            return nodes, labels
-        labels = lowered
 
 
 def _signature_task(job: dict) -> Counter:
