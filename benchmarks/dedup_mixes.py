@@ -27,7 +27,7 @@ against one (benchmarks/common.py two_process_ceiling).
 Quality: planted copies dropped (recall) and documents dropped that are not planted copies of
 one another (a kept original counts as right).
 
-    python benchmarks/dedup_mixes.py [--quick] [--docs N] [--rounds N] [--workers-docs [N ...]]
+    python benchmarks/dedup_mixes.py [--quick] [--docs N] [--rounds N] [--workers-docs [N ...]] [--workers-only]
 """
 from __future__ import annotations
 
@@ -206,13 +206,22 @@ def run_case(work: Path, docs: int, mix: str, rate: float, rounds: int, workers_
     row["datasketch_docs_per_s"] = docs / best["datasketch"][0]
     row["trident_quality"] = quality(kept_ids(work / "out_trident"), planted, docs)
     row["datasketch_quality"] = quality(kept_ids(work / "out_datasketch"), planted, docs)
-    row["workers"] = []
-    for size in workers_docs:  # this corpus, or a larger one of the same mix
-        if size != docs:
+    row["workers"] = run_workers(work, config, mix, rate, rounds, workers_docs, {docs: src})
+    return row
+
+
+def run_workers(work: Path, config: Path, mix: str, rate: float, rounds: int, sizes: list[int],
+                corpora: dict[int, Path] | None = None) -> list[dict]:
+    """1 -> 2 worker runs on a corpus of each size of this mix (one in ``corpora`` is reused)."""
+    found = []
+    for size in sizes:
+        src = (corpora or {}).get(size)
+        if src is None:
             src = work / f"in_{size}"
             write_shards(make_corpus(size, mix, rate, seed=zlib.crc32(f"{mix}{rate}{size}".encode()))[0], src)
-        row["workers"].append({"docs": size, **workers_speedup(work / f"w{size}", config, src, rounds)})
-    return row
+        found.append({"docs": size, **workers_speedup(work / f"w{size}", config, src, rounds)})
+        shutil.rmtree(work / f"in_{size}", ignore_errors=True)
+    return found
 
 
 def trident_command(config: Path, src: Path, out: Path, workers: int) -> list[str]:
@@ -222,17 +231,20 @@ def trident_command(config: Path, src: Path, out: Path, workers: int) -> list[st
 
 def workers_speedup(work: Path, config: Path, src: Path, rounds: int) -> dict:
     """trident's 1 -> 2 worker wall speed-up and CPU ratio on `src` (1 and 2 workers alternating, so
-    both see the same machine; best of `rounds` each); exits if the kept documents differ."""
-    best: dict[int, tuple[float, float]] = {}
+    both see the same machine; best of `rounds` each, and the median of each round's own ratio, which
+    a slow spell of this shared machine during one round moves less); exits if the kept documents differ."""
+    runs: dict[int, list[tuple[float, float]]] = {1: [], 2: []}
     for r in range(rounds):
         for w in ((2, 1) if r % 2 == 0 else (1, 2)):
             shutil.rmtree(work / f"out_{w}w", ignore_errors=True)
-            best[w] = min(best.get(w, (1e9, 0)), timed(trident_command(config, src, work / f"out_{w}w", w)))
+            runs[w].append(timed(trident_command(config, src, work / f"out_{w}w", w)))
     if kept_ids(work / "out_2w") != kept_ids(work / "out_1w"):
         raise SystemExit(f"{src}: 2 workers kept other documents than 1 worker")
     shutil.rmtree(work, ignore_errors=True)
+    best = {w: min(runs[w]) for w in runs}
+    paired = sorted(one[0] / two[0] for one, two in zip(runs[1], runs[2]))
     return {"wall_1w_s": best[1][0], "wall_2w_s": best[2][0], "speedup": best[1][0] / best[2][0],
-            "cpu_2w_over_1w": best[2][1] / best[1][1]}
+            "paired_median": paired[len(paired) // 2], "cpu_2w_over_1w": best[2][1] / best[1][1]}
 
 
 def main() -> None:
@@ -243,6 +255,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--workers-docs", type=int, nargs="*", default=None,
                         help="corpus sizes of the 1 -> 2 worker runs (default: --docs and 4x --docs; none: skip)")
+    parser.add_argument("--workers-only", action="store_true",
+                        help="only the 1 -> 2 worker runs (no datasketch comparison, no --docs corpus)")
     args = parser.parse_args()
     if args.datasketch:
         return datasketch_dedup(Path(args.datasketch[0]), Path(args.datasketch[1]))
@@ -262,20 +276,27 @@ def main() -> None:
         warm = Path(tmp) / "warm"
         run_case(warm, 200, "small", 0.1, 1, [])  # the kernels are built (or numba's cache filled) once
         for mix, rate in cases:
-            rows.append(run_case(Path(tmp) / f"{mix}{rate}", docs, mix, rate, rounds, sizes))
+            if args.workers_only:
+                (Path(tmp) / "fuzzy.yaml").write_text(CONFIG)
+                rows.append({"mix": mix, "rate": rate, "workers": run_workers(
+                    Path(tmp) / f"{mix}{rate}", Path(tmp) / "fuzzy.yaml", mix, rate, rounds, sizes)})
+            else:
+                rows.append(run_case(Path(tmp) / f"{mix}{rate}", docs, mix, rate, rounds, sizes))
     ceiling += [two_process_ceiling()] if sizes else []
-    print_table("fuzzy dedup end to end (one process each, start-up included; char 5-grams, 100 hashes, 20x5, J>=0.7)",
-                ["mix", "dup rate", "docs", "MB", "trident docs/s", "datasketch docs/s", "x wall", "x CPU",
-                 "recall t/d", "wrong drops t/d"],
-                [[r["mix"], r["rate"], r["docs"], round(r["mb"], 1), round(r["trident_docs_per_s"]),
-                  round(r["datasketch_docs_per_s"]), round(r["speedup_wall"], 1), round(r["speedup_cpu"], 1),
-                  f"{r['trident_quality']['recall']:.3f}/{r['datasketch_quality']['recall']:.3f}",
-                  f"{r['trident_quality']['wrong_drops']}/{r['datasketch_quality']['wrong_drops']}"] for r in rows])
+    if not args.workers_only:
+        print_table("fuzzy dedup end to end (one process each, start-up included; char 5-grams, 100 hashes, 20x5, J>=0.7)",
+                    ["mix", "dup rate", "docs", "MB", "trident docs/s", "datasketch docs/s", "x wall", "x CPU",
+                     "recall t/d", "wrong drops t/d"],
+                    [[r["mix"], r["rate"], r["docs"], round(r["mb"], 1), round(r["trident_docs_per_s"]),
+                      round(r["datasketch_docs_per_s"]), round(r["speedup_wall"], 1), round(r["speedup_cpu"], 1),
+                      f"{r['trident_quality']['recall']:.3f}/{r['datasketch_quality']['recall']:.3f}",
+                      f"{r['trident_quality']['wrong_drops']}/{r['datasketch_quality']['wrong_drops']}"] for r in rows])
     if sizes:
         print_table("trident 1 -> 2 workers (best wall of each, alternating; kept documents identical)",
-                    ["mix", "dup rate", "docs", "1 worker s", "2 workers s", "1->2 workers", "CPU 2w/1w"],
+                    ["mix", "dup rate", "docs", "1 worker s", "2 workers s", "1->2 workers", "median of rounds",
+                     "CPU 2w/1w"],
                     [[r["mix"], r["rate"], w["docs"], round(w["wall_1w_s"], 2), round(w["wall_2w_s"], 2),
-                      round(w["speedup"], 2), round(w["cpu_2w_over_1w"], 2)] for r in rows for w in r["workers"]])
+                      round(w["speedup"], 2), round(w["paired_median"], 2), round(w["cpu_2w_over_1w"], 2)] for r in rows for w in r["workers"]])
         for size in sizes:
             got = [w["speedup"] for r in rows for w in r["workers"] if w["docs"] == size]
             print(f"1 -> 2 workers on {size:,}-document corpora: {min(got):.2f}-{max(got):.2f}x")

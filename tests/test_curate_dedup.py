@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from dedup_fixtures import UnionFind, random_graph, smallest_in_component
-from trident.curate.components import component_labels
+from trident.curate.components import component_labels, unique_pairs
 from trident.curate.dedup import ExactDedup, exact_hash, normalize_for_exact
-from trident.curate.dedup_shared import best_first, priority_array, priority_fields
+from trident.curate.dedup_shared import best_first, priority_array, priority_fields, stored_priorities
 from trident.curate.document import Document
 from trident.curate.executors import LocalExecutor
 from trident.curate.fuzzy_dedup import FuzzyDedup
@@ -77,6 +77,18 @@ def test_component_labels_are_union_finds_components_labelled_by_their_smallest_
     assert {int(n): int(found[label]) for n, label in zip(found, labels)} == expected
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_unique_pairs_equals_numpys_row_unique(seed):
+    rng = np.random.default_rng(seed)
+    shards, rows = rng.integers(0, 5, 6000).astype(np.uint64), rng.integers(0, 900, 6000).astype(np.uint64)
+    pairs = ((shards << np.uint64(32)) | rows).reshape(-1, 2)
+    top = np.array([[2**64 - 1, 0]], dtype=np.uint64)
+    pairs = np.concatenate([pairs, pairs[:1000], pairs[:300, ::-1], top])
+    found = unique_pairs(pairs[rng.permutation(len(pairs))])
+    assert found.dtype == np.uint64 and np.array_equal(found, np.unique(pairs, axis=0))
+    assert unique_pairs(np.zeros((0, 2), dtype=np.uint64)).shape == (0, 2)
+
+
 def test_priority_order_source_then_quality_then_length_then_id():
     priority = ["wikipedia", "books"]
 
@@ -99,6 +111,10 @@ def test_priority_order_source_then_quality_then_length_then_id():
     records = priority_array(rows, np.arange(len(docs), dtype=np.uint64))
     order = [docs[i].id for i in best_first(records)]
     assert order == ["wiki-long", "wiki-a", "wiki-b", "books-hq", "books-lq-long", "books-noq", "cc-long"]
+    table = {"keys": records["key"], **{name: records[name] for name in ("rank", "quality", "length", "id")}}
+    member = np.arange(len(docs)) % 2 == 0  # as read back from a shard table: the same records
+    assert stored_priorities(table, member).tobytes() == priority_array(
+        [r for r, m in zip(rows, member) if m], records["key"][member]).tobytes()
     assert math.isnan(priority_fields(Document("q", "t", {"quality_score": "high"}), [], "dataset")[1])
 
 
@@ -176,6 +192,34 @@ def test_fuzzy_partitions_do_not_change_result(tmp_path):
         results.append((kept_ids(stage.run(inputs, tmp_path / f"out{parts}", SERIAL)),
                         stage.counters["candidates"], stage.counters["dropped:duplicate"]))
     assert results[0] == results[1]
+
+
+class CountingExecutor:
+    """Runs every task here, as `workers` workers would be handed them; counts each map's tasks."""
+
+    def __init__(self, workers: int) -> None:
+        self.workers, self.tasks = workers, {}
+
+    def map(self, fn, items, desc=None):
+        self.tasks[desc] = len(items)
+        return [fn(item) for item in items]
+
+
+def test_fuzzy_verify_tasks_are_a_multiple_of_the_workers(tmp_path, monkeypatch):
+    rng = random.Random(8)
+    text = random_text(rng, 250)
+    docs = [Document(f"d{i}", edit_words(rng, text, 2)) for i in range(8)]  # 28 candidate pairs
+    inputs = write_shards(tmp_path, [docs[:4], docs[4:]])
+    monkeypatch.setattr("trident.curate.fuzzy_dedup._VERIFY_BATCH", 10)
+    found = {}
+    for workers in (1, 2, 3):
+        executor, stage = CountingExecutor(workers), FuzzyDedup(bands=20, partitions=2)
+        found[workers] = kept_ids(stage.run(inputs, tmp_path / f"out{workers}", executor))
+        assert stage.counters["candidates"] == 28
+        found[workers, "tasks"] = executor.tasks["fuzzy_dedup: verify"]
+    # 3 tasks of 10 on one worker; on two, 4 smaller ones (3 left one worker to verify the last alone).
+    assert (found[1, "tasks"], found[2, "tasks"], found[3, "tasks"]) == (3, 4, 3)
+    assert found[1] == found[2] == found[3] and len(found[1]) == 1  # one of the 8 near-copies kept
 
 
 def test_fuzzy_chain_is_one_component(tmp_path):

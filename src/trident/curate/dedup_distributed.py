@@ -33,6 +33,7 @@ from trident.curate.components import (
     node_partition,
     small_star,
     star_labels,
+    unique_pairs,
     unstable_nodes,
 )
 from trident.curate.dedup_shared import (
@@ -45,6 +46,7 @@ from trident.curate.dedup_shared import (
     priority_fields,
     save_partitioned,
     split_keys,
+    stored_priorities,
 )
 from trident.curate.document import CurateError
 from trident.curate.fuzzy_dedup import cluster_size_bin
@@ -137,7 +139,7 @@ def _verify_task(job: dict) -> tuple[int, int]:
     pairs = load_partition(work / "pairs" / f"s{shard:06d}")
     if pairs is None:
         return 0, 0
-    pairs = np.unique(pairs, axis=0)  # every copy of a pair came here: same first document
+    pairs = unique_pairs(pairs)  # every copy of a pair came here: same first document
     keys_a, offsets_a, flat_a = _load_shingles(work, shard)
     other_shard = split_keys(pairs[:, 1])[0]
     similar = np.zeros(len(pairs), dtype=bool)
@@ -186,10 +188,7 @@ def _join_task(job: dict) -> None:
         return
     labelled = labelled[np.argsort(labelled[:, 0])]
     with load_array(work / "shingles" / f"s{shard:06d}.npz") as data:
-        member = np.isin(data["keys"], labelled[:, 0])
-        fields = [(int(r), float(q), int(n), str(i)) for r, q, n, i in
-                  zip(data["rank"][member], data["quality"][member], data["length"][member], data["id"][member])]
-        prio = priority_array(fields, data["keys"][member])
+        prio = stored_priorities(data, np.isin(data["keys"], labelled[:, 0]))
     records = np.empty(len(prio), dtype=prio.dtype.descr + [("label", "u8")])
     for name in prio.dtype.names:
         records[name] = prio[name]

@@ -44,14 +44,25 @@ def priority_fields(doc: Document, priority: list[str], priority_field: str) -> 
 
 def priority_array(rows: list[tuple[int, float, int, str]], keys: np.ndarray) -> np.ndarray:
     """Structured array (rank, quality, length, id, key) from ``priority_fields`` rows and doc keys."""
-    width = max([len(r[3]) for r in rows] + [1])
-    dtype = [("rank", "i4"), ("quality", "f8"), ("length", "i8"), ("id", f"U{width}"), ("key", "u8")]
-    out = np.empty(len(rows), dtype=dtype)
-    if rows:
-        rank, quality, length, ids = zip(*rows)
-        out["rank"], out["quality"], out["length"], out["id"] = rank, quality, length, ids
-    out["key"] = keys
+    if not rows:
+        return priority_columns([], [], [], np.zeros(0, dtype="U1"), keys)
+    rank, quality, length, ids = zip(*rows)
+    return priority_columns(rank, quality, length, np.array(ids, dtype=str), keys)
+
+
+def priority_columns(rank, quality, length, ids: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """The same structured array from its columns (as a shard table stores them: no Python loop)."""
+    dtype = [("rank", "i4"), ("quality", "f8"), ("length", "i8"), ("id", f"U{max(ids.dtype.itemsize // 4, 1)}"),
+             ("key", "u8")]
+    out = np.empty(len(ids), dtype=dtype)
+    out["rank"], out["quality"], out["length"], out["id"], out["key"] = rank, quality, length, ids, keys
     return out
+
+
+def stored_priorities(table, member: np.ndarray) -> np.ndarray:
+    """Priority records of the rows ``member`` selects from a saved shard table (keys, rank, quality, length, id)."""
+    return priority_columns(table["rank"][member], table["quality"][member], table["length"][member],
+                            np.asarray(table["id"][member], dtype=str), table["keys"][member])
 
 
 def best_first(records: np.ndarray) -> np.ndarray:

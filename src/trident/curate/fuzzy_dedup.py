@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from trident.curate.components import component_labels
+from trident.curate.components import component_labels, unique_pairs
 from trident.curate.dedup_shared import (
     apply_drops_lines,
     best_first,
@@ -35,6 +35,7 @@ from trident.curate.dedup_shared import (
     save_partitioned,
     shard_documents,
     split_keys,
+    stored_priorities,
     validate_common,
 )
 from trident.curate.minhash import MinHasher, bucket_pairs
@@ -261,7 +262,7 @@ class FuzzyDedup(GlobalStage):
         self.counters["shared_buckets"] += sum(r[0] for r in results)
         files = sorted((work / "candidates").glob("p*.npy"))
         found = [load_array(f) for f in files] + [np.zeros((0, 2), dtype=np.uint64)]
-        pairs = np.unique(np.concatenate(found), axis=0)
+        pairs = unique_pairs(np.concatenate(found))
         self.counters["candidates"] += len(pairs)
         return pairs
 
@@ -269,8 +270,10 @@ class FuzzyDedup(GlobalStage):
         """True Jaccard of every candidate pair (order of ``pairs``), from the hashes the signing kept."""
         if len(pairs) == 0:
             return np.zeros(0, dtype=np.float32)
-        # At least one task per worker (this process is one of them): every worker shares the merging.
-        tasks = max(-(-len(pairs) // _VERIFY_BATCH), min(len(pairs), getattr(executor, "workers", 1)))
+        # A multiple of the workers (this process is one of them), tasks of equal cost: 3 tasks on 2
+        # workers left one worker to verify the third alone (1.5x, not 2x, for the step).
+        workers = getattr(executor, "workers", 1)
+        tasks = min(len(pairs), -(-len(pairs) // (_VERIFY_BATCH * workers)) * workers)
         bounds = _equal_cost_bounds(_pair_bytes(pairs, work / "shingles"), tasks)
         jobs = [{"pairs": pairs[a:b], "shingle_dir": str(work / "shingles"), "ngram": self.minhash["ngram"],
                  "unit": self.minhash["unit"]} for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
@@ -299,8 +302,5 @@ class FuzzyDedup(GlobalStage):
         parts = []
         for shard in np.unique(split_keys(keys)[0]).tolist():
             with load_array(shingle_dir / f"s{shard:06d}.npz") as data:
-                wanted = np.isin(data["keys"], keys)
-                rows = [(int(r), float(q), int(n), str(i)) for r, q, n, i in
-                        zip(data["rank"][wanted], data["quality"][wanted], data["length"][wanted], data["id"][wanted])]
-                parts.append(priority_array(rows, data["keys"][wanted]))
+                parts.append(stored_priorities(data, np.isin(data["keys"], keys)))
         return concat_structured(parts)

@@ -30,6 +30,8 @@ from typing import Iterable, Sequence
 import numpy as np
 import xxhash
 
+from trident.curate.components import unique_pairs
+
 _EMPTY_HASHES = np.zeros(0, dtype=np.uint64)
 # Elements of the (hashes x shingles) matrix computed at once: bounds memory, stays in cache.
 _CHUNK_ELEMENTS = 400_000
@@ -367,4 +369,4 @@ def bucket_pairs(band: np.ndarray, key: np.ndarray, doc: np.ndarray,
         chunks.append(np.stack([members[i], members[j]], axis=1))
         buckets += 1
     pairs = np.concatenate(chunks).astype(np.uint64)
-    return (np.unique(pairs, axis=0) if len(pairs) else pairs.reshape(0, 2)), buckets
+    return unique_pairs(pairs), buckets
