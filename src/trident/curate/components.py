@@ -33,7 +33,7 @@ def node_partition(nodes: np.ndarray, partitions: int) -> np.ndarray:
 
 def unique_pairs(pairs: np.ndarray) -> np.ndarray:
     """``np.unique(pairs, axis=0)`` of (k, 2) uint64 pairs, in the same (first, second) order, through
-    1-D sorts: numpy sorts rows as structured records, ~10x slower (a serial step of fuzzy dedup)."""
+    1-D sorts: numpy sorts rows as structured records, ~3x slower (a serial step of fuzzy dedup)."""
     pairs = np.asarray(pairs, dtype=np.uint64).reshape(-1, 2)
     nodes, inverse = np.unique(pairs, return_inverse=True)
     count = np.uint64(len(nodes))
