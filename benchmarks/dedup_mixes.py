@@ -275,9 +275,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         warm = Path(tmp) / "warm"
         run_case(warm, 200, "small", 0.1, 1, [])  # the kernels are built (or numba's cache filled) once
+        (Path(tmp) / "fuzzy.yaml").write_text(CONFIG)
         for mix, rate in cases:
             if args.workers_only:
-                (Path(tmp) / "fuzzy.yaml").write_text(CONFIG)
                 rows.append({"mix": mix, "rate": rate, "workers": run_workers(
                     Path(tmp) / f"{mix}{rate}", Path(tmp) / "fuzzy.yaml", mix, rate, rounds, sizes)})
             else:

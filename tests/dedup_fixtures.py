@@ -17,6 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
+from trident.curate.executors import LocalExecutor
+
 RECORDED = Path(__file__).parent / "fixtures" / "dedup_kept.json"
 SPACES = ["\t", "\n", "\x0b", "\x0c", "\r", "\x1c", "\x1f", "\x85", "\xa0", "\u1680", "\u2003", "\u2028",
           "\u2029", "\u202f", "\u205f", "\u3000", "  "]
@@ -64,6 +66,19 @@ class UnionFind:
         for item in self.parent:
             groups.setdefault(self.find(item), []).append(item)
         return list(groups.values())
+
+
+class RecordingExecutor(LocalExecutor):
+    """A LocalExecutor that keeps what every map returned, by its progress label."""
+
+    def __init__(self, workers: int) -> None:
+        super().__init__(workers, progress=False)
+        self.returned: dict[str, list] = {}
+
+    def map(self, fn, items, desc=None):
+        results = super().map(fn, items, desc)
+        self.returned[desc] = results
+        return results
 
 
 def random_graph(seed: int) -> np.ndarray:

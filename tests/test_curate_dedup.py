@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dedup_fixtures import UnionFind, random_graph, smallest_in_component
+from dedup_fixtures import RecordingExecutor, UnionFind, random_graph, smallest_in_component
 from trident.curate.components import component_labels, unique_pairs
 from trident.curate.dedup import ExactDedup, exact_hash, normalize_for_exact
 from trident.curate.dedup_shared import best_first, priority_array, priority_fields, stored_priorities
@@ -194,17 +194,6 @@ def test_fuzzy_partitions_do_not_change_result(tmp_path):
     assert results[0] == results[1]
 
 
-class CountingExecutor:
-    """Runs every task here, as `workers` workers would be handed them; counts each map's tasks."""
-
-    def __init__(self, workers: int) -> None:
-        self.workers, self.tasks = workers, {}
-
-    def map(self, fn, items, desc=None):
-        self.tasks[desc] = len(items)
-        return [fn(item) for item in items]
-
-
 def test_fuzzy_verify_tasks_are_a_multiple_of_the_workers(tmp_path, monkeypatch):
     rng = random.Random(8)
     text = random_text(rng, 250)
@@ -213,10 +202,11 @@ def test_fuzzy_verify_tasks_are_a_multiple_of_the_workers(tmp_path, monkeypatch)
     monkeypatch.setattr("trident.curate.fuzzy_dedup._VERIFY_BATCH", 10)
     found = {}
     for workers in (1, 2, 3):
-        executor, stage = CountingExecutor(workers), FuzzyDedup(bands=20, partitions=2)
+        executor, stage = RecordingExecutor(workers), FuzzyDedup(bands=20, partitions=2)
         found[workers] = kept_ids(stage.run(inputs, tmp_path / f"out{workers}", executor))
         assert stage.counters["candidates"] == 28
-        found[workers, "tasks"] = executor.tasks["fuzzy_dedup: verify"]
+        executor.close()
+        found[workers, "tasks"] = len(executor.returned["fuzzy_dedup: verify"])
     # 3 tasks of 10 on one worker; on two, 4 smaller ones (3 left one worker to verify the last alone).
     assert (found[1, "tasks"], found[2, "tasks"], found[3, "tasks"]) == (3, 4, 3)
     assert found[1] == found[2] == found[3] and len(found[1]) == 1  # one of the 8 near-copies kept

@@ -8,25 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from dedup_fixtures import RecordingExecutor
 from trident.curate.dedup import ExactDedup
 from trident.curate.document import CurateError, Document
 from trident.curate.executors import LocalExecutor
 from trident.curate.shards import read_shard, write_shard
 
 SPELLINGS = ["Hello World", "hello   world\n", " HELLO world ", "another text", "Another\tText", "", "  ", "unique"]
-
-
-class RecordingExecutor(LocalExecutor):
-    """A LocalExecutor that keeps what every map returned, by its progress label."""
-
-    def __init__(self, workers: int) -> None:
-        super().__init__(workers, progress=False)
-        self.returned: dict[str, list] = {}
-
-    def map(self, fn, items, desc=None):
-        results = super().map(fn, items, desc)
-        self.returned[desc] = results
-        return results
 
 
 def corpus(folder: Path) -> list[Path]:

@@ -36,9 +36,9 @@ def unique_pairs(pairs: np.ndarray) -> np.ndarray:
     1-D sorts: numpy sorts rows as structured records, ~3x slower (a serial step of fuzzy dedup)."""
     pairs = np.asarray(pairs, dtype=np.uint64).reshape(-1, 2)
     nodes, inverse = np.unique(pairs, return_inverse=True)
-    count = np.uint64(len(nodes))
     if len(nodes) >= 1 << 32:  # pair codes would not fit in 64 bits
         return np.unique(pairs, axis=0)
+    count = np.uint64(len(nodes))
     ranks = inverse.reshape(pairs.shape).astype(np.uint64)
     codes = np.unique(ranks[:, 0] * count + ranks[:, 1])
     return np.stack([nodes[codes // count], nodes[codes % count]], axis=1) if len(codes) else _EMPTY_EDGES

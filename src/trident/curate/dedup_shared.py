@@ -44,9 +44,7 @@ def priority_fields(doc: Document, priority: list[str], priority_field: str) -> 
 
 def priority_array(rows: list[tuple[int, float, int, str]], keys: np.ndarray) -> np.ndarray:
     """Structured array (rank, quality, length, id, key) from ``priority_fields`` rows and doc keys."""
-    if not rows:
-        return priority_columns([], [], [], np.zeros(0, dtype="U1"), keys)
-    rank, quality, length, ids = zip(*rows)
+    rank, quality, length, ids = zip(*rows) if rows else ((), (), (), ())
     return priority_columns(rank, quality, length, np.array(ids, dtype=str), keys)
 
 
