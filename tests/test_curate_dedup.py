@@ -212,6 +212,31 @@ def test_fuzzy_verify_tasks_are_a_multiple_of_the_workers(tmp_path, monkeypatch)
     assert found[1] == found[2] == found[3] and len(found[1]) == 1  # one of the 8 near-copies kept
 
 
+def test_verified_similarities_are_the_true_jaccard_of_every_candidate_pair(tmp_path, monkeypatch):
+    """Verification gathers the candidates' stored texts across shards, in pieces: each pair's
+    similarity is the Jaccard of the two documents' shingle sets, whatever the piece size."""
+    import trident.curate.fuzzy_dedup as fuzzy
+    from trident.curate.dedup_shared import split_keys
+
+    rng = random.Random(12)
+    base = [random_text(rng, 120) + " café “naïve” — résumé" for _ in range(3)]
+    shards = [[edit_words(rng, base[i % 3], rng.randrange(1, 6)) for i in range(n)] for n in (7, 4, 7)]
+    inputs = write_shards(tmp_path, [[Document(f"d{k}_{r}", t) for r, t in enumerate(part)]
+                                     for k, part in enumerate(shards)])
+    verify, seen = fuzzy._verify_task, []
+    monkeypatch.setattr(fuzzy, "_verify_task", lambda job: seen.append((job["pairs"], verify(job))) or seen[-1][1])
+    for piece_bytes in (1, 3_000, 1 << 21):  # a pair per piece, a few documents per piece, one piece
+        monkeypatch.setattr(fuzzy, "_VERIFY_BYTES", piece_bytes)
+        seen.clear()
+        FuzzyDedup(bands=20, partitions=2).run(inputs, tmp_path / f"out{piece_bytes}", SERIAL)
+        pairs, similarity = np.concatenate([p for p, _ in seen]), np.concatenate([v for _, v in seen])
+        shard, row = split_keys(pairs.ravel())
+        hashes = [shingle_hashes(shards[k][r]) for k, r in zip(shard.tolist(), row.tolist())]
+        expected = [jaccard(hashes[2 * i], hashes[2 * i + 1]) for i in range(len(pairs))]
+        assert len(pairs) >= 30 and len(set(shard.tolist())) == 3
+        np.testing.assert_allclose(similarity, expected, rtol=1e-6)
+
+
 def test_fuzzy_chain_is_one_component(tmp_path):
     rng = random.Random(5)
     a = random_text(rng, 300)
