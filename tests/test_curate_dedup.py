@@ -224,7 +224,12 @@ def test_verified_similarities_are_the_true_jaccard_of_every_candidate_pair(tmp_
     inputs = write_shards(tmp_path, [[Document(f"d{k}_{r}", t) for r, t in enumerate(part)]
                                      for k, part in enumerate(shards)])
     verify, seen = fuzzy._verify_task, []
-    monkeypatch.setattr(fuzzy, "_verify_task", lambda job: seen.append((job["pairs"], verify(job))) or seen[-1][1])
+
+    def recorded(job):
+        seen.append((job["pairs"], verify(job)))
+        return seen[-1][1]
+
+    monkeypatch.setattr(fuzzy, "_verify_task", recorded)
     for piece_bytes in (1, 3_000, 1 << 21):  # a pair per piece, a few documents per piece, one piece
         monkeypatch.setattr(fuzzy, "_VERIFY_BYTES", piece_bytes)
         seen.clear()

@@ -141,7 +141,7 @@ def _stored_texts(npz: Path) -> tuple[np.ndarray, np.ndarray]:
 def _gather(texts: dict, shards: np.ndarray, starts: np.ndarray, stops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(bytes, bounds): document k's stored bytes texts[shards[k]][starts[k]:stops[k]] are
     ``bytes[bounds[k]:bounds[k+1]]``; a slice copy per document (a memory map reads only those pages;
-    index arrays of every byte cost 10x the copy)."""
+    index arrays of every byte cost more than the copy)."""
     bounds = np.r_[0, np.cumsum(stops - starts)]
     out = np.empty(bounds[-1], dtype=np.uint8)
     sources = {shard: np.asarray(text) for shard, text in texts.items()}  # plain views: slicing a memmap is slower
