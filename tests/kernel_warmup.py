@@ -22,9 +22,9 @@ def warm_jit() -> None:
     bounds = np.array([0, len(raw) // 2, len(raw)], dtype=np.int64)
     buf, norm = jit.normalise_kernel(raw, bounds, _ASCII_SPACE, _WIDE_SPACES)
     buf = np.ascontiguousarray(buf)
-    for ngram, word in [(5, False), (3, True)]:
-        jit.shingle_kernel(buf, norm, ngram, word)
-    flat, offsets = (np.ascontiguousarray(a) for a in jit.shingle_kernel(buf, norm, 5, False))
+    for ngram, word, packed in [(5, False, False), (3, True, False), (5, False, True)]:
+        jit.shingle_kernel(buf, norm, ngram, word, packed)
+    flat, offsets = (np.ascontiguousarray(a) for a in jit.shingle_kernel(buf, norm, 5, False, False))
     signatures = jit.signature_kernel(flat, offsets, MinHasher(bands=20).multipliers)
     jit.pair_jaccard(flat, offsets, np.array([0], dtype=np.int64), np.array([1], dtype=np.int64))
     jit.band_key_kernel(signatures, 20, _XXH3_SECRET)

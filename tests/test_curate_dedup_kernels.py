@@ -11,10 +11,10 @@ from dedup_fixtures import RECORDED, SETTINGS, corpus_shards, odd_texts
 from trident.curate.document import Document
 from trident.curate.executors import LocalExecutor
 from trident.curate.fuzzy_dedup import FuzzyDedup
-from trident.curate.minhash import MinHasher, jaccard, normalize_for_shingles, shingle_hashes
+from trident.curate.minhash import MinHasher, jaccard, normalize_for_shingles, shingle_hashes, shingles
 from trident.curate.shards import read_shard, write_shard
-from trident.curate.shingle_kernel import (band_keys, minhash_signatures, normalised_bytes, pair_jaccard,
-                                           shingle_hashes_flat, xxh64_bytes)
+from trident.curate.shingle_kernel import (band_keys, hashes_of_normalised, minhash_signatures, normalised_bytes,
+                                           pair_jaccard, shingle_hashes_flat, xxh64_bytes)
 
 
 def test_compiled_xxh64_equals_the_library():
@@ -38,6 +38,39 @@ def test_shingle_hashes_equal_the_per_document_sets(ngram, unit):
     assert len(offsets) == len(texts) + 1 and offsets[-1] == flat.size
     for i, text in enumerate(texts):
         assert set(flat[offsets[i] : offsets[i + 1]].tolist()) == set(shingle_hashes(text, ngram, unit).tolist())
+
+
+@pytest.mark.parametrize("ngram,unit", [(1, "char"), (2, "char"), (5, "char"), (9, "char"), (1, "word"), (3, "word")])
+def test_packed_shingle_keys_are_one_per_distinct_shingle(ngram, unit):
+    """Verification's keys: the same shingle always gets the same key, distinct shingles distinct
+    keys, so the Jaccard of two documents' keys is that of their shingle sets."""
+    texts = odd_texts(5) + ["ab", "abcdefg", "abcdefgh", "é" * 3, "“quoted” —"]
+    buf, bounds = normalised_bytes(texts)
+    flat, offsets = hashes_of_normalised(buf, bounds, ngram, unit, packed=True)
+    owner = {}
+    for i, text in enumerate(texts):
+        keys = flat[offsets[i] : offsets[i + 1]].tolist()
+        strings = shingles(text, ngram, unit)
+        assert len(set(keys)) == len(strings)
+        for key, shingle in zip(keys, _shingle_list(normalize_for_shingles(text), ngram, unit)):
+            assert owner.setdefault(key, shingle) == shingle  # one key, one shingle, across documents
+    first, second = np.arange(len(texts)), np.arange(len(texts))[::-1].copy()
+    expected = [_set_jaccard(shingles(texts[a], ngram, unit), shingles(texts[b], ngram, unit))
+                for a, b in zip(first, second)]
+    assert pair_jaccard(flat, offsets, first, second).tolist() == expected
+
+
+def _shingle_list(norm: str, ngram: int, unit: str) -> list[str]:
+    """The shingles of a normalised text in text order, with repeats (what the kernel emits)."""
+    units = (norm.split(" ") if norm else []) if unit == "word" else list(norm)
+    glue = " " if unit == "word" else ""
+    if 0 < len(units) <= ngram:
+        return [glue.join(units)]
+    return [glue.join(units[i : i + ngram]) for i in range(len(units) - ngram + 1)]
+
+
+def _set_jaccard(a: set, b: set) -> float:
+    return len(a & b) / len(a | b) if a or b else 0.0
 
 
 def test_signatures_and_pair_jaccard_equal_the_numpy_definitions():

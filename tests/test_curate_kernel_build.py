@@ -33,9 +33,9 @@ def test_the_extension_computes_what_the_jit_computes():
     _compare(aot, shingle_jit, "normalise_kernel", raw, bounds, _ASCII_SPACE, _WIDE_SPACES)
     buf, norm = shingle_jit.normalise_kernel(raw, bounds, _ASCII_SPACE, _WIDE_SPACES)
     buf = np.ascontiguousarray(buf)
-    for ngram, word in [(5, False), (1, False), (3, True)]:
-        _compare(aot, shingle_jit, "shingle_kernel", buf, norm, ngram, word)
-    flat, offsets = shingle_jit.shingle_kernel(buf, norm, 5, False)
+    for ngram, word, packed in [(5, False, False), (1, False, False), (3, True, False), (5, False, True), (3, True, True)]:
+        _compare(aot, shingle_jit, "shingle_kernel", buf, norm, ngram, word, packed)
+    flat, offsets = shingle_jit.shingle_kernel(buf, norm, 5, False, False)
     flat, offsets = np.ascontiguousarray(flat), np.ascontiguousarray(offsets)
     hasher = MinHasher(bands=20)
     _compare(aot, shingle_jit, "signature_kernel", flat, offsets, hasher.multipliers)

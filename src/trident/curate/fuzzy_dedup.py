@@ -6,9 +6,10 @@ Steps (each a map over files, so no step needs more than one shard or partition 
      LSH band keys; (band, key, doc) records go to ``partitions`` bucket files chosen by key; the
      normalised UTF-8 text, keep-priority fields and text sizes are kept for steps 3 to 5;
   2. per partition: documents sharing a (band, key) bucket become candidate pairs;
-  3. per batch of pairs: true Jaccard of the candidates' shingle sets, hashed again from their kept
-     normalised text (only candidates' bytes are read: a byte per text byte on disk, where keeping
-     every document's hashes wrote eight); pairs >= ``threshold`` are verified;
+  3. per batch of pairs: true Jaccard of the candidates' shingle sets, from shingle keys made
+     again from their kept normalised text (only candidates' bytes are read: a byte per text byte
+     on disk, where keeping every document's hashes wrote eight; a key is cheaper than a hash,
+     see shingle_kernel); pairs >= ``threshold`` are verified;
   4. here: connected components of the verified pairs (vectorised); in each component the best document by
      ``trident.curate.dedup_shared.best_first`` is kept, the others dropped (``dropped:duplicate``);
   5. per shard: the kept lines are copied byte for byte (not decoded and encoded again).
@@ -172,7 +173,7 @@ def _verify_task(job: dict) -> np.ndarray:
         end = max(begin + 1, int(np.searchsorted(cost, cost[begin] + _VERIFY_BYTES, "right")))
         used = np.unique(np.r_[first[begin:end], second[begin:end]])
         gathered, bounds = _gather(texts, shards[used], starts[used], stops[used])
-        flat, offsets = hashes_of_normalised(gathered, bounds, ngram, unit)
+        flat, offsets = hashes_of_normalised(gathered, bounds, ngram, unit, packed=True)
         local_a, local_b = np.searchsorted(used, first[begin:end]), np.searchsorted(used, second[begin:end])
         out[begin:end] = pair_jaccard(flat, offsets, local_a, local_b)
         begin = end

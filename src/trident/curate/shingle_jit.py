@@ -193,9 +193,37 @@ def _unit_starts(buf, start, stop, word, out):
     return n
 
 
+_HASHED_TAG = np.uint64(0xFF) << np.uint64(56)
+_FNV_BASIS, _FNV_PRIME = np.uint64(0xCBF29CE484222325), np.uint64(0x100000001B3)
+_MIX1, _MIX2 = np.uint64(0xFF51AFD7ED558CCD), np.uint64(0xC4CEB9FE1A85EC53)
+
+
+@_inline
+def _packed(buf, p, stop):
+    """A key for the shingle of bytes p..stop-1 that equal shingles share and distinct ones do not:
+    up to 7 bytes are the key itself (little-endian, the length in the top byte); a longer shingle's
+    key is 56 bits of a hash of it (FNV-1a, then murmur3's finaliser), tagged 0xFF. Not xxh64 there:
+    its inlined body in this branch made the whole loop as slow as hashing every shingle."""
+    length = stop - p
+    if length <= 7:
+        key = np.uint64(length) << np.uint64(56)
+        if p + 8 <= len(buf):  # one 8-byte load, the bytes past the shingle masked off
+            return key | (_le64(buf, p) & ((np.uint64(1) << np.uint64(8 * length)) - np.uint64(1)))
+        for q in range(length):
+            key |= np.uint64(buf[p + q]) << np.uint64(8 * q)
+        return key
+    h = _FNV_BASIS
+    for q in range(p, stop):
+        h = (h ^ np.uint64(buf[q])) * _FNV_PRIME
+    h = (h ^ (h >> np.uint64(33))) * _MIX1
+    h = (h ^ (h >> np.uint64(33))) * _MIX2
+    return _HASHED_TAG | ((h ^ (h >> np.uint64(33))) >> np.uint64(8))
+
+
 @_jit
-def shingle_kernel(buf, bounds, ngram, word):
-    """(flat hashes, offsets) of the texts ``buf[bounds[i]:bounds[i+1]]`` (already normalised)."""
+def shingle_kernel(buf, bounds, ngram, word, packed):
+    """(flat hashes, offsets) of the texts ``buf[bounds[i]:bounds[i+1]]`` (already normalised);
+    ``packed``: shingle keys (``_packed``) instead of xxh64 hashes."""
     n = len(bounds) - 1
     counts = np.zeros(n + 1, dtype=np.int64)
     flat = np.empty(len(buf) + n, dtype=np.uint64)  # at most one shingle per byte, or one per text
@@ -211,14 +239,19 @@ def shingle_kernel(buf, bounds, ngram, word):
             continue
         units = _unit_starts(buf, start, stop, word, starts)
         if units <= ngram:  # a text of at most ngram units is one shingle: all of its bytes
-            flat[filled] = _xxh64(buf, start, stop)
+            flat[filled] = _packed(buf, start, stop) if packed else _xxh64(buf, start, stop)
             filled += 1
             counts[i + 1] = 1
             continue
-        for k in range(units - ngram + 1):
-            flat[filled] = _xxh64(buf, starts[k], starts[k + ngram] - shift)
-            filled += 1
-        counts[i + 1] = units - ngram + 1
+        count = units - ngram + 1
+        if packed:  # two loops: with both calls in one, the keys took as long as the hashes
+            for k in range(count):
+                flat[filled + k] = _packed(buf, starts[k], starts[k + ngram] - shift)
+        else:
+            for k in range(count):
+                flat[filled + k] = _xxh64(buf, starts[k], starts[k + ngram] - shift)
+        filled += count
+        counts[i + 1] = count
     return flat[:filled], np.cumsum(counts)
 
 
@@ -254,7 +287,7 @@ def signature_kernel(flat, offsets, a):
 def _mark(keys, stamps, flags, stamp, mask, value, flag):
     """Set ``flag`` on ``value`` in the open-addressing table whose live slots carry ``stamp`` (added
     if absent); returns the value's flags before."""
-    slot = np.int64(value & mask)  # the values are xxh64 hashes: their low bits are uniform
+    slot = np.int64((value * _P1) >> np.uint64(32)) & np.int64(mask)  # packed keys' low bits are text
     while stamps[slot] == stamp:
         if keys[slot] == value:
             before = flags[slot]
