@@ -8,7 +8,7 @@ Every function computes exactly what trident.curate.minhash defines (tests compa
   their single separating spaces; a non-empty text with at most ``ngram`` units is one shingle.
 - ``hashes_of_normalised(..., packed=True)``: shingle keys in place of the hashes, equal for equal
   shingles and distinct for distinct ones (a shingle of at most 7 UTF-8 bytes is its bytes and
-  length; a longer one the top 56 bits of its xxh64, tagged): the same sets, cheaper to make;
+  length; a longer one 56 bits of a hash of it, tagged apart): the same sets, cheaper to make;
   verification's Jaccard uses them, MinHash keeps the xxh64 hashes.
 - ``minhash_signatures``: per hash function ``(a * x mod 2**64) >> 32``, minimum over a document.
 - ``pair_jaccard``: |A & B| / |A | B| of the distinct hashes of two documents.
