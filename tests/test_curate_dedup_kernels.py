@@ -51,8 +51,9 @@ def test_packed_shingle_keys_are_one_per_distinct_shingle(ngram, unit):
     for i, text in enumerate(texts):
         keys = flat[offsets[i] : offsets[i + 1]].tolist()
         strings = shingles(text, ngram, unit)
-        assert len(set(keys)) == len(strings)
-        for key, shingle in zip(keys, _shingle_list(normalize_for_shingles(text), ngram, unit)):
+        in_order = _shingle_list(normalize_for_shingles(text), ngram, unit)
+        assert len(keys) == len(in_order) and len(set(keys)) == len(strings)
+        for key, shingle in zip(keys, in_order):
             assert owner.setdefault(key, shingle) == shingle  # one key, one shingle, across documents
     first, second = np.arange(len(texts)), np.arange(len(texts))[::-1].copy()
     expected = [_set_jaccard(shingles(texts[a], ngram, unit), shingles(texts[b], ngram, unit))
