@@ -136,7 +136,7 @@ def _stored_texts(npz: Path) -> tuple[np.ndarray, np.ndarray]:
         return offsets, np.zeros(0, dtype=np.uint8)
     if is_remote(path):
         return offsets, np.frombuffer(path.read_bytes(), dtype=np.uint8)
-    return offsets, np.memmap(path, dtype=np.uint8, mode="r")
+    return offsets, np.asarray(np.memmap(path, dtype=np.uint8, mode="r"))  # a plain view: slicing a memmap is slower
 
 
 def _gather(texts: dict, shards: np.ndarray, starts: np.ndarray, stops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -145,9 +145,8 @@ def _gather(texts: dict, shards: np.ndarray, starts: np.ndarray, stops: np.ndarr
     index arrays of every byte cost more than the copy)."""
     bounds = np.r_[0, np.cumsum(stops - starts)]
     out = np.empty(bounds[-1], dtype=np.uint8)
-    sources = {shard: np.asarray(text) for shard, text in texts.items()}  # plain views: slicing a memmap is slower
     for shard, start, stop, at in zip(shards.tolist(), starts.tolist(), stops.tolist(), bounds[:-1].tolist()):
-        out[at : at + stop - start] = sources[shard][start:stop]
+        out[at : at + stop - start] = texts[shard][start:stop]
     return out, bounds
 
 
