@@ -40,6 +40,7 @@ from trident.curate.dedup_shared import (
     validate_common,
 )
 from trident.curate.minhash import MinHasher, bucket_pairs
+from trident.curate.runner import read_raw_documents
 from trident.curate.stage import Executor, GlobalStage, register_stage
 from trident.text.storage import is_remote, load_array, location, make_folder, open_write, remove_tree, save_array
 
@@ -52,7 +53,8 @@ _VERIFY_BYTES = 1 << 21  # normalised text bytes a verification task hashes at o
 def _signature_task(job: dict) -> Counter:
     """Map: LSH band keys of every document of one shard, written to bucket partition files. Kept
     for the later steps: every document's normalised UTF-8 text (work/shingles/s<shard>.text) with
-    its keep-priority fields (s<shard>.npz), and every row's text size (work/rows)."""
+    its keep-priority fields (s<shard>.npz), and every row's text size (work/rows). With a "read"
+    task the shard is read from the raw input, and written, in the same pass."""
     from trident.curate.shingle_kernel import band_keys, hashes_of_normalised, minhash_signatures, normalised_bytes
 
     hasher = MinHasher(**job["minhash"])
@@ -79,7 +81,7 @@ def _signature_task(job: dict) -> Counter:
 
     with open_write(_text_file(work / "shingles" / f"s{shard:06d}.npz")) as store:
         held = 0
-        for doc in shard_documents(location(job["path"])):
+        for doc in read_raw_documents(job["read"]) if job.get("read") else shard_documents(location(job["path"])):
             sizes.append(doc.nbytes)
             fields.append(priority_fields(doc, job["priority"], job["priority_field"]))
             batch.append(doc.text)
@@ -208,6 +210,7 @@ class FuzzyDedup(GlobalStage):
     """Drop near-duplicates: MinHash + LSH candidates, verified by Jaccard, one kept per component."""
 
     worker_modules = ("trident.curate.shingle_kernel",)
+    reads_raw = True  # the signing map reads the raw inputs (see GlobalStage)
 
     def __init__(self, num_hashes: int = 100, bands: int = 10, ngram: int = 5, shingle: str = "char",
                  seed: int = 1, threshold: float = 0.7, priority: list[str] | None = None,
@@ -244,9 +247,10 @@ class FuzzyDedup(GlobalStage):
 
     def _candidates(self, inputs: list[Path], work: Path, executor: Executor) -> np.ndarray:
         """Sign every shard, then pair documents sharing a bucket; unique (k, 2) doc-key pairs."""
-        jobs = [{"shard": i, "path": str(p), "work": str(work), "minhash": self.minhash, "scope": self.scope,
-                 "partitions": self.partitions, "priority": self.priority, "priority_field": self.priority_field}
-                for i, p in enumerate(inputs)]
+        reads = self.raw_reads or [None] * len(inputs)
+        jobs = [{"shard": i, "path": str(p), "read": read, "work": str(work), "minhash": self.minhash,
+                 "scope": self.scope, "partitions": self.partitions, "priority": self.priority,
+                 "priority_field": self.priority_field} for i, (p, read) in enumerate(zip(inputs, reads))]
         for counters in executor.map(_signature_task, jobs, desc="fuzzy_dedup: minhash"):
             self.counters["no_shingles"] += counters["no_shingles"]
         make_folder(work / "candidates")

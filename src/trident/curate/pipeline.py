@@ -29,7 +29,8 @@ from trident.config.typed import fill
 from trident.curate.document import CurateError, Document
 from trident.curate.droplog import check_logged, publish_logs
 from trident.curate.executors import make_executor
-from trident.curate.runner import import_modules, run_global_phase, run_stream_phase, split_phases, task_modules
+from trident.curate.runner import (import_modules, read_totals, run_global_phase, run_stream_phase, split_phases,
+                                   stream_tasks, task_modules)
 from trident.curate.settings import (
     NAME,
     CurateConfigError,
@@ -259,27 +260,49 @@ def _run_phases(specs: list[dict], files: list[tuple[Path, str]], work: Path, po
     problems: list[str] = []
     current: list = files
     phases = split_phases(specs)
+    reads = None
     for number, (kind, phase_specs) in enumerate(phases):
         phase_dir = work / f"phase-{number:02d}"
-        if kind == "global":
-            current, counters, seconds = run_global_phase(phase_specs[0], current, phase_dir, pool)
+        if number == 0 and _stage_reads_raw(phases, pool):  # phase 1 runs these reads in its first pass
+            reads = stream_tasks([], files, phase_dir, options, read_raw=True, work_only=True)
+            current = [location(task["output"]) for task in reads]
+        elif kind == "global":
+            current, counters, seconds = run_global_phase(phase_specs[0], current, phase_dir, pool, reads)
+            if reads:
+                totals = read_totals(reads)
+                _add_read_entry(stage_stats, errors, totals)
+                if totals["written"] != totals["read"].get("out", 0):
+                    problems.append(f"read: wrote {totals['written']} documents but counted "
+                                    f"{totals['read'].get('out', 0)} out")
             stage_stats.append(_entry(phase_specs[0], "global", counters, seconds))
-            continue
-        read_raw = number == 0
-        shard_inputs = current if read_raw else [(p, None) for p in current]
-        names = "+".join(s["stage"] for s in phase_specs) or "read"
-        current, totals = run_stream_phase(phase_specs, shard_inputs, phase_dir, pool, options, read_raw, desc=names,
-                                           work_only=number < len(phases) - 1)
-        if read_raw:
-            stage_stats.append({"name": "read", "kind": "read", "params": {}, "counters": totals["read"],
-                                "seconds": round(totals["seconds"][0], 3)})
-            errors.extend(totals["errors"])
-        for spec, counters, seconds in zip(phase_specs, totals["stages"], totals["seconds"][1:]):
-            stage_stats.append(_entry(spec, "streaming", counters, seconds))
-        if totals["written"] != stage_stats[-1]["counters"].get("out", 0):
-            problems.append(f"phase {names}: wrote {totals['written']} documents but counted "
-                            f"{stage_stats[-1]['counters'].get('out', 0)} out")
+        else:
+            read_raw = number == 0
+            shard_inputs = current if read_raw else [(p, None) for p in current]
+            names = "+".join(s["stage"] for s in phase_specs) or "read"
+            current, totals = run_stream_phase(phase_specs, shard_inputs, phase_dir, pool, options, read_raw,
+                                               desc=names, work_only=number < len(phases) - 1)
+            if read_raw:
+                _add_read_entry(stage_stats, errors, totals)
+            for spec, counters, seconds in zip(phase_specs, totals["stages"], totals["seconds"][1:]):
+                stage_stats.append(_entry(spec, "streaming", counters, seconds))
+            if totals["written"] != stage_stats[-1]["counters"].get("out", 0):
+                problems.append(f"phase {names}: wrote {totals['written']} documents but counted "
+                                f"{stage_stats[-1]['counters'].get('out', 0)} out")
     return current, stage_stats, errors, problems
+
+
+def _stage_reads_raw(phases: list[tuple[str, list[dict]]], pool) -> bool:
+    """Whether the read phase (no streaming stages) can run inside the global stage that follows it:
+    one that declares ``reads_raw``, on an executor that runs its steps here (not Ray's distributed dedup)."""
+    return (not phases[0][1] and len(phases) > 1 and phases[1][0] == "global"
+            and stage_class(phases[1][1][0]["stage"]).reads_raw and not getattr(pool, "dedup_on_workers", False))
+
+
+def _add_read_entry(stage_stats: list[dict], errors: list[dict], totals: dict) -> None:
+    """The read phase's stats entry (its counters and own seconds) and its bad-record examples."""
+    stage_stats.append({"name": "read", "kind": "read", "params": {}, "counters": totals["read"],
+                        "seconds": round(totals["seconds"][0], 3)})
+    errors.extend(totals["errors"])
 
 
 def _entry(spec: dict, kind: str, counters: Counter, seconds: float) -> dict:

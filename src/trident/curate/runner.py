@@ -12,10 +12,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Iterator
 
-from trident.curate.document import CurateError
+from trident.curate.document import CurateError, Document
 from trident.curate.droplog import DropLog, log_path
-from trident.curate.shards import (LEVEL, WORK_LEVEL, RecordLog, input_format, read_documents, read_shard,
-                                   record_lines, write_lines, write_shard)
+from trident.curate.shards import (LEVEL, WORK_LEVEL, RecordLog, ShardWriter, input_format, read_documents,
+                                   read_shard, record_items, record_lines, write_lines, write_shard)
 from trident.curate.stage import Executor, GlobalStage, StreamingStage, build_stage, stage_class
 from trident.text.atomic import write_json_atomic
 from trident.text.storage import location, make_folder, remove_tree
@@ -131,23 +131,20 @@ def _drop_log(output: str) -> DropLog:
     return DropLog(path)
 
 
-def run_stream_phase(specs: list[dict], inputs: list[tuple[Path, str | None]], phase_dir: Path,
-                     executor: Executor, options: dict, read_raw: bool, desc: str,
-                     work_only: bool = False) -> tuple[list[Path], dict]:
-    """Run fused streaming stages over every input shard (one task each); returns (outputs, totals).
-    ``work_only``: a later phase reads the outputs and they are never published (faster zstd level)."""
+def stream_tasks(specs: list[dict], inputs: list[tuple[Path, str | None]], phase_dir: Path, options: dict,
+                 read_raw: bool, work_only: bool = False) -> list[dict]:
+    """``stream_shard``'s task for every input shard of a streaming phase (outputs under ``phase_dir``)."""
     make_folder(phase_dir)
-    tasks = []
-    for index, (path, dataset) in enumerate(inputs):
-        tasks.append({
-            "specs": specs, "input": str(path), "output": str(phase_dir / f"shard-{index:05d}.jsonl.zst"),
-            "read_raw": read_raw, "dataset": dataset, "strict": options["strict"],
-            "max_doc_bytes": options["max_doc_bytes"], "modules": options.get("modules", []),
-            "work_only": work_only,
-        })
-    results = executor.map(stream_shard, tasks, desc=desc)
-    totals = {"read": Counter(), "stages": [Counter() for _ in specs], "errors": [], "written": 0,
-              "seconds": [0.0] * (len(specs) + 1)}
+    return [{"specs": specs, "input": str(path), "output": str(phase_dir / f"shard-{index:05d}.jsonl.zst"),
+             "read_raw": read_raw, "dataset": dataset, "strict": options["strict"],
+             "max_doc_bytes": options["max_doc_bytes"], "modules": options.get("modules", []),
+             "work_only": work_only} for index, (path, dataset) in enumerate(inputs)]
+
+
+def stream_totals(results: list[dict], stages: int) -> dict:
+    """The sum of ``stream_shard`` results (of a phase of ``stages`` streaming stages)."""
+    totals = {"read": Counter(), "stages": [Counter() for _ in range(stages)], "errors": [], "written": 0,
+              "seconds": [0.0] * (stages + 1)}
     for result in results:
         totals["seconds"] = [a + b for a, b in zip(totals["seconds"], result["seconds"])]
         if result["read"] is not None:
@@ -156,12 +153,61 @@ def run_stream_phase(specs: list[dict], inputs: list[tuple[Path, str | None]], p
             counter.update(counts)
         totals["errors"].extend(result["errors"])
         totals["written"] += result["written"]
-    return [location(t["output"]) for t in tasks], totals
+    return totals
 
 
-def run_global_phase(spec: dict, inputs: list[Path], phase_dir: Path,
-                     executor: Executor) -> tuple[list[Path], Counter, float]:
-    """Run one global stage (or reuse its finished result); returns (output shards, counters, wall seconds)."""
+def run_stream_phase(specs: list[dict], inputs: list[tuple[Path, str | None]], phase_dir: Path,
+                     executor: Executor, options: dict, read_raw: bool, desc: str,
+                     work_only: bool = False) -> tuple[list[Path], dict]:
+    """Run fused streaming stages over every input shard (one task each); returns (outputs, totals).
+    ``work_only``: a later phase reads the outputs and they are never published (faster zstd level)."""
+    tasks = stream_tasks(specs, inputs, phase_dir, options, read_raw, work_only)
+    results = executor.map(stream_shard, tasks, desc=desc)
+    return [location(t["output"]) for t in tasks], stream_totals(results, len(specs))
+
+
+def read_raw_documents(task: dict) -> Iterator[Document]:
+    """The documents of a read task (``stream_tasks`` with no stages, ``read_raw``), for a global stage
+    that reads the raw inputs in its own first pass (``GlobalStage.reads_raw``): each is written to
+    the task's output shard as ``stream_shard`` writes it, with its drop log, and the completion
+    marker is written at the end, so the read's counters, a resumed run and later steps see a
+    finished read phase. An input read before (its marker and shard exist) is read from its shard."""
+    output, marker = location(task["output"]), location(task["output"] + MARKER_SUFFIX)
+    if marker.exists() and output.exists():
+        yield from read_shard(output)
+        return
+    drops = _drop_log(task["output"])
+    log = RecordLog(strict=task["strict"], drops=drops)
+    spent = [0.0]
+    with ShardWriter(output, WORK_LEVEL) as writer:
+        for line, doc in _timed(_raw_items(task, log), spent, 0):
+            writer.write_line(line)
+            yield doc
+    drops.close()
+    write_json_atomic(marker, {"read": dict(log.counters), "stages": [], "errors": log.errors,
+                               "written": writer.count, "seconds": [round(spent[0], 6)]})
+
+
+def _raw_items(task: dict, log: RecordLog) -> Iterator[tuple[bytes, Document]]:
+    """(shard line, Document) of every good record of a raw input, as ``stream_shard`` would write them."""
+    path = location(task["input"])
+    if input_format(path) == "jsonl":
+        for line, record in record_items(path, log, task["dataset"], task["max_doc_bytes"]):
+            yield line, Document.from_json(record, record["id"])
+        return
+    for doc in read_documents(path, log, dataset=task["dataset"], max_doc_bytes=task["max_doc_bytes"]):
+        yield json.dumps(doc.to_json(), ensure_ascii=False).encode("utf-8"), doc
+
+
+def read_totals(tasks: list[dict]) -> dict:
+    """``stream_totals`` of read tasks that ``read_raw_documents`` (or ``stream_shard``) finished, from their markers."""
+    return stream_totals([json.loads(location(t["output"] + MARKER_SUFFIX).read_text()) for t in tasks], 0)
+
+
+def run_global_phase(spec: dict, inputs: list[Path], phase_dir: Path, executor: Executor,
+                     reads: list[dict] | None = None) -> tuple[list[Path], Counter, float]:
+    """Run one global stage (or reuse its finished result); returns (output shards, counters, wall seconds).
+    ``reads``: the read tasks whose outputs are ``inputs``, for a stage that reads the raw inputs itself."""
     marker = phase_dir / ("_phase" + MARKER_SUFFIX)
     if marker.exists():
         done = json.loads(marker.read_text())
@@ -173,6 +219,7 @@ def run_global_phase(spec: dict, inputs: list[Path], phase_dir: Path,
     make_folder(phase_dir)
     stage = build_stage(spec["stage"], _params(spec))
     assert isinstance(stage, GlobalStage)
+    stage.raw_reads = reads
     start = time.perf_counter()
     stage.setup()
     outputs = [location(p) for p in stage.run(list(inputs), phase_dir, executor)]

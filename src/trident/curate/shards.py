@@ -109,17 +109,24 @@ def record_lines(path: Path, log: RecordLog, dataset: str | None = None,
                  max_doc_bytes: int = DEFAULT_MAX_DOC_BYTES) -> Iterator[bytes]:
     """The lines ShardWriter.write writes for ``read_documents(path, log, dataset, max_doc_bytes)``
     of a JSONL file, with the same counts and reports, but no Document or LineResult per good
-    record (when no streaming stage needs Documents: half the CPU a record costs to read). A line
-    the quick path does not take (blank, too large, not a good record) goes the usual way."""
+    record (when no streaming stage needs Documents: half the CPU a record costs to read)."""
+    for line, _ in record_items(path, log, dataset, max_doc_bytes):
+        yield line
+
+
+def record_items(path: Path, log: RecordLog, dataset: str | None = None,
+                 max_doc_bytes: int = DEFAULT_MAX_DOC_BYTES) -> Iterator[tuple[bytes, dict]]:
+    """``record_lines``, each line with its record: the flat JSON object it encodes (Document.to_json's
+    form). A line the quick path does not take (blank, too large, not a good record) goes the usual way."""
     path = location(path)
     name, counters = str(path), log.counters
     try:
         for number, raw, size in iter_raw_lines(path, max_doc_bytes):
-            line = _quick_line(raw, f"{path.name}:{number}", path.name, dataset)
-            if line is not None:
+            item = _quick_line(raw, f"{path.name}:{number}", path.name, dataset)
+            if item is not None:
                 counters["in"] += 1
                 counters["out"] += 1
-                yield line
+                yield item
                 continue
             result = line_result(name, number, raw, size, None, max_doc_bytes)
             if result.reason == "blank":
@@ -128,14 +135,15 @@ def record_lines(path: Path, log: RecordLog, dataset: str | None = None,
             doc = _document(path, result, log)
             if doc is not None:
                 counters["out"] += 1
-                yield json.dumps(_tagged(doc, path, dataset).to_json(), ensure_ascii=False).encode("utf-8")
+                record = _tagged(doc, path, dataset).to_json()
+                yield json.dumps(record, ensure_ascii=False).encode("utf-8"), record
     except UnreadableFile as err:
         counters["in"] += 1
         log.bad(path, f"line {err.line}", "unreadable_file", err.detail)
 
 
-def _quick_line(raw: bytes | None, default_id: str, source: str, dataset: str | None) -> bytes | None:
-    """The shard line of a good record (a JSON object with a string "text") as Document.from_json,
+def _quick_line(raw: bytes | None, default_id: str, source: str, dataset: str | None) -> tuple[bytes, dict] | None:
+    """(shard line, record) of a good record (a JSON object with a string "text") as Document.from_json,
     read_documents and ShardWriter.write make it; None for any other line."""
     if raw is None:
         return None
@@ -154,7 +162,7 @@ def _quick_line(raw: bytes | None, default_id: str, source: str, dataset: str | 
     if dataset is not None:
         record.setdefault("dataset", dataset)
     try:
-        return json.dumps(record, ensure_ascii=False).encode("utf-8")
+        return json.dumps(record, ensure_ascii=False).encode("utf-8"), record
     except UnicodeEncodeError:  # a lone surrogate: the usual path reports or raises as before
         return None
 

@@ -63,33 +63,28 @@ def _lane8(h, buf, p):
 
 
 @_inline
-def _lane1(h, buf, p):
-    h ^= np.uint64(buf[np.uint64(p)]) * _P5
-    return _rotl(h, 11) * _P1
-
-
-@_inline
 def _tail(h, buf, p, rest):
-    """XXH64's last 0-31 bytes (p..p+rest-1) into ``h``: nested tests, no loops, so the compiler
-    overlaps one short shingle's hash with the next (2.5x faster than the loops)."""
-    if rest >= 8:
+    """XXH64's last 0-31 bytes (p..p+rest-1) into ``h``, then its final avalanche. Loops, not nested
+    tests: where ``rest`` is the same for a run of shingles the compiler unrolls them for it."""
+    while rest >= 8:
         h = _lane8(h, buf, p)
-        if rest >= 16:
-            h = _lane8(h, buf, p + 8)
-            if rest >= 24:
-                h = _lane8(h, buf, p + 16)
-    p += rest & 24
-    if rest & 4:
+        p += 8
+        rest -= 8
+    if rest >= 4:
         h ^= _le32(buf, p) * _P1
         h = _rotl(h, 23) * _P2 + _P3
         p += 4
-    if rest & 3:
-        h = _lane1(h, buf, p)
-        if (rest & 3) >= 2:
-            h = _lane1(h, buf, p + 1)
-            if (rest & 3) == 3:
-                h = _lane1(h, buf, p + 2)
-    return h
+        rest -= 4
+    while rest > 0:
+        h ^= np.uint64(buf[np.uint64(p)]) * _P5
+        h = _rotl(h, 11) * _P1
+        p += 1
+        rest -= 1
+    h ^= h >> np.uint64(33)
+    h *= _P2
+    h ^= h >> np.uint64(29)
+    h *= _P3
+    return h ^ (h >> np.uint64(32))
 
 
 @_inline
@@ -97,24 +92,18 @@ def _xxh64(buf, p, stop):
     """XXH64 (seed 0) of bytes p..stop-1 of ``buf`` (github.com/Cyan4973/xxHash, its reference
     algorithm); reads no byte outside them."""
     length = stop - p
-    if length >= 32:
-        v1, v2, v3, v4 = _P1 + _P2, _P2, np.uint64(0), np.uint64(0) - _P1
-        while p + 32 <= stop:
-            v1 = _round(v1, _le64(buf, p))
-            v2 = _round(v2, _le64(buf, p + 8))
-            v3 = _round(v3, _le64(buf, p + 16))
-            v4 = _round(v4, _le64(buf, p + 24))
-            p += 32
-        h = _rotl(v1, 1) + _rotl(v2, 7) + _rotl(v3, 12) + _rotl(v4, 18)
-        h = _merge(_merge(_merge(_merge(h, v1), v2), v3), v4)
-    else:
-        h = _P5
-    h = _tail(h + np.uint64(length), buf, p, stop - p)
-    h ^= h >> np.uint64(33)
-    h *= _P2
-    h ^= h >> np.uint64(29)
-    h *= _P3
-    return h ^ (h >> np.uint64(32))
+    if length < 32:
+        return _tail(_P5 + np.uint64(length), buf, p, length)
+    v1, v2, v3, v4 = _P1 + _P2, _P2, np.uint64(0), np.uint64(0) - _P1
+    while p + 32 <= stop:
+        v1 = _round(v1, _le64(buf, p))
+        v2 = _round(v2, _le64(buf, p + 8))
+        v3 = _round(v3, _le64(buf, p + 16))
+        v4 = _round(v4, _le64(buf, p + 24))
+        p += 32
+    h = _rotl(v1, 1) + _rotl(v2, 7) + _rotl(v3, 12) + _rotl(v4, 18)
+    h = _merge(_merge(_merge(_merge(h, v1), v2), v3), v4)
+    return _tail(h + np.uint64(length), buf, p, stop - p)
 
 
 @_jit

@@ -109,7 +109,15 @@ class StreamingStage(Stage):
 
 
 class GlobalStage(Stage):
-    """A stage that needs every document (dedup, decontamination)."""
+    """A stage that needs every document (dedup, decontamination).
+
+    One that declares ``reads_raw`` may be handed, as ``raw_reads``, the read tasks of the pipeline's
+    read phase when it is the first stage (local executor): its first map then runs each read itself
+    (trident.curate.runner.read_raw_documents), so every document is decoded once, not twice; its
+    ``inputs`` are those tasks' outputs, which exist once that map is done."""
+
+    reads_raw = False
+    raw_reads: list[dict] | None = None  # set by the runner before run(); None: inputs exist already
 
     def run(self, inputs: list[Path], out_dir: Path, executor: Executor) -> list[Path]:
         """Read the shard files `inputs` (JSONL.zst), write new shards under `out_dir`, return their
