@@ -15,7 +15,7 @@ from typing import Iterator
 from trident.curate.document import CurateError, Document
 from trident.curate.droplog import DropLog, log_path
 from trident.curate.shards import (LEVEL, WORK_LEVEL, RecordLog, ShardWriter, input_format, read_documents,
-                                   read_shard, record_items, record_lines, write_lines, write_shard)
+                                   read_shard, record_items, record_line, record_lines, write_lines, write_shard)
 from trident.curate.stage import Executor, GlobalStage, StreamingStage, build_stage, stage_class
 from trident.text.atomic import write_json_atomic
 from trident.text.storage import location, make_folder, remove_tree
@@ -196,7 +196,7 @@ def _raw_items(task: dict, log: RecordLog) -> Iterator[tuple[bytes, Document]]:
             yield line, Document.from_json(record, record["id"])
         return
     for doc in read_documents(path, log, dataset=task["dataset"], max_doc_bytes=task["max_doc_bytes"]):
-        yield json.dumps(doc.to_json(), ensure_ascii=False).encode("utf-8"), doc
+        yield record_line(doc), doc
 
 
 def read_totals(tasks: list[dict]) -> dict:

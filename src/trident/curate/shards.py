@@ -28,6 +28,7 @@ FRAME_BYTES = 1 << 20  # uncompressed bytes per zstd frame of a written shard (w
 _BLOCK = 1 << 16  # line bytes handed to the compressor at once
 LEVEL, WORK_LEVEL = 3, 1  # zstd levels: published shards; shards only a later phase reads (2x faster to write)
 _MAX_LOGGED = 200  # error examples kept per log; all of them are counted
+_json_line = json.JSONEncoder(ensure_ascii=False).encode  # json.dumps(x, ensure_ascii=False), one encoder for all
 
 
 class RecordLog:
@@ -136,7 +137,7 @@ def record_items(path: Path, log: RecordLog, dataset: str | None = None,
             if doc is not None:
                 counters["out"] += 1
                 record = _tagged(doc, path, dataset).to_json()
-                yield json.dumps(record, ensure_ascii=False).encode("utf-8"), record
+                yield _json_line(record).encode("utf-8"), record
     except UnreadableFile as err:
         counters["in"] += 1
         log.bad(path, f"line {err.line}", "unreadable_file", err.detail)
@@ -154,17 +155,21 @@ def _quick_line(raw: bytes | None, default_id: str, source: str, dataset: str | 
     if type(value) is not dict or type(value.get("text")) is not str:
         return None
     doc_id = value.get("id")
-    record = {"id": str(doc_id) if doc_id is not None else default_id, "text": value["text"]}
-    for key, item in value.items():  # meta, in its order, then what read_documents adds
-        if key != "id" and key != "text":
-            record[key] = item
+    record = {"id": None, "text": None}
+    record.update(value)  # meta in its order after id and text, whose places are kept
+    record["id"] = str(doc_id) if doc_id is not None else default_id
     record.setdefault("source", source)
     if dataset is not None:
         record.setdefault("dataset", dataset)
     try:
-        return json.dumps(record, ensure_ascii=False).encode("utf-8"), record
+        return _json_line(record).encode("utf-8"), record
     except UnicodeEncodeError:  # a lone surrogate: the usual path reports or raises as before
         return None
+
+
+def record_line(doc: Document) -> bytes:
+    """The shard line of ``doc`` (its JSON object, UTF-8, no newline)."""
+    return _json_line(doc.to_json()).encode("utf-8")
 
 
 def _document(path: Path, result: LineResult, log: RecordLog) -> Document | None:
@@ -235,7 +240,7 @@ class ShardWriter:
         self._block_bytes = 0
 
     def write(self, doc: Document) -> None:
-        self.write_line(json.dumps(doc.to_json(), ensure_ascii=False).encode("utf-8"))
+        self.write_line(record_line(doc))
 
     def write_line(self, data: bytes) -> None:
         """Append one record line in its JSON form (without its newline), copied byte for byte."""
