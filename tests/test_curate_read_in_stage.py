@@ -84,8 +84,8 @@ def test_a_resumed_run_rereads_only_unfinished_inputs(tmp_path, inputs, monkeypa
     for path in sorted(phase0.glob("shard-0000[1-9]*")):
         path.unlink()
     (phase1 / "_phase.done.json").unlink()
-    kept = (phase0 / "shard-00000.jsonl.zst").stat().st_mtime_ns
+    kept = (phase0 / "shard-00000.jsonl").stat().st_mtime_ns
     resumed = run(tmp_path, inputs, monkeypatch, True, "crashed", keep_work=True)
-    assert (phase0 / "shard-00000.jsonl.zst").stat().st_mtime_ns == kept  # read once, not again
+    assert (phase0 / "shard-00000.jsonl").stat().st_mtime_ns == kept  # read once, not again
     assert comparable(resumed) == comparable(fresh)
     assert {k: v for k, v in published(out).items() if not k.startswith("work/")} == published(tmp_path / "fresh")

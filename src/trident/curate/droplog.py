@@ -21,9 +21,9 @@ SUFFIX = ".drops.jsonl.zst"
 
 
 def log_path(shard: Path | str) -> Path:
-    """The drop log that goes with the shard file `shard` (…/shard-00003.jsonl.zst)."""
+    """The drop log that goes with the shard file `shard` (…/shard-00003.jsonl.zst, or .jsonl)."""
     shard = location(shard)
-    return shard.with_name(shard.name.removesuffix(".jsonl.zst") + SUFFIX)
+    return shard.with_name(shard.name.removesuffix(".zst").removesuffix(".jsonl") + SUFFIX)
 
 
 class DropLog:

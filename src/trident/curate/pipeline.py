@@ -38,7 +38,7 @@ from trident.curate.settings import (
     apply_stage_overrides,
     check_stage_entries,
 )
-from trident.curate.shards import input_format
+from trident.curate.shards import PLAIN_SUFFIX, input_format
 from trident.curate.stage import (
     Executor,
     GlobalStage,
@@ -264,7 +264,7 @@ def _run_phases(specs: list[dict], files: list[tuple[Path, str]], work: Path, po
     for number, (kind, phase_specs) in enumerate(phases):
         phase_dir = work / f"phase-{number:02d}"
         if number == 0 and _stage_reads_raw(phases, pool):  # phase 1 runs these reads in its first pass
-            reads = stream_tasks([], files, phase_dir, options, read_raw=True, work_only=True)
+            reads = stream_tasks([], files, phase_dir, options, read_raw=True, suffix=PLAIN_SUFFIX)
             current = [location(task["output"]) for task in reads]
         elif kind == "global":
             current, counters, seconds = run_global_phase(phase_specs[0], current, phase_dir, pool, reads)

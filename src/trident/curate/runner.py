@@ -14,7 +14,7 @@ from typing import Iterator
 
 from trident.curate.document import CurateError, Document
 from trident.curate.droplog import DropLog, log_path
-from trident.curate.shards import (LEVEL, WORK_LEVEL, RecordLog, ShardWriter, input_format, read_documents,
+from trident.curate.shards import (LEVEL, SHARD_SUFFIX, WORK_LEVEL, RecordLog, ShardWriter, input_format, read_documents,
                                    read_shard, record_items, record_line, record_lines, write_lines, write_shard)
 from trident.curate.stage import Executor, GlobalStage, StreamingStage, build_stage, stage_class
 from trident.text.atomic import write_json_atomic
@@ -132,10 +132,11 @@ def _drop_log(output: str) -> DropLog:
 
 
 def stream_tasks(specs: list[dict], inputs: list[tuple[Path, str | None]], phase_dir: Path, options: dict,
-                 read_raw: bool, work_only: bool = False) -> list[dict]:
-    """``stream_shard``'s task for every input shard of a streaming phase (outputs under ``phase_dir``)."""
+                 read_raw: bool, work_only: bool = False, suffix: str = SHARD_SUFFIX) -> list[dict]:
+    """``stream_shard``'s task for every input shard of a streaming phase (outputs under ``phase_dir``,
+    named shard-<index><suffix>)."""
     make_folder(phase_dir)
-    return [{"specs": specs, "input": str(path), "output": str(phase_dir / f"shard-{index:05d}.jsonl.zst"),
+    return [{"specs": specs, "input": str(path), "output": str(phase_dir / f"shard-{index:05d}{suffix}"),
              "read_raw": read_raw, "dataset": dataset, "strict": options["strict"],
              "max_doc_bytes": options["max_doc_bytes"], "modules": options.get("modules", []),
              "work_only": work_only} for index, (path, dataset) in enumerate(inputs)]
@@ -167,11 +168,13 @@ def run_stream_phase(specs: list[dict], inputs: list[tuple[Path, str | None]], p
 
 
 def read_raw_documents(task: dict) -> Iterator[Document]:
-    """The documents of a read task (``stream_tasks`` with no stages, ``read_raw``), for a global stage
-    that reads the raw inputs in its own first pass (``GlobalStage.reads_raw``): each is written to
-    the task's output shard as ``stream_shard`` writes it, with its drop log, and the completion
-    marker is written at the end, so the read's counters, a resumed run and later steps see a
-    finished read phase. An input read before (its marker and shard exist) is read from its shard."""
+    """The documents of a read task (``stream_tasks`` with no stages, ``read_raw``, PLAIN_SUFFIX), for
+    a global stage that reads the raw inputs in its own first pass (``GlobalStage.reads_raw``): each
+    is written to the task's output shard as ``stream_shard`` writes it, with its drop log, and the
+    completion marker is written at the end, so the read's counters, a resumed run and later steps
+    see a finished read phase. An input read before (its marker and shard exist) is read from its
+    shard. The shard is plain JSONL: the stage reads it once more, to copy its kept lines, and
+    compressing it and reading it back cost more than its bytes on disk while the run lasts."""
     output, marker = location(task["output"]), location(task["output"] + MARKER_SUFFIX)
     if marker.exists() and output.exists():
         yield from read_shard(output)
@@ -179,7 +182,7 @@ def read_raw_documents(task: dict) -> Iterator[Document]:
     drops = _drop_log(task["output"])
     log = RecordLog(strict=task["strict"], drops=drops)
     spent = [0.0]
-    with ShardWriter(output, WORK_LEVEL) as writer:
+    with ShardWriter(output, None) as writer:
         for line, doc in _timed(_raw_items(task, log), spent, 0):
             writer.write_line(line)
             yield doc

@@ -27,6 +27,7 @@ JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".json.gz", ".json.zst")
 FRAME_BYTES = 1 << 20  # uncompressed bytes per zstd frame of a written shard (well under HOLD_LIMIT)
 _BLOCK = 1 << 16  # line bytes handed to the compressor at once
 LEVEL, WORK_LEVEL = 3, 1  # zstd levels: published shards; shards only a later phase reads (2x faster to write)
+PLAIN_SUFFIX = ".jsonl"  # a work shard written without compression (ShardWriter level None)
 _MAX_LOGGED = 200  # error examples kept per log; all of them are counted
 _json_line = json.JSONEncoder(ensure_ascii=False).encode  # json.dumps(x, ensure_ascii=False), one encoder for all
 
@@ -217,8 +218,8 @@ def _read_html(path: Path, log: RecordLog, max_doc_bytes: int) -> Iterator[Docum
 # ---- writing ---------------------------------------------------------------------------------
 
 class ShardWriter:
-    """Writes Documents (or record lines already in their JSON form) to PATH (.jsonl.zst)
-    atomically: PATH.tmp is renamed on a clean close.
+    """Writes Documents (or record lines already in their JSON form) to PATH (.jsonl.zst; .jsonl
+    with level None) atomically: PATH.tmp is renamed on a clean close.
 
     Frames of about FRAME_BYTES, each ending at a document and carrying a content checksum, so a
     reader verifies every frame before using it and damage costs only the documents of its frame.
@@ -226,15 +227,16 @@ class ShardWriter:
     compressing a short document).
     """
 
-    def __init__(self, path: Path, level: int = LEVEL) -> None:
+    def __init__(self, path: Path, level: int | None = LEVEL) -> None:
         self.path = location(path)
         self._remote = is_remote(self.path)
         make_folder(self.path.parent)
         # an object store commits an object whole at close: no temporary name needed there
         self._tmp = self.path if self._remote else self.path.with_name(self.path.name + ".tmp")
         self._fh = open_write(self._tmp)
-        compressor = zstandard.ZstdCompressor(level=level, write_checksum=True)
-        self._zst = compressor.stream_writer(self._fh, closefd=False)
+        self._zst = None  # level None: plain JSONL (PLAIN_SUFFIX), for work shards read once more
+        if level is not None:
+            self._zst = zstandard.ZstdCompressor(level=level, write_checksum=True).stream_writer(self._fh, closefd=False)
         self.count, self._frame_bytes = 0, 0
         self._block: list[bytes] = []
         self._block_bytes = 0
@@ -248,7 +250,7 @@ class ShardWriter:
         self.count += 1
         self._block_bytes += len(data) + 1
         self._frame_bytes += len(data) + 1
-        if self._frame_bytes >= FRAME_BYTES:
+        if self._frame_bytes >= FRAME_BYTES and self._zst is not None:
             self._drain()
             self._zst.flush(zstandard.FLUSH_FRAME)
             self._frame_bytes = 0
@@ -257,12 +259,13 @@ class ShardWriter:
 
     def _drain(self) -> None:
         if self._block:
-            self._zst.write(b"".join(self._block))
+            (self._fh if self._zst is None else self._zst).write(b"".join(self._block))
             self._block, self._block_bytes = [], 0
 
     def close(self) -> None:
         self._drain()
-        self._zst.close()
+        if self._zst is not None:
+            self._zst.close()
         if self._remote:
             self._fh.close()
             return

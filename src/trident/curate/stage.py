@@ -126,8 +126,9 @@ class GlobalStage(Stage):
 
 
 def output_paths(inputs: list[Path], out_dir: Path) -> list[Path]:
-    """One output shard per input, same file name (prefixed by its index if names collide)."""
-    names = [location(p).name for p in inputs]
+    """One output shard (JSONL.zst) per input, same file name (prefixed by its index if names collide;
+    ".zst" added to a plain work shard's)."""
+    names = [location(p).name if location(p).name.endswith(".zst") else location(p).name + ".zst" for p in inputs]
     clash = len(set(names)) != len(names)
     return [out_dir / (f"{i:05d}-{n}" if clash else n) for i, n in enumerate(names)]
 
