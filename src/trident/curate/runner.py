@@ -14,8 +14,9 @@ from typing import Iterator
 
 from trident.curate.document import CurateError, Document
 from trident.curate.droplog import DropLog, log_path
-from trident.curate.shards import (LEVEL, SHARD_SUFFIX, WORK_LEVEL, RecordLog, ShardWriter, input_format, read_documents,
-                                   read_shard, record_items, record_line, record_lines, write_lines, write_shard)
+from trident.curate.shards import (LEVEL, SHARD_SUFFIX, WORK_LEVEL, RecordLog, ShardWriter, input_format,
+                                   read_documents, read_shard, record_items, record_line, record_lines, write_lines,
+                                   write_shard)
 from trident.curate.stage import Executor, GlobalStage, StreamingStage, build_stage, stage_class
 from trident.text.atomic import write_json_atomic
 from trident.text.storage import location, make_folder, remove_tree
@@ -203,7 +204,7 @@ def _raw_items(task: dict, log: RecordLog) -> Iterator[tuple[bytes, Document]]:
 
 
 def read_totals(tasks: list[dict]) -> dict:
-    """``stream_totals`` of read tasks that ``read_raw_documents`` (or ``stream_shard``) finished, from their markers."""
+    """``stream_totals`` of finished read tasks (by ``read_raw_documents`` or ``stream_shard``), from their markers."""
     return stream_totals([json.loads(location(t["output"] + MARKER_SUFFIX).read_text()) for t in tasks], 0)
 
 

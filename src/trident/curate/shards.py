@@ -236,7 +236,8 @@ class ShardWriter:
         self._fh = open_write(self._tmp)
         self._zst = None  # level None: plain JSONL (PLAIN_SUFFIX), for work shards read once more
         if level is not None:
-            self._zst = zstandard.ZstdCompressor(level=level, write_checksum=True).stream_writer(self._fh, closefd=False)
+            compressor = zstandard.ZstdCompressor(level=level, write_checksum=True)
+            self._zst = compressor.stream_writer(self._fh, closefd=False)
         self.count, self._frame_bytes = 0, 0
         self._block: list[bytes] = []
         self._block_bytes = 0
