@@ -32,9 +32,9 @@ def inputs(tmp_path_factory):
     return sorted(root.iterdir())
 
 
-def run(tmp_path, inputs, monkeypatch, fused: bool, name: str, **config):
+def run(tmp_path, inputs, monkeypatch, fused: bool, name: str, stages=(FUZZY,), **config):
     monkeypatch.setattr(FuzzyDedup, "reads_raw", fused)
-    return run_pipeline({"stages": [FUZZY], "max_doc_bytes": 4096, **config}, inputs, tmp_path / name)
+    return run_pipeline({"stages": list(stages), "max_doc_bytes": 4096, **config}, inputs, tmp_path / name)
 
 
 def published(out) -> dict:
@@ -90,3 +90,12 @@ def test_a_resumed_run_rereads_only_unfinished_inputs(tmp_path, inputs, monkeypa
     assert (phase0 / "shard-00000.jsonl").stat().st_mtime_ns == kept  # read once, not again
     assert comparable(resumed) == comparable(fresh)
     assert {k: v for k, v in published(out).items() if not k.startswith("work/")} == published(tmp_path / "fresh")
+
+
+def test_a_later_global_stage_sees_the_read_once(tmp_path, inputs, monkeypatch):
+    stages = (FUZZY, {"stage": "exact_dedup"})
+    split = run(tmp_path, inputs, monkeypatch, False, "split", stages=stages)
+    fused = run(tmp_path, inputs, monkeypatch, True, "fused", stages=stages)
+    assert [s["name"] for s in fused["stages"]] == ["read", "fuzzy_dedup", "exact_dedup"]
+    assert comparable(fused) == comparable(split)
+    assert published(tmp_path / "fused") == published(tmp_path / "split")

@@ -271,9 +271,8 @@ def _run_phases(specs: list[dict], files: list[tuple[Path, str]], work: Path, po
             if reads:
                 totals = read_totals(reads)
                 _add_read_entry(stage_stats, errors, totals)
-                if totals["written"] != totals["read"].get("out", 0):
-                    problems.append(f"read: wrote {totals['written']} documents but counted "
-                                    f"{totals['read'].get('out', 0)} out")
+                _check_written(problems, "read", totals["written"], totals["read"])
+                reads = None  # only the stage right after the read phase runs it
             stage_stats.append(_entry(phase_specs[0], "global", counters, seconds))
         else:
             read_raw = number == 0
@@ -285,10 +284,14 @@ def _run_phases(specs: list[dict], files: list[tuple[Path, str]], work: Path, po
                 _add_read_entry(stage_stats, errors, totals)
             for spec, counters, seconds in zip(phase_specs, totals["stages"], totals["seconds"][1:]):
                 stage_stats.append(_entry(spec, "streaming", counters, seconds))
-            if totals["written"] != stage_stats[-1]["counters"].get("out", 0):
-                problems.append(f"phase {names}: wrote {totals['written']} documents but counted "
-                                f"{stage_stats[-1]['counters'].get('out', 0)} out")
+            _check_written(problems, f"phase {names}", totals["written"], stage_stats[-1]["counters"])
     return current, stage_stats, errors, problems
+
+
+def _check_written(problems: list[str], what: str, written: int, counters: dict) -> None:
+    """A problem when a phase wrote another number of documents than its last counters let out."""
+    if written != counters.get("out", 0):
+        problems.append(f"{what}: wrote {written} documents but counted {counters.get('out', 0)} out")
 
 
 def _stage_reads_raw(phases: list[tuple[str, list[dict]]], pool) -> bool:
