@@ -55,6 +55,7 @@ def _launch(args, rid: str) -> int:
 def run(args) -> int:
     from trident.config import ConfigError, load_config
     from trident.data.output_folder import OutputFolderError
+    from trident.data.output_lock import FolderLock
     from trident.parallel.inject import ENV as INJECT_ENV, InjectError, parse
     from trident.train.launch import under_torchrun
     from trident.train.run_folder import RUN_ID_ENV, claim_train_folder, run_id
@@ -70,13 +71,23 @@ def run(args) -> int:
         # one process stamps the folder: the launcher, or rank 0 of a torchrun started by hand
         writer = not under_torchrun() or (os.environ.get("RANK") == "0" and RUN_ID_ENV not in os.environ)
         rid = f"rdzv:{args.rdzv_id}" if launching and args.rdzv_id else run_id()  # the same on every node
-        claim_train_folder(config, args.out, args.overwrite, writer, rid)
+        # the lock first: a second run must not pass the folder check (or --overwrite it) while the first runs
+        lock = FolderLock(args.out, rid).acquire() if writer else None
+        try:
+            claim_train_folder(config, args.out, args.overwrite, writer, rid)
+        except OutputFolderError:
+            lock and lock.release()
+            raise
     except (ConfigError, OutputFolderError, InjectError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    if launching:
-        return _launch(args, rid)
-    return _train(args, config)
+    if lock and lock.takeover_message():
+        print(lock.takeover_message(), file=sys.stderr)
+    try:
+        return _launch(args, rid) if launching else _train(args, config)
+    finally:
+        if lock:
+            lock.release()
 
 
 def _train(args, config) -> int:

@@ -21,6 +21,7 @@ import dataclasses
 import json
 import logging
 import time
+import uuid
 from collections import Counter
 from pathlib import Path
 
@@ -50,6 +51,7 @@ from trident.curate.stage import (
     stage_class,
 )
 from trident.data.output_folder import OutputFolderError, claim_output_folder, remove_own_outputs, write_marker
+from trident.data.output_lock import FolderLock
 from trident.text.atomic import write_json_atomic
 from trident.text.storage import copy_file, fingerprint, location, make_folder, remove_tree, replace
 
@@ -201,6 +203,14 @@ def run_pipeline(config: str | Path | dict | list | CurationConfig, inputs: list
         raise CurateConfigError(str(err)) from None
     files = _resolve_inputs(cfg, inputs)
     out_dir = location(out_dir)
+    with FolderLock(out_dir, uuid.uuid4().hex) as lock:  # a second curate into OUT meanwhile exits 2
+        if lock.takeover_message():
+            log.warning("curate: %s", lock.takeover_message())
+        return _run_claimed(cfg, files, out_dir, overwrite)
+
+
+def _run_claimed(cfg: CurationConfig, files: list[tuple[Path, str]], out_dir: Path, overwrite: bool) -> dict:
+    """run_pipeline's work once OUT's lock is held."""
     work, fingerprint = out_dir / "work", _fingerprint(cfg, files)
     _claim(out_dir, work, fingerprint, overwrite)
     _prepare_work_dir(work, fingerprint)

@@ -13,6 +13,7 @@ from trident.text.atomic import write_json_atomic
 from trident.text.storage import location, remove_tree
 
 MARKER = ".trident-run.json"
+OWN_PREFIX = ".trident-"  # trident's bookkeeping in a folder: the marker, the lock (data/output_lock.py)
 
 
 class OutputFolderError(ValueError):
@@ -44,8 +45,8 @@ def claim_output_folder(folder: str | Path, command: str, overwrite: bool,
     folder = location(folder)
     if folder.exists() and not folder.is_dir():
         raise OutputFolderError(f"{folder}: exists and is not a folder")
-    # a folder holding nothing but a marker (a run that stopped before writing) counts as empty
-    entries = sorted(p.name for p in folder.iterdir() if p.name != MARKER and not any(
+    # a folder holding nothing but a marker (a run that stopped before writing) or a lock counts as empty
+    entries = sorted(p.name for p in folder.iterdir() if not p.name.startswith(OWN_PREFIX) and not any(
         fnmatch.fnmatch(p.name, pattern) for pattern in prepared)) if folder.is_dir() else []
     marker = read_marker(folder)
     if not entries or overwrite:
