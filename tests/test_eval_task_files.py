@@ -89,3 +89,18 @@ def test_invalid_utf8_in_non_jsonl_task_files_names_file_and_line(tmp_path, name
     path.write_bytes(content)
     with pytest.raises(TaskDataError, match=rf"{name}: {path}:{line}: not UTF-8"):
         load(tmp_path, name)
+
+
+def test_a_missing_checkpoint_is_named_before_any_task_file(tmp_path, capsys):
+    from trident.cli import main
+
+    task_args = ["--tasks", "lambada,piqa", "--data-dir", str(tmp_path / "no-task-data")]
+    assert main(["eval", str(tmp_path / "runs" / "nope"), *task_args]) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'runs' / 'nope'}: no such checkpoint" in err and "no-task-data" not in err
+    (tmp_path / "empty" / "checkpoints" / "step_0000001").mkdir(parents=True)  # a save that never completed
+    assert main(["eval", str(tmp_path / "empty"), *task_args]) == 2
+    err = capsys.readouterr().err
+    assert "empty: holds no complete checkpoint" in err and "no-task-data" not in err
+    assert main(["eval", "--hf", str(tmp_path / "nope-hf"), *task_args]) == 2
+    assert "--hf" in capsys.readouterr().err

@@ -81,6 +81,7 @@ def run(args) -> int:
         args.overrides, args.checkpoint = [args.checkpoint, *args.overrides], None
     problem = _usage_problem(args)
     problem, resume_from = (problem, None) if problem else _earlier_output(args)
+    problem = problem or _missing_model(args)  # before any task file is read
     if problem is not None:
         print(f"trident eval: {problem}", file=sys.stderr)
         return 2
@@ -120,6 +121,22 @@ def _usage_problem(args) -> str | None:
             return f"--bias-samples/--bias-length/--bias-top-p: {error}"
     if args.hf and (args.overrides or args.nproc > 1):
         return "parallel.* overrides and --nproc apply to a trident CKPT, not --hf"
+    return None
+
+
+def _missing_model(args) -> str | None:
+    """The CKPT or --hf folder named on the command line when it holds no model, else None."""
+    from trident.checkpoint.reader import resolve_checkpoint
+
+    if args.hf:
+        return None if location(args.hf).is_dir() else f"--hf {args.hf}: no such folder (a saved Hugging Face model)"
+    if not location(args.checkpoint).exists():
+        return (f"{args.checkpoint}: no such checkpoint (give a training run's folder, its checkpoints/ folder "
+                f"or one step_N folder)")
+    try:
+        resolve_checkpoint(args.checkpoint, location(args.checkpoint))
+    except FileNotFoundError:
+        return f"{args.checkpoint}: holds no complete checkpoint (no step folder with its COMPLETE marker)"
     return None
 
 
