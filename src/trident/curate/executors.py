@@ -16,31 +16,11 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, ThreadPoolE
 from typing import Any, Callable
 
 from trident.curate.document import CurateError
-
-
-class _Quiet:
-    """The part of tqdm's interface the executors use, doing nothing (progress off: no tqdm import,
-    which costs ~0.03 s of a short run)."""
-
-    def update(self, n: int = 1) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-    def __enter__(self) -> "_Quiet":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        pass
+from trident.text.progress import progress_bar
 
 
 def _progress(total: int, desc: str | None, enabled: bool):
-    if not enabled:
-        return _Quiet()
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc=desc, unit="task", leave=False)
+    return progress_bar(total=total, desc=desc, unit="task", enabled=enabled, leave=False)
 
 
 def _start_method() -> str:

@@ -32,6 +32,7 @@ from trident.text.damage import BROKEN_OFF, is_damage
 from trident.text.jsonl import (DEFAULT_MAX_DOC_BYTES, LineResult, UnreadableFile, is_jsonl,
                                 iter_raw_lines, parse_line)
 from trident.text.storage import location, staged_prefix
+from trident.text.progress import progress_bar
 
 log = logging.getLogger("trident.data")
 CHUNK_LINES = 256
@@ -226,15 +227,13 @@ def tokenize_files(inputs, output_prefix, tokenizer_path, json_key: str = "text"
 
 def _tokenize(paths, prefix: Path, target: str, tokenizer, json_key, workers, strict, progress, max_doc_bytes) -> dict:
     """tokenize_files writing PREFIX.* locally, named for `target` in its statistics."""
-    from tqdm import tqdm
-
     builder = IndexedDatasetBuilder(prefix, best_dtype(tokenizer.vocab_size))
     dropped: Counter = Counter({reason: 0 for reason in _LISTED})
     damaged: dict = {}
     bad = _BadLines(prefix, strict)
     lines, max_id = 0, -1
     start, cpu_start = time.perf_counter(), time.process_time()
-    bar = tqdm(desc=f"tokenize -> {location(target).name}", unit=" docs", disable=not progress, mininterval=0.5)
+    bar = progress_bar(desc=f"tokenize -> {location(target).name}", unit=" docs", enabled=progress, mininterval=0.5)
     lineage = DocumentLines(prefix, paths)
     try:
         for path, (tokens, entries) in _encoded(paths, str(tokenizer.source), json_key, max(1, int(workers)),

@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import Callable, Protocol, Sequence
 
 import torch
-from tqdm import tqdm
 
 from trident.evaluate.requests import Row, TokenRequest, batches, plan_rows
 from trident.infer.generate import sample_next
 from trident.parallel.precision import DTYPES
 from trident.tasks.types import Loglikelihood
+from trident.text.progress import progress_bar
 from trident.text.storage import is_remote, location
 
 
@@ -120,8 +120,8 @@ class CausalLM(LM):
         """Score token-level requests in length-sorted, right-padded batches (one forward per batch)."""
         results: list[Loglikelihood | None] = [None] * len(requests)
         rows = plan_rows(requests, self.max_length)
-        bar = tqdm(batches(rows, self.batch_size), desc=desc or "loglikelihood", unit="batch",
-                   disable=not self.progress, leave=False)
+        bar = progress_bar(batches(rows, self.batch_size), desc=desc or "loglikelihood", unit="batch",
+                       enabled=self.progress, leave=False)
         for batch in bar:
             for index, score in self._score_batch(batch):
                 results[index] = score

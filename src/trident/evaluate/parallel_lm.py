@@ -30,7 +30,6 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from tqdm import tqdm
 
 from trident.config import Config, ConfigError, config_from_dict, parse_overrides
 from trident.evaluate.lm import CausalLM
@@ -41,6 +40,7 @@ from trident.parallel.parallelize import ParallelModel, parallelize
 from trident.parallel.precision import Precision
 from trident.parallel.tensor import gather_from_tp, vocab_parallel_scores
 from trident.tasks.types import Loglikelihood
+from trident.text.progress import progress_bar
 from trident.text.storage import location
 
 # the parallel.* keys that change how a checkpoint is evaluated; the rest are training-only
@@ -156,8 +156,8 @@ class ParallelLM(CausalLM):
         self._agree(("score", [(r.index, r.context, r.continuation) for r in requests]))
         mine = batches(plan_rows(requests, self.max_length), self.batch_size)[self.mesh.dp_rank:: self.mesh.dp]
         window = 2 * self.mesh.pp  # batches in flight at once: enough to keep every stage busy
-        bar = tqdm(total=len(mine), desc=desc or "loglikelihood", unit="batch", leave=False,
-                   disable=not (self.progress and self.mesh.rank == 0))
+        bar = progress_bar(total=len(mine), desc=desc or "loglikelihood", unit="batch", leave=False,
+                       enabled=self.progress and self.mesh.rank == 0)
         scored = []
         for start in range(0, len(mine), window):
             group = mine[start: start + window]
