@@ -190,7 +190,7 @@ class CheckpointWriter:
         state = trainer_state | {"layout": layout_of(self.mesh), "format_version": fmt.FORMAT_VERSION}
         (tmp / fmt.TRAINER_STATE).write_text(json.dumps(state, indent=1))
         for name, source in extra_files.items():
-            (tmp / name).write_bytes(Path(source).read_bytes())
+            (tmp / name).write_bytes(location(source).read_bytes())
         _fsync_dir(tmp)
         final = fmt.step_dir(self.root, step)
         if not is_remote(self.root):  # remote: the objects were written in place

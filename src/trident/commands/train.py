@@ -58,6 +58,7 @@ def run(args) -> int:
     from trident.data.output_lock import FolderLock
     from trident.parallel.inject import ENV as INJECT_ENV, InjectError, parse
     from trident.train.launch import under_torchrun
+    from trident.train.loggers import check_logger_folder
     from trident.train.run_folder import RUN_ID_ENV, claim_train_folder, run_id
 
     launching = (args.nproc > 1 or args.nnodes != "1") and not under_torchrun()
@@ -68,6 +69,7 @@ def run(args) -> int:
         parse(os.environ.get(INJECT_ENV, ""))  # a malformed fault drill fails here, not at its step
         config = load_config(args.config, args.overrides)
         config.validate(args.nproc if not under_torchrun() and args.nnodes == "1" else None)
+        check_logger_folder(config, args.out)  # a URL --out with TensorBoard or W&B: refused before any rank starts
         # one process stamps the folder: the launcher, or rank 0 of a torchrun started by hand
         writer = not under_torchrun() or (os.environ.get("RANK") == "0" and RUN_ID_ENV not in os.environ)
         rid = f"rdzv:{args.rdzv_id}" if launching and args.rdzv_id else run_id()  # the same on every node

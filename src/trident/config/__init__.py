@@ -179,7 +179,8 @@ def config_from_dict(tree: dict) -> Config:
 
 
 def save_config(config: Config, path: str | Path) -> None:
-    Path(path).write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+    """The config as YAML at `path`: a local path, or a path object of any filesystem (a UPath)."""
+    (Path(path) if isinstance(path, str) else path).write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
 
 
 def _require(condition: bool, key: str, message: str) -> None:

@@ -158,7 +158,13 @@ def parse_overrides(overrides: list[str]) -> dict:
 
 
 def resolve_path(path: str | Path) -> Path:
-    """A config path, or the name of a preset shipped with trident (tiny, demo, curate-cc, ...)."""
+    """A config path, or the name of a preset shipped with trident (tiny, demo, curate-cc, ...). A path
+    object of another filesystem (a UPath: trident.text.storage.location of a URL) is read as given."""
+    if not isinstance(path, (str, Path)):
+        return path
+    if "://" in str(path):  # Path() would collapse it into a local name: say what is not supported instead
+        raise ConfigError(f"config file '{path}': a URL; config files are read from a local path or a preset "
+                          f"name (copy it here first)")
     candidate = Path(path)
     if candidate.exists():
         return candidate

@@ -21,6 +21,7 @@ from collections import deque
 from pathlib import Path
 
 from trident.text.atomic import write_json_atomic
+from trident.text.storage import location
 
 DEFAULT_EVENTS = 2000
 FIELDS = ("seq", "step", "op", "group", "peer", "microbatch", "chunk", "started", "ended", "failed")
@@ -41,7 +42,7 @@ class FlightRecorder:
     def configure(self, folder: Path | str, rank: int, identity: dict, size: int = DEFAULT_EVENTS) -> None:
         """Dump into `folder` as rank_<rank>.json; `identity` (layout coordinates...) goes into every dump.
         size 0 turns recording off (begin/end do nothing; a dump holds no events)."""
-        self.folder, self.enabled = Path(folder), size > 0
+        self.folder, self.enabled = location(folder), size > 0
         self.identity = {"rank": rank, "host": socket.gethostname(), "pid": os.getpid(), **identity}
         if size and size != self.events.maxlen:
             self.events = deque(self.events, maxlen=size)

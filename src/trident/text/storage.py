@@ -8,6 +8,11 @@ What differs for object stores lives here: reads of byte ranges with no read-ahe
 only the bytes it loads), copies of small files into a local cache (an index a reader memory-maps),
 whole-tree removal, and a fingerprint that says when a remote file changed.
 
+Where a URL cannot be served (something that must be a local file or folder), `require_local` refuses
+it at start with a ConfigError naming the argument, the path and why (the commands exit 2); and
+`location` refuses a local path that is a URL whose `//` a local path collapsed (`s3:/bucket/run`),
+so a URL never becomes a local folder named after its scheme.
+
 S3 settings come from the usual places: AWS_* variables and ~/.aws for credentials, and
 `FSSPEC_S3_ENDPOINT_URL` (or AWS_ENDPOINT_URL) for a non-AWS endpoint such as MinIO.
 """
@@ -23,7 +28,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from trident.config.typed import ConfigError
+
 LOCAL_PROTOCOLS = ("", "file", "local")
+
+
+class UnsupportedLocation(ConfigError):
+    """A path trident cannot use where it was given: a URL where only a local path works, or a URL
+    that a local path mangled."""
 
 
 def protocol(path) -> str:
@@ -38,18 +50,45 @@ def is_remote(path) -> bool:
 
 
 def location(path) -> Path:
-    """A Path for local paths (`file://` stripped), a UPath for any other fsspec URL."""
+    """A Path for local paths (`file://` stripped), a UPath for any other fsspec URL. Raises
+    UnsupportedLocation for a local path holding a URL scheme as a folder (`s3:/bucket/run`)."""
     if hasattr(path, "fs") and is_remote(path):
         return path  # already a UPath
     text = str(path)
     if protocol(text) in ("file", "local"):
         return Path(text.split("://", 1)[1])
     if not is_remote(text):
+        _refuse_collapsed_url(text)
         return Path(text)
     from upath import UPath  # imported only when a URL is used
 
     # no listing cache: other processes and machines write the objects a listing must see
     return UPath(text, use_listings_cache=False)
+
+
+def _refuse_collapsed_url(text: str) -> None:
+    """A folder named `s3:` (or any fsspec scheme and a colon) is a URL that went through a local path
+    (`Path("s3://b/run")` is `s3:/b/run`): refused, so that nothing is written to a local folder so named."""
+    if ":" not in text:
+        return
+    from fsspec.registry import known_implementations, registry
+
+    schemes = {*known_implementations, *registry}
+    folder = next((part for part in text.split("/") if part.endswith(":") and part[:-1] in schemes), None)
+    if folder is not None:
+        raise UnsupportedLocation(f"{text}: a local path with a folder named '{folder}', i.e. a URL whose '//' was "
+                                  f"collapsed; trident does not create such a folder (give the URL itself, "
+                                  f"{folder}//...)")
+
+
+def require_local(path, what: str, why: str) -> None:
+    """Refuse a URL where only a local path works: UnsupportedLocation naming `what` (the argument or
+    key), the path and `why`. None and local paths pass."""
+    if path is None:
+        return
+    if is_remote(path):
+        raise UnsupportedLocation(f"{what} {path}: an fsspec URL is not supported here ({why}); give a local path")
+    location(path)  # a collapsed URL is refused too
 
 
 def open_read(path) -> io.BufferedIOBase:
@@ -263,6 +302,37 @@ def staged_prefix(target, commit_suffix: str) -> Iterator[Path]:
         files = sorted(Path(folder).iterdir(), key=lambda f: f.name.endswith(commit_suffix))
         for file in files:
             target.fs.put_file(str(file), f"{target.path}{file.name[len(local.name):]}")
+
+
+@contextmanager
+def staged_folder(target) -> Iterator[Path]:
+    """A local folder to write the files of the folder `target` into, for writers that only write local
+    files (safetensors, transformers, tokenizers). A local target is its own stage (created); for a
+    remote one a temporary folder, whose files are uploaded under `target` once the block completes
+    (nothing when it fails) and then removed."""
+    if not is_remote(target):
+        yield make_folder(target)
+        return
+    target = location(target)
+    with tempfile.TemporaryDirectory(prefix="trident-stage-") as folder:
+        yield Path(folder)
+        for file in sorted(p for p in Path(folder).rglob("*") if p.is_file()):
+            target.fs.put_file(str(file), f"{target.path}/{file.relative_to(folder).as_posix()}")
+
+
+@contextmanager
+def fetched_folder(source) -> Iterator[Path]:
+    """The folder `source` as a local folder, for readers that only read local files: itself when
+    local; else a temporary copy of every object under it, removed when the block ends."""
+    if not is_remote(source):
+        yield location(source)
+        return
+    source = location(source)
+    if not source.is_dir():
+        raise FileNotFoundError(f"{source}: no such folder")
+    with tempfile.TemporaryDirectory(prefix="trident-fetch-") as folder:
+        source.fs.get(f"{source.path.rstrip('/')}/", f"{folder}/", recursive=True)
+        yield Path(folder)
 
 
 def save_array(path, array, **arrays) -> None:

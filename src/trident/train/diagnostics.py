@@ -13,6 +13,7 @@ from pathlib import Path
 from trident.parallel.flight import FLIGHT
 from trident.parallel.inject import Injector
 from trident.parallel.replicas import agree_on_findings, replica_mismatches
+from trident.text.storage import location
 from trident.train.stragglers import find_stragglers, gather_reports, rank_report
 
 SPIKE_WINDOW = 20  # steps whose median loss a spike is measured against
@@ -46,7 +47,7 @@ class RunDiagnostics:
         self.stall_s = 1.25 * config.parallel.timeout_s
         self.injector = Injector.from_env(mesh.rank)
         self.recent: deque = deque(maxlen=SPIKE_WINDOW)
-        FLIGHT.configure(Path(out) / "debug" / "flight", mesh.rank,
+        FLIGHT.configure(location(out) / "debug" / "flight", mesh.rank,
                          {"world_size": mesh.world_size, "dp": mesh.dp, "pp": mesh.pp, "tp": mesh.tp,
                           "dp_rank": mesh.dp_rank, "pp_rank": mesh.pp_rank, "tp_rank": mesh.tp_rank},
                          self.cfg.flight_events)

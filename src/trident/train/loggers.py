@@ -13,6 +13,7 @@ from pathlib import Path
 import yaml
 
 from trident.config import Config, ConfigError
+from trident.text.storage import require_local
 
 
 def scalars(record: dict) -> dict[str, float]:
@@ -65,8 +66,19 @@ class WandbLogger:
         self.run.finish()
 
 
+def check_logger_folder(config: Config, out) -> None:
+    """TensorBoard's and W&B's writers keep their files in a local folder under OUT: a URL --out with
+    either asked for is refused (UnsupportedLocation, a ConfigError) before the run starts."""
+    for key, wanted in (("logging.tensorboard", config.logging.tensorboard),
+                        ("logging.wandb_project", config.logging.wandb_project)):
+        if wanted:
+            require_local(out, "--out", f"{key} writes its files with a writer of local files only; metrics.jsonl "
+                                        f"and checkpoints go to a URL, so drop {key} or give a local --out")
+
+
 def build_loggers(config: Config, out: Path) -> list:
     """The loggers the config asks for (rank 0 calls this; the others log nothing)."""
+    check_logger_folder(config, out)
     loggers = []
     if config.logging.tensorboard:
         loggers.append(TensorBoardLogger(out, config))

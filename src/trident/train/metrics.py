@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
 import resource
+import tempfile
+import time
 from pathlib import Path
 
 import torch
+
+from trident.text.storage import is_remote, location
+
+UPLOAD_INTERVAL_S = 30.0  # on an object store: the longest a metrics line waits to be uploaded
 
 
 def peak_memory_bytes(device: torch.device) -> int:
@@ -17,22 +24,47 @@ def peak_memory_bytes(device: torch.device) -> int:
 
 class MetricsWriter:
     """Appends one JSON object per step to OUT/metrics.jsonl (rank 0 only), and hands the same
-    record to each of `loggers` (TensorBoard, W&B: train/loggers.py)."""
+    record to each of `loggers` (TensorBoard, W&B: train/loggers.py).
 
-    def __init__(self, path: Path | None, append: bool = False, loggers: list | None = None):
-        self.path = path
-        self.file = open(path, "a" if append else "w", buffering=1) if path is not None else None
+    An object store cannot append: there the lines go to a local copy (an earlier run's object first,
+    when appending) that replaces the object whole at `sync()` (the trainer's checkpoints), at most
+    UPLOAD_INTERVAL_S seconds after a line, and at close."""
+
+    def __init__(self, path: Path | str | None, append: bool = False, loggers: list | None = None):
+        self.path = location(path) if path is not None else None
+        self.remote = self.path is not None and is_remote(self.path)
+        local = self.path
+        if self.remote:
+            handle, local = tempfile.mkstemp(prefix="trident-metrics-", suffix=".jsonl")
+            os.close(handle)
+            if append and self.path.exists():
+                self.path.fs.get_file(self.path.path, local)
+        self.local = local
+        self.file = open(local, "a" if append else "w", buffering=1) if local is not None else None
         self.loggers = loggers or []
+        self.uploaded = time.monotonic()
 
     def write(self, record: dict) -> None:
         if self.file is not None:
             self.file.write(json.dumps(record) + "\n")
+            if self.remote and time.monotonic() - self.uploaded >= UPLOAD_INTERVAL_S:
+                self.sync()
         for logger in self.loggers:
             logger.log(record)
 
+    def sync(self) -> None:
+        """On an object store, replace the metrics object with every line written so far."""
+        if self.remote and self.file is not None:
+            self.file.flush()
+            self.path.fs.put_file(self.local, self.path.path)
+            self.uploaded = time.monotonic()
+
     def close(self) -> None:
         if self.file is not None:
+            self.sync()
             self.file.close()
+            if self.remote:
+                os.unlink(self.local)
         for logger in self.loggers:
             logger.close()
 
@@ -49,4 +81,4 @@ def console_line(record: dict) -> str:
 
 
 def read_metrics(path: str | Path) -> list[dict]:
-    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    return [json.loads(line) for line in location(path).read_text().splitlines() if line.strip()]

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from trident.text.atomic import write_json_atomic
+from trident.text.storage import location
 
 EXIT_PREEMPTED = 75  # sysexits' EX_TEMPFAIL: stopped on request after saving; run again to resume
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
@@ -94,13 +95,13 @@ def stop_message(signal_name: str, step: int, checkpoint: Path) -> str:
 
 def write_marker(out: Path, record: dict, name: str = MARKER) -> None:
     """OUT/preempted.json (a stop: the launcher exits EXIT_PREEMPTED) or OUT/exit.json (an error's code)."""
-    write_json_atomic(Path(out) / name, record | {"written_at": time.time(), "pid": os.getpid()})
+    write_json_atomic(location(out) / name, record | {"written_at": time.time(), "pid": os.getpid()})
 
 
 def read_marker(out: Path, since: float, name: str = MARKER) -> dict | None:
     """The record a run in `out` wrote after `since` (a launcher's start time), if any."""
     try:
-        record = json.loads((Path(out) / name).read_text())
+        record = json.loads((location(out) / name).read_text())
     except (OSError, ValueError):
         return None
     return record if record.get("written_at", 0) >= since else None

@@ -30,7 +30,7 @@ from trident.parallel.precision import Precision
 from trident.parallel.sharding import full_shape
 from trident.parallel.token_ids import check_token_ids
 from trident.parallel.watch import failed_group
-from trident.text.storage import location
+from trident.text.storage import location, make_folder
 from trident.train import allocator
 from trident.train.diagnostics import CorruptionError, RunDiagnostics
 from trident.train.downstream import DownstreamEval
@@ -43,7 +43,7 @@ from trident.train.lr_schedule import TrainSchedule
 class Trainer:
     def __init__(self, config: Config, out_dir: str | Path, datasets=None, vocab_size: int | None = None,
                  log=print):
-        self.config, self.out = config, Path(out_dir)
+        self.config, self.out = config, location(out_dir)  # a local folder or a URL (s3://...)
         self.world = dist.get_world_size() if dist.is_initialized() else 1
         config.validate(self.world)
         if config.train.threads:
@@ -165,7 +165,7 @@ class Trainer:
         self.diagnostics.boxes = [b for b in boxes if b.stage == self.mesh.pp_rank]
         timeline = Timeline(self.mesh.pp, micro, p.virtual_stages, p.schedule, "measured", boxes)
         if self.mesh.rank == 0:
-            self.out.mkdir(parents=True, exist_ok=True)
+            make_folder(self.out)
             timeline.save(self.out / f"timeline_step{self.step}.json")
         return {"bubble": timeline.bubble_fraction,
                 "bubble_theory": pipeline_schedule(p.schedule).bubble(self.mesh.pp, micro, p.virtual_stages)}
@@ -221,7 +221,7 @@ class Trainer:
         is installed for the loop); a stop on a signal raises Preempted after the checkpoint."""
         cfg = self.config
         if self.mesh.rank == 0:
-            self.out.mkdir(parents=True, exist_ok=True)
+            make_folder(self.out)
         # A resumed run appends to its metrics; a fresh one starts the file anew.
         rank0 = self.mesh.rank == 0
         metrics = MetricsWriter(self.out / "metrics.jsonl" if rank0 else None, append=self.step > 0,
@@ -270,6 +270,7 @@ class Trainer:
         if (interval and self.step % interval == 0) or self.step == cfg.train.steps or due:
             self.save()
             stops.saved()
+            metrics.sync()  # on an object store: the metrics object is replaced with every line so far
         return record
 
     def _stop(self, signal_name: str) -> None:
@@ -350,13 +351,12 @@ def _user_input(work, what: str):
 
 def _tokenizer_json(source: str, tokenizer, out: Path) -> Path:
     """A tokenizer.json to ship inside checkpoints (converted when the source is vocab/merges)."""
-    path = Path(source)
+    path = location(source)
     if path.is_file() and path.suffix == ".json":
         return path
     if (path / "tokenizer.json").exists():
         return path / "tokenizer.json"
-    out.mkdir(parents=True, exist_ok=True)
-    tokenizer.save(out / "tokenizer.json")
+    tokenizer.save(make_folder(out) / "tokenizer.json")
     return out / "tokenizer.json"
 
 

@@ -21,6 +21,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
+from trident.text.storage import location
+
 KINDS = ("forward", "backward", "weight", "comm", "send", "recv", "reduce")
 COMPUTE_KINDS = ("forward", "backward", "weight")
 
@@ -106,12 +108,12 @@ class Timeline:
             raise ValueError(f"{where}: not a pipeline timeline ({type(err).__name__}: {err})") from err
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_json(), indent=1) + "\n")
+        location(path).write_text(json.dumps(self.to_json(), indent=1) + "\n")
 
     @classmethod
     def load(cls, path: str | Path) -> "Timeline":
         try:
-            data = json.loads(Path(path).read_text())
+            data = json.loads(location(path).read_text())
         except json.JSONDecodeError as err:
             raise ValueError(f"{path}: invalid JSON ({err})") from err
         return cls.from_json(data, where=str(path))
