@@ -23,6 +23,7 @@ from trident.config.flow import (
     TrainSection,
 )
 from trident.config.typed import fill, read_yaml
+from trident.text.storage import require_local
 
 
 class FlowError(ValueError):
@@ -62,6 +63,8 @@ class Flow:
 
 
 def _resolve(base: Path, text: str) -> Path:
+    require_local(text, "flow file path", "the flow engine runs its stages in local folders; `trident curate`, "
+                                          "`tokenize`, `train` and `eval` take URLs")
     path = Path(text).expanduser()
     return path if path.is_absolute() else base / path
 
