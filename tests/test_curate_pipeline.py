@@ -16,6 +16,9 @@ STREAMING = [{"stage": "extract"}, {"stage": "langid", "languages": ["en"]}, {"s
              {"stage": "min_length", "min_tokens": 128}]
 
 
+ONE_SHARD_EACH = ["shard_bytes=0"]  # the small sample inputs would be read into one shard: two to spread
+
+
 def output_docs(stats):
     return [doc for shard in stats["output"]["shards"] for doc in read_shard(shard)]
 
@@ -130,7 +133,8 @@ def test_rerun_after_crash_redoes_only_unfinished_shards(tmp_path):
     for name in ("a", "b", "c"):
         inputs.append(tmp_path / f"{name}.jsonl")
         inputs[-1].write_text("".join(json.dumps({"text": f"{name} document {i}"}) + "\n" for i in range(5)))
-    config = {"stages": [{"stage": "clean"}, {"stage": "test_crash", "source": "c.jsonl"}], "keep_work": True}
+    config = {"stages": [{"stage": "clean"}, {"stage": "test_crash", "source": "c.jsonl"}], "keep_work": True,
+              "shard_bytes": 0}  # a shard per input, so one of them can crash alone
     out = tmp_path / "out"
     CRASH["armed"] = True
     with pytest.raises(RuntimeError, match="simulated crash"):
@@ -149,13 +153,13 @@ def test_rerun_after_crash_redoes_only_unfinished_shards(tmp_path):
 
 @pytest.fixture(scope="module")
 def single_process_run(tmp_path_factory, warcs):
-    return run_pipeline("curate-cc", warcs[0], tmp_path_factory.mktemp("one"), workers=1)
+    return run_pipeline("curate-cc", warcs[0], tmp_path_factory.mktemp("one"), workers=1, overrides=ONE_SHARD_EACH)
 
 
 @pytest.mark.timeout(180)
 def test_local_processes_match_single_process(tmp_path, warcs, single_process_run):
     one = single_process_run
-    two = run_pipeline("curate-cc", warcs[0], tmp_path / "two", workers=2)
+    two = run_pipeline("curate-cc", warcs[0], tmp_path / "two", workers=2, overrides=ONE_SHARD_EACH)
     assert two["workers"] == 2 and two["accounting"]["ok"]
     assert [s["counters"] for s in one["stages"]] == [s["counters"] for s in two["stages"]]
     assert output_docs(one) == output_docs(two)
@@ -219,3 +223,18 @@ def test_output_folder_is_never_clobbered(tmp_path, capsys):
     assert main(args + ["--overwrite"]) == 0  # replaces its own earlier outputs, keeps the rest
     assert (out / "shard-00000.jsonl.zst").read_bytes() == first
     assert (out / "shard-00007.jsonl.zst").read_bytes() == b"another run's shard"
+
+
+def test_small_inputs_are_read_together_into_shards_of_the_target_size(tmp_path):
+    pages = []
+    for i in range(7):  # seven small HTML pages of ~1.3 KB
+        pages.append(tmp_path / "site" / f"page{i}.html")
+        pages[-1].parent.mkdir(exist_ok=True)
+        body = " ".join(f"Paragraph {i} sentence {j} tells the reader about topic {i}." for j in range(20))
+        pages[-1].write_text(f"<html><body><article><p>{body}</p></article></body></html>")
+    config = {"stages": [{"stage": "extract"}], "shard_bytes": 3 * pages[0].stat().st_size}
+    stats = run_pipeline(config, pages, tmp_path / "out")
+    assert len(stats["output"]["shards"]) == 3 and stats["output"]["documents"] == 7  # 3 + 3 + 1 pages
+    assert sorted(doc.id for doc in output_docs(stats)) == sorted(p.name for p in pages)
+    each = run_pipeline({**config, "shard_bytes": 0}, pages, tmp_path / "each")
+    assert len(each["output"]["shards"]) == 7 and output_docs(each) == output_docs(stats)

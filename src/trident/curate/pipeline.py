@@ -39,7 +39,7 @@ from trident.curate.settings import (
     apply_stage_overrides,
     check_stage_entries,
 )
-from trident.curate.shards import PLAIN_SUFFIX, input_format
+from trident.curate.shards import PLAIN_SUFFIX, coalesce_inputs, input_format
 from trident.curate.stage import (
     Executor,
     GlobalStage,
@@ -140,11 +140,15 @@ def check_accounting(stages: list[dict]) -> list[str]:
     return problems
 
 
-def _fingerprint(config: CurationConfig, inputs: list[tuple[Path, str]]) -> dict:
-    # size and mtime: an input edited in place must not reuse markers of its old content
-    return {"stages": config.stages,
-            "inputs": [[str(p), d, *fingerprint(p).values()] for p, d in inputs],
-            "strict": config.strict, "max_doc_bytes": config.max_doc_bytes}
+def _read_groups(config: CurationConfig, inputs: list[tuple[Path, str]]) -> tuple[list[list], dict]:
+    """(the inputs coalesced into the first phase's shards, the run's fingerprint): a rerun with the
+    same fingerprint resumes; size and mtime in it, so an input edited in place reuses no marker."""
+    marks = [fingerprint(p) for p, _ in inputs]
+    groups = coalesce_inputs(inputs, [mark["size"] for mark in marks], config.shard_bytes)
+    return groups, {"stages": config.stages,
+                    "inputs": [[str(p), d, *mark.values()] for (p, d), mark in zip(inputs, marks)],
+                    "groups": [len(group) for group in groups],  # shard N must hold the same files to resume
+                    "strict": config.strict, "max_doc_bytes": config.max_doc_bytes}
 
 
 def _prepare_work_dir(work: Path, fingerprint: dict) -> None:
@@ -211,7 +215,8 @@ def run_pipeline(config: str | Path | dict | list | CurationConfig, inputs: list
 
 def _run_claimed(cfg: CurationConfig, files: list[tuple[Path, str]], out_dir: Path, overwrite: bool) -> dict:
     """run_pipeline's work once OUT's lock is held."""
-    work, fingerprint = out_dir / "work", _fingerprint(cfg, files)
+    groups, fingerprint = _read_groups(cfg, files)
+    work = out_dir / "work"
     _claim(out_dir, work, fingerprint, overwrite)
     _prepare_work_dir(work, fingerprint)
     specs = [spec for spec in cfg.stages if spec.get("enabled", True)]
@@ -220,7 +225,7 @@ def _run_claimed(cfg: CurationConfig, files: list[tuple[Path, str]], out_dir: Pa
     pool = make_executor(cfg.executor, cfg.workers, cfg.ray_address, progress=cfg.progress)
     try:
         pool.warm_up(task_modules(specs, cfg.modules))
-        current, stage_stats, errors, problems = _run_phases(specs, files, work, pool, options)
+        current, stage_stats, errors, problems = _run_phases(specs, groups, work, pool, options)
     finally:
         pool.close()
     elapsed = time.time() - start
@@ -263,8 +268,9 @@ def _write_report_safely(stats: dict, out_dir: Path) -> None:
                     type(err).__name__, detail)
 
 
-def _run_phases(specs: list[dict], files: list[tuple[Path, str]], work: Path, pool, options: dict):
-    """Run every phase in order; returns (final shards, per-stage stats, bad records, problems)."""
+def _run_phases(specs: list[dict], files: list[list[tuple[Path, str]]], work: Path, pool, options: dict):
+    """Run every phase in order over the inputs (`files`: groups of them, one shard each); returns
+    (final shards, per-stage stats, bad records, problems)."""
     stage_stats: list[dict] = []
     errors: list[dict] = []
     problems: list[str] = []

@@ -98,13 +98,14 @@ def stream_shard(task: dict) -> dict:
     log = RecordLog(strict=task["strict"], drops=drops)
     spent = [0.0] * (len(stages) + 1)
     level = WORK_LEVEL if task.get("work_only") else LEVEL
-    if task["read_raw"] and not stages and input_format(location(task["input"])) == "jsonl":
-        lines = record_lines(location(task["input"]), log, task["dataset"], task["max_doc_bytes"])
+    raw = raw_inputs(task) if task["read_raw"] else []
+    if raw and not stages and all(input_format(path) == "jsonl" for path, _ in raw):
+        lines = (line for path, dataset in raw for line in record_lines(path, log, dataset, task["max_doc_bytes"]))
         written = write_lines(location(task["output"]), _timed(lines, spent, 0), level)  # no Documents needed
     else:
-        if task["read_raw"]:
-            docs = read_documents(location(task["input"]), log, dataset=task["dataset"],
-                                  max_doc_bytes=task["max_doc_bytes"])
+        if raw:
+            docs = (doc for path, dataset in raw
+                    for doc in read_documents(path, log, dataset=dataset, max_doc_bytes=task["max_doc_bytes"]))
         else:
             docs = read_shard(location(task["input"]))
         docs = _timed(docs, spent, 0)
@@ -125,6 +126,11 @@ def stream_shard(task: dict) -> dict:
     return result
 
 
+def raw_inputs(task: dict) -> list[tuple[Path, str | None]]:
+    """The raw input files a read task reads into its one shard, in order, with their datasets."""
+    return [(location(path), dataset) for path, dataset in task.get("group") or [(task["input"], task["dataset"])]]
+
+
 def _drop_log(output: str) -> DropLog:
     """The drop log of the shard `output`, started afresh (an earlier attempt's is replaced)."""
     path = log_path(output)
@@ -135,12 +141,15 @@ def _drop_log(output: str) -> DropLog:
 def stream_tasks(specs: list[dict], inputs: list[tuple[Path, str | None]], phase_dir: Path, options: dict,
                  read_raw: bool, work_only: bool = False, suffix: str = SHARD_SUFFIX) -> list[dict]:
     """``stream_shard``'s task for every input shard of a streaming phase (outputs under ``phase_dir``,
-    named shard-<index><suffix>)."""
+    named shard-<index><suffix>). An input is (path, dataset), or a list of them: small raw files
+    read one after the other into one shard (curate.shards.coalesce_inputs)."""
     make_folder(phase_dir)
-    return [{"specs": specs, "input": str(path), "output": str(phase_dir / f"shard-{index:05d}{suffix}"),
-             "read_raw": read_raw, "dataset": dataset, "strict": options["strict"],
+    groups = [entry if isinstance(entry, list) else [entry] for entry in inputs]
+    return [{"specs": specs, "input": str(group[0][0]), "output": str(phase_dir / f"shard-{index:05d}{suffix}"),
+             "read_raw": read_raw, "dataset": group[0][1], "strict": options["strict"],
+             "group": [(str(path), dataset) for path, dataset in group] if len(group) > 1 else None,
              "max_doc_bytes": options["max_doc_bytes"], "modules": options.get("modules", []),
-             "work_only": work_only} for index, (path, dataset) in enumerate(inputs)]
+             "work_only": work_only} for index, group in enumerate(groups)]
 
 
 def stream_totals(results: list[dict], stages: int) -> dict:
@@ -194,13 +203,13 @@ def read_raw_documents(task: dict) -> Iterator[Document]:
 
 def _raw_items(task: dict, log: RecordLog) -> Iterator[tuple[bytes, Document]]:
     """(shard line, Document) of every good record of a raw input, as ``stream_shard`` would write them."""
-    path = location(task["input"])
-    if input_format(path) == "jsonl":
-        for line, record in record_items(path, log, task["dataset"], task["max_doc_bytes"]):
-            yield line, Document.from_json(record, record["id"])
-        return
-    for doc in read_documents(path, log, dataset=task["dataset"], max_doc_bytes=task["max_doc_bytes"]):
-        yield record_line(doc), doc
+    for path, dataset in raw_inputs(task):
+        if input_format(path) == "jsonl":
+            for line, record in record_items(path, log, dataset, task["max_doc_bytes"]):
+                yield line, Document.from_json(record, record["id"])
+            continue
+        for doc in read_documents(path, log, dataset=dataset, max_doc_bytes=task["max_doc_bytes"]):
+            yield record_line(doc), doc
 
 
 def read_totals(tasks: list[dict]) -> dict:

@@ -47,6 +47,10 @@ class CurationConfig:
     workers: int = setting("an int >= 0 (0: one per core)", lambda v: v >= 0, default=1)
     # an existing Ray cluster to join ("auto", "ray://host:10001"); null: start one
     ray_address: Optional[str] = setting("null or a Ray address string", default=None)
+    # input files smaller than this are read together into shards of about this many bytes (317 small
+    # HTML pages make a few shards, not 317); 0: one shard per input file
+    shard_bytes: int = setting("an int >= 0 (bytes; 0: one shard per input file)", lambda v: v >= 0,
+                               default=32 << 20)
     # keep OUT/work/ (per-phase shards) after a successful run
     keep_work: bool = setting("true or false", default=False)
     progress: bool = setting("true or false", default=True)

@@ -65,6 +65,24 @@ def input_format(path: Path) -> str:
     raise CurateError(f"input '{path}': unsupported file type (expected one of {known})")
 
 
+def coalesce_inputs(files: list[tuple[Path, str]], sizes: list[int], target_bytes: int) -> list[list[tuple[Path, str]]]:
+    """Consecutive input files gathered into groups of about `target_bytes` (each group is read into
+    one shard), so many small files make a few shards instead of one each; a file of the target's
+    size or more stays alone; target_bytes 0: one group per file. The groups depend on the files
+    alone, never on the number of workers, so the shards and their resume markers do not either."""
+    if target_bytes <= 0:
+        return [[entry] for entry in files]
+    groups: list[list[tuple[Path, str]]] = []
+    held = 0
+    for entry, size in zip(files, sizes):
+        if not groups or held + size > target_bytes:
+            groups.append([])
+            held = 0
+        groups[-1].append(entry)
+        held += size
+    return groups
+
+
 def read_documents(path: Path, log: RecordLog, dataset: str | None = None,
                    max_doc_bytes: int = DEFAULT_MAX_DOC_BYTES) -> Iterator[Document]:
     """Every document in one input file; bad records go to `log`. Sets meta source/dataset."""
