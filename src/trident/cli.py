@@ -67,4 +67,10 @@ def main(argv: list[str] | None = None) -> int:
     except TypeError:  # commands with nested subcommands (curate, tokenizer) cannot intermix
         args = sub.parse_args(rest)
     args.command = command
-    return int(module.run(args) or 0)
+    from trident.text.storage import UnsupportedLocation
+
+    try:
+        return int(module.run(args) or 0)
+    except UnsupportedLocation as error:  # a URL where only a local path works, met below a command's own checks
+        print(f"trident {command}: error: {error}", file=sys.stderr)
+        return 2

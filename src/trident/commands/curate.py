@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 TRAIN_QUALITY = "train-quality"
 BLEND = "blend"
@@ -140,6 +139,7 @@ def _blend(args: argparse.Namespace) -> int:
     from trident.config import resolve_path
     from trident.curate.blend_plan import data_section, load_sources, plan_blend
     from trident.curate.document import CurateError
+    from trident.text.storage import location
 
     if not args.sources:
         raise CurateError("blend needs --sources FILE (or a preset such as blend-mtnlg)")
@@ -147,7 +147,7 @@ def _blend(args: argparse.Namespace) -> int:
     rows = plan_blend(sources, args.train_tokens or train_tokens)
     section = data_section(rows)
     if args.out:
-        Path(args.out).write_text(yaml.safe_dump(section, sort_keys=False))
+        location(args.out).write_text(yaml.safe_dump(section, sort_keys=False))
     if args.json:
         print(json.dumps({"train_tokens": args.train_tokens or train_tokens, "sources": rows, **section}, indent=1))
         return 0

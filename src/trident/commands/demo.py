@@ -37,12 +37,15 @@ def run(args) -> int:
     from trident.curate.document import CurateError
     from trident.data.output_folder import OutputFolderError, record_outputs, start_outputs
     from trident.flow.run import run_flow
+    from trident.commands.run import FLOW_FOLDER
     from trident.flow.spec import FlowError
+    from trident.text.storage import UnsupportedLocation, require_local
 
     try:
+        require_local(args.out, "--out", FLOW_FOLDER)
         before = start_outputs(args.out, "demo", args.overwrite)
         summary = run_flow(DEMO_FLOW, Path(args.out), demo_flow(args.steps, args.max_docs, args.overrides))
-    except OutputFolderError as err:  # e.g. --overwrite on a folder whose curated/ trident did not write
+    except (OutputFolderError, UnsupportedLocation) as err:  # e.g. --overwrite on a folder whose curated/ trident did not write
         print(f"trident demo: error: {err}", file=sys.stderr)
         return 2
     except (FlowError, CurateError) as err:

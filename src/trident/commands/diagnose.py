@@ -4,7 +4,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -14,8 +13,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args) -> int:
     from trident.diagnose.flight_report import diagnose, format_report
+    from trident.text.storage import location
 
-    folder = Path(args.out) / "debug" / "flight"
+    folder = location(args.out) / "debug" / "flight"  # a run on a store keeps its dumps there
     try:
         verdict = diagnose(folder)
     except FileNotFoundError as error:

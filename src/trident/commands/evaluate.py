@@ -10,7 +10,7 @@ import json
 import os
 import sys
 
-from trident.text.storage import location
+from trident.text.storage import UnsupportedLocation, location, require_local
 
 
 def _int_list(text: str) -> list[int]:
@@ -121,6 +121,10 @@ def _usage_problem(args) -> str | None:
             return f"--bias-samples/--bias-length/--bias-top-p: {error}"
     if args.hf and (args.overrides or args.nproc > 1):
         return "parallel.* overrides and --nproc apply to a trident CKPT, not --hf"
+    try:
+        require_local(args.hf, "--hf", "transformers loads a model from a local folder")
+    except UnsupportedLocation as error:
+        return str(error)
     return None
 
 

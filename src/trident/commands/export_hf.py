@@ -23,22 +23,30 @@ def run(args) -> int:
     from trident.data.output_folder import OutputFolderError, record_outputs, start_outputs
     from trident.infer.hf import TransformersMissing, verify_export
     from trident.infer.hf_export import export_hf
+    from trident.text.storage import staged_folder
 
     try:
         before = start_outputs(args.out, "export-hf", args.overwrite)
     except OutputFolderError as err:
         print(f"trident export-hf: error: {err}", file=sys.stderr)
         return 2
+    unverified = None
     try:
-        summary = export_hf(args.checkpoint, args.out, max_shard_bytes=int(args.max_shard_gb * 10**9))
+        with staged_folder(args.out) as folder:  # safetensors and transformers want local files: uploaded at the end
+            summary = export_hf(args.checkpoint, folder, max_shard_bytes=int(args.max_shard_gb * 10**9)) | {
+                "out": args.out}
+            if args.verify:
+                try:
+                    summary["verify"] = verify_export(summary["checkpoint"], folder)
+                except TransformersMissing as err:
+                    unverified = err  # the export itself is good: it is still written
         record_outputs(args.out, "export-hf", before)
-        if args.verify:
-            summary["verify"] = verify_export(summary["checkpoint"], args.out)
-    except TransformersMissing as err:
-        print(f"trident export-hf: the export was written to {args.out}, but --verify failed: {err}", file=sys.stderr)
-        return 1
     except (OSError, KeyError, ValueError) as err:
         print(f"trident export-hf: error: {err}", file=sys.stderr)
+        return 1
+    if unverified is not None:
+        print(f"trident export-hf: the export was written to {args.out}, but --verify failed: {unverified}",
+              file=sys.stderr)
         return 1
     if args.json:
         print(json.dumps(summary))

@@ -16,9 +16,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args) -> int:
     from trident.infer.hf import import_hf
+    from trident.text.storage import fetched_folder
 
     try:
-        summary = import_hf(args.hf_dir, args.out, pad_vocab_multiple=args.pad_vocab_multiple)
+        with fetched_folder(args.hf_dir) as hf_dir:  # a model folder on a store is read from a local copy
+            summary = import_hf(hf_dir, args.out, pad_vocab_multiple=args.pad_vocab_multiple) | {"hf_dir": args.hf_dir}
     except (OSError, KeyError, ValueError) as err:
         print(f"trident import-hf: error: {err}", file=sys.stderr)
         return 1

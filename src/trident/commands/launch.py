@@ -30,8 +30,11 @@ def run(args) -> int:
     from trident.launch.slurm import Job, sbatch_script
     from trident.plan.memory import Layout
     from trident.plan.search import evaluate
+    from trident.text.storage import require_local
 
     try:
+        require_local(args.out, "--out", "Slurm writes its logs and the script's NCCL dumps to OUT on the nodes' "
+                                         "shared disk, and sbatch reads OUT/launch.sbatch from it")
         config = load_config(args.config, args.overrides)
         hardware = load_hardware(args.gpu)
         problems = _problems(config, args)

@@ -36,8 +36,10 @@ def run(args) -> int:
     from trident.plan.report import plan_json, print_plan, print_ranking, ranking_json
     from trident.plan.search import evaluate, rank_layouts
     from trident.hardware import load_hardware
+    from trident.text.storage import require_local
 
     try:
+        require_local(args.hardware, "--hardware", "hardware profiles are read from a local YAML file")
         config = load_config(args.config, args.overrides)
         validate_model(config)
         hardware = load_hardware(args.gpu, args.hardware)

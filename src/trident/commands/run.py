@@ -25,6 +25,11 @@ def flow_keys_help() -> str:
             "any other key is refused, exit 2):\n" + "\n".join(lines))
 
 
+# why the flow's --out is local: its stages' own commands take URLs
+FLOW_FOLDER = ("the flow engine keeps its stamps, stages and report in a local folder; run `trident curate`, "
+               "`tokenize`, `train` and `eval` for outputs on a store")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = flow_keys_help()
@@ -41,10 +46,13 @@ def run(args) -> int:
     from trident.data.output_folder import OutputFolderError
     from trident.flow.run import run_flow
     from trident.flow.spec import FlowError
+    from trident.text.storage import UnsupportedLocation, require_local
 
     try:
+        require_local(args.flow, "FLOW", "a flow file is read from a local path")
+        require_local(args.out, "--out", FLOW_FOLDER)
         summary = run_flow(args.flow, args.out)
-    except (FlowError, CurateError, OutputFolderError) as error:
+    except (FlowError, CurateError, OutputFolderError, UnsupportedLocation) as error:
         print(f"trident run: error: {error}", file=sys.stderr)
         return 2 if isinstance(error, ConfigError) else 1
     if args.json:

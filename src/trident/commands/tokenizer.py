@@ -5,10 +5,9 @@ import argparse
 import json
 import sys
 from collections import Counter
-from pathlib import Path
-
 from trident.text.damage import damage_summary
 from trident.text.jsonl import DEFAULT_MAX_DOC_BYTES
+from trident.text.storage import location
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -47,7 +46,7 @@ def run(args) -> int:
     info["skipped"] = {k.removeprefix("skipped_lines:"): v for k, v in sorted(skipped.items())}
     info["damaged_files"] = damaged
     if args.gpt2_files:
-        vocab, merges = tokenizer.save_gpt2_files(Path(tokenizer.source).parent)
+        vocab, merges = tokenizer.save_gpt2_files(location(tokenizer.source).parent)
         info.update(vocab_json=str(vocab), merges_txt=str(merges))
     if args.json:
         print(json.dumps(info))

@@ -17,6 +17,7 @@ import xxhash
 
 from trident.curate.document import CurateError, Document
 from trident.curate.stage import StreamingStage, register_stage
+from trident.text.storage import local_copy, location, make_folder
 
 FORMAT = "trident-quality-v1"
 HIST_BINS = 20
@@ -45,23 +46,25 @@ class QualityModel:
         return expit(features @ self.coef + self.intercept)
 
     def save(self, path: Path | str) -> None:
-        from safetensors.numpy import save_file
+        """The model as one safetensors file, at a local path or a URL."""
+        from safetensors.numpy import save
 
         meta = {"format": FORMAT, "n_features": self.n_features, "ngram_range": list(self.ngram_range),
                 "info": self.info}
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        save_file({"coef": self.coef, "intercept": np.array([self.intercept])}, str(path),
-                  metadata={"trident_quality": json.dumps(meta)})
+        path = location(path)
+        make_folder(path.parent)
+        path.write_bytes(save({"coef": self.coef, "intercept": np.array([self.intercept])},
+                              metadata={"trident_quality": json.dumps(meta)}))
 
     @classmethod
     def load(cls, path: Path | str) -> "QualityModel":
         from safetensors import safe_open
 
-        path = Path(path)
+        path = location(path)
         if not path.exists():
             raise CurateError(f"quality model '{path}' not found (train one: trident curate train-quality)")
         try:
-            with safe_open(str(path), framework="numpy") as handle:
+            with safe_open(str(local_copy(path, "quality-models")), framework="numpy") as handle:  # mapped: local
                 meta = json.loads((handle.metadata() or {}).get("trident_quality", "{}"))
                 coef, intercept = handle.get_tensor("coef"), handle.get_tensor("intercept")
         except Exception as err:  # safetensors raises its own error types for a broken file
@@ -180,7 +183,7 @@ def texts_from_files(paths: list[Path | str], max_docs: int | None = None, stric
     for path in paths:
         extract = Extract()
         extract.setup()
-        for doc in extract.process(read_documents(Path(path), RecordLog(strict=strict))):
+        for doc in extract.process(read_documents(location(path), RecordLog(strict=strict))):
             texts.append(doc.text)
             if max_docs is not None and len(texts) >= max_docs:
                 return texts

@@ -25,7 +25,7 @@ class TakedownError(ValueError):
 
 def read_ids(path: Path) -> list[str]:
     try:
-        lines = Path(path).read_text().splitlines()
+        lines = location(path).read_text().splitlines()
     except (OSError, UnicodeDecodeError) as error:
         raise TakedownError(f"{path}: cannot read the ids ({error})") from error
     return [line.split("#", 1)[0].strip() for line in lines if line.split("#", 1)[0].strip()]

@@ -15,7 +15,7 @@ from typing import Iterable, Sequence
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
-from trident.text.storage import local_copy, location
+from trident.text.storage import local_copy, location, make_folder, staged_folder
 
 EOD_TOKEN = "<|endoftext|>"
 TOKENIZER_FILE = "tokenizer.json"
@@ -93,21 +93,20 @@ class Tokenizer:
         return self.hf.decode([int(i) for i in ids], skip_special_tokens=False)
 
     def save(self, path) -> Path:
-        """Write tokenizer.json (into `path` if it is a directory or has no suffix); returns the file."""
-        path = Path(path)
+        """Write tokenizer.json (into `path` if it is a directory or has no suffix; local or a URL);
+        returns the file."""
+        path = location(path)
         if path.is_dir() or not path.suffix:
-            path.mkdir(parents=True, exist_ok=True)
             path = path / TOKENIZER_FILE
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.hf.save(str(path))
+        make_folder(path.parent)
+        path.write_text(self.hf.to_str(pretty=True), encoding="utf-8")  # the bytes hf.save writes
         return path
 
     def save_gpt2_files(self, directory) -> tuple[Path, Path]:
-        """Export the BPE model as GPT-2 vocab.json + merges.txt."""
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        vocab, merges = self.hf.model.save(str(directory))
-        return Path(vocab), Path(merges)
+        """Export the BPE model as GPT-2 vocab.json + merges.txt (into a local folder or a URL)."""
+        with staged_folder(directory) as folder:  # the BPE model writes local files only
+            vocab, merges = self.hf.model.save(str(folder))
+        return location(directory) / Path(vocab).name, location(directory) / Path(merges).name
 
 
 def train_tokenizer(files: list, vocab_size: int, out, json_key: str = "text",
@@ -129,7 +128,7 @@ def train_tokenizer(files: list, vocab_size: int, out, json_key: str = "text",
                          f"{len(alphabet) + 1} (256 bytes + {EOD_TOKEN})")
     if max_doc_bytes is not None and max_doc_bytes < 1:
         raise ValueError(f"max_doc_bytes must be positive, got {max_doc_bytes}")
-    paths = [Path(f) for f in files]
+    paths = [location(f) for f in files]
     missing = [str(p) for p in paths if not p.is_file()]
     if missing:
         raise FileNotFoundError(f"tokenizer training input not found: {', '.join(missing)}")

@@ -25,6 +25,7 @@ from trident.evaluate.cooccurrence import SamplingSettings, cooccurrence
 from trident.evaluate.lm import LM
 from trident.tasks.files import TaskDataError
 from trident.tasks.metrics import mean
+from trident.text.storage import location
 
 CROWS_FILE = "crows_pairs/crows_pairs_anonymized.csv"
 
@@ -110,8 +111,8 @@ def run_bias_probes(lm: LM, data_dir: Path | None = None, seed: int = 1234,
         "cooccurrence": cooccurrence(lm, settings, seed=seed),
         "settings": {**settings.describe(), "seed": seed, "sentiment": "vaderSentiment compound score per sample"},
     }
-    if data_dir is not None and (Path(data_dir) / CROWS_FILE).is_file():
-        result["crows_pairs"] = crows_pairs(lm, Path(data_dir) / CROWS_FILE)
+    if data_dir is not None and (location(data_dir) / CROWS_FILE).is_file():
+        result["crows_pairs"] = crows_pairs(lm, location(data_dir) / CROWS_FILE)
     return result
 
 

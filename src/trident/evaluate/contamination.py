@@ -17,6 +17,7 @@ import numpy as np
 from trident.tasks import Task
 from trident.text.jsonl import DEFAULT_MAX_DOC_BYTES, iter_texts
 from trident.text.ngrams import ngram_hashes, word_hashes, words_of
+from trident.text.storage import location
 
 
 def example_text(task: Task, doc: dict) -> str:
@@ -35,7 +36,7 @@ def text_ngrams(text: str, ngram: int, min_ngram: int) -> np.ndarray:
 def training_texts(paths: list[Path], counters: Counter, key: str = "text"):
     """Texts of the training files (.jsonl[.gz|.zst] records, else plain text); bad lines counted."""
     for path in paths:
-        if not Path(path).is_file():
+        if not location(path).is_file():
             raise FileNotFoundError(f"contamination corpus file {path} not found")
         yield from iter_texts(path, key, counters, max_line_bytes=DEFAULT_MAX_DOC_BYTES)
 

@@ -227,7 +227,7 @@ def _contamination(loaded: dict, corpus: list[str | Path] | None,
     if missing:
         raise PreflightError(f"contamination corpus file(s) not found: {', '.join(missing)}")
     texts = {name: [example_text(task, d) for d in docs] for name, (task, docs, _) in loaded.items()}
-    return find_dirty(texts, [Path(p) for p in corpus], ngram)
+    return find_dirty(texts, [location(p) for p in corpus], ngram)
 
 
 def _record_cell(out: Path, results: dict, samples: dict[int, list[dict]], name: str, k: int, seed: int) -> None:

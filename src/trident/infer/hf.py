@@ -22,6 +22,7 @@ from safetensors import safe_open
 
 from trident.infer.hf_llama import (check_llama_config, is_llama, llama_from_hf, llama_tensors,
                                     trident_config_from_llama)
+from trident.text.storage import location, require_local
 
 EXACT_GELU = "gelu"
 TANH_GELUS = ("gelu_new", "gelu_pytorch_tanh", "gelu_fast")
@@ -189,7 +190,8 @@ def import_hf(hf_dir: str | Path, out_dir: str | Path, pad_vocab_multiple: int |
     from trident.parallel.mesh import Mesh
     from trident.parallel.parallelize import parallelize
 
-    hf_dir, out = Path(hf_dir), Path(out_dir)
+    require_local(hf_dir, "hf_dir", "safetensors maps local files; `trident import-hf` copies a folder on a store first")
+    hf_dir, out = location(hf_dir), location(out_dir)  # the checkpoint may go to a store
     hf = _read_hf_config(hf_dir)
     llama = hf.get("model_type") == "llama"
     (check_llama_config if llama else check_gpt2_config)(hf, hf_dir / "config.json")

@@ -20,7 +20,7 @@ from safetensors.torch import save_file
 
 from trident.infer.hf import EXACT_GELU, WEIGHTS_FILE, WEIGHTS_INDEX, name_map, to_gpt2
 from trident.infer.hf_llama import is_llama, llama_config, llama_tensors
-from trident.text.storage import location
+from trident.text.storage import location, make_folder, require_local
 
 MAX_SHARD_BYTES = 5 * 10**9
 ACTIVATIONS = {"gelu": EXACT_GELU, "gelu_tanh": "gelu_pytorch_tanh"}  # torch's tanh GeLU, bit for bit
@@ -157,8 +157,8 @@ def export_hf(ckpt_path: str | Path, out_dir: str | Path, max_shard_bytes: int =
     unexpected = sorted(set(reader.names()) - {t for _, t, _ in entries})
     if unexpected:
         raise ValueError(f"{reader.path}: tensors a {family} model has no place for: {', '.join(unexpected[:5])}")
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    require_local(out_dir, "OUT", "safetensors writes local files; `trident export-hf` stages a URL OUT locally")
+    out = make_folder(out_dir)
     files, parameters = _write_shards(reader, entries, out, max_shard_bytes)
     eod = tokenizer.eod_id if tokenizer is not None else None
     hf_config = llama_config(cfg, vocab, eod) if family == "llama" else gpt2_config(cfg, vocab, eod)

@@ -50,7 +50,7 @@ def replay(run: str | Path, step: int, overrides: list[str] | None = None, log=p
 
     from trident.train.trainer import Trainer
 
-    run, overrides = Path(run), list(overrides or [])
+    run, overrides = location(run), list(overrides or [])
     logged = logged_steps(run)
     if step not in logged:
         raise ConfigError(f"{run / 'metrics.jsonl'} has no step {step} (steps {min(logged, default=0)}-"

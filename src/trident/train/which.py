@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from trident.text.storage import location
+
 import numpy as np
 
 from trident.config import ConfigError, load_config
@@ -20,7 +22,7 @@ from trident.train.lr_schedule import TrainSchedule
 
 def training_stream(run: Path):
     """The run's training dataset, as its trainer built it (same config, same number of samples)."""
-    config = load_config(Path(run) / "config.yaml")
+    config = load_config(location(run) / "config.yaml")
     train_samples = sum(TrainSchedule(config.train, config.model.seq_length).batch_sizes())
     train, _ = build_datasets(config.data, config.model.seq_length, train_samples, 0, config.train.seed)
     return train
@@ -28,9 +30,9 @@ def training_stream(run: Path):
 
 def which_step(run: str | Path, step: int) -> dict:
     """Every sample of `step`'s global batch with its documents, token spans and sources."""
-    logged = logged_steps(Path(run))
+    logged = logged_steps(location(run))
     if step not in logged or "samples" not in logged[step]:
-        raise ConfigError(f"{Path(run) / 'metrics.jsonl'}: no step {step} with its samples recorded")
+        raise ConfigError(f"{location(run) / 'metrics.jsonl'}: no step {step} with its samples recorded")
     first, count = logged[step]["samples"]
     documents = batch_documents(training_stream(run), first, count, limit=None)
     return {"run": str(run), "step": step, "samples": [first, count], "documents": documents}
@@ -55,7 +57,7 @@ def which_doc(run: str | Path, doc_id: str) -> dict:
     stream = training_stream(run)
     prefix, doc = resolve_document(stream, doc_id)
     samples = np.sort(_samples_holding(stream, prefix, doc))
-    logged = logged_steps(Path(run))
+    logged = logged_steps(location(run))
     steps = []
     for step, record in sorted(logged.items()):
         first, count = record.get("samples", (0, 0))

@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from trident.parallel.pipeline.timeline import Timeline
+from trident.text.storage import location, make_folder, open_write
 
 # Colour per kind; chunk c is drawn lighter as c grows so interleaved chunks are told apart.
 _BASE_RGB = {"forward": (0.16, 0.40, 0.75), "backward": (0.90, 0.45, 0.10), "weight": (0.10, 0.55, 0.55),
@@ -74,8 +75,9 @@ def draw_timeline(timeline: Timeline, path: str | Path, title: str | None = None
     ax.set_title(f"{heading}: pp={timeline.num_stages}, m={timeline.num_microbatches}, "
                  f"v={timeline.virtual_stages}, bubble {timeline.bubble_fraction:.3f}", fontsize=9, loc="left")
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
+    path = location(path)
+    make_folder(path.parent)
+    with open_write(path) as handle:  # a local file or an object (matplotlib writes to any binary handle)
+        fig.savefig(handle, dpi=120, format=path.suffix[1:] or "png")
     plt.close(fig)
     return path
