@@ -164,3 +164,28 @@ def test_unknown_stage_and_parameter_are_config_errors():
         build_stage("nope", {})
     with pytest.raises(CurateError, match=r"stage 'langid': unknown parameter\(s\) \['treshold'\]"):
         build_stage("langid", {"treshold": 0.3})
+
+
+def test_holdout_keeps_one_document_in_n_out_whatever_the_sharding_with_its_text_for_evaluation(tmp_path):
+    import json
+
+    from trident.curate.holdout import held_out_texts
+    from trident.curate.pipeline import run_pipeline
+    from trident.curate.shards import read_shard
+
+    inputs = []
+    for name in ("a", "b", "c"):
+        inputs.append(tmp_path / f"{name}.jsonl")
+        inputs[-1].write_text("".join(json.dumps({"text": f"{name} document {i}"}) + "\n" for i in range(20)))
+    config = {"stages": [{"stage": "holdout", "every": 4, "seed": 1}, {"stage": "exact_dedup"}]}
+    runs = [run_pipeline({**config, "shard_bytes": size}, inputs, tmp_path / f"out{size}") for size in (0, 1 << 20)]
+    held = [sorted(held_out_texts(tmp_path / f"out{size}")) for size in (0, 1 << 20)]
+    assert held[0] == held[1] and 6 <= len(held[0]) <= 24  # about 60 / 4, the same on 3 shards as on 1
+    for stats, texts in zip(runs, held):
+        counters = stats["stages"][1]["counters"]
+        assert counters["dropped:held_out"] == len(texts) and stats["accounting"]["ok"]
+        kept = {doc.text for shard in stats["output"]["shards"] for doc in read_shard(shard)}
+        assert len(kept) == 60 - len(texts) and not kept & set(texts)
+    with pytest.raises(CurateError, match="every must be >= 2"):
+        build_stage("holdout", {"every": 1})
+

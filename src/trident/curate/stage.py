@@ -37,6 +37,7 @@ STAGE_MODULES = (
     "trident.curate.fuzzy_dedup",
     "trident.curate.minhash",
     "trident.curate.decontaminate",
+    "trident.curate.holdout",
 )
 # The built-in stages' modules: a pipeline imports only those of its own stages (all of them cost
 # ~0.3 s of CPU, ftfy and the extractors mostly); a test checks this against the registrations.
@@ -46,6 +47,7 @@ BUILTIN_STAGES = {
     "gopher_quality": "trident.curate.filters", "gopher_repetition": "trident.curate.filters",
     "c4_lines": "trident.curate.filters", "quality": "trident.curate.quality", "exact_dedup": "trident.curate.dedup",
     "fuzzy_dedup": "trident.curate.fuzzy_dedup", "decontaminate": "trident.curate.decontaminate",
+    "holdout": "trident.curate.holdout",
 }
 
 _REGISTRY: dict[str, type["Stage"]] = {}
