@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+import os
 import sys
 
 # name -> (module under trident.commands, one-line help). Modules are imported lazily so that
@@ -74,3 +75,43 @@ def main(argv: list[str] | None = None) -> int:
     except UnsupportedLocation as error:  # a URL where only a local path works, met below a command's own checks
         print(f"trident {command}: error: {error}", file=sys.stderr)
         return 2
+
+
+HELP_WIDTH = "100"  # argparse wraps help to $COLUMNS: fixed, so the page does not depend on the terminal
+REFERENCE_HEADER = """# Command-line reference
+
+Every `trident` command with all its options, as `trident COMMAND --help` prints them. This page is
+generated (a test checks it is current):
+`python -c "from trident.cli import reference_page; print(reference_page(), end='')" > docs/cli.md`.
+The README's [command table](../README.md#the-command-line) has one line a command; configuration
+keys are in [config.md](config.md), flow-file keys in [config.md](config.md#flow-file-keys).
+"""
+
+
+def _help(parser: argparse.ArgumentParser) -> list[str]:
+    """The parser's help, then its nested actions' (`trident data which`, `trident tokenizer train`)."""
+    texts = [parser.format_help()]
+    for action in parser._actions:  # noqa: SLF001 - argparse exposes subparsers only here
+        if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
+            texts += [text for sub in action.choices.values() for text in _help(sub)]
+    return texts
+
+
+def command_help(name: str) -> str:
+    """`trident NAME --help`, with its nested actions' help after it."""
+    module, description = COMMANDS[name]
+    parser = argparse.ArgumentParser(prog=f"trident {name}", description=description)
+    importlib.import_module(f"trident.commands.{module}").add_arguments(parser)
+    return "\n".join(_help(parser)).rstrip()
+
+
+def reference_page() -> str:
+    """docs/cli.md: every command's full options, as its `--help` prints them (tests/test_cli_reference.py)."""
+    previous = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = HELP_WIDTH
+    try:
+        index = " · ".join(f"[{name}](#trident-{name})" for name in COMMANDS)
+        sections = [f"## trident {name}\n\n```text\n{command_help(name)}\n```\n" for name in COMMANDS]
+    finally:
+        os.environ.pop("COLUMNS") if previous is None else os.environ.__setitem__("COLUMNS", previous)
+    return "\n".join([REFERENCE_HEADER, index + "\n", *sections])
