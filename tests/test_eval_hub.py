@@ -64,3 +64,24 @@ def test_missing_local_copy_names_the_folder(tmp_path, monkeypatch):
     monkeypatch.setenv(HUB_DIR_ENV, str(tmp_path))
     with pytest.raises(TaskDataError, match=r"holds no folder baber/piqa/"):
         get_task("piqa").load(None, "validation")
+
+
+def test_an_unreachable_hub_fails_at_once_naming_the_endpoint_and_data_dir(monkeypatch):
+    import socket
+    import time
+
+    from trident.tasks.hub import hub_unreachable
+
+    with socket.socket() as probe:  # a port nothing listens on: connections are refused at once
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", HUB_DIR_ENV, "HTTPS_PROXY", "https_proxy", "ALL_PROXY",
+                 "all_proxy", "HTTP_PROXY", "http_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
+    start = time.perf_counter()
+    with pytest.raises(TaskDataError, match=rf"hub cannot be reached \(127.0.0.1:{port}: .*\); use --data-dir"):
+        get_task("lambada").load(None, "test")
+    assert time.perf_counter() - start < 2  # not datasets' ~25 s of retries
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # datasets reads its own cache then: no connection tried
+    assert hub_unreachable() is None

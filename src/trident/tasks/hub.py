@@ -9,11 +9,15 @@ by the same `load_dataset` call, so evaluation runs offline on exactly the hub's
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from trident.tasks.files import TaskDataError
 
 HUB_DIR_ENV = "TRIDENT_HUB_DIR"
+OFFLINE_ENV = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+PROXY_ENV = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
 
 
 def hub_source(task) -> tuple[str, str | None, str | None]:
@@ -29,11 +33,33 @@ def hub_source(task) -> tuple[str, str | None, str | None]:
     return str(folder), name, None  # a local copy is already the revision that was downloaded
 
 
+def hub_unreachable(timeout: float = 5.0) -> str | None:
+    """Why a connection to the hub's endpoint (HF_ENDPOINT, else huggingface.co) fails now, or None:
+    one quick connect instead of `datasets`' ~25 s of retries offline. None without trying when
+    `datasets` is told to work offline (it reads its cache) or a proxy is set (a direct connection
+    would say nothing about the proxy's)."""
+    if any(os.environ.get(v, "").strip().lower() in ("1", "true", "yes", "on") for v in OFFLINE_ENV):
+        return None
+    if any(os.environ.get(v) for v in PROXY_ENV):
+        return None
+    endpoint = urlsplit(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    port = endpoint.port or (443 if endpoint.scheme == "https" else 80)
+    try:
+        socket.create_connection((endpoint.hostname, port), timeout=timeout).close()
+    except OSError as error:
+        return f"{endpoint.hostname}:{port}: {error}"
+    return None
+
+
 def load_from_hub(task, split: str) -> list[dict]:
     """Rows of task's hub dataset for our split name (train / validation / test)."""
     if task.hub is None or split not in task.hub_splits:
         raise TaskDataError(f"{task.name}: no Hugging Face hub source for split {split!r}; "
                             f"use --data-dir with {task.expected}")
+    problem = None if os.environ.get(HUB_DIR_ENV) else hub_unreachable()
+    if problem:
+        raise TaskDataError(f"{task.name}: the Hugging Face hub cannot be reached ({problem}); use --data-dir "
+                            f"with {task.expected} (or HF_HUB_OFFLINE=1 to read the `datasets` cache)")
     try:
         import datasets
     except ImportError as exc:
