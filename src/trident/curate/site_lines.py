@@ -13,13 +13,19 @@ are dropped (``dropped:site_boilerplate``, written to the drop log beside the ou
 Lines are compared case-folded, each run of digits as 0, whitespace collapsed (so "Last updated
 2024-03-12" and "Page 3 of 12" are one line per site); blank lines are neither counted nor removed. Pages
 are counted once per distinct text, so copies of one page under several URLs (crawl variants
-that dedup removes later) do not make its article lines template. The host is the URL's, lower
-case, without "www."; documents without a URL pass untouched (counted ``no_url``).
+that dedup removes later) do not make its article lines template. The site is the URL's host, lower
+case, without "www."; for a local file (a ``file://`` URL or an absolute path) its folder, so the
+pages of a documentation tree read from disk are one site per folder; documents without a URL
+pass untouched (counted ``no_url``).
+
+With ``shapes`` (the default), navigation lines that carry a title (``Prev Up <chapter> Home Next``)
+are found by their shape in a page's first and last lines and removed too (site_shapes).
 
 A map/reduce over files, as dedup (the driver gets counts only):
-  1. per shard: (host, line, page) hashes of every page, and (host, page, shard), by host partition;
-  2. per partition: distinct pages per host and per (host, line); template lines sent, as files,
-     to each shard that holds a page of their host;
+  1. per shard: (host, line, page) hashes of every page, (host, page, shard), the words of each
+     page's edge lines and of a sample of its body, by host partition;
+  2. per partition: distinct pages per host and per (host, line); template lines, anchors and
+     template shapes sent, as files, to each shard that holds a page of their host;
   3. per shard: rewrite it without the template regions of its pages.
 """
 from __future__ import annotations
@@ -37,6 +43,7 @@ from trident.curate.dedup_shared import load_partition, save_partitioned
 from trident.curate.document import CurateError
 from trident.curate.droplog import DropLog, log_path
 from trident.curate.shards import read_shard, write_shard
+from trident.curate.site_shapes import BODY, EDGES, STRONG, anchor_key, find_anchors, find_shapes, page_records, shape_flags
 from trident.curate.stage import Executor, GlobalStage, output_paths, register_stage
 from trident.text.storage import location, remove_tree
 
@@ -55,23 +62,42 @@ def line_key(line: str) -> int:
     return xxhash.xxh3_64_intdigest(" ".join(line.split()).encode("utf-8"))
 
 
-def site_key(url) -> int | None:
-    """xxh3-64 of a URL's host (lower case, "www." removed); None without a URL or host."""
+def site_name(url) -> str | None:
+    """A URL's site: its host (lower case, "www." removed), or for a local file (``file://`` URL or
+    absolute path) "file:" and its folder; None without a URL or host."""
     try:
-        host = urlsplit(url).hostname if isinstance(url, str) else None
+        parts = urlsplit(url) if isinstance(url, str) else None
     except ValueError:  # a malformed URL ("http://[x") names no host
-        host = None
-    return xxhash.xxh3_64_intdigest(host.removeprefix("www.").encode("utf-8")) if host else None
+        return None
+    if parts is None:
+        return None
+    if parts.scheme in ("file", "") and parts.path.startswith("/"):
+        return "file:" + parts.path.rsplit("/", 1)[0]
+    return parts.hostname.removeprefix("www.") if parts.hostname else None
 
 
-def template_region(flags: list[bool], min_run: int) -> list[bool]:
-    """Which lines to remove, given which are template: runs of template lines that touch either
-    end of the page, or are at least ``min_run`` long."""
+def site_key(url) -> int | None:
+    """xxh3-64 of a URL's site (site_name); None without one."""
+    site = site_name(url)
+    return xxhash.xxh3_64_intdigest(site.encode("utf-8")) if site else None
+
+
+def template_region(flags: list[int], min_run: int) -> list[bool]:
+    """Which lines to remove, given which are template (1 or True: an exact template line; WEAK or
+    STRONG: a line of template shape, site_shapes): STRONG lines wherever they stand, runs of
+    template lines that touch either end of the page, and runs of at least ``min_run`` exact
+    template lines (a WEAK line alone under a page's title, or beside one menu word, stays)."""
     out: list[bool] = []
-    for is_template, run in groupby(flags):
+    for is_template, run in groupby(flags, key=bool):
+        run = list(run)
+        edge = not out or len(out) + len(run) == len(flags)
+        out += [is_template and (edge or flag == STRONG) for flag in run]
+    at = 0
+    for exact, run in groupby(flag == 1 for flag in flags):
         n = len(list(run))
-        edge = not out or len(out) + n == len(flags)
-        out += [is_template and (edge or n >= min_run)] * n
+        if exact and n >= min_run:
+            out[at:at + n] = [True] * n
+        at += n
     return out
 
 
@@ -82,7 +108,9 @@ def strip_template(text: str, template: set[int], min_run: int) -> tuple[str, in
         return text, 0
     lines = text.split("\n")
     filled = [i for i, line in enumerate(lines) if line.strip()]
-    region = template_region([line_key(lines[i]) in template for i in filled], min_run)
+    shaped = shape_flags([lines[i] for i in filled], template)
+    region = template_region([shaped.get(j) or int(line_key(lines[i]) in template) for j, i in enumerate(filled)],
+                             min_run)
     remove = {i for i, r in zip(filled, region) if r}
     if not remove:
         return text, 0
@@ -101,25 +129,35 @@ def strip_template(text: str, template: set[int], min_run: int) -> tuple[str, in
 
 
 def _count_task(job: dict) -> int:
-    """Map: (host, line, page) and (host, page, shard) records of one shard, by host partition;
-    returns the documents seen."""
+    """Map: (host, line, page) and (host, page, shard) records of one shard, and with shapes the
+    EDGES and BODY records of its pages, by host partition; returns the documents seen."""
     lines: list[tuple[int, int, int]] = []
     pages: list[tuple[int, int, int]] = []
+    edges: list[tuple] = []
+    body: Counter = Counter()
     seen = 0
     for doc in read_shard(location(job["path"])):
         seen += 1
         host = site_key(doc.meta.get("url"))
         if host is None:
             continue
-        keys = [line_key(line) for line in doc.text.split("\n") if line.strip()]
+        text_lines = [line for line in doc.text.split("\n") if line.strip()]
+        keys = [line_key(line) for line in text_lines]
         # a page is its normalised lines in order: copies of one page under other URLs count once
         page = xxhash.xxh3_64_intdigest(np.array(keys, dtype=np.uint64).tobytes())
         pages.append((host, page, job["shard"]))
         lines += [(host, key, page) for key in set(keys)]
-    line_records, page_records = np.array(lines, dtype=_LINES), np.array(pages, dtype=_PAGES)
+        if job["shapes"]:
+            page_edges, page_body = page_records(host, page, text_lines)
+            edges += page_edges
+            body.update((host, word) for word in page_body)
     work, parts, name = location(job["work"]), np.uint64(job["partitions"]), f"s{job['shard']:06d}"
-    save_partitioned(line_records, line_records["host"] % parts, work / "lines", "p", name)
-    save_partitioned(page_records, page_records["host"] % parts, work / "pages", "p", name)
+    tables = {"lines": np.array(lines, dtype=_LINES), "pages": np.array(pages, dtype=_PAGES)}
+    if job["shapes"]:
+        tables["edges"] = np.array(edges, dtype=EDGES)
+        tables["body"] = np.array([(h, w, n) for (h, w), n in body.items()], dtype=BODY)
+    for folder, records in tables.items():
+        save_partitioned(records, records["host"] % parts, work / folder, "p", name)
     return seen
 
 
@@ -146,21 +184,41 @@ def _count_by(*cols: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
     return [col[starts] for col in cols], np.diff(np.r_[starts, len(cols[0])])
 
 
+def _shape_templates(work: Path, part: str, host_pages: dict[int, int], job: dict) -> tuple[np.ndarray, np.ndarray, int]:
+    """(host, key) columns of the anchors and template shapes of one host partition's hosts of at
+    least min_host_docs pages, and the number of shapes."""
+    edges, body = load_partition(work / "edges" / part), load_partition(work / "body" / part)
+    if edges is None or not job["shapes"]:
+        return np.empty(0, dtype=np.uint64), np.empty(0, dtype=np.uint64), 0
+    body = np.empty(0, dtype=BODY) if body is None else body  # pages too short for a body sample
+    host_pages = {h: n for h, n in host_pages.items() if n >= job["min_host_docs"]}
+    slot_words = _count_by(*_distinct(edges["host"], edges["slot"], edges["word"], edges["page"])[:3])
+    anchors = find_anchors(slot_words, body, host_pages, job["min_docs"], job["min_fraction"])
+    shapes = find_shapes(edges, anchors, host_pages, job["min_docs"], job["min_fraction"])
+    shaped = {h for h, _ in shapes}
+    keys = shapes + [(h, anchor_key(s, w)) for h, s, w in anchors if h in shaped]
+    host, key = (np.array(col, dtype=np.uint64) for col in zip(*keys)) if keys else (np.empty(0, np.uint64),) * 2
+    return host, key, len(shapes)
+
+
 def _template_task(job: dict) -> dict:
-    """Reduce: the template lines of one host partition, written to templates/s<shard>/ for every
-    shard holding a page of their host; returns counts."""
-    work = location(job["work"])
-    pages = load_partition(work / "pages" / f"p{job['part']:06d}")
+    """Reduce: the template lines (and anchors and shapes) of one host partition, written to
+    templates/s<shard>/ for every shard holding a page of their host; returns counts."""
+    work, part = location(job["work"]), f"p{job['part']:06d}"
+    pages = load_partition(work / "pages" / part)
     if pages is None:
-        return {"hosts": 0, "hosts_with_template": 0, "template_lines": 0}
-    lines = load_partition(work / "lines" / f"p{job['part']:06d}")
+        return {"hosts": 0, "hosts_with_template": 0, "template_lines": 0, "template_shapes": 0}
+    lines = load_partition(work / "lines" / part)
     lines = np.empty(0, dtype=_LINES) if lines is None else lines  # only pages without text
     (hosts,), host_pages = _count_by(*_distinct(pages["host"], pages["page"])[:1])
     (line_host, line), line_pages = _count_by(*_distinct(lines["host"], lines["line"], lines["page"])[:2])
     of_host = host_pages[np.searchsorted(hosts, line_host)]
     template = ((of_host >= job["min_host_docs"]) & (line_pages >= job["min_docs"])
                 & (line_pages >= job["min_fraction"] * of_host))
-    line_host, line = line_host[template], line[template]
+    shape_host, shape_key, shapes = _shape_templates(work, part, dict(zip(hosts.tolist(), host_pages.tolist())), job)
+    found = {"hosts": len(hosts), "hosts_with_template": len(np.unique(np.r_[line_host[template], shape_host])),
+             "template_lines": int(template.sum()), "template_shapes": shapes}
+    line_host, line = np.r_[line_host[template], shape_host], np.r_[line[template], shape_key]
     # each template line goes to every shard that holds a page of its host
     route_host, route_shard = _distinct(pages["host"], pages["shard"])
     first = np.searchsorted(route_host, line_host, "left")
@@ -169,8 +227,8 @@ def _template_task(job: dict) -> dict:
     routes = np.repeat(first - np.cumsum(count) + count, count) + np.arange(count.sum())
     out = np.empty(len(rows), dtype=_TEMPLATE)
     out["host"], out["line"] = line_host[rows], line[rows]
-    save_partitioned(out, route_shard[routes], work / "templates", "s", f"p{job['part']:06d}")
-    return {"hosts": len(hosts), "hosts_with_template": len(np.unique(line_host)), "template_lines": len(line)}
+    save_partitioned(out, route_shard[routes], work / "templates", "s", part)
+    return found
 
 
 def _templates_of_shard(work: Path, shard: int) -> dict[int, set[int]]:
@@ -220,28 +278,30 @@ class SiteLines(GlobalStage):
     """Remove the lines that repeat across a host's pages where they form the page's template."""
 
     def __init__(self, min_docs: int = 5, min_fraction: float = 0.3, min_host_docs: int = 10,
-                 min_run: int = 2, partitions: int = 16) -> None:
+                 min_run: int = 2, partitions: int = 16, shapes: bool = True) -> None:
         for name, value, least in (("min_docs", min_docs, 2), ("min_host_docs", min_host_docs, 1),
                                    ("min_run", min_run, 1), ("partitions", partitions, 1)):
             if not isinstance(value, int) or value < least:
                 raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
         if not 0 < min_fraction <= 1:
             raise ValueError(f"min_fraction must be in (0, 1], got {min_fraction!r}")
+        if not isinstance(shapes, bool):
+            raise ValueError(f"shapes must be true or false, got {shapes!r}")
         super().__init__(min_docs=min_docs, min_fraction=min_fraction, min_host_docs=min_host_docs,
-                         min_run=min_run, partitions=partitions)
+                         min_run=min_run, partitions=partitions, shapes=shapes)
 
     def run(self, inputs: list[Path], out_dir: Path, executor: Executor) -> list[Path]:
         """Rewrite ``inputs`` into ``out_dir``; counters: in/out/dropped:site_boilerplate,
-        lines_removed, docs_changed, hosts, hosts_with_template, template_lines, no_url."""
+        lines_removed, docs_changed, hosts, hosts_with_template, template_lines, template_shapes, no_url."""
         out_dir = location(out_dir)
         work = out_dir / "_work_site_lines"
         remove_tree(work)
         p = self.params
-        jobs = [{"shard": i, "path": str(path), "work": str(work), "partitions": p["partitions"]}
-                for i, path in enumerate(inputs)]
+        jobs = [{"shard": i, "path": str(path), "work": str(work), "partitions": p["partitions"],
+                 "shapes": p["shapes"]} for i, path in enumerate(inputs)]
         seen = sum(executor.map(_count_task, jobs, desc="site_lines: count"))
         parts = [{"work": str(work), "part": part, "min_docs": p["min_docs"], "min_fraction": p["min_fraction"],
-                  "min_host_docs": p["min_host_docs"]} for part in range(p["partitions"])]
+                  "min_host_docs": p["min_host_docs"], "shapes": p["shapes"]} for part in range(p["partitions"])]
         for found in executor.map(_template_task, parts, desc="site_lines: templates"):
             self.counters.update(found)
         writes = [{"work": str(work), "shard": i, "src": str(src), "dst": str(dst), "min_run": p["min_run"]}
