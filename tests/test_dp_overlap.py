@@ -72,7 +72,7 @@ def _launches(rank, world):
     torch.manual_seed(0)
     layers = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4), torch.nn.Linear(4, 4))
     buffers = GradBuffers(list(layers.named_parameters()), torch.distributed.group.WORLD, world, rank, 64,
-                          overlap=True, deferred=[layers[0].weight])
+                          overlap=True, alone=[layers[0].weight])
     buffers.expect_accumulations(2)
     started = []
     for _ in range(2):
@@ -83,11 +83,11 @@ def _launches(rank, world):
 
 
 @pytest.mark.timeout(60)
-def test_buckets_start_after_their_last_accumulation_and_deferred_ones_wait():
+def test_buckets_start_after_their_last_accumulation():
     for started, sizes in run_distributed(_launches, 2):
-        assert sizes[-1] == 1  # the deferred weight, alone and last
+        assert sizes[-1] == 1  # the weight asked to be alone, in the last bucket
         assert started[0] == [False] * len(sizes)  # one of two micro-batches: nothing is final
-        assert started[1] == [True] * (len(sizes) - 1) + [False]  # all but the deferred bucket
+        assert started[1] == [True] * len(sizes)  # every bucket, the one held alone too
 
 
 def _late_gradient(rank, world):
@@ -113,12 +113,12 @@ def test_a_gradient_after_its_reduction_started_is_an_error():
         assert "after its bucket's data-parallel reduction started" in message
 
 
-def test_deferred_parameter_gets_a_bucket_of_its_own():
+def test_a_parameter_held_alone_gets_a_bucket_of_its_own():
     from trident.parallel.data import GradBuffers
 
     layers = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4))
     named = list(layers.named_parameters())
-    buffers = GradBuffers(named, None, 1, 0, 2**20, deferred=[layers[0].weight])
+    buffers = GradBuffers(named, None, 1, 0, 2**20, alone=[layers[0].weight])
     assert [len(b.params) for b in buffers.buckets] == [3, 1]  # reversed: 1.bias, 1.weight, 0.bias | 0.weight
     assert buffers.buckets[1].params[0] is layers[0].weight
 

@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from distributed import run_distributed
-from train_fixtures import RAMP, VOCAB, assert_matches, RandomTokens, tiny_config, train_full
+from train_fixtures import (RAMP, VOCAB, RandomTokens, adam_state_sums, assert_matches, run_summary, tiny_config,
+                            train_full, trained)
 
 
 def _rank(rank, world, overrides, out_dir):
@@ -17,10 +18,29 @@ def reference(tmp_path_factory):
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("zero", [0, 1])
+@pytest.mark.parametrize("zero", [0, 1, 2, 3])
 def test_3d_grid_of_8_matches_single_process(zero, reference, tmp_path):
     overrides = ["parallel.dp=2", "parallel.pp=2", "parallel.tp=2", f"parallel.zero_stage={zero}"]
     assert_matches(run_distributed(_rank, 8, overrides, str(tmp_path), timeout=200), reference)
+
+
+def _every_stage(rank, world, out_dir):
+    """Each ZeRO stage in turn on dp2, small buckets: the run's figures and its Adam state sums."""
+    results = {}
+    for stage in range(4):
+        config = tiny_config(*RAMP, "parallel.dp=2", f"parallel.zero_stage={stage}", "parallel.bucket_size_mb=0.01")
+        trainer, records = trained(config, f"{out_dir}/zero{stage}/r{rank}")
+        results[stage] = run_summary(trainer, records), adam_state_sums(trainer)
+    return results
+
+
+@pytest.mark.timeout(120)
+def test_every_zero_stage_on_dp2_matches_single_process(reference, tmp_path):
+    ranks = run_distributed(_every_stage, 2, str(tmp_path))
+    for stage in range(4):
+        assert_matches([r[stage][0] for r in ranks], reference)
+        np.testing.assert_allclose(ranks[0][stage][1], ranks[0][0][1], rtol=1e-5)  # the same Adam state
+    assert ranks[0][3][1] == ranks[1][3][1]  # every rank sums every rank's pieces
 
 
 @pytest.mark.timeout(120)
@@ -34,30 +54,37 @@ def test_gradient_average_does_not_depend_on_micro_batch_split(reference, tmp_pa
     assert_matches([train_full(tiny_config(*RAMP, "train.micro_batch_size=1"), tmp_path)], reference)
 
 
-def _optimizer_bytes(rank, world, zero):
+def _state_bytes(rank, world):
+    """The bytes each ZeRO stage keeps on this rank (weights, gradients, optimizer), and the parameter count."""
     from trident.train.trainer import Trainer
 
-    config = tiny_config(f"parallel.dp={world}", f"parallel.zero_stage={zero}", "model.num_layers=4")
-    trainer = Trainer(config, "/tmp/unused", datasets=(RandomTokens(32), None), vocab_size=VOCAB,
-                      log=lambda *a: None)
-    return trainer.model.optimizer.state_bytes(), sum(p.numel() for _, p in trainer.model.named_params)
+    held = {}
+    for stage in range(4):
+        config = tiny_config(f"parallel.dp={world}", f"parallel.zero_stage={stage}", "model.num_layers=4")
+        trainer = Trainer(config, "/tmp/unused", datasets=(RandomTokens(32), None), vocab_size=VOCAB,
+                          log=lambda *a: None)
+        held[stage] = trainer.model.state_bytes()
+    return held, sum(p.numel() for _, p in trainer.model.named_params)
 
 
 @pytest.mark.timeout(120)
-def test_zero1_shards_optimizer_memory():
-    (single, params), = [_optimizer_bytes(0, 1, 0)]
-    assert single == params * (4 + 4)  # m and v in fp32; the fp32 master aliases the fp32 parameters
+def test_each_zero_stage_shards_one_more_kind_of_state():
+    """Stage 1 divides the optimizer state by dp, stage 2 the gradients too, stage 3 the weights too."""
+    (single, params), = [_state_bytes(0, 1)]
+    for stage in range(4):  # one replica: nothing to shard
+        assert single[stage] == {"weights": params * 4, "gradients": params * 4, "optimizer": params * 8}
     for world in (2, 4):
-        plain = run_distributed(_optimizer_bytes, world, 0)
-        sharded = run_distributed(_optimizer_bytes, world, 1)
-        assert all(b == single for b, _ in plain)
-        for nbytes, _ in sharded:  # 1/dp of the state, up to bucket padding
-            assert nbytes == pytest.approx(single / world, rel=0.01)
+        for held, _ in run_distributed(_state_bytes, world):
+            for stage, kinds in held.items():
+                sharded = {"optimizer"} | ({"gradients"} if stage >= 2 else set()) | ({"weights"} if stage == 3 else set())
+                for kind, nbytes in kinds.items():  # 1/dp of the state, up to bucket padding
+                    whole = single[0][kind] / (world if stage and kind in sharded else 1)
+                    assert nbytes == pytest.approx(whole, rel=0.01), (world, stage, kind)
 
 
 def test_bf16_tracks_fp32(reference, tmp_path):
     """bf16 weights/compute with fp32 master weights: losses within 2% of fp32 over the run."""
-    losses, _, _ = train_full(tiny_config(*RAMP, "train.precision=bf16"), tmp_path)
+    losses = train_full(tiny_config(*RAMP, "train.precision=bf16"), tmp_path)[0]
     np.testing.assert_allclose(losses, reference[0], rtol=2e-2)
 
 

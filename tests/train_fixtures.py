@@ -78,53 +78,75 @@ LLAMA = ["model.position=rope", "model.norm=rmsnorm", "model.mlp=swiglu", "model
 MQA = [*LLAMA, "model.num_kv_heads=1"]  # multi-query: one key/value head, replicated at any tp
 
 
-def train_full(config, out_dir):
-    """Train; return losses and the full parameters of the whole model, gathered to every rank."""
+def trained(config, out_dir):
+    """A Trainer on RandomTokens after config.train.steps steps, and its steps' records."""
     from trident.train.trainer import Trainer
 
     trainer = Trainer(config, out_dir, datasets=(RandomTokens(config.model.seq_length), None),
                       vocab_size=VOCAB, log=lambda *a: None)
-    records = [trainer.train_step() for _ in range(config.train.steps)]
-    return [r["loss"] for r in records], [r["batch_size"] for r in records], all_parameters(trainer)
+    return trainer, [trainer.train_step() for _ in range(config.train.steps)]
+
+
+def run_summary(trainer, records):
+    """Losses, batch sizes, the full parameters of the whole model (gathered to every rank) and the
+    global gradient norms of a run."""
+    return ([r["loss"] for r in records], [r["batch_size"] for r in records], all_parameters(trainer),
+            [r["grad_norm"] for r in records])
+
+
+def train_full(config, out_dir):
+    """Train; return run_summary's figures."""
+    return run_summary(*trained(config, out_dir))
+
+
+def adam_state_sums(trainer) -> list[float]:
+    """Sums of Adam's m and v over the whole model, from every rank's saved (primary) state pieces."""
+    from trident.parallel.state import by_kind
+
+    pieces = [p for p in by_kind(trainer.model.state_pieces(), "exp_avg", "exp_avg_sq") if p.primary]
+    sums = torch.tensor([sum(float(p.tensor.double().sum()) for p in pieces if p.kind == kind)
+                         for kind in ("exp_avg", "exp_avg_sq")], dtype=torch.float64)
+    if dist.is_initialized():
+        dist.all_reduce(sums)
+    return sums.tolist()
 
 
 def all_parameters(trainer):
-    """name -> full tensor, from every rank of the pipeline and tensor groups (object all-gather)."""
-    mine = {}
-    for name, param in trainer.model.named_params:
-        mine.setdefault(name, []).append((getattr(param, "tp_dim", None), param.tp_rank,
-                                          param.detach().float().numpy().copy()))
+    """name -> full tensor, assembled on every rank from every rank's weight state pieces (TP shards;
+    at ZeRO-3 each DP rank's owned flat part). Copies of the same elements (DP and TP replicas, the
+    tied embedding's two stages) must be bit-identical."""
+    from trident.parallel.state import by_kind
+
+    mine = [(p.name, p.full_shape, p.offsets, p.shape, p.flat, p.tensor.detach().float().numpy().copy())
+            for p in by_kind(trainer.model.state_pieces(), "weight")]
     gathered = [None] * (dist.get_world_size() if dist.is_initialized() else 1)
     if dist.is_initialized():
-        dist.all_gather_object(gathered, (trainer.mesh.dp_rank, mine))
+        dist.all_gather_object(gathered, mine)
     else:
-        gathered = [(0, mine)]
-    pieces: dict = {}
-    for dp_rank, shard in gathered:
-        if dp_rank != 0:
-            continue
-        for name, entries in shard.items():
-            pieces.setdefault(name, []).extend(entries)
-    full = {}
-    for name, entries in pieces.items():
-        dim = entries[0][0]
-        if dim is None:
-            copies = [e[2] for e in entries]
-            for copy in copies[1:]:  # replicated (and tied) copies must be bit-identical
-                np.testing.assert_array_equal(copy, copies[0], err_msg=f"replicas of {name} diverged")
-            full[name] = copies[0]
-        else:
-            by_rank = {e[1]: e[2] for e in entries}
-            full[name] = np.concatenate([by_rank[r] for r in sorted(by_rank)], axis=dim)
+        gathered = [mine]
+    full: dict = {}
+    for name, shape, offsets, local, flat, values in (piece for rank in gathered for piece in rank):
+        block = full.setdefault(name, np.full(shape, np.nan, dtype=np.float32))
+        where = tuple(slice(o, o + n) for o, n in zip(offsets, local))
+        region = block[where].copy().reshape(-1)
+        a, b = flat if flat is not None else (0, region.size)
+        held = region[a:b]
+        copied = ~np.isnan(held)
+        np.testing.assert_array_equal(held[copied], values.reshape(-1)[copied], err_msg=f"copies of {name} diverged")
+        region[a:b] = values.reshape(-1)
+        block[where] = region.reshape(block[where].shape)
+    for name, block in full.items():
+        assert not np.isnan(block).any(), f"{name}: not every element is held by some rank"
     return full
 
 
 def assert_matches(results, reference):
-    ref_losses, ref_batches, ref_params = reference
+    ref_losses, ref_batches, ref_params, ref_norms = reference
     assert len(set(ref_batches)) > 1  # the ramp-up changed the number of micro-batches
-    for losses, batches, params in results:
+    for losses, batches, params, norms in results:
         assert batches == ref_batches
         np.testing.assert_allclose(losses, ref_losses, rtol=1e-5)
+        np.testing.assert_allclose(norms, ref_norms, rtol=1e-4)
         assert params.keys() == ref_params.keys()
         for name, value in params.items():
             expected = ref_params[name]

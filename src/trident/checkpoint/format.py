@@ -90,9 +90,11 @@ def build_trainer_state(*, step: int, consumed_samples: int, consumed_tokens: in
 
 
 def model_entry(file: str, piece: StatePiece) -> dict:
-    """Manifest entry for a weight shard saved whole under its global name."""
-    return {"file": file, "key": piece.name, "name": piece.name, "kind": "model", "full_shape": list(piece.full_shape),
-            "offsets": list(piece.offsets), "shape": list(piece.shape)}
+    """Manifest entry for a weight shard saved under its global name: whole, or (ZeRO-3) the flat range
+    of it this rank owns."""
+    entry = {"file": file, "key": piece.name, "name": piece.name, "kind": "model", "full_shape": list(piece.full_shape),
+             "offsets": list(piece.offsets), "shape": list(piece.shape)}
+    return entry | ({"flat": list(piece.flat)} if piece.flat is not None else {})
 
 
 def optimizer_key(piece: StatePiece) -> str:

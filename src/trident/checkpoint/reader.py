@@ -194,7 +194,10 @@ class CheckpointReader:
         streams = self.rng(rank) if layout is not None and self.state.get("layout") == layout else None
         loaded = []
         for piece in pieces:
-            if piece.kind == "weight":
+            if piece.kind == "weight" and piece.flat is not None:  # a ZeRO-3 rank's owned part
+                saved = self.read_flat(piece.name, "model", list(piece.offsets), piece.shape, *piece.flat)
+                piece.tensor.copy_(saved.to(piece.tensor.dtype))
+            elif piece.kind == "weight":
                 saved = self.read(piece.name, "model", list(piece.offsets), piece.shape)
                 piece.tensor.copy_(saved.to(piece.tensor.dtype))
             elif piece.kind in ADAM_KINDS:

@@ -127,7 +127,7 @@ class Config:
 CHOICES = {
     **MODEL_CHOICES,
     "parallel.schedule": tuple(SPECS),
-    "parallel.zero_stage": (0, 1),
+    "parallel.zero_stage": (0, 1, 2, 3),
     "parallel.backend": ("auto", "gloo", "nccl"),
     "train.precision": ("fp32", "bf16", "fp16"),
     "train.device": ("auto", "cpu", "cuda"),
@@ -222,6 +222,27 @@ def _check_ranges(config: Config) -> None:
                  f"must be a list of non-negative ints (layers per stage), got {partition}")
 
 
+# Settings ZeRO-3 cannot run with: (key, value that conflicts, why). Its hooks gather a layer's weights
+# around each use in an order every data-parallel rank repeats.
+ZERO3_CONFLICTS = (
+    ("train.compile", True, "compiled blocks cannot run the hooks that all-gather each layer's weights"),
+    ("eval.tasks", None, "downstream scoring during training gives each data-parallel rank different "
+                         "batches, while ZeRO-3 needs every rank to run each layer together: score "
+                         "checkpoints with `trident eval` instead"),
+)
+
+
+def _check_zero(config: Config) -> None:
+    """A ZeRO stage that cannot combine with another setting: exit 2 naming both keys."""
+    if config.parallel.zero_stage != 3:
+        return
+    for key, value, why in ZERO3_CONFLICTS:
+        section, name = key.split(".")
+        setting = getattr(getattr(config, section), name)
+        if (setting == value) if value is not None else bool(setting):
+            raise ConfigError(f"config key 'parallel.zero_stage': 3 cannot be combined with {key}={setting}: {why}")
+
+
 def validate(config: Config, world_size: int | None = None) -> None:
     """Reject out-of-range values and impossible combinations up front, naming the key."""
     m, p, t = config.model, config.parallel, config.train
@@ -247,6 +268,7 @@ def validate(config: Config, world_size: int | None = None) -> None:
     for problem in schedule.check(p.pp, p.virtual_stages):
         _refuse(problem)
     _refuse(schedule.checkpointing_problem(t.activation_checkpointing))
+    _check_zero(config)
     if p.sequence_parallel:
         _require(m.seq_length % p.tp == 0, "parallel.sequence_parallel",
                  f"model.seq_length={m.seq_length} must be divisible by tp={p.tp}")

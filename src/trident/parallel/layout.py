@@ -1,6 +1,6 @@
 """This rank's layout, computed once from (config, mesh): the values every part of a parallel run
 derives from raw config keys (the sequence length activations have under sequence parallelism, the
-padded vocabulary, this rank's layers and chunks, whether ZeRO-1 is in effect), so that no part
+padded vocabulary, this rank's layers and chunks, the ZeRO stage in effect), so that no part
 derives them again. `parallelize` builds the model from it; ParallelModel, the trainer, the
 parallel evaluator and checkpoints read it.
 """
@@ -25,13 +25,18 @@ class RankLayout:
     virtual_stages: int
     schedule: str
     sequence_parallel: bool  # in effect: asked for and tp > 1
-    zero: bool  # ZeRO-1 in effect: asked for and dp > 1
+    zero_stage: int  # the ZeRO stage in effect: the one asked for, 0 with dp = 1
     seq_length: int
     hidden_size: int
     micro_batch_size: int
     padded_vocab_size: int  # the embedding's rows: a multiple of make_vocab_size_divisible_by x tp
     chunk_layers: tuple[range, ...]  # this rank's global layer indices, one range per model chunk
     record: dict  # what a checkpoint stores; resuming under the same record continues the RNG streams
+
+    @property
+    def zero(self) -> bool:
+        """The optimizer state is sharded over DP (ZeRO stage 1 or higher in effect)."""
+        return self.zero_stage >= 1
 
     @property
     def sequence_split(self) -> int:
@@ -56,6 +61,6 @@ def rank_layout(config, mesh) -> RankLayout:
     return RankLayout(tp=mesh.tp, pp=mesh.pp, dp=mesh.dp, world_size=mesh.world_size, tp_rank=mesh.tp_rank,
                       pp_rank=mesh.pp_rank, dp_rank=mesh.dp_rank, virtual_stages=p.virtual_stages,
                       schedule=p.schedule, sequence_parallel=sequence_split(mesh.tp, p.sequence_parallel) > 1,
-                      zero=zero_in_effect(p.zero_stage, mesh.dp), seq_length=m.seq_length, hidden_size=m.hidden_size,
+                      zero_stage=zero_in_effect(p.zero_stage, mesh.dp), seq_length=m.seq_length, hidden_size=m.hidden_size,
                       micro_batch_size=config.train.micro_batch_size, padded_vocab_size=m.padded_vocab_size(mesh.tp),
                       chunk_layers=tuple(chunks), record=layout_of(mesh))

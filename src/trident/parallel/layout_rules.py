@@ -15,9 +15,10 @@ def sequence_split(tp: int, sequence_parallel: bool) -> int:
     return tp if sequence_parallel and tp > 1 else 1
 
 
-def zero_in_effect(zero_stage: int, dp: int) -> bool:
-    """ZeRO-1 shards the optimizer state only across more than one data-parallel replica."""
-    return zero_stage == 1 and dp > 1
+def zero_in_effect(zero_stage: int, dp: int) -> int:
+    """The ZeRO stage in effect: ZeRO shards (optimizer state; gradients too from stage 2; parameters
+    too at stage 3) only across more than one data-parallel replica, so it is 0 with dp = 1."""
+    return zero_stage if dp > 1 else 0
 
 
 @lru_cache(maxsize=4096)

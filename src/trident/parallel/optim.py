@@ -1,4 +1,4 @@
-"""The optimizer of a (3D-parallel) model: flat DP buffers + AdamW (ZeRO-1 when asked), MT-NLG's
+"""The optimizer of a (3D-parallel) model: flat DP buffers + AdamW (ZeRO stage 1-3 when asked), MT-NLG's
 defaults, decay masks, and the global gradient norm with every parameter counted exactly once."""
 from __future__ import annotations
 
@@ -19,16 +19,17 @@ def no_weight_decay(name: str, param: nn.Parameter) -> bool:
     return param.ndim < 2 or name.endswith(".bias")
 
 
-def build_optimizer(named_params: list, config: Config, mesh, zero: bool, counted: dict[int, bool],
-                    deferred: list = ()) -> tuple[GradBuffers, DistributedAdam]:
-    """Flat buffers over `named_params` (bucketed for DP; with dp > 1 and parallel.overlap_grad_reduce
-    each bucket's reduction overlaps the backward once its gradients are final, except the buckets of
-    `deferred` parameters) and AdamW over the ranges this rank owns (1/dp of each bucket when `zero`); `counted`
-    says, by id(param), which parameters this rank counts in the global gradient norm."""
+def build_optimizer(named_params: list, config: Config, mesh, zero_stage: int, counted: dict[int, bool],
+                    alone: list = (), unit_of: dict | None = None) -> tuple[GradBuffers, DistributedAdam]:
+    """Flat buffers over `named_params` (bucketed for DP, `alone` parameters in buckets of their own,
+    never across two units of `unit_of`; with dp > 1 and parallel.overlap_grad_reduce each bucket's
+    reduction overlaps the backward once its gradients are final) and AdamW over the ranges this rank
+    owns (1/dp of each bucket with ZeRO, `zero_stage` in effect); `counted` says, by id(param), which
+    parameters this rank counts in the global gradient norm."""
     p, t = config.parallel, config.train
     buffers = GradBuffers(named_params, mesh.group("dp"), mesh.dp, mesh.dp_rank, int(p.bucket_size_mb * 2**20),
-                          shard=zero, overlap=mesh.dp > 1 and p.overlap_grad_reduce, timeout_s=p.timeout_s,
-                          deferred=deferred)
+                          stage=zero_stage, overlap=mesh.dp > 1 and p.overlap_grad_reduce, timeout_s=p.timeout_s,
+                          alone=alone, unit_of=unit_of)
     decay = {id(param): not no_weight_decay(name, param) for name, param in named_params}
     optimizer = DistributedAdam(buffers, decay, counted, t.lr, (t.adam_beta1, t.adam_beta2), t.adam_eps,
                                 t.weight_decay)
@@ -36,7 +37,7 @@ def build_optimizer(named_params: list, config: Config, mesh, zero: bool, counte
 
 
 def global_grad_norm_squared(optimizer: DistributedAdam, mesh, zero: bool) -> torch.Tensor:
-    """Squared L2 norm of the whole model's gradient (0-d), identical on every rank. With ZeRO-1 each
+    """Squared L2 norm of the whole model's gradient (0-d), identical on every rank. With ZeRO each
     DP rank holds a disjoint part, so the sum runs over the world; otherwise over one model replica."""
     total = optimizer.grad_norm_squared()
     group = None if zero else mesh.group("mp")

@@ -8,7 +8,8 @@ In order, as torchtitan's parallelize does it:
      directly in the training dtype on the device (no full-size tensor, no second copy);
   3. compile blocks when asked;
   4. the pipeline executor, when there is more than one stage;
-  5. flat gradient buffers and AdamW over the ranges this rank owns (ZeRO-1 decided here, once).
+  5. flat gradient buffers and AdamW over the ranges this rank owns (the ZeRO stage decided here,
+     once; at stage 3 the hooks that gather each unit's parameters around its use, param_gather.py).
 The result, a ParallelModel, runs micro-batches (`forward_backward`, `forward_only`), finishes the
 cross-rank gradient sums (`finalize_gradients`) and steps the optimizer (`step`). The trainer, the
 parallel evaluator and rehearsal all call it; none of them builds parallel pieces itself.
@@ -29,10 +30,12 @@ from trident.parallel import tensor as T
 from trident.parallel.data import all_reduce_coalesced
 from trident.parallel.layout import RankLayout, rank_layout
 from trident.parallel.optim import build_optimizer, clip_coefficient, global_grad_norm_squared, scale_
+from trident.parallel.param_gather import ParamGather, unit_keys
 from trident.parallel.pipeline.executor import PipelineExecutor
 from trident.parallel.pipeline.timeline import TimelineRecorder
 from trident.parallel.precision import Precision
-from trident.parallel.state import KINDS, StatePiece, adam_pieces, by_kind, rng_pieces, weight_pieces
+from trident.parallel.state import (KINDS, StatePiece, adam_pieces, by_kind, owned_weight_pieces, rng_pieces,
+                                   weight_pieces)
 from trident.parallel.watch import watched
 
 
@@ -95,10 +98,15 @@ def parallelize(config: Config, mesh, device: torch.device, precision: Precision
     buffers = adam = None
     if optimizer:
         counted = {id(p): counts_towards_norm(n, p, mesh.is_first_stage) for n, p in named_params}
-        # the tied embedding's two stage copies are summed (finalize_gradients) before its DP reduction
+        # the tied embedding's two stage copies are summed (finalize_gradients) over their owned slices,
+        # which line up on both stages when it has a bucket of its own
         tied = [p for n, p in named_params if n == TIED_EMBEDDING] if _tied_across_stages(config, mesh) else []
-        buffers, adam = build_optimizer(named_params, config, mesh, layout.zero, counted, deferred=tied)
+        units = unit_keys(chunks) if layout.zero_stage == 3 else None
+        buffers, adam = build_optimizer(named_params, config, mesh, layout.zero_stage, counted, alone=tied,
+                                        unit_of=units)
         buffers.recorder = executor.recorder if executor is not None else None
+        if units is not None:
+            ParamGather(buffers, chunks)
     return ParallelModel(config, layout, mesh, chunks, named_params, executor, precision, buffers, adam, tp_rng)
 
 
@@ -185,16 +193,17 @@ class ParallelModel:
 
     def finalize_gradients(self) -> None:
         """Cross-rank gradient sums (losses were already divided by m x dp, so sums give the global
-        mean): the tied embedding over its two pipeline stages, the DP buckets, then TP-partial
-        gradients (sequence-parallel norms, replicated key/value heads) over TP (TP peers share a
-        buffer layout, so their owned ranges line up)."""
+        mean): the DP buckets, then, on the owned slices, the tied embedding over its two pipeline
+        stages and TP-partial gradients (sequence-parallel norms, replicated key/value heads) over
+        TP (TP peers share a buffer layout, and the tied embedding has a bucket of its own on both
+        stages, so their owned slices line up)."""
         mesh = self.mesh
-        if _tied_across_stages(self.config, mesh) and (mesh.is_first_stage or mesh.is_last_stage):
-            word = [p.main_grad for n, p in self.named_params if n == TIED_EMBEDDING]
-            all_reduce_coalesced(word, mesh.group("embedding"))
         self.buffers.reduce()
+        if _tied_across_stages(self.config, mesh) and (mesh.is_first_stage or mesh.is_last_stage):
+            word = [self.buffers.owned_grad(p) for n, p in self.named_params if n == TIED_EMBEDDING]
+            all_reduce_coalesced(word, mesh.group("embedding"))
         # TP-replicated parameters each rank saw only part of: norms under SP, replicated key/value heads
-        partial = [p.main_grad for _, p in self.named_params
+        partial = [self.buffers.owned_grad(p) for _, p in self.named_params
                    if getattr(p, "sequence_parallel", False) or getattr(p, "partial_across_tp", False)]
         if mesh.tp > 1 and partial:
             all_reduce_coalesced(partial, mesh.group("tp"))
@@ -252,9 +261,13 @@ class ParallelModel:
 
     def state_pieces(self) -> list[StatePiece]:
         """This rank's whole state as records: weights, owned Adam ranges, RNG streams, loss scaler
-        and optimizer step count. Weights are primary on DP rank 0 only; Adam state with ZeRO on
-        every rank (each owns a disjoint part), without it on DP rank 0 (the others are replicas)."""
-        pieces = weight_pieces(self.named_params, primary=self.mesh.dp_rank == 0)
+        and optimizer step count. Weights are primary on DP rank 0 only (at ZeRO-3 each rank's owned
+        part of them on every rank); Adam state with ZeRO on every rank (each owns a disjoint part),
+        without it on DP rank 0 (the others are replicas)."""
+        if self.layout.zero_stage == 3:
+            pieces = owned_weight_pieces(self.named_params, self.buffers)
+        else:
+            pieces = weight_pieces(self.named_params, primary=self.mesh.dp_rank == 0)
         if self.optimizer is not None:
             owns_adam = self.layout.zero or self.mesh.dp_rank == 0
             pieces += adam_pieces(self.named_params, self.buffers, self.optimizer, primary=owns_adam)
@@ -276,6 +289,22 @@ class ParallelModel:
             self.scaler.load_state_dict(piece.value)
         for piece in by_kind(loaded, "trainer"):
             self.optimizer.steps = int(piece.value)
+
+    def replica_weights(self) -> list[tuple[str, torch.Tensor]]:
+        """(name, tensor) of what every DP replica holds identically (digested to catch silent
+        corruption): the parameters, or nothing at ZeRO-3, where each rank holds only its own part."""
+        return [] if self.layout.zero_stage == 3 else list(self.named_params)
+
+    def held_weights(self) -> list[tuple[str, torch.Tensor]]:
+        """(name, tensor) of what this rank itself stores of each parameter (its owned part at ZeRO-3)."""
+        if self.layout.zero_stage == 3:
+            return [(piece.name, piece.tensor) for piece in owned_weight_pieces(self.named_params, self.buffers)]
+        return list(self.named_params)
+
+    @property
+    def dp_sent_bytes(self) -> int:
+        """Bytes this rank sent in data-parallel collectives since the step began (ring algorithms)."""
+        return self.buffers.sent_bytes
 
     def state_bytes(self) -> dict[str, int]:
         """Bytes of the tensors that live for the whole run: weights, fp32 gradients, optimizer state."""

@@ -5,12 +5,14 @@ are for DCP.
 A `StatePiece` names what it holds by global name and kind, where it sits in the full tensor, and
 the live tensor itself: a save copies `tensor`; a load fills it in place (optimizer pieces are views
 of the owned flat ranges, so filling them is the load). Kinds:
-  weight                      a parameter's TP-local shard (`offsets`/`shape` in `full_shape`)
+  weight                      a parameter's TP-local shard (`offsets`/`shape` in `full_shape`), or under
+                              ZeRO-3 the flat range `flat` of it this rank owns
   master, exp_avg, exp_avg_sq the fp32 Adam state of the flat range `flat` of that shard
   rng                         one RNG stream of this rank (a state tensor, by stream name)
   scaler, trainer             JSON values: the loss scaler's state, the optimizer's step count
 `primary` is False on a piece that an identical replica on another rank also holds (weights on DP
-ranks > 0; Adam state on DP ranks > 0 without ZeRO): a save writes it once, a load fills every copy.
+ranks > 0 below ZeRO-3; Adam state on DP ranks > 0 without ZeRO): a save writes it once, a load fills
+every copy.
 """
 from __future__ import annotations
 
@@ -35,7 +37,7 @@ class StatePiece:
     full_shape: tuple[int, ...] = ()
     offsets: tuple[int, ...] = ()  # where this rank's TP-local tensor starts in the full one
     shape: tuple[int, ...] = ()  # the TP-local tensor's shape
-    flat: tuple[int, int] | None = None  # the part of the flattened TP-local tensor held (Adam kinds)
+    flat: tuple[int, int] | None = None  # the part of the flattened TP-local tensor held (Adam kinds; ZeRO-3 weights)
     value: Any = None  # scaler / trainer
     primary: bool = True
 
@@ -47,6 +49,18 @@ def weight_piece(name: str, param: torch.nn.Parameter, primary: bool = True) -> 
 
 def weight_pieces(named_params: list, primary: bool = True) -> list[StatePiece]:
     return [weight_piece(name, param, primary) for name, param in named_params]
+
+
+def owned_weight_pieces(named_params: list, buffers) -> list[StatePiece]:
+    """ZeRO-3: per parameter, the part of its flattened (TP-local) tensor this rank owns, a view of the
+    owned parameter buffer; every DP rank's part is primary (the parts are disjoint)."""
+    pieces = []
+    for name, param in named_params:
+        a, b = buffers.owned_slice(param)
+        if a < b:
+            pieces.append(StatePiece(name, "weight", buffers.owned_param(param), full_shape(param),
+                                     tuple(shard_offsets(param)), tuple(param.shape), flat=(a, b)))
+    return pieces
 
 
 def owned_slices(named_params: list, buffers, optimizer):

@@ -1,7 +1,8 @@
-"""AdamW over the flat buffers of trident.parallel.data, with ZeRO-1 sharding over DP.
+"""AdamW over the flat buffers of trident.parallel.data, with its state sharded over DP (ZeRO-1 and up).
 
-Each rank updates only the flat ranges it owns (all of them without ZeRO, 1/dp of each bucket with
-ZeRO-1), keeping for those ranges the fp32 master weights (a separate copy only when the model
+Each rank updates only the flat ranges it owns (all of them without ZeRO, 1/dp of each bucket at
+ZeRO stage 1, 2 or 3: the buffers hand it the owned slices of the parameters and reduced gradients,
+views of full buffers or of owned-only ones, whatever the stage), keeping for those ranges the fp32 master weights (a separate copy only when the model
 trains in bf16/fp16) and Adam's m and v; which sub-ranges are decayed and which count in the global
 gradient norm is kept as (start, end) segments. The update is AdamW as torch.optim.AdamW computes it,
 by one of two kernels, named in `optimizer.kernel`:
@@ -30,8 +31,7 @@ class DistributedAdam:
         self.ranges = buffers.owned_ranges()
         self.separate_master = buffers.params.dtype != torch.float32
         self.master, self.exp_avg, self.exp_avg_sq, self.decay_segments, self.norm_segments = [], [], [], [], []
-        for lo, hi in self.ranges:
-            params = buffers.params[lo:hi]
+        for (lo, hi), params in zip(self.ranges, buffers.owned_param_views):
             self.master.append(params.float().clone() if self.separate_master else params)
             self.exp_avg.append(torch.zeros(hi - lo, device=params.device))
             self.exp_avg_sq.append(torch.zeros(hi - lo, device=params.device))
@@ -60,7 +60,7 @@ class DistributedAdam:
         return runs
 
     def grads(self) -> list[torch.Tensor]:
-        return [self.buffers.grads[lo:hi] for lo, hi in self.ranges]
+        return self.buffers.owned_grad_views
 
     def state_bytes(self) -> int:
         """Bytes this rank holds for the optimizer: fp32 master (if separate), m and v."""
@@ -83,8 +83,8 @@ class DistributedAdam:
         else:
             self._foreach_step(lr)
         if self.separate_master:
-            for (lo, hi), master in zip(self.ranges, self.master):
-                self.buffers.params[lo:hi].copy_(master)
+            for params, master in zip(self.buffers.owned_param_views, self.master):
+                params.copy_(master)
         self.buffers.gather_params()
 
     def _fused_step(self, lr: float) -> None:

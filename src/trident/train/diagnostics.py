@@ -77,7 +77,7 @@ class RunDiagnostics:
 
     def after_update(self, step: int, event: list) -> None:
         FLIGHT.end(event)
-        self.injector.after_update(step, self.model.named_params)
+        self.injector.after_update(step, self.model.held_weights())
 
     def after_step(self, step: int, record: dict, micro_batches: int, documents=lambda: []) -> None:
         """Interval checks: replica digests, stragglers (adds `stragglers`), loss spikes (adds `spike`)."""
@@ -102,7 +102,7 @@ class RunDiagnostics:
 
     # ---- checks ----------------------------------------------------------------------------------
     def check_replicas(self, step: int) -> None:
-        findings = agree_on_findings(replica_mismatches(self.model.named_params, self.mesh), self.mesh, self.device)
+        findings = agree_on_findings(replica_mismatches(self.model.replica_weights(), self.mesh), self.mesh, self.device)
         if not findings:
             return
         first = findings[0]
