@@ -1,6 +1,7 @@
 """`trident run FLOW.yaml`: a tiny flow end to end, then reruns that skip what is unchanged."""
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
@@ -41,8 +42,8 @@ def _run(flow: Path, out: Path, capsys) -> dict:
     return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
 
 
-@pytest.fixture
-def commands_in_process(monkeypatch):
+@contextlib.contextmanager
+def stages_in_process(monkeypatch):
     """The flow's `trident train` and `trident eval` stages run through trident.cli.main in this process
     instead of a fresh interpreter each (~3 s of CPU for `import torch` apiece): these tests are about
     which stages run; test_demo.py runs them as child processes, as a user's flow does."""
@@ -58,9 +59,17 @@ def commands_in_process(monkeypatch):
 
     handlers = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}  # `trident train` catches stop signals
     monkeypatch.setattr(stages, "_trident", in_process)
-    yield
-    for sig, handler in handlers.items():
-        signal.signal(sig, handler)
+    try:
+        yield
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+
+
+@pytest.fixture
+def commands_in_process(monkeypatch):
+    with stages_in_process(monkeypatch):
+        yield
 
 
 def test_flow_runs_end_to_end_reruns_only_what_changed_and_resumes_a_killed_stage(tmp_path, capsys,
@@ -105,10 +114,11 @@ def test_report_counts_each_step_once_after_a_resume(tmp_path):
     from trident.flow.report_page import write_report
 
     logged = [{"step": s, "tokens": 64 * s, "loss": 5.0 - s / 10} for s in (1, 2, 3, 4, 3, 4, 5)]  # resumed at 2
-    summary = {"metrics": logged, "documents": 1, "tokens": 320, "vocab_size": 300, "parameters": 10,
-               "config": "tiny", "train_seconds": 1.0, "prompt": "a", "sample": "b"}
+    summary = {"metrics": logged, "parameters": 10, "config": "tiny", "stage_seconds": 7.3, "step_seconds": 1.0,
+               "prompt": "a", "sample": "b"}
     text = write_report(tmp_path, summary).read_text()
-    assert "5 steps in" in text and "| last | 5 | 320 |" in text
+    assert "5 steps; the train stage took 7.3 s of wall clock" in text and "| last | 5 | 320 |" in text
+    assert "1.0 s of it in training steps" in text  # the stage log's clock, and the steps' share of it
 
 
 def test_unknown_flow_keys_are_refused_naming_key_and_file(tmp_path, capsys):
@@ -180,3 +190,146 @@ def test_a_curation_mistake_is_found_before_any_stage_runs(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "sources[0] (source0): curate:" in err and "min_tokens" in err and str(tmp_path / "f.yaml") in err
     assert not (tmp_path / "out" / ".flow").exists()
+
+
+# ---- a user's own text (local HTML pages), the first time ------------------------------------------------------
+
+TINY = ["model.seq_length=64", "model.num_layers=1", "train.steps=2", "train.peak_tflops=1"]
+PIPELINE = {"stages": [{"stage": "extract"}, {"stage": "clean"}, {"stage": "exact_dedup", "scope": "global"}]}
+
+
+def _site(root: Path) -> None:
+    """24 small HTML pages: an article between a navigation bar and a footer."""
+    import html
+
+    for i, text in enumerate(reference_articles()[:24]):
+        page = root / "site" / f"page{i:02d}.html"
+        page.parent.mkdir(parents=True, exist_ok=True)
+        article = "".join(f"<p>{html.escape(p)}</p>" for p in text.split("\n") if p.strip())
+        page.write_text(f"<html><head><title>Page {i}</title></head><body><nav>Home | Library</nav>"
+                        f"<article>{article}</article><footer>Copyright</footer></body></html>")
+
+
+def _own_flow(root: Path, evaluation, train=(), curate=()) -> Path:
+    flow = {"sources": [{"name": "docs", "paths": "site/*.html"}],
+            "curate": {"config": PIPELINE, "overrides": list(curate)}, "tokenizer": {"vocab_size": 300},
+            "train": {"config": "tiny", "overrides": [*TINY, *train]}, "eval": evaluation,
+            "sample": {"max_new_tokens": 4}}
+    path = root / "flow.yaml"
+    path.write_text(yaml.safe_dump(flow))
+    return path
+
+
+def _main(args: list[str]) -> dict:
+    """trident's exit status and what it printed (to streams that are not terminals, as in a log)."""
+    import io
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(args)
+    return {"code": code, "out": out.getvalue(), "err": err.getvalue()}
+
+
+def _unreachable_hub(mp: pytest.MonkeyPatch) -> None:
+    """The hub's endpoint at a port nothing listens on: refused at once, no network, no retries."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        mp.setenv("HF_ENDPOINT", f"http://127.0.0.1:{probe.getsockname()[1]}")
+    for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRIDENT_HUB_DIR", "HTTPS_PROXY", "https_proxy",
+                 "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
+        mp.delenv(name, raising=False)
+
+
+@pytest.fixture(scope="module")
+def own_text(tmp_path_factory):
+    """One output folder, three runs of a flow over local HTML: evaluation on tasks built from the pages'
+    own held-out documents; then on tasks from an unreachable hub (the eval stage fails); then `eval: none`."""
+    from trident.curate.holdout import held_out_texts
+    from trident.curate.shards import read_shard
+
+    root = tmp_path_factory.mktemp("own")
+    _site(root)
+    out, runs = root / "out", {}
+    with pytest.MonkeyPatch.context() as mp, stages_in_process(mp):
+        heldout = {"tasks": ["lambada", "hellaswag"], "heldout": {"source": "docs", "every": 3, "n_examples": 8}}
+        runs["heldout"] = _main(["run", str(_own_flow(root, heldout)), "--out", str(out), "--json"])
+        curated = out / "curated" / "docs"
+        runs["heldout"].update(held=held_out_texts(curated), stats=json.loads((curated / "stats.json").read_text()),
+                               trained=[d.text for s in sorted(curated.glob("shard-*")) for d in read_shard(s)],
+                               lambada=(out / "eval_data" / "lambada" / "lambada_test.jsonl").read_text(),
+                               report=(out / "report.md").read_text())
+        _unreachable_hub(mp)
+        runs["hub"] = _main(["run", str(_own_flow(root, {"tasks": ["lambada"]})), "--out", str(out)])
+        runs["hub"]["report"] = (out / "report.md").read_text()
+        runs["none"] = _main(["run", str(_own_flow(root, "none")), "--out", str(out), "--json"])
+        runs["none"]["report"] = (out / "report.md").read_text()
+    return out, runs
+
+
+def test_tasks_built_from_a_users_own_pages_hold_their_documents_out_of_training(own_text):
+    _, runs = own_text
+    run = runs["heldout"]
+    assert run["code"] == 0, run["err"]
+    ran = json.loads(run["out"].strip().splitlines()[-1])["ran"]
+    assert ran[:2] == ["curate:docs", "heldout"] and "eval" in ran
+    holdout = next(s["counters"] for s in run["stats"]["stages"] if s["name"] == "holdout")
+    assert holdout["dropped:held_out"] == len(run["held"]) >= 4 and holdout["out"] == len(run["trained"])
+    assert not set(run["held"]) & set(run["trained"])  # no held-out text is trained on
+    passages = [json.loads(line)["text"] for line in run["lambada"].splitlines()]
+    held = " ".join(" ".join(run["held"]).split())
+    assert passages and all(p in held for p in passages)  # the tasks are cut from the held-out pages
+    assert "| lambada | acc |" in run["report"] and "| hellaswag | acc |" in run["report"]
+    assert len(run["stats"]["output"]["shards"]) == 1  # 24 small pages read into one shard, not 24
+    assert "\r" not in run["out"] + run["err"] and "extract+clean: 1/1 task (100%)" in run["err"]
+
+
+def test_an_unreachable_hub_says_how_to_give_data_or_skip_eval_and_the_report_covers_the_stages_before(own_text):
+    _, runs = own_text
+    run = runs["hub"]
+    assert run["code"] == 1
+    hint = next(line for line in run["err"].splitlines() if line.startswith("trident run: error:"))
+    assert "Hugging Face hub" in hint and "eval.data_dir" in hint and "`eval: none`" in hint
+    report = run["report"]
+    assert "stopped at its `eval` stage" in report and "hub cannot be reached" in report
+    assert "| [docs](curated/docs/report.md) | 1 | 24 |" in report and "2 steps; the train stage took" in report
+    assert "Not run: the flow stopped before its eval stage finished." in report
+
+
+def test_eval_none_skips_evaluation_and_the_report_says_so(own_text):
+    _, runs = own_text
+    run = runs["none"]
+    assert run["code"] == 0, run["err"]
+    assert json.loads(run["out"].strip().splitlines()[-1])["ran"] == ["report"]  # nothing else changed
+    assert "== eval: skipped (the flow file gives no evaluation tasks) ==" in run["out"]
+    assert "Skipped: the flow file gives no evaluation tasks" in run["report"] and "stopped" not in run["report"]
+
+
+def test_data_which_on_a_flow_folder_answers_for_its_training_run(own_text, tmp_path):
+    out, _ = own_text
+    answer = _main(["data", "which", str(out), "--step", "1", "--json"])
+    assert answer["code"] == 0 and f"its training run is {out / 'train'}" in answer["err"]
+    assert json.loads(answer["out"]) == json.loads(_main(["data", "which", str(out / "train"), "--step", "1",
+                                                         "--json"])["out"])
+    (tmp_path / "early" / ".flow").mkdir(parents=True)  # a flow folder whose train stage has not run
+    early = _main(["data", "which", str(tmp_path / "early"), "--step", "1"])
+    assert early["code"] == 2 and str(tmp_path / "early" / "train") in early["err"]
+
+
+def test_every_stage_mistake_is_refused_before_any_stage_runs_naming_key_and_file(tmp_path):
+    (tmp_path / "a.jsonl").write_text("{}\n")
+    source = {"name": "docs", "paths": "a.jsonl"}
+    cases = [({"curate": {"overrides": ["stages.min_lenght.min_tokens=3"]}}, "'min_lenght' must name exactly one"),
+             ({"train": {"overrides": ["train.stpes=30"]}}, "unknown config key 'train.stpes'"),
+             ({"eval": {"tasks": ["lambda"]}}, "unknown task 'lambda'"),
+             ({"eval": {"tasks": ["lambada"], "data_dir": "nowhere"}}, "nowhere is not a folder"),
+             ({"eval": {"heldout": {"source": "web", "every": 5}}}, "'web' names no source"),
+             ({"eval": {"heldout": {"source": "docs"}}}, "eval.heldout.every: give N"),
+             ({"eval": {"tasks": ["piqa"], "heldout": {"source": "docs", "every": 5}}}, "cannot be built from held-out"),
+             ({"sources": [{**source, "decontaminate": True}], "eval": "none"}, "decontaminate: true needs")]
+    for change, named in cases:
+        (tmp_path / "f.yaml").write_text(yaml.safe_dump({"sources": [source], **change}))
+        result = _main(["run", str(tmp_path / "f.yaml"), "--out", str(tmp_path / "out")])
+        assert result["code"] == 2 and named in result["err"] and str(tmp_path / "f.yaml") in result["err"], change
+        assert not (tmp_path / "out").exists()  # refused before any stage ran

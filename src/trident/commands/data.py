@@ -9,7 +9,8 @@ import sys
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     which = sub.add_parser("which", help="the documents of a step's batch, or the steps that read a document")
-    which.add_argument("run", help="the run's output folder (config.yaml, metrics.jsonl)")
+    which.add_argument("run", help="the run's output folder (config.yaml, metrics.jsonl), or a flow's (`trident run "
+                                   "--out`: its OUT/train)")
     what = which.add_mutually_exclusive_group(required=True)
     what.add_argument("--step", type=int, help="list every sample of this step with its documents and sources")
     what.add_argument("--doc", help="FILE:LINE (a source line) or PREFIX:INDEX (a document of PREFIX.bin)")
@@ -27,10 +28,14 @@ def run(args) -> int:
     if args.action == "remove":
         return _remove(args)
     from trident.config import ConfigError
+    from trident.flow.stages import training_run
     from trident.train.which import which_doc, which_step
 
     try:
-        answer = which_step(args.run, args.step) if args.step is not None else which_doc(args.run, args.doc)
+        run = training_run(args.run)  # a flow's output folder answers for its OUT/train
+        if run != args.run:
+            print(f"trident data: {args.run} is a flow's output folder; its training run is {run}", file=sys.stderr)
+        answer = which_step(run, args.step) if args.step is not None else which_doc(run, args.doc)
     except (ConfigError, FileNotFoundError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -77,14 +77,19 @@ class TrainSection:
 
 @dataclass
 class HeldoutSection:
-    """Evaluation tasks built from a generated source's held-out documents (its generate.holdout_every)."""
+    """Evaluation tasks (lambada, hellaswag formats) built from documents of a source held out of
+    training: any source, about one document in `every` kept out at the end of its curation (after
+    dedup); a stdlib-docstrings source with generate.holdout_every holds its own out (no `every`)."""
     source: str = ""
+    every: Optional[int] = setting("null or an int >= 2", lambda v: v is None or v >= 2, default=None)
     n_examples: int = setting("a positive int", _positive, default=64)
     seed: int = 0
 
 
 @dataclass
 class EvalSection:
+    """The trained model's evaluation; `tasks: []` (or `eval: none`) skips it. Without data_dir or heldout
+    the tasks' data comes from the Hugging Face hub."""
     tasks: list[str] = field(default_factory=lambda: ["lambada"])
     shots: list[int] = field(default_factory=lambda: [0])
     data_dir: str = ""  # the tasks' files; or heldout, never both

@@ -1,6 +1,6 @@
 """`holdout`: about one document in `every` kept out of the curated output, its text saved in its drop
 record, so evaluation tasks can be built from text the model never trains on (`trident run`'s
-`eval.heldout` over any source puts this stage before the pipeline's first dedup stage)."""
+`eval.heldout` over any source puts this stage at the end of its pipeline, after dedup)."""
 from __future__ import annotations
 
 from pathlib import Path

@@ -4,14 +4,15 @@
   with holdout_every N, every Nth document goes to OUT/inputs/NAME.heldout.jsonl instead, never trained on.
 - sample-warc: a synthetic Common Crawl WARC (articles with boilerplate, other languages, duplicates,
   non-HTML, 404s) for the curation pipeline.
-`heldout` turns a source's held-out documents into LAMBADA- and HellaSwag-format task files.
+`heldout` turns a source's held-out documents (written by its generator, or kept out of its curation by
+the holdout stage: any source) into LAMBADA- and HellaSwag-format task files.
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from trident.flow.spec import Flow, Source
+from trident.flow.spec import Flow, FlowError, Source
 
 
 def generated_file(out: Path, source: Source) -> Path:
@@ -50,14 +51,23 @@ def generate(out: Path, source: Source) -> None:
 
 
 def heldout(flow: Flow, out: Path) -> None:
-    """OUT/eval_data/: task files in the published formats, built from the held-out documents."""
+    """OUT/eval_data/: task files in the published formats, built from the held-out documents: those
+    a stdlib-docstrings source wrote itself, or those curation's holdout stage kept out of a source."""
+    from trident.curate.holdout import held_out_texts
     from trident.evaluate.heldout import write_heldout_tasks
+    from trident.flow.checks import heldout_source, holds_out_itself
 
-    settings = flow.eval.heldout
-    source = next(s for s in flow.sources if s.name == settings.source)
-    path = heldout_file(out, source)
-    texts = [json.loads(line)["text"] for line in path.read_text(encoding="utf-8").splitlines()]
-    counts = write_heldout_tasks(texts, eval_data(flow, out), n_examples=settings.n_examples, seed=settings.seed)
+    settings, source = flow.eval.heldout, heldout_source(flow)
+    if holds_out_itself(source):
+        lines = heldout_file(out, source).read_text(encoding="utf-8").splitlines()
+        texts = [json.loads(line)["text"] for line in lines]
+    else:
+        texts = held_out_texts(out / "curated" / source.name)
+    try:
+        counts = write_heldout_tasks(texts, eval_data(flow, out), n_examples=settings.n_examples, seed=settings.seed)
+    except ValueError as error:  # too few or too short documents held out
+        raise FlowError(f"eval.heldout: {len(texts)} documents held out of source {source.name!r}: {error}; "
+                        f"hold out more (a smaller eval.heldout.every) or use eval.data_dir") from None
     print(f"held-out tasks from {len(texts)} documents of {source.name}: {counts} -> {eval_data(flow, out)}")
 
 

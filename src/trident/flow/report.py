@@ -1,11 +1,14 @@
-"""report.md of a flow: loss curve, curation funnel, evaluation table and a sample, as the demo's."""
+"""report.md of a flow: curation funnel, corpus, loss curve, a sample and the evaluation table, as the
+demo's, from the outputs of the stages that finished: a flow stopped by a failed stage still reports
+the stages before it, and one that skips evaluation says so."""
 from __future__ import annotations
 
 from pathlib import Path
 
-from trident.flow.report_page import plot_loss, write_report
+from trident.flow.report_page import latest_per_step, plot_loss, write_report
 from trident.flow.spec import Flow
 from trident.flow.stages import read_json
+from trident.flow.stamp import read_stamp
 
 
 def eval_table(results: dict, untrained: dict | None = None) -> str:
@@ -25,33 +28,65 @@ def eval_table(results: dict, untrained: dict | None = None) -> str:
     return "\n".join(lines)
 
 
-def funnel(flow: Flow, out: Path) -> str:
-    """Records in -> documents kept per source, with a link to each source's funnel chart."""
+def funnel(flow: Flow, out: Path, done: set[str]) -> str:
+    """Records in -> documents kept per curated source, with a link to each source's funnel chart."""
     lines = ["| source | weight | records in | documents kept | tokens |", "|---|---|---|---|---|"]
     for source in flow.sources:
+        if f"curate:{source.name}" not in done:
+            lines.append(f"| {source.name} | {source.weight:g} | not curated | | |")
+            continue
         stats = read_json(out / "curated" / source.name / "stats.json")
-        tokens = read_json(out / "data" / f"{source.name}.stats.json")["tokens"]
+        tokens = _data_stats(out, source)["tokens"] if f"tokenize:{source.name}" in done else None
         lines.append(f"| [{source.name}](curated/{source.name}/report.md) | {source.weight:g} | "
-                     f"{stats['stages'][0]['counters'].get('in', 0)} | {stats['output']['documents']} | {tokens:,} |")
+                     f"{stats['stages'][0]['counters'].get('in', 0)} | {stats['output']['documents']} | "
+                     f"{'not tokenized' if tokens is None else f'{tokens:,}'} |")
     return "\n".join(lines)
 
 
-def write_flow_report(flow: Flow, out: Path, flow_file: Path, metrics: list[dict], sample: dict) -> Path:
-    """OUT/report.md and OUT/loss.png from the stages' outputs on disk."""
-    tokens = sum(read_json(out / "data" / f"{s.name}.stats.json")["tokens"] for s in flow.sources)
-    documents = sum(read_json(out / "data" / f"{s.name}.stats.json")["documents"] for s in flow.sources)
-    val = [m["val_loss"] for m in metrics if m.get("val_loss") is not None]
-    before = out / "eval-untrained" / "results.json"
-    untrained = read_json(before) if flow.eval.untrained and before.exists() else None
-    summary = {"title": f"trident run report: {flow_file.name}",
-               "corpus": f"{documents} curated documents from {len(flow.sources)} source(s)", "tokens": tokens,
-               "vocab_size": _vocab_size(flow, out), "config": flow.train.config, "metrics": metrics,
-               "train_seconds": sum(m.get("step_time_s", 0.0) for m in metrics),
-               "val_loss": val[-1] if val else None, **sample,
-               "sections": {"Curation": funnel(flow, out),
-                            "Evaluation": eval_table(read_json(out / "eval" / "results.json"), untrained)}}
-    plot_loss(metrics, out / "loss.png", title=f"trident run {flow_file.name}: loss")
+def evaluation(flow: Flow, out: Path, done: set[str]) -> str:
+    """The evaluation table, or why there is none."""
+    if not flow.eval.tasks:
+        return "Skipped: the flow file gives no evaluation tasks (`eval: {tasks: []}` or `eval: none`)."
+    if "eval" not in done:
+        return "Not run: the flow stopped before its eval stage finished."
+    untrained = read_json(out / "eval-untrained" / "results.json") if "eval:untrained" in done else None
+    return eval_table(read_json(out / "eval" / "results.json"), untrained)
+
+
+def write_flow_report(flow: Flow, out: Path, flow_file: Path, done: list[str],
+                      stopped: tuple[str, str] | None = None) -> Path:
+    """OUT/report.md (and OUT/loss.png once training finished) from the outputs of the stages in
+    `done`; `stopped`: (stage, error) of the stage that failed, said at the top."""
+    finished = set(done)
+    tokenized = [s for s in flow.sources if f"tokenize:{s.name}" in finished]
+    summary = {"title": f"trident run report: {flow_file.name}", "stopped": stopped,
+               "sections": {"Curation": funnel(flow, out, finished), "Evaluation": evaluation(flow, out, finished)}}
+    if tokenized and "tokenizer" in finished:
+        stats = [_data_stats(out, s) for s in tokenized]
+        summary["corpus"] = (f"{sum(s['documents'] for s in stats)} curated documents from {len(tokenized)} "
+                             f"source(s), {sum(s['tokens'] for s in stats):,} tokens "
+                             f"(tokenizer vocabulary {_vocab_size(flow, out)})")
+    if "train" in finished:
+        summary.update(_training(flow, out, flow_file))
     return write_report(out, summary)
+
+
+def _training(flow: Flow, out: Path, flow_file: Path) -> dict:
+    """The trained model's part of the report: loss curve, train stage time, validation loss, a sample."""
+    from trident.flow.stages import sample
+    from trident.train.metrics import read_metrics
+
+    metrics = latest_per_step(read_metrics(out / "train" / "metrics.jsonl"))  # a resumed run logs steps again
+    val = [m["val_loss"] for m in metrics if m.get("val_loss") is not None]
+    plot_loss(metrics, out / "loss.png", title=f"trident run {flow_file.name}: loss")
+    print(f"loss {metrics[0]['loss']:.3f} -> {metrics[-1]['loss']:.3f} over {len(metrics)} logged steps")
+    return {"config": flow.train.config, "metrics": metrics, "val_loss": val[-1] if val else None,
+            "stage_seconds": read_stamp(out, "train").get("seconds"),
+            "step_seconds": sum(m.get("step_time_s", 0.0) for m in metrics), **sample(flow, out)}
+
+
+def _data_stats(out: Path, source) -> dict:
+    return read_json(out / "data" / f"{source.name}.stats.json")
 
 
 def _vocab_size(flow: Flow, out: Path) -> int:

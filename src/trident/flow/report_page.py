@@ -33,22 +33,35 @@ def plot_loss(metrics: list[dict], path: Path, title: str = "trident: loss") -> 
 
 
 def write_report(out: Path, summary: dict) -> Path:
-    m = latest_per_step(summary["metrics"])
-    corpus = summary.get("corpus") or f"{summary['documents']} standard-library documents plus curated web text"
-    lines = [f"# {summary.get('title', 'trident report')}", "",
-             f"Corpus: {corpus}, {summary['tokens']:,} tokens "
-             f"(tokenizer vocabulary {summary['vocab_size']}).", "",
-             f"Model: {summary['parameters']:,} parameters, config `{summary['config']}`; "
-             f"{len(m)} steps in {summary['train_seconds']:.0f} s.", "",
-             "| | step | tokens | loss |", "|---|---|---|---|",
-             f"| first | {m[0]['step']} | {m[0]['tokens']:,} | {m[0]['loss']:.3f} |",
-             f"| last | {m[-1]['step']} | {m[-1]['tokens']:,} | {m[-1]['loss']:.3f} |", ""]
-    if summary.get("val_loss") is not None:
-        lines += [f"Validation loss at the end: {summary['val_loss']:.3f}.", ""]
-    lines += ["![loss](loss.png)", "", "## Sample", "", f"Prompt: `{summary['prompt']}`", "", "```",
-              summary["sample"], "```", ""]
+    """OUT/report.md from `summary`: title; optional stopped (stage, error), corpus, metrics (with config,
+    parameters, stage_seconds, step_seconds, val_loss, prompt, sample) and sections {title: markdown}."""
+    lines = [f"# {summary.get('title', 'trident report')}", ""]
+    if summary.get("stopped"):
+        stage, error = summary["stopped"]
+        lines += [f"**The flow stopped at its `{stage}` stage**: {error}", "",
+                  "This report covers the stages that finished before it.", ""]
+    if summary.get("corpus"):
+        lines += [f"Corpus: {summary['corpus']}.", ""]
+    if summary.get("metrics"):
+        lines += _training_lines(summary)
     for title, section in summary.get("sections", {}).items():
         lines += [f"## {title}", "", section, ""]
     path = out / "report.md"
     path.write_text("\n".join(lines))
     return path
+
+
+def _training_lines(summary: dict) -> list[str]:
+    m = latest_per_step(summary["metrics"])
+    stage = summary.get("stage_seconds")
+    took = (f"the train stage took {stage:.1f} s of wall clock (the clock of the stage log's `train: done in`; "
+            f"start-up, data loading and checkpoints included), {summary['step_seconds']:.1f} s of it in "
+            f"training steps" if stage is not None else f"{summary['step_seconds']:.1f} s in training steps")
+    lines = [f"Model: {summary['parameters']:,} parameters, config `{summary['config']}`; {len(m)} steps; {took}.",
+             "", "| | step | tokens | loss |", "|---|---|---|---|",
+             f"| first | {m[0]['step']} | {m[0]['tokens']:,} | {m[0]['loss']:.3f} |",
+             f"| last | {m[-1]['step']} | {m[-1]['tokens']:,} | {m[-1]['loss']:.3f} |", ""]
+    if summary.get("val_loss") is not None:
+        lines += [f"Validation loss at the end: {summary['val_loss']:.3f}.", ""]
+    return lines + ["![loss](loss.png)", "", "## Sample", "", f"Prompt: `{summary['prompt']}`", "", "```",
+                    summary["sample"], "```", ""]

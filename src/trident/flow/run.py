@@ -1,69 +1,99 @@
-"""run_flow: [inputs ->] curate -> tokenizer -> tokenize -> train -> eval -> report, skipping what is unchanged."""
+"""run_flow: [inputs ->] curate -> tokenizer -> tokenize -> train -> [eval ->] report, skipping what is
+unchanged; a stage that fails still leaves report.md for the stages that finished before it."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 from trident.flow import inputs, stages
-from trident.flow.spec import Flow, load_flow
+from trident.flow.checks import heldout_source, holds_out_itself
+from trident.flow.spec import Flow, FlowError, load_flow
 from trident.flow.stamp import Stages, stage_key
+
+# the one line a flow whose evaluation reads the hub prints when that evaluation fails
+HUB_HINT = ("eval failed ({error}); its tasks' data comes from the Hugging Face hub (the flow file gives no "
+            "eval.data_dir or eval.heldout): where the hub cannot be reached, give eval.data_dir (a folder of "
+            "the tasks' files, docs/evaluation.md), eval.heldout (tasks from a source's held-out documents, "
+            "docs/flow.md) or `eval: none` to skip evaluation")
 
 
 def run_flow(flow_file: str | Path, out: str | Path, raw: dict | None = None) -> dict:
     """Run the flow file's stages (or those of its parsed content `raw`) under OUT; returns {stage: key}
-    and the names of the stages that ran."""
+    and the names of the stages that ran. Every mistake in the flow file is raised before any stage runs."""
     flow, out, flow_file = load_flow(flow_file, raw), Path(out), Path(flow_file)
     out.mkdir(parents=True, exist_ok=True)
-    generated = [s for s in flow.sources if s.generate]
-    total = len(generated) + bool(flow.eval.heldout) + 2 * len(flow.sources) + 4 + flow.eval.untrained
-    runner, keys = Stages(out, total=total), {}
-    _prepare_inputs(flow, out, runner, keys)
-    _curate_and_tokenize(flow, out, runner, keys)
-    data = [keys[f"tokenize:{s.name}"] for s in flow.sources]
-    keys["train"] = stage_key({"train": flow.train, "weights": [s.weight for s in flow.sources]},
-                              _config_files(flow), data)
-    runner.run("train", keys["train"], lambda: stages.trained(out),
-               lambda resume: stages.train(flow, out, resume))
-    evaluation = [keys.get("heldout", "")]
-    keys["eval"] = stage_key({"eval": flow.eval}, _eval_files(flow), [keys["train"], *evaluation])
-    runner.run("eval", keys["eval"], lambda: (out / "eval" / "results.json").exists(),
-               lambda resume: stages.evaluate(flow, out))
-    if flow.eval.untrained:
-        keys["eval:untrained"] = stage_key({"eval": flow.eval, "train": flow.train}, _config_files(flow),
-                                           [keys["tokenizer"], *evaluation])
-        runner.run("eval:untrained", keys["eval:untrained"], lambda: (out / "eval-untrained" / "results.json").exists(),
-                   lambda resume: stages.evaluate_untrained(flow, out))
-    curated = [keys[f"curate:{s.name}"] for s in flow.sources]
-    keys["report"] = stage_key({"sample": flow.sample}, [], [keys["eval"], keys.get("eval:untrained", ""),
-                                                              *curated, *data])
-    runner.run("report", keys["report"], lambda: (out / "report.md").exists(),
-               lambda resume: _report(flow, out, flow_file))
+    runner, keys = Stages(out, total=_stage_count(flow)), {}
+    if flow.eval.tasks and inputs.eval_data(flow, out) is None:
+        print(f"eval: tasks {', '.join(flow.eval.tasks)} will be read from the Hugging Face hub "
+              f"(no eval.data_dir or eval.heldout in the flow file)", flush=True)
+    try:
+        _run_stages(flow, out, flow_file, runner, keys)
+    except Exception as error:
+        _report_stages_before(flow, out, flow_file, runner, error)
+        raise
     summary = {"keys": keys, "ran": runner.ran, "report": str(out / "report.md")}
     (out / "flow.json").write_text(json.dumps(summary, indent=1))
     return summary
 
 
+def _stage_count(flow: Flow) -> int:
+    evaluations = (1 + flow.eval.untrained) if flow.eval.tasks else 0
+    generated = sum(1 for s in flow.sources if s.generate)
+    return generated + bool(flow.eval.heldout) + 2 * len(flow.sources) + 3 + evaluations  # tokenizer, train, report
+
+
+def _run_stages(flow: Flow, out: Path, flow_file: Path, runner: Stages, keys: dict) -> None:
+    _prepare_inputs(flow, out, runner, keys)
+    _curate(flow, out, runner, keys)
+    _tokenize(flow, out, runner, keys)
+    data = [keys[f"tokenize:{s.name}"] for s in flow.sources]
+    keys["train"] = stage_key({"train": flow.train, "weights": [s.weight for s in flow.sources]},
+                              _config_files(flow), data)
+    runner.run("train", keys["train"], lambda: stages.trained(out),
+               lambda resume: stages.train(flow, out, resume))
+    _evaluate(flow, out, runner, keys)
+    curated = [keys[f"curate:{s.name}"] for s in flow.sources]
+    keys["report"] = stage_key({"sample": flow.sample, "tasks": flow.eval.tasks}, [],
+                               [keys["train"], keys.get("eval", ""), keys.get("eval:untrained", ""), *curated, *data])
+    runner.run("report", keys["report"], lambda: (out / "report.md").exists(),
+               lambda resume: _report(flow, out, flow_file, runner.finished))
+
+
 def _prepare_inputs(flow: Flow, out: Path, runner: Stages, keys: dict) -> None:
-    """Generated sources, then the held-out evaluation tasks built from one of them."""
+    """Generated sources, then the held-out tasks of a generator that holds out documents itself."""
     for source in (s for s in flow.sources if s.generate):
         name = f"inputs:{source.name}"
         keys[name] = stage_key({"generate": source.generate})
         runner.run(name, keys[name], lambda s=source: inputs.generated_file(out, s).exists(),
                    lambda resume, s=source: inputs.generate(out, s))
-    if flow.eval.heldout:
-        keys["heldout"] = stage_key({"heldout": flow.eval.heldout}, [], [keys[f"inputs:{flow.eval.heldout.source}"]])
-        runner.run("heldout", keys["heldout"], lambda: (out / "eval_data").is_dir(),
-                   lambda resume: inputs.heldout(flow, out))
+    held = heldout_source(flow)
+    if held is not None and holds_out_itself(held):
+        _heldout(flow, out, runner, keys, keys[f"inputs:{held.name}"])
 
 
-def _curate_and_tokenize(flow: Flow, out: Path, runner: Stages, keys: dict) -> None:
-    for source in flow.sources:
+def _heldout(flow: Flow, out: Path, runner: Stages, keys: dict, upstream: str) -> None:
+    keys["heldout"] = stage_key({"heldout": flow.eval.heldout}, [], [upstream])
+    runner.run("heldout", keys["heldout"], lambda: (out / "eval_data").is_dir(),
+               lambda resume: inputs.heldout(flow, out))
+
+
+def _curate(flow: Flow, out: Path, runner: Stages, keys: dict) -> None:
+    """Each source through its pipeline; the source eval.heldout holds documents out of comes first,
+    so its held-out tasks exist when the sources decontaminated against them are curated."""
+    held = heldout_source(flow)
+    for source in sorted(flow.sources, key=lambda s: s is not held):
         name = f"curate:{source.name}"
         upstream = [keys.get(f"inputs:{source.name}", "")] + ([keys.get("heldout", "")] if source.decontaminate else [])
         settings = stages.curate_settings(flow, out, source)
         keys[name] = stage_key({"curate": settings, "source": source.name}, source.files, upstream)
         runner.run(name, keys[name], lambda s=source: (out / "curated" / s.name / "stats.json").exists(),
                    lambda resume, s=source: stages.curate(flow, out, s, resume))
+        if source is held and not holds_out_itself(source):
+            _heldout(flow, out, runner, keys, keys[name])
+
+
+def _tokenize(flow: Flow, out: Path, runner: Stages, keys: dict) -> None:
     curated = [keys[f"curate:{s.name}"] for s in flow.sources]
     given = [flow.tokenizer.path] if flow.tokenizer.path else []
     keys["tokenizer"] = stage_key({"tokenizer": flow.tokenizer}, given, [] if given else curated)
@@ -77,6 +107,43 @@ def _curate_and_tokenize(flow: Flow, out: Path, runner: Stages, keys: dict) -> N
                    lambda resume, s=source: stages.tokenize(flow, out, s))
 
 
+def _evaluate(flow: Flow, out: Path, runner: Stages, keys: dict) -> None:
+    """The trained (and, with eval.untrained, the initialised) model on the flow's tasks; none without tasks."""
+    if not flow.eval.tasks:
+        print("\n== eval: skipped (the flow file gives no evaluation tasks) ==", flush=True)
+        return
+    evaluation = [keys.get("heldout", "")]
+    keys["eval"] = stage_key({"eval": flow.eval}, _eval_files(flow), [keys["train"], *evaluation])
+    try:
+        runner.run("eval", keys["eval"], lambda: (out / "eval" / "results.json").exists(),
+                   lambda resume: stages.evaluate(flow, out))
+        if flow.eval.untrained:
+            keys["eval:untrained"] = stage_key({"eval": flow.eval, "train": flow.train}, _config_files(flow),
+                                               [keys["tokenizer"], *evaluation])
+            runner.run("eval:untrained", keys["eval:untrained"],
+                       lambda: (out / "eval-untrained" / "results.json").exists(),
+                       lambda resume: stages.evaluate_untrained(flow, out))
+    except Exception as error:
+        if inputs.eval_data(flow, out) is None:
+            raise FlowError(HUB_HINT.format(error=" ".join(str(error).split()))) from error
+        raise
+
+
+def _report_stages_before(flow: Flow, out: Path, flow_file: Path, runner: Stages, error: Exception) -> None:
+    """report.md for the stages that finished (this run or an earlier one) before `runner.current` failed."""
+    if not runner.finished or runner.current == "report":
+        return
+    from trident.flow.report import write_flow_report
+
+    try:
+        said = str(error) if isinstance(error, FlowError) else f"{type(error).__name__}: {error}"
+        stopped = (runner.current or "?", " ".join(said.split()))
+        report = write_flow_report(flow, out, flow_file, runner.finished, stopped)
+        print(f"report of the stages that finished ({', '.join(runner.finished)}): {report}", file=sys.stderr)
+    except Exception as problem:  # the stage's own error is what the user must see; this one is said in a line
+        print(f"report.md not written ({type(problem).__name__}: {' '.join(str(problem).split())})", file=sys.stderr)
+
+
 def _config_files(flow: Flow) -> list[str]:
     return [flow.train.config] if Path(flow.train.config).is_file() else []
 
@@ -86,13 +153,7 @@ def _eval_files(flow: Flow) -> list[Path]:
     return sorted(p for p in Path(data_dir).rglob("*") if p.is_file()) if data_dir else []
 
 
-def _report(flow, out: Path, flow_file: Path) -> None:
+def _report(flow: Flow, out: Path, flow_file: Path, finished: list[str]) -> None:
     from trident.flow.report import write_flow_report
-    from trident.flow.report_page import latest_per_step
-    from trident.train.metrics import read_metrics
 
-    metrics = latest_per_step(read_metrics(out / "train" / "metrics.jsonl"))  # a resumed run logs steps again
-    sample = stages.sample(flow, out)
-    report = write_flow_report(flow, out, flow_file, metrics, sample)
-    print(f"loss {metrics[0]['loss']:.3f} -> {metrics[-1]['loss']:.3f} over {len(metrics)} logged steps; "
-          f"report: {report}")
+    print(f"report: {write_flow_report(flow, out, flow_file, finished)}")

@@ -1,7 +1,8 @@
 """The flow file: what to read, how to curate, tokenize, train and evaluate it.
 
 Its keys and defaults are trident.config.flow's dataclasses; load_flow fills them (unknown keys
-and wrong values refused naming the key and the file) and resolves paths and globs.
+and wrong values refused naming the key and the file), resolves paths and globs, and checks every
+stage's settings (trident.flow.checks) before any stage runs.
 """
 from __future__ import annotations
 
@@ -108,18 +109,6 @@ def _sources(base: Path, config: FlowConfig) -> list[Source]:
     return sources
 
 
-def _check_heldout(evaluation: EvalSection, sources: list[Source]) -> None:
-    heldout = evaluation.heldout
-    if heldout is None:
-        return
-    source = next((s for s in sources if s.name == heldout.source), None)
-    if source is None or not (source.generate and source.generate.holdout_every):
-        raise FlowConfigError(f"eval.heldout.source must name a generated source with generate.holdout_every, "
-                              f"got {heldout.source!r}")
-    if evaluation.data_dir:
-        raise FlowConfigError("eval: give either data_dir or heldout, not both")
-
-
 def load_flow(path: str | Path, raw: dict | None = None) -> Flow:
     """Parse and check a flow file, or its already-parsed `raw` content (FlowError on anything that
     would fail later; FlowConfigError, naming the file, on a mistake in it). Relative paths resolve
@@ -131,6 +120,8 @@ def load_flow(path: str | Path, raw: dict | None = None) -> Flow:
         raw = read_yaml(path) if raw is None else raw
         if not isinstance(raw, dict):
             raise ConfigError(f"a flow file is a mapping of {', '.join(FlowConfig.__dataclass_fields__)}")
+        if "eval" in raw and raw["eval"] in (None, "none"):  # `eval: none`: no evaluation stage
+            raw = {**raw, "eval": {"tasks": []}}
         config = fill(FlowConfig(), raw, name=NAME)
         return _flow(path.resolve().parent, config)
     except FlowError as error:
@@ -148,20 +139,8 @@ def _flow(base: Path, config: FlowConfig) -> Flow:
         config.eval.data_dir = str(_resolve(base, config.eval.data_dir))
     config.train.config = _config_path(base, config.train.config)
     config.curate.config = _config_path(base, config.curate.config)
-    sources = _sources(base, config)
-    _check_heldout(config.eval, sources)
-    flow = Flow(sources, config.curate, config.tokenizer, config.train, config.eval, config.sample)
-    _check_curation(flow)
+    flow = Flow(_sources(base, config), config.curate, config.tokenizer, config.train, config.eval, config.sample)
+    from trident.flow.checks import check_flow  # it reads Flow: imported once this module is loaded
+
+    check_flow(flow)  # every stage's settings now, not after the stages before it ran
     return flow
-
-
-def _check_curation(flow: Flow) -> None:
-    """Each source's pipeline config and overrides checked now, not after the stages before curation ran."""
-    from trident.curate.pipeline import load_pipeline_config
-
-    for index, source in enumerate(flow.sources):
-        settings = flow.curate_of(source)
-        try:
-            load_pipeline_config(settings.config, settings.overrides)
-        except ConfigError as error:
-            raise FlowConfigError(f"sources[{index}] ({source.name}): curate: {error}") from None

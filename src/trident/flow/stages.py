@@ -1,6 +1,7 @@
 """What each stage of a flow does; trident.flow.run decides which of them run."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -22,13 +23,29 @@ def source_files(out: Path, source: Source) -> list[Path]:
 
 def curate_settings(flow: Flow, out: Path, source: Source) -> CurateSection:
     """The flow's curation settings with the source's own on top (overrides appended), plus
-    decontamination against the evaluation files when the source asks for it."""
+    decontamination against the evaluation files when the source asks for it, and the holdout
+    stage in the source eval.heldout builds its tasks from."""
+    from trident.flow.checks import heldout_source, holds_out_itself
+
     settings = flow.curate_of(source)
+    if source is heldout_source(flow) and not holds_out_itself(source):
+        settings = _with_holdout(settings, flow.eval.heldout.every, flow.eval.heldout.seed)
     if source.decontaminate:
         tasks = decontamination_tasks(flow, out)
         settings.overrides += ["stages.decontaminate.enabled=true",
                                "stages.decontaminate.tasks={" + ", ".join(f"{k}: {v}" for k, v in tasks.items()) + "}"]
     return settings
+
+
+def _with_holdout(settings: CurateSection, every: int, seed: int) -> CurateSection:
+    """The settings' pipeline, overrides applied, ending with the holdout stage: held-out documents
+    passed every filter and dedup as the trained ones did, so no copy of one is left to train on
+    (held out before dedup, one copy could be held out and its duplicate trained on)."""
+    from trident.curate.pipeline import load_pipeline_config
+
+    config = load_pipeline_config(settings.config, settings.overrides)
+    config.stages.append({"stage": "holdout", "every": every, "seed": seed})
+    return CurateSection(dataclasses.asdict(config), [], settings.workers, settings.progress)
 
 
 def decontamination_tasks(flow: Flow, out: Path) -> dict[str, str]:
@@ -66,7 +83,7 @@ def tokenizer(flow: Flow, out: Path, shards: list[Path]) -> None:
     from trident.data.tokenizer import train_tokenizer
 
     trained = train_tokenizer(shards, vocab_size=flow.tokenizer.vocab_size,
-                              out=out / "tokenizer.json", show_progress=True)
+                              out=out / "tokenizer.json", show_progress=sys.stderr.isatty())  # a log gets blank lines
     print(f"byte-level BPE, {trained.vocab_size} tokens -> {out / 'tokenizer.json'}")
 
 
@@ -156,3 +173,21 @@ def sample(flow: Flow, out: Path) -> dict:
 
 def read_json(path: Path) -> dict:
     return json.loads(path.read_text())
+
+
+def training_run(folder: str | Path) -> str:
+    """The training run in `folder` (for `trident data which`): the folder itself when it is one (its
+    config.yaml), a flow's output folder's OUT/train, or a ConfigError naming the folder to give."""
+    from trident.config import ConfigError
+
+    path = Path(folder)
+    if "://" in str(folder) or (path / "config.yaml").exists():
+        return str(folder)
+    train = path / "train"
+    if (train / "config.yaml").exists():
+        return str(train)
+    if (path / ".flow").is_dir():
+        raise ConfigError(f"{folder} is a flow's output folder whose train stage has not written "
+                          f"{train / 'config.yaml'}: run the flow through training, then give {train}")
+    raise ConfigError(f"{folder} holds no training run (no config.yaml): give a `trident train --out` folder, "
+                      f"or a `trident run --out` folder (its run is OUT/train)")

@@ -1,7 +1,7 @@
 """Stage stamps: a stage whose settings, inputs and outputs are unchanged is skipped.
 
 OUT/.flow/STAGE.json holds the stage's key (a hash of its settings, its input files' size and
-mtime, and the keys of the stages it reads from) and whether it finished. A stamp with the same
+mtime, and the keys of the stages it reads from), whether it finished, and its wall-clock seconds. A stamp with the same
 key that did not finish is a killed run: that stage resumes (train from its last checkpoint)."""
 from __future__ import annotations
 
@@ -36,15 +36,16 @@ class Stages:
     def __init__(self, out: Path, total: int):
         self.dir = out / ".flow"
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.total, self.count, self.ran = total, 0, []
+        self.total, self.count, self.ran, self.finished = total, 0, [], []
+        self.current: str | None = None  # the stage running now (the one that failed, after an error)
 
     def _read(self, name: str) -> dict:
-        path = self.dir / f"{name}.json"
-        return json.loads(path.read_text()) if path.exists() else {}
+        return read_stamp(self.dir.parent, name)
 
-    def _write(self, name: str, key: str, done: bool) -> None:
+    def _write(self, name: str, key: str, done: bool, seconds: float | None = None) -> None:
         path = self.dir / f"{name}.json"
-        path.with_suffix(".tmp").write_text(json.dumps({"key": key, "done": done, "time": time.time()}))
+        stamp = {"key": key, "done": done, "time": time.time(), **({"seconds": seconds} if done else {})}
+        path.with_suffix(".tmp").write_text(json.dumps(stamp))
         path.with_suffix(".tmp").replace(path)
 
     def run(self, name: str, key: str, complete: Callable[[], bool], work: Callable[[bool], object]) -> None:
@@ -55,12 +56,23 @@ class Stages:
         title = f"[{self.count}/{self.total}] {name}"
         if old.get("key") == key and old.get("done") and complete():
             print(f"\n== {title}: unchanged, skipped ==", flush=True)
+            self.finished.append(name)
             return
         resume = old.get("key") == key and not old.get("done")
         print(f"\n== {title}{' (resuming)' if resume else ''} ==", flush=True)
+        self.current = name
         self._write(name, key, done=False)
         start = time.perf_counter()
         work(resume)
-        self._write(name, key, done=True)
+        seconds = time.perf_counter() - start  # the one clock: this log line and the report's stage times
+        self._write(name, key, done=True, seconds=round(seconds, 3))
         self.ran.append(name)
-        print(f"{name}: done in {time.perf_counter() - start:.1f} s", flush=True)
+        self.finished.append(name)
+        self.current = None
+        print(f"{name}: done in {seconds:.1f} s (wall clock)", flush=True)
+
+
+def read_stamp(out: Path, name: str) -> dict:
+    """OUT/.flow/NAME.json: the stage's key, whether it finished and, when it did, its wall-clock seconds."""
+    path = out / ".flow" / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else {}
