@@ -2,7 +2,7 @@
 tests/test_pipeline_parallel.py for GPT): per-step losses and the final full weights after 3 steps
 with a batch ramp-up, for grouped-query (key/value heads sharded at tp=2, replicated at tp=4) and
 multi-query attention; with sequence parallelism, every pipeline schedule (GPipe, 1F1B,
-interleaved, ZB-H1, ZB-H2), ZeRO-1 and activation checkpointing. Then a checkpoint saved at tp=2 x pp=2
+interleaved, ZB-H1, ZB-H2), ZeRO-1, -2 and -3 and activation checkpointing. Then a checkpoint saved at tp=2 x pp=2
 continues on one process exactly as the uninterrupted run. One 4-rank process group for all cases."""
 import numpy as np
 import pytest
@@ -15,14 +15,22 @@ CASES = {
     "gqa tp4 (kv replicated) + sp": (LLAMA, ["parallel.tp=4", "parallel.sequence_parallel=true"]),
     "gqa tp2 (kv sharded) x pp2 1f1b + sp": (LLAMA, ["parallel.tp=2", "parallel.pp=2", "parallel.schedule=1f1b",
                                                      "parallel.sequence_parallel=true"]),
-    "gqa pp2 interleaved x dp2 zero1 + selective": (LLAMA, [
+    "gqa pp2 interleaved x dp2 zero3 + selective": (LLAMA, [
         "parallel.pp=2", "parallel.dp=2", "parallel.schedule=interleaved", "parallel.virtual_stages=2",
-        "parallel.zero_stage=1", "train.activation_checkpointing=selective"]),
+        "parallel.zero_stage=3", "train.activation_checkpointing=selective"]),
     "mqa tp2 x pp2 zb-h1": (MQA, ["parallel.tp=2", "parallel.pp=2", "parallel.schedule=zb-h1"]),
     "mqa tp2 x dp2 zero1 + full": (MQA, ["parallel.tp=2", "parallel.dp=2", "parallel.zero_stage=1",
                                          "train.activation_checkpointing=full"]),
     "gqa pp4 gpipe": (LLAMA, ["parallel.pp=4", "parallel.schedule=gpipe"]),
-    "mqa pp2 zb-h2 x dp2": (MQA, ["parallel.pp=2", "parallel.dp=2", "parallel.schedule=zb-h2"]),
+    "mqa pp2 zb-h2 x dp2 zero3": (MQA, ["parallel.pp=2", "parallel.dp=2", "parallel.schedule=zb-h2",
+                                        "parallel.zero_stage=3"]),
+    # ZeRO-3 under every schedule (1F1B: tests/test_parallel_data.py), with SP and activation checkpointing
+    "mqa tp2 x dp2 zero3 + sp + full": (MQA, ["parallel.tp=2", "parallel.dp=2", "parallel.zero_stage=3",
+                                              "parallel.sequence_parallel=true", "train.activation_checkpointing=full"]),
+    "mqa pp2 gpipe x dp2 zero3": (MQA, ["parallel.pp=2", "parallel.dp=2", "parallel.schedule=gpipe",
+                                        "parallel.zero_stage=3"]),
+    "gqa pp2 zb-h1 x dp2 zero3": (LLAMA, ["parallel.pp=2", "parallel.dp=2", "parallel.schedule=zb-h1",
+                                          "parallel.zero_stage=3"]),
 }
 SAVED_AT = ["parallel.tp=2", "parallel.pp=2"]
 

@@ -31,6 +31,9 @@ def _every_stage(rank, world, out_dir):
         config = tiny_config(*RAMP, "parallel.dp=2", f"parallel.zero_stage={stage}", "parallel.bucket_size_mb=0.01")
         trainer, records = trained(config, f"{out_dir}/zero{stage}/r{rank}")
         results[stage] = run_summary(trainer, records), adam_state_sums(trainer)
+    for stage in (0, 3):  # bf16 weights and compute, fp32 master weights
+        config = tiny_config(*RAMP, "parallel.dp=2", f"parallel.zero_stage={stage}", "train.precision=bf16")
+        results[f"bf16 zero{stage}"] = train_full(config, f"{out_dir}/bf16-zero{stage}/r{rank}")[0]
     return results
 
 
@@ -41,6 +44,8 @@ def test_every_zero_stage_on_dp2_matches_single_process(reference, tmp_path):
         assert_matches([r[stage][0] for r in ranks], reference)
         np.testing.assert_allclose(ranks[0][stage][1], ranks[0][0][1], rtol=1e-5)  # the same Adam state
     assert ranks[0][3][1] == ranks[1][3][1]  # every rank sums every rank's pieces
+    np.testing.assert_allclose(ranks[0]["bf16 zero3"], ranks[0]["bf16 zero0"], rtol=1e-3)
+    np.testing.assert_allclose(ranks[0]["bf16 zero3"], reference[0], rtol=2e-2)  # as test_bf16_tracks_fp32
 
 
 @pytest.mark.timeout(120)
@@ -88,11 +93,12 @@ def test_bf16_tracks_fp32(reference, tmp_path):
     np.testing.assert_allclose(losses, reference[0], rtol=2e-2)
 
 
-def _overflow_run(rank, world, precision, spike_step):
+def _overflow_run(rank, world, precision, zero, spike_step):
     """Train 3 steps; on step `spike_step` rank 1's loss becomes inf (a loss spike on one rank)."""
     from trident.train.trainer import Trainer
 
-    overrides = ["parallel.dp=2", "parallel.pp=2", f"train.precision={precision}", "train.steps=3",
+    overrides = ["parallel.dp=2", "parallel.pp=2", f"parallel.zero_stage={zero}", f"train.precision={precision}",
+                 "train.steps=3",
                  "train.loss_scale_hysteresis=1", "train.loss_scale_initial=1024", "train.warmup_tokens=0",
                  "model.seq_length=8"]  # fp16 matmul on CPU is ~1 GFLOP/s: keep it tiny
     trainer = Trainer(tiny_config(*overrides), "/tmp/unused", datasets=(RandomTokens(8), None),
@@ -102,16 +108,16 @@ def _overflow_run(rank, world, precision, spike_step):
         norm.register_forward_hook(lambda m, i, out: out * float("inf") if trainer.step == spike_step else out)
     records, weights = [], []
     for _ in range(3):
-        before = {n: p.detach().float().clone() for n, p in trainer.model.named_params}
+        before = {n: p.detach().float().clone() for n, p in trainer.model.held_weights()}
         records.append(trainer.train_step())
-        weights.append(all(torch.equal(before[n], p.detach().float()) for n, p in trainer.model.named_params))
+        weights.append(all(torch.equal(before[n], p.detach().float()) for n, p in trainer.model.held_weights()))
     return [(r["skipped"], r["loss_scale"]) for r in records], weights
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("precision", ["fp16", "fp32"])
-def test_overflow_is_skipped_on_every_rank(precision):
-    for records, unchanged in run_distributed(_overflow_run, 4, precision, 1):
+@pytest.mark.parametrize("precision,zero", [("fp16", 0), ("fp32", 0), ("fp16", 3)])
+def test_overflow_is_skipped_on_every_rank(precision, zero):
+    for records, unchanged in run_distributed(_overflow_run, 4, precision, zero, 1):
         assert [skipped for skipped, _ in records] == [False, True, False]
         assert unchanged == [False, True, False]  # the skipped step never touched the weights
         scales = [scale for _, scale in records]
