@@ -326,7 +326,8 @@ def test_every_stage_mistake_is_refused_before_any_stage_runs_naming_key_and_fil
              ({"eval": {"tasks": ["lambada"], "data_dir": "nowhere"}}, "nowhere is not a folder"),
              ({"eval": {"heldout": {"source": "web", "every": 5}}}, "'web' names no source"),
              ({"eval": {"heldout": {"source": "docs"}}}, "eval.heldout.every: give N"),
-             ({"eval": {"tasks": ["piqa"], "heldout": {"source": "docs", "every": 5}}}, "cannot be built from held-out"),
+             ({"eval": {"tasks": ["piqa"], "heldout": {"source": "docs", "every": 5}}},
+              "cannot be built from held-out"),
              ({"sources": [{**source, "decontaminate": True}], "eval": "none"}, "decontaminate: true needs")]
     for change, named in cases:
         (tmp_path / "f.yaml").write_text(yaml.safe_dump({"sources": [source], **change}))
