@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from distributed import run_distributed
-from train_fixtures import STOP, make_trainer, rank_steps, run_layout, run_steps, tiny_config
+from train_fixtures import BASE, STOP, full_state, make_trainer, rank_steps, run_layout, run_steps, tiny_config
 from trident.checkpoint.reader import CheckpointReader, complete_checkpoints, resolve_checkpoint
 from trident.checkpoint.writer import prune_checkpoints
 
@@ -42,7 +42,7 @@ def uninterrupted(tmp_path_factory):
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("source,target", [("tp2_pp2", "tp4"), ("pp2_dp2_zero1", "tp2"),
                                            ("single", "tp2_pp2_dp2"), ("dp2_zero1", "single"),
-                                           ("dp2", "tp2_pp2")])
+                                           ("dp2", "tp2_pp2"), ("pp2_dp2_zero3", "tp2"), ("tp2_pp2", "dp2_zero3")])
 def test_checkpoint_reshards_to_another_layout(source, target, uninterrupted, tmp_path):
     """Save after STOP steps in one layout, continue in another: the losses of the continued run
     equal the uninterrupted run's, so the weights and the optimizer state both came across."""
@@ -50,6 +50,41 @@ def test_checkpoint_reshards_to_another_layout(source, target, uninterrupted, tm
     path = complete_checkpoints(tmp_path / "a" / "ckpt")[-1]
     second = run_layout(target, tmp_path / "b", load=str(path))
     np.testing.assert_allclose(first + second, uninterrupted, rtol=1e-5)
+
+
+STATE_KINDS = ("weight", "master", "exp_avg", "exp_avg_sq")
+
+
+def _across_zero_stages(rank, world, out_dir):
+    """On dp2, bf16 (separate fp32 masters), dropout on: saved at ZeRO stage 3 and loaded at 0 and 2
+    (whole weights; owned Adam slices), saved at 0 and loaded at 3 (owned weight slices), every kind of
+    state is bit for bit the saved one; a stage-3 run resumed from its checkpoint gives the
+    uninterrupted run's losses exactly."""
+    base = ["parallel.dp=2", "train.precision=bf16", "model.hidden_dropout=0.1"]
+    first = None
+    for saved_at, load_at in ((3, (0, 2)), (0, (3,))):
+        losses, trainer = run_steps([*base, f"parallel.zero_stage={saved_at}"], f"{out_dir}/{saved_at}", stop=STOP,
+                                    with_trainer=True)
+        first = first or losses
+        saved = {kind: full_state(trainer, kind) for kind in STATE_KINDS}
+        path = complete_checkpoints(f"{out_dir}/{saved_at}/ckpt")[-1]
+        for stage in load_at:
+            config = tiny_config(*BASE, *base, f"parallel.zero_stage={stage}", f"checkpoint.load={path}")
+            loaded = make_trainer(config, f"{out_dir}/{saved_at}/load{stage}")
+            for kind in STATE_KINDS:
+                held = full_state(loaded, kind)
+                assert held.keys() == saved[kind].keys(), (saved_at, stage, kind)
+                for name, value in held.items():
+                    np.testing.assert_array_equal(value, saved[kind][name], err_msg=f"{saved_at}->{stage} {kind} {name}")
+    zero3 = [*base, "parallel.zero_stage=3"]
+    second = run_steps(zero3, f"{out_dir}/3", load="auto")
+    return first + second, run_steps(zero3, f"{out_dir}/whole")
+
+
+@pytest.mark.timeout(180)
+def test_checkpoints_load_bit_exactly_across_zero_stages_and_resume_exactly(tmp_path):
+    for resumed, whole in run_distributed(_across_zero_stages, 2, str(tmp_path), timeout=170):
+        assert resumed == whole
 
 
 def _train_forever(out_dir):

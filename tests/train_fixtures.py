@@ -112,13 +112,18 @@ def adam_state_sums(trainer) -> list[float]:
 
 
 def all_parameters(trainer):
-    """name -> full tensor, assembled on every rank from every rank's weight state pieces (TP shards;
-    at ZeRO-3 each DP rank's owned flat part). Copies of the same elements (DP and TP replicas, the
-    tied embedding's two stages) must be bit-identical."""
+    """name -> full tensor of every weight, gathered to every rank (full_state's "weight")."""
+    return full_state(trainer, "weight")
+
+
+def full_state(trainer, kind: str) -> dict:
+    """name -> full tensor of one kind of state (weight, master, exp_avg, exp_avg_sq), assembled on
+    every rank from every rank's state pieces (TP shards, and ZeRO's owned flat parts). Copies of the
+    same elements (DP and TP replicas, the tied embedding's two stages) must be bit-identical."""
     from trident.parallel.state import by_kind
 
     mine = [(p.name, p.full_shape, p.offsets, p.shape, p.flat, p.tensor.detach().float().numpy().copy())
-            for p in by_kind(trainer.model.state_pieces(), "weight")]
+            for p in by_kind(trainer.model.state_pieces(), kind)]
     gathered = [None] * (dist.get_world_size() if dist.is_initialized() else 1)
     if dist.is_initialized():
         dist.all_gather_object(gathered, mine)
@@ -136,7 +141,7 @@ def all_parameters(trainer):
         region[a:b] = values.reshape(-1)
         block[where] = region.reshape(block[where].shape)
     for name, block in full.items():
-        assert not np.isnan(block).any(), f"{name}: not every element is held by some rank"
+        assert not np.isnan(block).any(), f"{name}: not every element of its {kind} is held by some rank"
     return full
 
 
@@ -215,6 +220,8 @@ LAYOUTS = {
     "tp2": (2, ["parallel.tp=2"]),
     "tp2_pp2_dp2": (8, ["parallel.tp=2", "parallel.pp=2", "parallel.dp=2", "parallel.zero_stage=1"]),
     "dp2_zero1": (2, ["parallel.dp=2", "parallel.zero_stage=1"]),
+    "dp2_zero3": (2, ["parallel.dp=2", "parallel.zero_stage=3"]),
+    "pp2_dp2_zero3": (4, ["parallel.pp=2", "parallel.dp=2", "parallel.zero_stage=3"]),
     "dp2": (2, ["parallel.dp=2"]),
     "pp2": (2, ["parallel.pp=2"]),
 }
