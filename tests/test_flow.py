@@ -262,7 +262,7 @@ def own_text(tmp_path_factory):
                                report=(out / "report.md").read_text())
         _unreachable_hub(mp)
         runs["hub"] = _main(["run", str(_own_flow(root, {"tasks": ["lambada"]})), "--out", str(out)])
-        runs["hub"]["report"] = (out / "report.md").read_text()
+        runs["hub"].update(report=(out / "report.md").read_text(), stamped=(out / ".flow" / "report.json").exists())
         runs["none"] = _main(["run", str(_own_flow(root, "none")), "--out", str(out), "--json"])
         runs["none"]["report"] = (out / "report.md").read_text()
     return out, runs
@@ -295,6 +295,7 @@ def test_an_unreachable_hub_says_how_to_give_data_or_skip_eval_and_the_report_co
     assert "stopped at its `eval` stage" in report and "hub cannot be reached" in report
     assert "| [docs](curated/docs/report.md) | 1 | 24 |" in report and "2 steps; the train stage took" in report
     assert "Not run: the flow stopped before its eval stage finished." in report
+    assert not run["stamped"]  # the next run writes the report stage's own report.md, whatever its key
 
 
 def test_eval_none_skips_evaluation_and_the_report_says_so(own_text):

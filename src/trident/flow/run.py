@@ -138,6 +138,7 @@ def _report_stages_before(flow: Flow, out: Path, flow_file: Path, runner: Stages
     try:
         said = str(error) if isinstance(error, FlowError) else f"{type(error).__name__}: {error}"
         stopped = (runner.current or "?", " ".join(said.split()))
+        runner.forget("report")  # this report.md is not the report stage's: the next run writes that one
         report = write_flow_report(flow, out, flow_file, runner.finished, stopped)
         print(f"report of the stages that finished ({', '.join(runner.finished)}): {report}", file=sys.stderr)
     except Exception as problem:  # the stage's own error is what the user must see; this one is said in a line

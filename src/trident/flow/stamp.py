@@ -72,6 +72,11 @@ class Stages:
         print(f"{name}: done in {seconds:.1f} s (wall clock)", flush=True)
 
 
+    def forget(self, name: str) -> None:
+        """Drop `name`'s stamp: the stage runs on the next run whatever its key (its output was replaced)."""
+        (self.dir / f"{name}.json").unlink(missing_ok=True)
+
+
 def read_stamp(out: Path, name: str) -> dict:
     """OUT/.flow/NAME.json: the stage's key, whether it finished and, when it did, its wall-clock seconds."""
     path = out / ".flow" / f"{name}.json"
