@@ -245,7 +245,7 @@ def _unreachable_hub(mp: pytest.MonkeyPatch) -> None:
 @pytest.fixture(scope="module")
 def own_text(tmp_path_factory):
     """One output folder, three runs of a flow over local HTML: evaluation on tasks built from the pages'
-    own held-out documents; then on tasks from an unreachable hub (the eval stage fails); then `eval: none`."""
+    own held-out documents; then on tasks from an unreachable hub (the eval stage fails); then on no tasks."""
     from trident.curate.holdout import held_out_texts
     from trident.curate.shards import read_shard
 
@@ -263,7 +263,7 @@ def own_text(tmp_path_factory):
         _unreachable_hub(mp)
         runs["hub"] = _main(["run", str(_own_flow(root, {"tasks": ["lambada"]})), "--out", str(out)])
         runs["hub"].update(report=(out / "report.md").read_text(), stamped=(out / ".flow" / "report.json").exists())
-        runs["none"] = _main(["run", str(_own_flow(root, "none")), "--out", str(out), "--json"])
+        runs["none"] = _main(["run", str(_own_flow(root, {"tasks": []})), "--out", str(out), "--json"])
         runs["none"]["report"] = (out / "report.md").read_text()
     return out, runs
 
@@ -298,7 +298,7 @@ def test_an_unreachable_hub_says_how_to_give_data_or_skip_eval_and_the_report_co
     assert not run["stamped"]  # the next run writes the report stage's own report.md, whatever its key
 
 
-def test_eval_none_skips_evaluation_and_the_report_says_so(own_text):
+def test_no_eval_tasks_skip_evaluation_and_the_report_says_so(own_text):
     _, runs = own_text
     run = runs["none"]
     assert run["code"] == 0, run["err"]
@@ -329,7 +329,8 @@ def test_every_stage_mistake_is_refused_before_any_stage_runs_naming_key_and_fil
              ({"eval": {"heldout": {"source": "docs"}}}, "eval.heldout.every: give N"),
              ({"eval": {"tasks": ["piqa"], "heldout": {"source": "docs", "every": 5}}},
               "cannot be built from held-out"),
-             ({"sources": [{**source, "decontaminate": True}], "eval": "none"}, "decontaminate: true needs")]
+             ({"sources": [{**source, "decontaminate": True}], "eval": "none"},  # `none`: no tasks
+              "decontaminate: true needs")]
     for change, named in cases:
         (tmp_path / "f.yaml").write_text(yaml.safe_dump({"sources": [source], **change}))
         result = _main(["run", str(tmp_path / "f.yaml"), "--out", str(tmp_path / "out")])
