@@ -60,6 +60,8 @@ ROWS = [
     ("collapsed URL", ["train", *TRAIN, "--out", "s3:/bucket/run"], 2, ["s3:/bucket/run", "collapsed"]),
     ("tensorboard", ["train", *TRAIN, "logging.tensorboard=true", "--out", "{m}/tb"], 2,
      ["--out {m}/tb", REFUSED, "logging.tensorboard"]),
+    ("data.cache_dir", ["train", *TRAIN, "data.cache_dir={m}/cache", "--out", "{m}/y"], 2,
+     ["data.cache_dir {m}/cache", REFUSED]),
     ("config URL", ["train", "{m}/run.yaml", "--out", "{m}/x"], 2, ["{m}/run.yaml", "a URL"]),
     ("eval --hf", ["eval", "--hf", "{m}/hf", "--tasks", "piqa"], 2, ["--hf {m}/hf", REFUSED]),
     ("launch", ["launch", "tiny", "--nodes", "1", "--gpus-per-node", "1", "--out", "{m}/slurm"], 2,

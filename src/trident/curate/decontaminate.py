@@ -112,7 +112,7 @@ def harness_texts(name: str, data_dir: str | None) -> Iterator[str]:
     except KeyError as err:
         raise CurateError(f"decontaminate: harness task {name!r}: {err.args[0]}") from err
     splits = [s for s in dict.fromkeys((task.eval_split, "validation", "test")) if task.split_files(s)]
-    root = Path(data_dir) if data_dir is not None else None
+    root = location(data_dir) if data_dir is not None else None  # task files may be on a store
     found = [s for s in splits if root is not None and task.has_split(root, s)]
     if not found:
         raise CurateError(f"decontaminate: task {name!r}: no validation/test files under data_dir={data_dir!r}; "

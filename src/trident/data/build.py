@@ -20,7 +20,7 @@ from trident.data.index_cache import load_or_build
 from trident.data.indexed import IndexedDataset
 from trident.data.prebuild import build_gpt_indices, build_splits, index_workers, open_pool
 from trident.data.tokenize_jsonl import tokenize_files  # noqa: F401  (public here: trident.data.build.tokenize_files)
-from trident.text.storage import cache_root, is_remote, location
+from trident.text.storage import cache_root, is_remote, location, require_local
 
 log = logging.getLogger("trident.data")
 CACHE_SUBDIR = "index-cache"
@@ -116,6 +116,8 @@ def cached_split(num_documents: int, data_config, cache_dir: Path, label: str):
 
 def _cache_dir(data_config, prefix: Path) -> Path:
     if getattr(data_config, "cache_dir", ""):
+        require_local(data_config.cache_dir, "data.cache_dir", "the index arrays are memory-mapped from a local "
+                                                              "folder; leave it empty to cache a URL's in $TRIDENT_CACHE")
         return Path(os.path.abspath(os.path.expanduser(data_config.cache_dir)))
     if is_remote(prefix):  # index arrays are memory-mapped: they live on a local disk
         return cache_root() / CACHE_SUBDIR / hashlib.sha256(str(prefix.parent).encode()).hexdigest()[:16]

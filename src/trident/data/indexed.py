@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from trident.text.storage import BlockCachedFile, is_remote, local_copy, location, size
+from trident.text.storage import BlockCachedFile, is_remote, local_copy, location, require_local, size
 
 INDEX_HEADER = b"MMIDIDX\x00\x00"
 BIN_BLOCK = 8 << 20  # bytes of a remote .bin fetched at a time (samples are read in order within a block)
@@ -88,6 +88,8 @@ class IndexedDatasetBuilder:
     """
 
     def __init__(self, prefix, dtype=np.uint16):
+        require_local(prefix, "dataset prefix", "the builder writes local files; `trident tokenize` stages a URL "
+                                                "prefix locally and uploads it")
         self.prefix = Path(prefix)
         self.dtype = np.dtype(dtype)
         dtype_code(self.dtype)  # fail now, not after hours of tokenizing
