@@ -4,8 +4,11 @@ fuzzy_dedup stage against a datasketch script, on several document-size mixes an
 Corpus per case: unique paragraph documents (words drawn Zipf-like from the English of Python's
 language reference, a tail of pseudo-words, about 1 in 40 words with non-ASCII punctuation or
 accents: "“quoted”", "—", "café"), of a size mix (bytes, log-uniform): small 0.5-1 KB, web
-0.5-5 KB, long 3-5 KB; then `rate` of the corpus replaced by near-copies (3-8% of the words
-replaced, inserted or deleted; some re-cased or re-spaced). Four JSONL.zst shards, documents shuffled.
+0.5-5 KB, long 3-5 KB (the project's own mixes, 10,000 documents each at the default --docs); and
+corpora of other shapes: mixed 50 B-20 KB (14,000 documents), tiny 100-300 B (50,000), huge
+50-200 KB (200), and web with 60 % near-copies (CASES: document counts scale with --docs); then
+`rate` of the corpus replaced by near-copies (3-8% of the words replaced, inserted or deleted; some
+re-cased or re-spaced). Four JSONL.zst shards, documents shuffled.
 Settings (MT-NLG as in issue 33): char 5-grams, 100 hashes, 20 bands of 5 rows, Jaccard >= 0.7.
 
 - trident: `python -m trident curate CONFIG --input DIR --out OUT workers=W` (stages: fuzzy_dedup
@@ -19,7 +22,8 @@ Settings (MT-NLG as in issue 33): char 5-grams, 100 hashes, 20 bands of 5 rows, 
   dropped, otherwise inserted and its raw line written. No verification.
 Both read the same shards and write the kept lines as JSONL.zst. Figures: wall seconds and CPU
 seconds (the child's user + system, from getrusage) of each process, best of `--rounds` (methods
-alternate), docs/s, the ratio trident / datasketch, and trident's 1 -> 2 worker wall speed-up
+alternate), docs/s, the ratio trident / datasketch (of the best runs, and the median and range of
+each round's own ratio), and trident's 1 -> 2 worker wall speed-up
 and CPU ratio (own runs, alternating) on the same corpus and on one 4x its size (same mix and rate:
 a run's start-up, ~0.5 s the same for both, is most of what 2 workers cannot split in a 2-7 s run),
 beside this machine's ceiling measured before and after: two pure-Python loops in two processes
@@ -27,7 +31,8 @@ against one (benchmarks/common.py two_process_ceiling).
 Quality: planted copies dropped (recall) and documents dropped that are not planted copies of
 one another (a kept original counts as right).
 
-    python benchmarks/dedup_mixes.py [--quick] [--docs N] [--rounds N] [--workers-docs [N ...]] [--workers-only]
+    python benchmarks/dedup_mixes.py [--quick] [--docs N] [--rounds N] [--cases NAME ...]
+                                     [--workers-docs [N ...]] [--workers-only]
 """
 from __future__ import annotations
 
@@ -47,7 +52,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 BANDS, ROWS, THRESHOLD = 20, 5, 0.7
-MIXES = {"small": (500, 1000), "web": (500, 5000), "long": (3000, 5000)}
+MIXES = {"small": (500, 1000), "web": (500, 5000), "long": (3000, 5000),
+         "mixed": (50, 20_000), "tiny": (100, 300), "huge": (50_000, 200_000)}
+# (mix, duplicate rate, documents at --docs 10000: scaled with --docs). The first five are the project's
+# own mixes; the others are corpora of other shapes: mixed lengths, many very short documents, a few
+# very long ones, a high duplicate rate.
+CASES = [("small", 0.05, 10_000), ("web", 0.05, 10_000), ("web", 0.15, 10_000), ("web", 0.30, 10_000),
+         ("long", 0.15, 10_000), ("mixed", 0.05, 14_000), ("tiny", 0.05, 50_000), ("huge", 0.15, 200),
+         ("web", 0.60, 10_000)]
 EXOTIC = ["“quoted”", "—", "café", "naïve", "’s", "…", "résumé"]
 CONFIG = f"""executor: local
 workers: 1
@@ -183,6 +195,11 @@ def quality(kept: set[str], planted: dict[int, int], docs: int) -> dict:
     return {"dropped": len(dropped), "recall": found / max(1, len(planted)), "wrong_drops": wrong}
 
 
+def case_name(mix: str, rate: float) -> str:
+    """A case's name for --cases: its mix and duplicate percentage (web30)."""
+    return f"{mix}{round(rate * 100)}"
+
+
 def run_case(work: Path, docs: int, mix: str, rate: float, rounds: int, workers_docs: list[int]) -> dict:
     texts, planted = make_corpus(docs, mix, rate, seed=zlib.crc32(f"{mix}{rate}".encode()))
     src = work / "in"
@@ -191,17 +208,21 @@ def run_case(work: Path, docs: int, mix: str, rate: float, rounds: int, workers_
     config.write_text(CONFIG)
     commands = {"trident": lambda out: trident_command(config, src, out, 1),
                 "datasketch": lambda out: [sys.executable, __file__, "--datasketch", str(src), str(out)]}
-    best: dict[str, tuple[float, float]] = {}
+    runs: dict[str, list[tuple[float, float]]] = {"trident": [], "datasketch": []}
     for r in range(rounds):
         for name in (["trident", "datasketch"] if r % 2 == 0 else ["datasketch", "trident"]):
             shutil.rmtree(work / f"out_{name}", ignore_errors=True)  # a fresh output folder, not timed
-            wall, cpu = timed(commands[name](work / f"out_{name}"))
-            best[name] = min(best.get(name, (wall, cpu)), (wall, cpu))
+            runs[name].append(timed(commands[name](work / f"out_{name}")))
+    best = {name: min(times) for name, times in runs.items()}
+    # Each round's own ratio (its two runs are next to each other): their median and spread say how
+    # much a slow spell of this shared machine moved the best-of figure.
+    paired = sorted(d[0] / t[0] for t, d in zip(runs["trident"], runs["datasketch"]))
     row = {"mix": mix, "rate": rate, "docs": docs, "mb": sum(len(t.encode()) for t in texts) / 1e6,
            "trident_wall_s": best["trident"][0], "trident_cpu_s": best["trident"][1],
            "datasketch_wall_s": best["datasketch"][0], "datasketch_cpu_s": best["datasketch"][1],
            "speedup_wall": best["datasketch"][0] / best["trident"][0],
-           "speedup_cpu": best["datasketch"][1] / best["trident"][1]}
+           "speedup_cpu": best["datasketch"][1] / best["trident"][1],
+           "rounds_median": paired[len(paired) // 2], "rounds_min": paired[0], "rounds_max": paired[-1]}
     row["trident_docs_per_s"] = docs / best["trident"][0]
     row["datasketch_docs_per_s"] = docs / best["datasketch"][0]
     row["trident_quality"] = quality(kept_ids(work / "out_trident"), planted, docs)
@@ -255,6 +276,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--workers-docs", type=int, nargs="*", default=None,
                         help="corpus sizes of the 1 -> 2 worker runs (default: --docs and 4x --docs; none: skip)")
+    parser.add_argument("--cases", nargs="+", default=None,
+                        help="only these cases, named mix and percent duplicates: small5 web5 web15 web30 long15 "
+                             "mixed5 tiny5 huge15 web60 (default: all)")
     parser.add_argument("--workers-only", action="store_true",
                         help="only the 1 -> 2 worker runs (no datasketch comparison, no --docs corpus)")
     args = parser.parse_args()
@@ -265,8 +289,10 @@ def main() -> None:
     if importlib.util.find_spec("datasketch") is None:
         sys.exit("benchmarks/dedup_mixes.py compares against datasketch, which is not installed: pip install -e .[bench]")
     docs, rounds = (2000, 1) if args.quick else (args.docs, args.rounds)
+    cases = [c for c in CASES if args.cases is None or case_name(c[0], c[1]) in args.cases]
+    if not cases:
+        sys.exit(f"--cases: none of {args.cases} is a case; the cases are {[case_name(c[0], c[1]) for c in CASES]}")
     sizes = [docs, 4 * docs] if args.workers_docs is None else args.workers_docs
-    cases = [("small", 0.05), ("web", 0.05), ("web", 0.15), ("web", 0.30), ("long", 0.15)]
     load_before, rows = load_average(), []
     ceiling = [two_process_ceiling()] if sizes else []
     # As after an install: trident's bytecode compiled (pip does it; this machine's
@@ -276,19 +302,24 @@ def main() -> None:
         warm = Path(tmp) / "warm"
         run_case(warm, 200, "small", 0.1, 1, [])  # the kernels are built (or numba's cache filled) once
         (Path(tmp) / "fuzzy.yaml").write_text(CONFIG)
-        for mix, rate in cases:
+        for mix, rate, base in cases:
+            scaled = [max(1, size * base // 10_000) for size in sizes]  # sizes are those of a 10,000-doc case
             if args.workers_only:
                 rows.append({"mix": mix, "rate": rate, "workers": run_workers(
-                    Path(tmp) / f"{mix}{rate}", Path(tmp) / "fuzzy.yaml", mix, rate, rounds, sizes)})
+                    Path(tmp) / f"{mix}{rate}", Path(tmp) / "fuzzy.yaml", mix, rate, rounds, scaled)})
             else:
-                rows.append(run_case(Path(tmp) / f"{mix}{rate}", docs, mix, rate, rounds, sizes))
+                rows.append(run_case(Path(tmp) / f"{mix}{rate}", max(1, docs * base // 10_000), mix, rate,
+                                     rounds, scaled))
     ceiling += [two_process_ceiling()] if sizes else []
     if not args.workers_only:
         print_table("fuzzy dedup end to end (one process each, start-up included; char 5-grams, 100 hashes, 20x5, J>=0.7)",
-                    ["mix", "dup rate", "docs", "MB", "trident docs/s", "datasketch docs/s", "x wall", "x CPU",
+                    ["mix", "dup rate", "docs", "MB", "trident s", "datasketch s", "trident docs/s",
+                     "datasketch docs/s", "x wall", "x CPU", "x wall of rounds: median (min-max)",
                      "recall t/d", "wrong drops t/d"],
-                    [[r["mix"], r["rate"], r["docs"], round(r["mb"], 1), round(r["trident_docs_per_s"]),
+                    [[r["mix"], r["rate"], r["docs"], round(r["mb"], 1), round(r["trident_wall_s"], 2),
+                      round(r["datasketch_wall_s"], 2), round(r["trident_docs_per_s"]),
                       round(r["datasketch_docs_per_s"]), round(r["speedup_wall"], 1), round(r["speedup_cpu"], 1),
+                      f"{r['rounds_median']:.1f} ({r['rounds_min']:.1f}-{r['rounds_max']:.1f})",
                       f"{r['trident_quality']['recall']:.3f}/{r['datasketch_quality']['recall']:.3f}",
                       f"{r['trident_quality']['wrong_drops']}/{r['datasketch_quality']['wrong_drops']}"] for r in rows])
     if sizes:
