@@ -91,6 +91,26 @@ def test_signatures_and_pair_jaccard_equal_the_numpy_definitions():
     assert pair_jaccard(distinct, doc_offsets, first, second).tolist() == expected
 
 
+def test_pair_jaccard_with_a_floor_is_exact_at_or_above_it_and_stops_early_below():
+    """Pairs below the floor may stop early with a bound (at least their Jaccard, below the floor as
+    the float32 the stage compares); every pair at or above it keeps its exact Jaccard."""
+    rng = np.random.default_rng(3)
+    words = [f"w{i}" for i in range(400)]
+    base = [" ".join(rng.choice(words, 600)) for _ in range(6)]
+    texts = base + [t[: len(t) * k // 10] for t in base for k in (3, 7, 9)]  # prefixes: J 0.3-0.9
+    texts += [" ".join(t.split()[::-1][:500]) for t in base]  # shares many 5-grams: J ~0.1-0.3
+    flat, offsets = shingle_hashes_flat(texts)
+    first, second = (a.ravel() for a in np.meshgrid(np.arange(len(texts)), np.arange(len(texts))))
+    exact = pair_jaccard(flat, offsets, first, second)
+    for floor in (0.7, 0.85, 0.3):
+        got = pair_jaccard(flat, offsets, first, second, floor)
+        above = exact.astype(np.float32) >= floor
+        assert above.any() and (~above).any()
+        assert np.array_equal(got[above], exact[above])
+        assert np.all(got[~above] >= exact[~above]) and np.all(got[~above].astype(np.float32) < floor)
+        assert np.count_nonzero(got != exact) > len(got) // 4  # most pairs below the floor stopped early
+
+
 @pytest.mark.parametrize("num_hashes,bands", [(100, 20), (100, 10), (100, 25), (128, 4), (96, 3), (100, 50), (8, 2)])
 def test_compiled_band_keys_equal_the_xxh3_loop(num_hashes, bands):
     hasher = MinHasher(num_hashes=num_hashes, bands=bands)

@@ -40,7 +40,8 @@ def test_the_extension_computes_what_the_jit_computes():
     hasher = MinHasher(bands=20)
     _compare(aot, shingle_jit, "signature_kernel", flat, offsets, hasher.multipliers)
     pairs = np.random.default_rng(0).integers(0, len(texts), (2, 300))
-    _compare(aot, shingle_jit, "pair_jaccard", flat, offsets, pairs[0], pairs[1])
+    for at_least in (0.0, 0.7):
+        _compare(aot, shingle_jit, "pair_jaccard", flat, offsets, pairs[0], pairs[1], at_least)
     sig = shingle_jit.signature_kernel(flat, offsets, hasher.multipliers)
     _compare(aot, shingle_jit, "band_key_kernel", sig, 20, _XXH3_SECRET)
     _compare(aot, shingle_jit, "xxh64_of", raw)

@@ -9,7 +9,8 @@ Steps (each a map over files, so no step needs more than one shard or partition 
   3. per batch of pairs: true Jaccard of the candidates' shingle sets, from shingle keys made
      again from their kept normalised text (only candidates' bytes are read: a byte per text byte
      on disk, where keeping every document's hashes wrote eight; a key is cheaper than a hash,
-     see shingle_kernel); pairs >= ``threshold`` are verified;
+     see shingle_kernel); pairs >= ``threshold`` are verified (a pair stops being compared once
+     the rest of its shingles cannot lift it to the threshold: most candidates of long documents);
   4. here: connected components of the verified pairs (vectorised); in each component the best document by
      ``trident.curate.dedup_shared.best_first`` is kept, the others dropped (``dropped:duplicate``);
   5. per shard: the kept lines are copied byte for byte (not decoded and encoded again).
@@ -153,8 +154,10 @@ def _gather(texts: dict, shards: np.ndarray, starts: np.ndarray, stops: np.ndarr
 
 
 def _verify_task(job: dict) -> np.ndarray:
-    """True Jaccard (float32) of each candidate pair: only the pairs' documents are gathered,
-    shingle-hashed and compared, in pieces of at most _VERIFY_BYTES normalised bytes."""
+    """True Jaccard (float32) of each candidate pair that reaches ``job["threshold"]``, a value below
+    it for the others (their comparison stops once the threshold is out of reach): only the pairs'
+    documents are gathered, shingle-hashed and compared, in pieces of at most _VERIFY_BYTES
+    normalised bytes."""
     from trident.curate.shingle_kernel import hashes_of_normalised, pair_jaccard
 
     pairs, shingle_dir, ngram, unit = job["pairs"], location(job["shingle_dir"]), job["ngram"], job["unit"]
@@ -176,7 +179,7 @@ def _verify_task(job: dict) -> np.ndarray:
         gathered, bounds = _gather(texts, shards[used], starts[used], stops[used])
         flat, offsets = hashes_of_normalised(gathered, bounds, ngram, unit, packed=True)
         local_a, local_b = np.searchsorted(used, first[begin:end]), np.searchsorted(used, second[begin:end])
-        out[begin:end] = pair_jaccard(flat, offsets, local_a, local_b)
+        out[begin:end] = pair_jaccard(flat, offsets, local_a, local_b, job["threshold"])
         begin = end
     return out
 
@@ -265,7 +268,8 @@ class FuzzyDedup(GlobalStage):
         return pairs
 
     def _verify(self, inputs: list[Path], pairs: np.ndarray, work: Path, executor: Executor) -> np.ndarray:
-        """True Jaccard of every candidate pair (order of ``pairs``), from the hashes the signing kept."""
+        """Jaccard of every candidate pair (order of ``pairs``), from the texts the signing kept: exact for
+        the pairs that reach the threshold, a bound below it for the others."""
         if len(pairs) == 0:
             return np.zeros(0, dtype=np.float32)
         # A multiple of the workers (this process is one of them), tasks of equal cost: 3 tasks on 2
@@ -274,7 +278,8 @@ class FuzzyDedup(GlobalStage):
         tasks = min(len(pairs), -(-len(pairs) // (_VERIFY_BATCH * workers)) * workers)
         bounds = _equal_cost_bounds(_pair_bytes(pairs, work / "shingles"), tasks)
         jobs = [{"pairs": pairs[a:b], "shingle_dir": str(work / "shingles"), "ngram": self.minhash["ngram"],
-                 "unit": self.minhash["unit"]} for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+                 "unit": self.minhash["unit"], "threshold": self.threshold}
+                for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
         return np.concatenate(executor.map(_verify_task, jobs, desc="fuzzy_dedup: verify"))
 
     def _choose_drops(self, verified: np.ndarray, shingle_dir: Path) -> np.ndarray:

@@ -39,7 +39,7 @@ EXPORTS = {
     "normalise_kernel": "Tuple((u1[:], i8[:]))(u1[::1], i8[::1], b1[::1], i8[::1])",
     "shingle_kernel": "Tuple((u8[:], i8[:]))(u1[::1], i8[::1], i8, b1, b1)",
     "signature_kernel": "u4[:, ::1](u8[::1], i8[::1], u8[::1])",
-    "pair_jaccard": "f8[::1](u8[::1], i8[::1], i8[::1], i8[::1])",
+    "pair_jaccard": "f8[::1](u8[::1], i8[::1], i8[::1], i8[::1], f8)",
     "band_key_kernel": "u8[:, ::1](u4[:, ::1], i8, u8[::1])",
 }
 _BUILD_SECONDS = 900

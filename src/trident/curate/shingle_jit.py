@@ -288,11 +288,13 @@ def _mark(keys, stamps, flags, stamp, mask, value, flag):
 
 
 @_jit
-def pair_jaccard(flat, offsets, first, second):
+def pair_jaccard(flat, offsets, first, second, at_least):
     """Jaccard of the hash sets of documents first[k] and second[k] (``flat[offsets[i]:offsets[i+1]]``,
     repeats and order immaterial); 0.0 when both are empty. One pass over each pair's hashes through
-    a table at most half full, sized to the pair (no sorting): A's hashes marked 1, B's marked 2;
-    |A|, |B| and |A & B| are counted as marks first appear."""
+    a table at most half full, sized to the pair (no sorting): the smaller document's hashes marked 1,
+    then the other's marked 2; |A|, |B| and |A & B| are counted as marks first appear. A pair stops as
+    soon as its Jaccard cannot reach ``at_least`` (as float32, as the caller compares it): it gets the
+    bound it was stopped at, below ``at_least``, in place of its exact Jaccard (0: every pair exact)."""
     longest = 1
     for i in range(len(offsets) - 1):
         longest = max(longest, offsets[i + 1] - offsets[i])
@@ -302,9 +304,12 @@ def pair_jaccard(flat, offsets, first, second):
     keys, stamps = np.empty(capacity, dtype=np.uint64), np.zeros(capacity, dtype=np.int64)
     flags = np.zeros(capacity, dtype=np.uint8)
     out = np.zeros(len(first), dtype=np.float64)
+    floor = np.float32(at_least)
     for k in range(len(first)):
-        a_start, a_stop = offsets[first[k]], offsets[first[k] + 1]
-        b_start, b_stop = offsets[second[k]], offsets[second[k] + 1]
+        a, b = first[k], second[k]
+        if offsets[a + 1] - offsets[a] > offsets[b + 1] - offsets[b]:
+            a, b = b, a  # the smaller one in the table first: a pair far apart in size stops sooner
+        a_start, a_stop, b_start, b_stop = offsets[a], offsets[a + 1], offsets[b], offsets[b + 1]
         size = 1
         while size < 2 * ((a_stop - a_start) + (b_stop - b_start)):
             size *= 2
@@ -313,12 +318,20 @@ def pair_jaccard(flat, offsets, first, second):
         for s in range(a_start, a_stop):
             if _mark(keys, stamps, flags, stamp, mask, flat[s], np.uint8(1)) == 0:
                 in_a += 1
+        stopped = False
         for s in range(b_start, b_stop):
             before = _mark(keys, stamps, flags, stamp, mask, flat[s], np.uint8(2))
             if (before & 2) == 0:
                 in_b += 1
                 shared += before & 1
-        if in_a + in_b:
+                if (before & 1) == 0:  # the union grew: can the rest of B still reach at_least?
+                    most = min(shared + b_stop - s - 1, in_a)  # each later hash one more shared at best
+                    union = in_a + in_b - shared
+                    # the product first (cheap); the float32 quotient decides, as the caller compares
+                    if most < at_least * union and np.float32(most / union) < floor:
+                        out[k], stopped = most / union, True
+                        break
+        if not stopped and in_a + in_b:
             out[k] = shared / (in_a + in_b - shared)
     return out
 

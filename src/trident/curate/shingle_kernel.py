@@ -11,7 +11,8 @@ Every function computes exactly what trident.curate.minhash defines (tests compa
   length; a longer one 56 bits of a hash of it, tagged apart): the same sets, cheaper to make;
   verification's Jaccard uses them, MinHash keeps the xxh64 hashes.
 - ``minhash_signatures``: per hash function ``(a * x mod 2**64) >> 32``, minimum over a document.
-- ``pair_jaccard``: |A & B| / |A | B| of the distinct hashes of two documents.
+- ``pair_jaccard``: |A & B| / |A | B| of the distinct hashes of two documents (or, given a floor,
+  a bound below it for a pair that cannot reach it: such pairs stop early).
 - ``band_keys``: MinHasher.band_keys (xxh3_64 of each band's rows, seeded with the band) for bands
   of 17-128 bytes (5-32 rows, the usual ones); other widths go to MinHasher's Python loop.
 The loops themselves are numba functions (trident.curate.shingle_jit); ``kernels()`` runs them from
@@ -88,10 +89,12 @@ def minhash_signatures(flat: np.ndarray, offsets: np.ndarray, multipliers: np.nd
     return kernels().signature_kernel(_u8(flat), _i8(offsets), _u8(multipliers))
 
 
-def pair_jaccard(flat: np.ndarray, offsets: np.ndarray, first, second) -> np.ndarray:
+def pair_jaccard(flat: np.ndarray, offsets: np.ndarray, first, second, at_least: float = 0.0) -> np.ndarray:
     """Jaccard (float64) of the hash sets of documents first[k] and second[k] (indices into
-    ``offsets``; a document's hashes may repeat, in any order); 0.0 when both are empty."""
-    return kernels().pair_jaccard(_u8(flat), _i8(offsets), _i8(first), _i8(second))
+    ``offsets``; a document's hashes may repeat, in any order); 0.0 when both are empty. With
+    ``at_least``, a pair whose Jaccard is below it (as float32) may stop early and get a value below
+    it instead (a bound of its Jaccard); every pair at or above it gets its exact Jaccard."""
+    return kernels().pair_jaccard(_u8(flat), _i8(offsets), _i8(first), _i8(second), float(at_least))
 
 
 def band_keys(hasher, signatures: np.ndarray) -> np.ndarray:
