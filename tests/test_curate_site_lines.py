@@ -87,7 +87,7 @@ def test_small_hosts_and_pages_without_url_are_untouched(corpus, default_run):
 
 
 def test_thresholds_come_from_the_config(corpus, tmp_path):
-    assert config_params() == {"min_docs": 5, "min_fraction": 0.3, "min_host_docs": 10, "min_run": 2}
+    assert config_params() == {"min_docs": 5, "min_fraction": 0.3, "min_host_docs": 10, "min_run": 2, "shapes": True}
     stage, _, docs = run_stage(corpus.docs, tmp_path / "big", config_params(["stages.site_lines.min_host_docs=100"]))
     assert stage.counters["lines_removed"] == 0
     assert {d.id: d.text for d in docs} == {d.id: d.text for d in corpus.docs}
@@ -97,7 +97,7 @@ def test_thresholds_come_from_the_config(corpus, tmp_path):
     edges = run_stage(corpus.docs, tmp_path / "edges", config_params(["stages.site_lines.min_run=1000"]))[2]
     share = [d for d in edges if "Share this article" in d.text]
     assert share and score(corpus, edges)["recall"] < score(corpus, docs)["recall"]
-    for bad in ({"min_fraction": 0}, {"min_docs": 1}, {"min_run": 0}, {"min_fraction": "x"}):
+    for bad in ({"min_fraction": 0}, {"min_docs": 1}, {"min_run": 0}, {"min_fraction": "x"}, {"shapes": "yes"}):
         with pytest.raises(CurateError, match="site_lines"):
             build_stage("site_lines", bad)
 

@@ -92,7 +92,7 @@ def test_min_length_in_words_and_in_tokenizer_tokens(tmp_path):
     from tokenizers import Tokenizer, models, pre_tokenizers
 
     docs = [Document("long", "word " * 128), Document("short", "word " * 127)]
-    kept, counters = run("min_length", docs, min_tokens=128)
+    kept, counters = run("min_length", docs, min_tokens=128, unit="words")
     assert [d.id for d in kept] == ["long"] and counters["dropped:too_short"] == 1
     # A character-level tokenizer: 127 words of 4 letters are 508 tokens, above the limit.
     tokenizer = Tokenizer(models.WordLevel({"w": 0, "o": 1, "r": 2, "d": 3, "[UNK]": 4}, unk_token="[UNK]"))
@@ -101,6 +101,26 @@ def test_min_length_in_words_and_in_tokenizer_tokens(tmp_path):
     tokenizer.save(str(path))
     kept, _ = run("min_length", docs, min_tokens=500, tokenizer=str(path))
     assert [d.id for d in kept] == ["long", "short"]
+
+
+def test_min_length_counts_gpt2_pieces_as_gpt2_pretokenizes():
+    """The default unit is GPT-2's pre-tokenizer pieces (MT-NLG counted GPT-2 tokens): a reference
+    page of code words is longer than its spaces say."""
+    from tokenizers.pre_tokenizers import ByteLevel
+
+    from trident.curate.filters import gpt2_pieces
+
+    gpt2 = ByteLevel(add_prefix_space=False, use_regex=True)
+    for text in ("SPI_finish(void) returns SPI_OK_FINISH;\n\n  if it isn't connected -- 3.14 ", ENGLISH, GERMAN,
+                 "x  =  y\t\t# 2 spaces\r\nÉcole d'été, naïve café's 東京 1999年"):
+        assert gpt2_pieces(text) == len(gpt2.pre_tokenize_str(text)), text
+    code = "int SPI_finish(void) returns SPI_OK_FINISH or SPI_ERROR_UNCONNECTED. " * 9  # 54 words, 181 pieces
+    kept, counters = run("min_length", [Document("code", code)], min_tokens=128)
+    assert [d.id for d in kept] == ["code"] and gpt2_pieces(code) >= 128 > len(code.split())
+    kept, _ = run("min_length", [Document("code", code)], min_tokens=128, unit="words")
+    assert kept == []
+    with pytest.raises(CurateError, match="unit"):
+        build_stage("min_length", {"unit": "bytes"})
 
 
 def _prose(n_words):

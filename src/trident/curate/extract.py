@@ -3,6 +3,7 @@ resiliparse (main-content plain text, C++; the default) or trafilatura (Python +
 from __future__ import annotations
 
 import logging
+import re
 from typing import Callable
 
 from trident.curate.document import Document
@@ -17,6 +18,9 @@ _MARKUP_ERRORS = (ValueError, TypeError, AttributeError, LookupError)
 # Rescued lists and tables are written the way each backend writes the ones it keeps.
 _RESILIPARSE_STYLE = Style(bullet="• ", cell_separator="\t\t", paragraph_break="\n\n")
 _TRAFILATURA_STYLE = Style(bullet="- ", cell_separator=" | ", paragraph_break="\n")
+_WORD = re.compile(r"[^\W_]+")
+_HEADINGS = "h1, h2, h3, h4, h5, h6"
+_CONTAINER_DEPTH = 4  # DocBook: div.sect1[id] > div.titlepage > div > div > h2
 
 
 @register_stage("extract")
@@ -104,7 +108,8 @@ def _resiliparse(params: dict) -> Callable[[str, str | None], str]:
     link targets, form fields or <noscript>; comment sections only when asked for. Its main-content
     rules decide on tables (skipping every <table> would drop whole pages laid out with tables);
     the list post-pass puts back the prose lists and tables they dropped.
-    A paragraph repeated within the page is kept once, as trafilatura does (spam pages repeat one)."""
+    A paragraph repeated within the page is kept once, as trafilatura does (spam pages repeat one).
+    Sections named after their heading lose their id first (unmask_sections)."""
     from resiliparse.extract.html2text import extract_plain_text
     from resiliparse.parse.html import HTMLTree
 
@@ -112,6 +117,7 @@ def _resiliparse(params: dict) -> Callable[[str, str | None], str]:
 
     def extract(html: str, url: str | None) -> str:
         tree = HTMLTree.parse(html)  # parsed once for the extractor and the list post-pass
+        unmask_sections(tree)
         text = extract_plain_text(tree, main_content=True, alt_texts=False, links=False, form_fields=False,
                                   noscript=False, comments=params["include_comments"])
         if keep:
@@ -119,6 +125,38 @@ def _resiliparse(params: dict) -> Callable[[str, str | None], str]:
         return first_occurrences(text)
 
     return extract
+
+
+def unmask_sections(tree) -> int:
+    """Remove the ``id`` of the sections named after their own heading, so that resiliparse's
+    main-content rules, which read words such as "related", "comment" or "copyright" in an id as
+    page chrome, do not drop them (documentation generators name a section after its title:
+    texinfo's ``<div class="section" id="Exception-Related-Functions">``, Sphinx's ``<section
+    id="copyright">``, DocBook's ``<div class="refentry" id="SQL-COMMENT">``). A section is named
+    after its heading when its id spells the heading (section numbers aside) and the heading has
+    three words or more, or when it holds the page's title (its first heading of the highest level)
+    and shares a word with it
+    (page chrome holds neither: "Related posts", "Comments" keep their ids). Returns ids removed."""
+    headings = tree.body.query_selector_all(_HEADINGS) if tree.body else []
+    first = min(headings, key=lambda h: h.tag, default=None)  # the first of the highest level: the title
+    removed = 0
+    for heading in headings:
+        title = [w for w in _WORD.findall(heading.text.casefold()) if not w.isdigit()]
+        for element in _heading_and_containers(heading):
+            named = _WORD.findall((element.id or "").casefold())
+            if named and ((named == title and len(title) >= 3) or (heading == first and set(named) & set(title))):
+                element.remove_attribute("id")
+                removed += 1
+    return removed
+
+
+def _heading_and_containers(heading) -> list:
+    """A heading and the elements up to _CONTAINER_DEPTH levels above it (DocBook wraps a title in
+    titlepage and refnamediv blocks inside the section that carries the id)."""
+    found = [heading]
+    while len(found) <= _CONTAINER_DEPTH and found[-1].parent is not None and found[-1].parent.tag != "body":
+        found.append(found[-1].parent)
+    return found
 
 
 def first_occurrences(text: str) -> str:

@@ -10,6 +10,10 @@ from trident.curate.document import Document
 from trident.curate.stage import StreamingStage, register_stage
 
 _WORD = re.compile(r"\S+")
+# GPT-2's pre-tokenizer (contractions, letter runs, digit runs, other symbols, white space), in `re`
+# syntax; each piece is one GPT-2 BPE token or more
+_GPT2_PIECES = re.compile(r"""'(?:s|t|re|ve|m|ll|d)| ?[^\W\d_]+| ?\d+| ?(?:[^\s\w]|_)+|\s+(?!\S)|\s+""")
+LENGTH_UNITS = ("gpt2_pieces", "words")
 _ALPHA = re.compile(r"[^\W\d_]")
 _BULLETS = ("•", "-", "*", "‣", "◦", "⁃", "▪", "·", "–")
 _STOP_WORDS = frozenset(["the", "be", "to", "of", "and", "that", "have", "with"])
@@ -19,16 +23,26 @@ def words_of(text: str) -> list[str]:
     return _WORD.findall(text)
 
 
+def gpt2_pieces(text: str) -> int:
+    """The pieces GPT-2's pre-tokenizer splits ``text`` into: a lower bound of its GPT-2 tokens."""
+    return len(_GPT2_PIECES.findall(text))
+
+
 @register_stage("min_length")
 class MinLength(StreamingStage):
-    """Drops documents with fewer than `min_tokens` tokens (`too_short`). Tokens are whitespace-
-    separated words, or, with `tokenizer: PATH`, tokens of that HF `tokenizers` JSON file (MT-NLG
-    counted GPT-2 BPE tokens; English text has ~1.3 BPE tokens per word)."""
+    """Drops documents with fewer than `min_tokens` tokens (`too_short`). MT-NLG counted GPT-2 BPE
+    tokens; without a tokenizer file, `unit: gpt2_pieces` counts the pieces of GPT-2's
+    pre-tokenizer (each one token or more, so never more than GPT-2 would count: letter and digit
+    runs, symbol runs, white space, so code and tables count as GPT-2 counts them, not as their few
+    spaces do), `unit: words` whitespace-separated words (~1.3 GPT-2 tokens each in English prose,
+    more in code); with `tokenizer: PATH`, tokens of that HF `tokenizers` JSON file."""
 
-    def __init__(self, min_tokens: int = 128, tokenizer: str | None = None) -> None:
+    def __init__(self, min_tokens: int = 128, tokenizer: str | None = None, unit: str = "gpt2_pieces") -> None:
         if min_tokens < 0:
             raise ValueError(f"min_tokens must be >= 0, got {min_tokens}")
-        super().__init__(min_tokens=min_tokens, tokenizer=tokenizer)
+        if unit not in LENGTH_UNITS:
+            raise ValueError(f"parameter 'unit' must be one of {list(LENGTH_UNITS)}, got {unit!r}")
+        super().__init__(min_tokens=min_tokens, tokenizer=tokenizer, unit=unit)
         self._tokenizer = None
 
     def setup(self) -> None:
@@ -42,9 +56,11 @@ class MinLength(StreamingStage):
             self.setup()
         if self._tokenizer is not None:
             return len(self._tokenizer.encode(text).ids)
-        return len(words_of(text))
+        return gpt2_pieces(text) if self.params["unit"] == "gpt2_pieces" else len(words_of(text))
 
     def apply(self, doc: Document) -> Document | str:
+        if not self.params["tokenizer"] and len(words_of(doc.text)) >= self.params["min_tokens"]:
+            return doc  # a word is one GPT-2 piece or more: most documents need no finer count
         return doc if self.count_tokens(doc.text) >= self.params["min_tokens"] else "too_short"
 
 

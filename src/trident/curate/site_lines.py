@@ -43,7 +43,7 @@ from trident.curate.dedup_shared import load_partition, save_partitioned
 from trident.curate.document import CurateError
 from trident.curate.droplog import DropLog, log_path
 from trident.curate.shards import read_shard, write_shard
-from trident.curate.site_shapes import BODY, EDGES, STRONG, anchor_key, find_anchors, find_shapes, page_records, shape_flags
+from trident.curate.site_shapes import BODY, EDGES, STRONG, WEAK, anchor_key, find_anchors, find_shapes, page_records, shape_flags
 from trident.curate.stage import Executor, GlobalStage, output_paths, register_stage
 from trident.text.storage import location, remove_tree
 
@@ -85,13 +85,15 @@ def site_key(url) -> int | None:
 def template_region(flags: list[int], min_run: int) -> list[bool]:
     """Which lines to remove, given which are template (1 or True: an exact template line; WEAK or
     STRONG: a line of template shape, site_shapes): STRONG lines wherever they stand, runs of
-    template lines that touch either end of the page, and runs of at least ``min_run`` exact
-    template lines (a WEAK line alone under a page's title, or beside one menu word, stays)."""
+    template lines that touch either end of the page and hold a line that is not WEAK (a page title
+    whose one frequent word gives it a shape stays), and runs of at least ``min_run`` exact
+    template lines."""
     out: list[bool] = []
     for is_template, run in groupby(flags, key=bool):
         run = list(run)
         edge = not out or len(out) + len(run) == len(flags)
-        out += [is_template and (edge or flag == STRONG) for flag in run]
+        anchored = any(flag != WEAK for flag in run)  # weak shapes alone are no template region
+        out += [is_template and ((edge and anchored) or flag == STRONG) for flag in run]
     at = 0
     for exact, run in groupby(flag == 1 for flag in flags):
         n = len(list(run))

@@ -18,9 +18,11 @@ slot on at least ``min_docs`` and ``min_fraction`` of the host's pages; a line o
 ``MAX_WORDS`` words, or one that ends as a sentence does, is prose and never template by shape
 ("Changed in version 3.6: Added the errors parameter."). A template-shaped line with
 ``STRONG_LETTERS`` alphabetic anchors or more is removed where it stands (it is in a page's first or last
-lines by construction: a navigation line under the page title); one with fewer is removed only as
-part of the page's template region, like an exact template line (site_lines.template_region), so a
-"Source code: <path>" line under a module's title stays.
+lines by construction: a navigation line under the page title); one with fewer only when it is the
+page's first or last line, with the run of template lines next to it (site_lines.template_region):
+a "Source code: <path>" line under a module's title, or a title "5.13 <words> Functions" under a
+navigation line, stays. The contiguous parts of a template shape with a wildcard and two
+alphabetic anchors are template too, at the same slot (a chapter's last page has no "Next: *").
 """
 from __future__ import annotations
 
@@ -143,8 +145,11 @@ def shape_flags(lines: list[str], template: set[int]) -> dict[int, int]:
             continue
         shape = line_shape(slot, [word_key(w) for w in line_words], [any(c.isalpha() for c in w) for w in line_words],
                            lambda s, k: anchor_key(s, k) in template)
-        if may_be_template(shape) and shape_key(slot, shape_hash(shape)) in template:
-            flags[index] = STRONG if letters(shape) >= STRONG_LETTERS or flags.get(index) == STRONG else WEAK
+        strong = letters(shape) >= STRONG_LETTERS
+        # a weak shape only as the page's first or last line: under a navigation line may stand a title
+        # whose one frequent word makes a shape ("5.13 * Functions")
+        if (strong or slot in (0, SLOTS)) and may_be_template(shape) and shape_key(slot, shape_hash(shape)) in template:
+            flags[index] = STRONG if strong or flags.get(index) == STRONG else WEAK
     return flags
 
 
