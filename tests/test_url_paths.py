@@ -152,3 +152,17 @@ def test_every_command_writes_urls_to_the_store_or_refuses_them(s3, tmp_path, mo
     assert not failures, "\n".join(failures)
     metrics = s3.fs.cat_file(f"{where['run']}/metrics.jsonl").decode().splitlines()
     assert [json.loads(line)["step"] for line in metrics] == [1, 2, 3]  # the resume appended to the first run's
+
+
+def test_a_url_collapsed_by_a_local_path_is_refused_not_made_a_folder(tmp_path, monkeypatch):
+    from trident.text.storage import UnsupportedLocation, location, make_folder, require_local
+
+    monkeypatch.chdir(tmp_path)
+    for text in ("s3:/bucket/run", "runs/gs:/bucket/x", f"{tmp_path}/memory:/a"):  # Path("s3://bucket/run") etc.
+        with pytest.raises(UnsupportedLocation, match="collapsed"):
+            make_folder(text)
+    assert not list(tmp_path.iterdir())
+    with pytest.raises(UnsupportedLocation, match=r"--out s3://bucket/run: an fsspec URL is not supported here \(why\)"):
+        require_local("s3://bucket/run", "--out", "why")
+    require_local(tmp_path / "x", "--out", "why")  # local paths pass, as does a colon that names no scheme
+    assert make_folder("notascheme:/x").is_dir() and location("s3://bucket/run").path == "bucket/run"
