@@ -39,8 +39,10 @@ def test_every_cell_is_checked_before_the_model_loads(tmp_path, monkeypatch, cap
         raise AssertionError("the model was loaded before the cells were checked")
 
     monkeypatch.setattr(lm_module, "load_trident", no_model)
-    out = tmp_path / "eval"
-    code = main(["eval", "CKPT", "--tasks", "piqa,lambada,boolq", "--shots", "0,1,5", "--data-dir", str(FIXTURES),
+    out, ckpt = tmp_path / "eval", tmp_path / "step_0000001"
+    ckpt.mkdir()
+    (ckpt / "COMPLETE").write_text("")  # a checkpoint that is there (a missing one is named before any cell)
+    code = main(["eval", str(ckpt), "--tasks", "piqa,lambada,boolq", "--shots", "0,1,5", "--data-dir", str(FIXTURES),
                  "--out", str(out)])
     assert code == 2
     err = capsys.readouterr().err
