@@ -101,6 +101,8 @@ class DiagnosticsConfig:
     flight_events: int = 2000  # instructions and collectives each rank keeps for OUT/debug/flight/rank_R.json; 0: off
     straggler_interval: int = 100  # steps between exchanges of per-section times; 0: never
     straggler_pct: float = 10.0  # a rank this much slower than its peers' median compute is a straggler
+    straggler_checks: int = 4  # ... only when slow (beyond the noise band) at this many checks in a row
+    straggler_min_cost_pct: float = 5.0  # ... and costing the step at least this % of its time at each of them
     weight_check_interval: int = 100  # steps between DP replica digest checks (and before every save); 0: never
     spike_factor: float = 3.0  # a loss above this x the median of the last 20 steps is named; 0: off
 
@@ -143,7 +145,7 @@ RANGES = {
                  "parallel.virtual_stages", "parallel.bucket_size_mb", "parallel.timeout_s", "train.steps",
                  "train.global_batch_size", "train.micro_batch_size", "train.lr", "train.adam_eps",
                  "train.eval_iters", "train.loss_scale_initial", "train.loss_scale_growth_interval",
-                 "train.loss_scale_hysteresis", "logging.log_interval"),
+                 "train.loss_scale_hysteresis", "logging.log_interval", "diagnostics.straggler_checks"),
     "non-negative": ("model.vocab_size", "model.ffn_hidden_size", "model.init_std", "model.num_kv_heads",
                      "parallel.dp",
                      "data.split_seed", "data.index_workers", "train.min_lr", "train.warmup_tokens",
@@ -151,7 +153,8 @@ RANGES = {
                      "train.weight_decay", "train.clip_grad", "train.seed", "train.eval_interval",
                      "train.peak_tflops", "train.threads", "checkpoint.save_interval", "checkpoint.keep_last",
                      "checkpoint.save_interval_minutes", "diagnostics.flight_events", "diagnostics.straggler_interval",
-                     "diagnostics.straggler_pct", "diagnostics.weight_check_interval", "diagnostics.spike_factor"),
+                     "diagnostics.straggler_pct", "diagnostics.straggler_min_cost_pct",
+                     "diagnostics.weight_check_interval", "diagnostics.spike_factor"),
     "in [0, 1)": ("model.hidden_dropout", "model.attention_dropout", "data.valid_fraction", "train.adam_beta1",
                   "train.adam_beta2"),
     "in (0, 1)": ("train.loss_scale_backoff",),

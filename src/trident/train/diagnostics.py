@@ -14,7 +14,8 @@ from trident.parallel.flight import FLIGHT
 from trident.parallel.inject import Injector
 from trident.parallel.replicas import agree_on_findings, replica_mismatches
 from trident.text.storage import location
-from trident.train.stragglers import find_stragglers, gather_reports, rank_report
+from trident.train.straggler_watch import StragglerWatch
+from trident.train.stragglers import gather_reports, rank_report
 
 SPIKE_WINDOW = 20  # steps whose median loss a spike is measured against
 
@@ -52,6 +53,10 @@ class RunDiagnostics:
                           "dp_rank": mesh.dp_rank, "pp_rank": mesh.pp_rank, "tp_rank": mesh.tp_rank},
                          self.cfg.flight_events)
         self.step = 0
+        self.straggler_watch = StragglerWatch(self.cfg.straggler_pct, self.cfg.straggler_checks,
+                                              self.cfg.straggler_min_cost_pct, schedule=self.parallel.schedule,
+                                              virtual_stages=self.parallel.virtual_stages,
+                                              contract=model.executor.contract if model.executor else "overlapped")
         if self.injector.slow_seconds(10**12):  # a slow-GPU drill: every forward of this rank's chunks
             for chunk in model.chunks:
                 chunk.register_forward_pre_hook(self._slow_forward)
@@ -119,14 +124,13 @@ class RunDiagnostics:
         self.boxes = None
         if reports is None:
             return
-        executor = self.model.executor
-        found = find_stragglers(reports, self.cfg.straggler_pct, self.parallel.schedule, micro_batches,
-                                self.parallel.virtual_stages, executor.contract if executor else "overlapped")
+        found = self.straggler_watch.observe(reports, record["step_time_s"], micro_batches)
         record["stragglers"] = found
         record["straggler_seconds_lost"] = sum(f["seconds_lost_per_step"] for f in found)
         for straggler in found:
             self.log(f"straggler at step {step}: rank {straggler['rank']}, {straggler['section']} "
-                     f"{straggler['slower_by']:.0%} slower than its peers' median; about "
+                     f"{straggler['slower_by']:.0%} slower than its peers' median, slow at "
+                     f"{straggler['slow_checks']} checks in a row; about "
                      f"{straggler['seconds_lost_per_step']:.3f} s lost per step")
 
     def _spike(self, step: int, record: dict, documents) -> None:

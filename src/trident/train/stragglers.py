@@ -5,8 +5,10 @@ Every `diagnostics.straggler_interval` steps each rank reports its sections (for
 pipeline waits, DP reduction, optimizer; with one pipeline stage forward and backward are one
 `compute` section) and, with pp > 1, its measured timeline boxes. Peers are the ranks holding the same
 shard of the same stage in the other DP replicas (the same work). A rank whose compute exceeds its
-peers' median by more than `straggler_pct` is a straggler; of a TP group (whose members wait for
-each other inside every layer, so all look slow) the slowest is named. The seconds it costs are estimated by replaying the measured step
+peers' median by more than `straggler_pct` is slower at this check; of a TP group (whose members wait
+for each other inside every layer, so all look slow) the slowest is kept. Whether it is named is
+straggler_watch.py's rule (slow consistently, beyond the noise, at a material cost). The seconds it
+costs are estimated by replaying the measured step
 through the pipeline simulator (each DP replica's pipeline from its own boxes; the step ends with the
 slowest replica) with that rank's boxes replaced by its peers' median, and taking the difference.
 """
@@ -50,10 +52,11 @@ def compute_time(report: dict) -> float:
 
 def find_stragglers(reports: list[dict], pct: float, schedule: str = DEFAULT_SCHEDULE, micro_batches: int = 1,
                     virtual_stages: int = 1, contract: str = "overlapped") -> list[dict]:
-    """The stragglers among one step's reports, each {rank, section, slower_by, seconds_lost_per_step}."""
+    """The ranks slower than their peers in one step's reports, each {rank, section, slower_by,
+    seconds_lost_per_step}: one check's candidates (StragglerWatch decides which are named)."""
     slowest: dict[tuple[int, int], dict] = {}  # (replica, stage) -> its slowest straggler
     for report in reports:
-        peers = _peers(report, reports)
+        peers = peers_of(report, reports)
         if not peers:
             continue
         median = statistics.median(compute_time(r) for r in peers)
@@ -69,7 +72,7 @@ def find_stragglers(reports: list[dict], pct: float, schedule: str = DEFAULT_SCH
     return sorted(slowest.values(), key=lambda s: s["rank"])
 
 
-def _peers(report: dict, reports: list[dict]) -> list[dict]:
+def peers_of(report: dict, reports: list[dict]) -> list[dict]:
     """The same stage and TP shard in the other DP replicas."""
     return [r for r in reports if (r["pp_rank"], r["tp_rank"]) == (report["pp_rank"], report["tp_rank"])
             and r["dp_rank"] != report["dp_rank"]]
@@ -82,7 +85,7 @@ def _worst_section(report: dict, peers: list[dict]) -> str:
 
 def _seconds_lost(straggler: dict, reports: list[dict], schedule: str, m: int, v: int, contract: str) -> float:
     if "boxes" not in straggler:  # one stage: the step waits for the slowest replica's compute
-        healed = statistics.median(compute_time(r) for r in _peers(straggler, reports))
+        healed = statistics.median(compute_time(r) for r in peers_of(straggler, reports))
         others = [compute_time(r) for r in reports if r["dp_rank"] != straggler["dp_rank"]]
         return max(0.0, max(map(compute_time, reports)) - max(others + [healed]))
     pp = 1 + max(r["pp_rank"] for r in reports)
