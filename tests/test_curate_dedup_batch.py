@@ -8,7 +8,9 @@ import pytest
 from trident.curate.dedup_shared import (
     copy_without,
     filter_lines_task,
+    load_partition,
     parse_document,
+    save_partitioned,
     shard_documents,
     shard_lines,
 )
@@ -89,6 +91,25 @@ def write_raw(path, lines: list[bytes]) -> None:
     import zstandard
 
     path.write_bytes(zstandard.ZstdCompressor().compress(b"\n".join(lines) + b"\n"))
+
+
+@pytest.mark.parametrize("parts,step", [(1, 1), (16, 1), (10, 9_000)])
+def test_partition_files_hold_each_partitions_rows_in_order(tmp_path, parts, step):
+    """save_partitioned sorts once and slices: each partition's file holds exactly the records whose
+    partition it is, in their order (structured records and 2-D pairs; partition numbers past 16 bits)."""
+    rng = np.random.default_rng(parts)
+    records = np.empty(5_000, dtype=[("band", "u2"), ("key", "u8"), ("doc", "u8")])
+    records["band"], records["key"], records["doc"] = rng.integers(0, 20, 5_000), rng.integers(0, 2**63, 5_000), np.arange(5_000)
+    pairs = rng.integers(0, 2**40, (5_000, 2)).astype(np.uint64)
+    part_of = rng.integers(0, parts, 5_000) * step
+    for name, rows in (("structured", records), ("pairs", pairs)):
+        save_partitioned(rows, part_of, tmp_path / name, "p", "s000001")
+        present = sorted(set(part_of.tolist()))
+        assert sorted(f.name for f in (tmp_path / name).iterdir()) == [f"p{q:06d}" for q in present]
+        for q in present:
+            assert np.array_equal(load_partition(tmp_path / name / f"p{q:06d}"), rows[part_of == q])
+    save_partitioned(records[:0], part_of[:0], tmp_path / "empty", "p", "s000001")
+    assert not (tmp_path / "empty").exists()
 
 
 def test_shard_rows_match_read_shard(tmp_path):

@@ -117,11 +117,22 @@ def validate_common(priority: Any, priority_field: Any, scope: Any, partitions: 
 
 
 def save_partitioned(records: np.ndarray, part_of: np.ndarray, folder: Path, prefix: str, name: str) -> None:
-    """Write ``records`` to folder/<prefix><part>/<name>.npy, one file per partition present."""
-    for part in np.unique(part_of).tolist():
-        target = folder / f"{prefix}{int(part):06d}"
+    """Write ``records`` to folder/<prefix><part>/<name>.npy, one file per partition present, each
+    partition's rows in their order in ``records``."""
+    part_of = np.asarray(part_of)
+    if len(part_of) == 0:
+        return
+    if part_of.min() >= 0 and part_of.max() < 1 << 16:
+        part_of = part_of.astype(np.uint16)  # a stable sort of 16-bit keys is numpy's radix sort
+    # One sort and one gather (np.take: several times faster than indexing with the array), then a
+    # slice per partition: a boolean mask per partition read every record once per partition.
+    order = np.argsort(part_of, kind="stable")
+    ordered, parts = np.take(records, order, axis=0), part_of[order]
+    cuts = np.flatnonzero(parts[1:] != parts[:-1]) + 1
+    for start, stop in zip(np.r_[0, cuts].tolist(), np.r_[cuts, len(parts)].tolist()):
+        target = folder / f"{prefix}{int(parts[start]):06d}"
         make_folder(target)
-        save_array(target / f"{name}.npy", records[part_of == part])
+        save_array(target / f"{name}.npy", ordered[start:stop])
 
 
 def load_partition(folder: Path) -> np.ndarray | None:
