@@ -2,10 +2,11 @@
 HTML shipped in Debian packages, four generators, each with its own navigation template.
 
     apt-get install python3.11-doc postgresql-doc-15 libmpfr-doc gettext-doc
-    python benchmarks/curate_real_sites.py [--pages N] [--out DIR] [--site NAME=FOLDER ...]
+    python benchmarks/curate_real_sites.py [--pages N] [--out DIR] [--files] [--site NAME=FOLDER ...]
 
 Each site's pages are written as WARC response records under a URL of the site's host (a crawl of
-it), then curate-cc runs on them as shipped (keep_work, so the text after extract + langid is kept).
+it), or with --files read from disk as they are (file:// URLs, each folder a site), then curate-cc
+runs on them as shipped (keep_work, so the text after extract + langid is kept).
 The site_lines stage also runs alone on that text twice, exact lines only (``shapes: false``, the
 stage before template shapes) and as shipped, as the baseline and the measured run.
 
@@ -93,14 +94,28 @@ def is_navigation(line: str, rows: list[tuple[set[str], set[str]]]) -> bool:
     return any(found <= row and 2 * len(found) >= len(row) and found & links for row, links in rows)
 
 
+def site_files(root: str, pattern: str, pages: int) -> list[Path]:
+    """A site's pages, at most ``pages`` of them spread evenly (0: all)."""
+    files = sorted(p for p in Path(root).glob(pattern) if p.is_file() and "_static" not in p.parts)
+    return files[:: max(1, len(files) // pages)][:pages] if pages else files
+
+
+def read_files(sites: dict, pages: int) -> tuple[list[Path], dict[str, dict]]:
+    """(the HTML files, {their file:// URL: page truth + site}): input read from disk, each folder a site."""
+    files, truth = [], {}
+    for name, (_, generator, root, pattern, _) in sites.items():
+        for path in site_files(root, pattern, pages):
+            files.append(path)
+            truth[path.resolve().as_uri()] = page_truth(path.read_bytes(), generator) | {"site": name}
+    return files, truth
+
+
 def write_crawl(sites: dict, folder: Path, pages: int) -> dict[str, dict]:
     """One WARC file per site; returns {url: page truth + site}."""
     folder.mkdir(parents=True, exist_ok=True)
     truth = {}
     for name, (host, generator, root, pattern, _) in sites.items():
-        files = sorted(p for p in Path(root).glob(pattern) if p.is_file() and "_static" not in p.parts)
-        if pages:
-            files = files[:: max(1, len(files) // pages)][:pages]
+        files = site_files(root, pattern, pages)
         with open(folder / f"{name}.warc.gz", "wb") as fh:
             fh.write(warcinfo_member(f"{name}.warc.gz"))
             for path in files:
@@ -178,6 +193,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pages", type=int, default=0, help="at most N pages per site, spread evenly (0: all)")
     parser.add_argument("--out", default=None)
+    parser.add_argument("--files", action="store_true",
+                        help="read the HTML files themselves (file:// URLs: each folder a site) instead of a crawl")
     parser.add_argument("--site", action="append", default=[], metavar="NAME=FOLDER",
                         help="read site NAME from FOLDER instead of its Debian package's")
     args = parser.parse_args()
@@ -193,10 +210,13 @@ def main() -> None:
     root = Path(args.out or tempfile.mkdtemp(prefix="curate-real-sites-"))
     shutil.rmtree(root / "warc", ignore_errors=True)
     load_before = load_average()
-    truth = write_crawl(sites, root / "warc", args.pages)
+    if args.files:
+        inputs, truth = read_files(sites, args.pages)
+    else:
+        inputs, truth = [root / "warc"], write_crawl(sites, root / "warc", args.pages)
     out = root / "curated"
     shutil.rmtree(out, ignore_errors=True)
-    stats = run_pipeline("curate-cc", [root / "warc"], out, workers=1, overrides=["progress=false", "keep_work=true"])
+    stats = run_pipeline("curate-cc", inputs, out, workers=1, overrides=["progress=false", "keep_work=true"])
     before_shards = sorted((out / "work" / "phase-00").glob("shard-?????.jsonl.zst"))
     final, before = texts(sorted(out.glob("shard-?????.jsonl.zst"))), texts(before_shards)
     exact = run_site_lines(before_shards, root / "exact", shapes=False)
