@@ -63,10 +63,15 @@ def test_sorted_distinct_and_merge_jaccard():
     assert jaccard(a, b) == 2 / 5 and jaccard(a, a) == 1.0 and jaccard(a, b[:0]) == 0.0
 
 
-def test_two_document_buckets_give_the_same_pairs_as_the_general_rule():
+@pytest.mark.parametrize("low_bits_only", [False, True])
+def test_two_document_buckets_give_the_same_pairs_as_the_general_rule(low_bits_only):
+    """Every bucket's pairs by the rule, written out; with keys that differ only above their low 40
+    bits too (bucket_pairs first keeps the entries whose key repeats, through a table of low bits)."""
     rng = np.random.default_rng(0)
     band = rng.integers(0, 3, 400).astype(np.uint16)
     key = rng.integers(0, 60, 400).astype(np.uint64)
+    if low_bits_only:  # 60 low-bit values, each shared by keys of 3 different high parts
+        key |= rng.integers(0, 3, 400).astype(np.uint64) << np.uint64(40)
     doc = rng.integers(0, 90, 400).astype(np.uint64)
     pairs, buckets = bucket_pairs(band, key, doc, all_pairs_up_to=4)
     expected, groups = set(), 0
