@@ -33,6 +33,8 @@ def test_every_drop_is_logged_with_its_stage_reason_and_score(run):
     assert stats["accounting"]["ok"]
     langid = [r for r in records if r["stage"] == "langid" and r["reason"].startswith("language:")]
     assert langid and all(0 < r["score"] <= 1 and r["url"].startswith("http") for r in langid)
+    short = [r for r in records if r["reason"] == "too_short"]  # with the GPT-2 pieces it counted
+    assert short and all(0 <= r["score"] < 64 for r in short)
     dupes = [r for r in records if r["reason"] == "duplicate"]
     assert dupes and all(r["id"].startswith("urn:uuid:") for r in dupes)
     unread = [r for r in records if r["stage"] == "read"]

@@ -58,10 +58,16 @@ class MinLength(StreamingStage):
             return len(self._tokenizer.encode(text).ids)
         return gpt2_pieces(text) if self.params["unit"] == "gpt2_pieces" else len(words_of(text))
 
+    score_key = "length_tokens"  # a dropped document's count, in its drop record (`trident curate why`)
+
     def apply(self, doc: Document) -> Document | str:
         if not self.params["tokenizer"] and len(words_of(doc.text)) >= self.params["min_tokens"]:
             return doc  # a word is one GPT-2 piece or more: most documents need no finer count
-        return doc if self.count_tokens(doc.text) >= self.params["min_tokens"] else "too_short"
+        tokens = self.count_tokens(doc.text)
+        if tokens >= self.params["min_tokens"]:
+            return doc
+        doc.meta[self.score_key] = tokens  # on a dropped document only: kept ones are not changed
+        return "too_short"
 
 
 @register_stage("gopher_quality")
