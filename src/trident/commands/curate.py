@@ -79,17 +79,15 @@ def _curate(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(stats, indent=1))
         return 0
-    from rich.console import Console
-    from rich.table import Table
+    from trident.text.box_table import box_table
 
-    table = Table(title=f"curation -> {args.out or 'curated'}")
-    for column in ("stage", "in", "out", "dropped by reason"):
-        table.add_column(column, justify="right" if column in ("in", "out") else "left")
+    rows = []
     for stage in stats["stages"]:
         c = stage["counters"]
         drops = ", ".join(f"{k[8:]} {v}" for k, v in c.items() if k.startswith("dropped:"))
-        table.add_row(stage["name"], str(c.get("in", 0)), str(c.get("out", 0)), drops)
-    Console().print(table)
+        rows.append([stage["name"], str(c.get("in", 0)), str(c.get("out", 0)), drops])
+    print(box_table(f"curation -> {args.out or 'curated'}", ["stage", "in", "out", "dropped by reason"], rows,
+                    right=("in", "out"), encoding=sys.stdout.encoding))
     print(f"{stats['output']['documents']} documents in {len(stats['output']['shards'])} shard(s); "
           f"{len(stats['errors'])} bad input record(s) reported; accounting "
           f"{'OK' if stats['accounting']['ok'] else 'FAILED'}; {stats['elapsed_s']} s")
