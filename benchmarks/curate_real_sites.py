@@ -146,7 +146,8 @@ def edges_with_nav(truth: dict, kept: dict[str, str]) -> int:
     count = 0
     for url, text in kept.items():
         lines = [line for line in text.split("\n") if line.strip()]
-        count += bool(lines) and (is_navigation(lines[0], truth[url]["nav"]) or is_navigation(lines[-1], truth[url]["nav"]))
+        rows = truth[url]["nav"]
+        count += bool(lines) and (is_navigation(lines[0], rows) or is_navigation(lines[-1], rows))
     return count
 
 
@@ -204,7 +205,8 @@ def main() -> None:
         if name not in sites:
             parser.error(f"--site {item}: unknown site {name!r}; known: {', '.join(SITES)}")
         sites[name] = (*sites[name][:2], folder, *sites[name][3:])
-    missing = [f"{root} (apt-get install {package})" for _, _, root, _, package in sites.values() if not Path(root).is_dir()]
+    missing = [f"{root} (apt-get install {package})" for _, _, root, _, package in sites.values()
+               if not Path(root).is_dir()]
     if missing:
         parser.exit(2, f"curate_real_sites: no such folder: {'; '.join(missing)}\n")
     root = Path(args.out or tempfile.mkdtemp(prefix="curate-real-sites-"))

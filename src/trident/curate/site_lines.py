@@ -30,7 +30,6 @@ A map/reduce over files, as dedup (the driver gets counts only):
 """
 from __future__ import annotations
 
-import re
 from collections import Counter
 from itertools import groupby
 from pathlib import Path
@@ -43,11 +42,11 @@ from trident.curate.dedup_shared import load_partition, save_partitioned
 from trident.curate.document import CurateError
 from trident.curate.droplog import DropLog, log_path
 from trident.curate.shards import read_shard, write_shard
-from trident.curate.site_shapes import BODY, EDGES, STRONG, WEAK, anchor_key, find_anchors, find_shapes, page_records, shape_flags
+from trident.curate.site_shapes import (BODY, EDGES, STRONG, WEAK, anchor_key, find_anchors, find_shapes, page_records,
+                                         shape_flags, words)
 from trident.curate.stage import Executor, GlobalStage, output_paths, register_stage
 from trident.text.storage import location, remove_tree
 
-_DIGITS = re.compile(r"\d+")
 _LINES = [("host", "u8"), ("line", "u8"), ("page", "u8")]
 _PAGES = [("host", "u8"), ("page", "u8"), ("shard", "u4")]
 _TEMPLATE = [("host", "u8"), ("line", "u8")]
@@ -56,10 +55,7 @@ DROP_REASON = "site_boilerplate"
 
 def line_key(line: str) -> int:
     """xxh3-64 of a line as compared across pages: case-folded, digit runs -> 0, whitespace collapsed."""
-    line = line.casefold()
-    if _DIGITS.search(line):  # most lines have no digit: a search is cheaper than a substitution
-        line = _DIGITS.sub("0", line)
-    return xxhash.xxh3_64_intdigest(" ".join(line.split()).encode("utf-8"))
+    return xxhash.xxh3_64_intdigest(" ".join(words(line)).encode("utf-8"))
 
 
 def site_name(url) -> str | None:
@@ -186,7 +182,8 @@ def _count_by(*cols: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
     return [col[starts] for col in cols], np.diff(np.r_[starts, len(cols[0])])
 
 
-def _shape_templates(work: Path, part: str, host_pages: dict[int, int], job: dict) -> tuple[np.ndarray, np.ndarray, int]:
+def _shape_templates(work: Path, part: str, host_pages: dict[int, int],
+                     job: dict) -> tuple[np.ndarray, np.ndarray, int]:
     """(host, key) columns of the anchors and template shapes of one host partition's hosts of at
     least min_host_docs pages, and the number of shapes."""
     edges, body = load_partition(work / "edges" / part), load_partition(work / "body" / part)

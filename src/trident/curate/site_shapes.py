@@ -64,6 +64,10 @@ def word_key(word: str) -> int:
     return xxhash.xxh3_64_intdigest(word.encode("utf-8"))
 
 
+def has_letter(word: str) -> bool:
+    return any(c.isalpha() for c in word)
+
+
 def slots(n: int) -> list[tuple[int, int]]:
     """(slot, line index) of the edge lines of a page of ``n`` non-blank lines: top slots 0..SLOTS-1,
     bottom slots SLOTS.. (a line of a short page may hold a top and a bottom slot)."""
@@ -84,8 +88,7 @@ def page_records(host: int, page: int, lines: list[str]) -> tuple[list[tuple], s
     for slot, index in slots(len(lines)):
         line_words = words(lines[index])
         if candidate(line_words):
-            edges += [(host, page, slot, at, word_key(w), any(c.isalpha() for c in w))
-                      for at, w in enumerate(line_words)]
+            edges += [(host, page, slot, at, word_key(w), has_letter(w)) for at, w in enumerate(line_words)]
     body = {word_key(w) for index in body_lines(len(lines)) for w in words(lines[index])}
     return edges, body
 
@@ -143,7 +146,7 @@ def shape_flags(lines: list[str], template: set[int]) -> dict[int, int]:
         line_words = words(lines[index])
         if not candidate(line_words):
             continue
-        shape = line_shape(slot, [word_key(w) for w in line_words], [any(c.isalpha() for c in w) for w in line_words],
+        shape = line_shape(slot, [word_key(w) for w in line_words], [has_letter(w) for w in line_words],
                            lambda s, k: anchor_key(s, k) in template)
         strong = letters(shape) >= STRONG_LETTERS
         # a weak shape only as the page's first or last line: under a navigation line may stand a title
