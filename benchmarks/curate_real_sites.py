@@ -22,8 +22,8 @@ What is measured, per site, from the HTML and independently of the stage:
                     pages of links only are not counted); "unique": not dropped as a near or exact
                     copy by curate-cc's dedup (each such drop is a verified copy of a kept page)
   kept              share of the unique prose pages curate-cc keeps, and where the others went
-  paragraphs        main-content paragraphs found in a page's text before site_lines, and how many
-                    of them site_lines removed (precision on article text: 0 removed is 1.000)
+  paragraphs        main-content paragraphs found in a page's text before site_lines, how many of
+                    them site_lines removed, and the precision: the share it kept (1.000: none removed)
 """
 from __future__ import annotations
 
@@ -187,7 +187,9 @@ def site_figures(name: str, truth: dict, final: dict, before: dict, exact: dict,
             "nav at edges, exact lines": round(edges_with_nav(truth, pick(exact)) / max(len(before_site), 1), 4),
             "nav at edges, shapes": round(edges_with_nav(truth, pick(shaped)) / max(len(before_site), 1), 4),
             "paragraphs": present, "paragraphs removed, exact lines": removed_exact,
-            "paragraphs removed, shapes": removed_shapes}
+            "paragraphs removed, shapes": removed_shapes,
+            "paragraph precision, exact lines": round(1 - removed_exact / max(present, 1), 4),
+            "paragraph precision, shapes": round(1 - removed_shapes / max(present, 1), 4)}
 
 
 def main() -> None:
