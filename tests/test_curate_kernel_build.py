@@ -1,6 +1,7 @@
 """The ahead-of-time build of fuzzy dedup's kernels (trident.curate.kernel_build): the extension
 computes what numba's JIT computes, a failed build falls back to the JIT, and a fuzzy-dedup run
 imports neither numba nor the other stages' libraries."""
+import json
 import subprocess
 import sys
 
@@ -99,3 +100,23 @@ def test_a_fuzzy_dedup_pipeline_imports_only_what_it_runs():
             " 'scipy', 'ray', 'transformers') if m in sys.modules]\n"
             "assert not heavy, heavy\n")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_one_worker_fuzzy_dedup_run_imports_no_pool_nor_rich(tmp_path):
+    """The whole command, near-copies found and dropped: one worker starts no process pool, and the
+    summary, the charts and np.unique's masked-array check import nothing a run does not need."""
+    words = [f"w{i}" for i in range(200)]
+    lines = [json.dumps({"id": f"d{k}", "text": " ".join(words[k % 7 * 20 :][:60]) + (" end" * (k % 2))})
+             for k in range(40)]
+    (tmp_path / "in.jsonl").write_text("\n".join(lines) + "\n")
+    (tmp_path / "fuzzy.yaml").write_text("progress: false\nstages:\n  - {stage: fuzzy_dedup, bands: 20}\n")
+    code = ("import sys\n"
+            "from trident.cli import main\n"
+            f"assert main(['curate', {str(tmp_path / 'fuzzy.yaml')!r}, '--input', {str(tmp_path / 'in.jsonl')!r},"
+            f" '--out', {str(tmp_path / 'out')!r}]) == 0\n"
+            "unneeded = [m for m in ('multiprocessing', 'concurrent.futures.process', 'subprocess', 'numpy.ma', 'rich',"
+            " 'PIL.JpegImagePlugin', 'numba') if m in sys.modules]\n"
+            "assert not unneeded, unneeded\n")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120, capture_output=True)
+    stats = json.loads((tmp_path / "out" / "stats.json").read_text())
+    assert stats["stages"][-1]["counters"]["dropped:duplicate"] > 0

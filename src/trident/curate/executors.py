@@ -8,15 +8,16 @@ the output directory must be on storage every node can see.
 from __future__ import annotations
 
 import importlib
-import multiprocessing
 import os
 import threading
 from collections import Counter, deque
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, ThreadPoolExecutor, wait
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from trident.curate.document import CurateError
 from trident.text.progress import progress_bar
+
+if TYPE_CHECKING:  # imported where a pool starts: multiprocessing and the pools cost ~30 ms to import
+    from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 
 
 def _progress(total: int, desc: str | None, enabled: bool):
@@ -29,6 +30,8 @@ def _start_method() -> str:
     seconds; native pools such as OpenBLAS's are reset at fork by their own handlers, as with
     multiprocessing's fork default); otherwise spawned, a clean interpreter, since a fork copies
     locks that other threads may hold (logging's, a server's)."""
+    import multiprocessing
+
     if "fork" in multiprocessing.get_all_start_methods() and threading.active_count() == 1:
         return "fork"
     return "spawn"
@@ -65,6 +68,9 @@ class LocalExecutor:
                 self._pool.submit(_import_modules, list(modules))
 
     def _new_pool(self) -> ProcessPoolExecutor:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
         return ProcessPoolExecutor(max_workers=self.workers - 1, mp_context=multiprocessing.get_context(_start_method()))
 
     def map(self, fn: Callable[[Any], Any], items: list, desc: str | None = None) -> list:
@@ -86,6 +92,8 @@ class LocalExecutor:
         and gets the next the moment it finishes, so none idles while another finishes its item
         (run in this process's main thread, an item kept a finished helper waiting: 4 shards on 2
         workers took 3 items' time). N workers start N - 1 processes."""
+        from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+
         if self._pool is None:
             self._pool = self._new_pool()
         if self._local is None:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from trident.curate.components import component_labels, unique_pairs
+from trident.curate.components import component_labels, sorted_distinct, unique_pairs
 from trident.curate.dedup_shared import (
     apply_drops_lines,
     best_first,
@@ -161,11 +161,11 @@ def _verify_task(job: dict) -> np.ndarray:
     from trident.curate.shingle_kernel import hashes_of_normalised, pair_jaccard
 
     pairs, shingle_dir, ngram, unit = job["pairs"], location(job["shingle_dir"]), job["ngram"], job["unit"]
-    keys = np.unique(pairs)
+    keys = sorted_distinct(pairs.ravel())
     shards, rows = split_keys(keys)
     starts, stops = np.empty(len(keys), dtype=np.int64), np.empty(len(keys), dtype=np.int64)
     texts = {}
-    for shard in np.unique(shards).tolist():
+    for shard in sorted_distinct(shards).tolist():
         here = shards == shard
         offsets, texts[shard] = _stored_texts(shingle_dir / f"s{shard:06d}.npz")
         starts[here], stops[here] = offsets[rows[here]], offsets[rows[here] + 1]
@@ -175,7 +175,7 @@ def _verify_task(job: dict) -> np.ndarray:
     begin = 0
     while begin < len(pairs):  # each piece gathers at most about _VERIFY_BYTES bytes
         end = max(begin + 1, int(np.searchsorted(cost, cost[begin] + _VERIFY_BYTES, "right")))
-        used = np.unique(np.r_[first[begin:end], second[begin:end]])
+        used = sorted_distinct(np.r_[first[begin:end], second[begin:end]])
         gathered, bounds = _gather(texts, shards[used], starts[used], stops[used])
         flat, offsets = hashes_of_normalised(gathered, bounds, ngram, unit, packed=True)
         local_a, local_b = np.searchsorted(used, first[begin:end]), np.searchsorted(used, second[begin:end])
@@ -188,7 +188,7 @@ def _pair_bytes(pairs: np.ndarray, shingle_dir: Path) -> np.ndarray:
     """Each pair's normalised text bytes (both documents): what verifying it costs, about."""
     shards, rows = split_keys(pairs.ravel())
     sizes = np.empty(len(rows), dtype=np.int64)
-    for shard in np.unique(shards).tolist():
+    for shard in sorted_distinct(shards).tolist():
         here = shards == shard
         with load_array(shingle_dir / f"s{shard:06d}.npz") as data:
             sizes[here] = np.diff(data["offsets"])[rows[here]]
@@ -200,7 +200,7 @@ def _equal_cost_bounds(cost: np.ndarray, tasks: int) -> np.ndarray:
     long documents cost more to verify: equal counts left one worker waiting for the other)."""
     total = np.cumsum(cost)
     cuts = np.searchsorted(total, total[-1] * np.arange(1, tasks) / tasks, "right") if len(total) else []
-    return np.unique(np.r_[0, cuts, len(cost)]).astype(np.int64)
+    return sorted_distinct(np.r_[0, cuts, len(cost)]).astype(np.int64)
 
 
 def cluster_size_bin(size: int) -> str:
@@ -303,7 +303,7 @@ class FuzzyDedup(GlobalStage):
     def _priorities(keys: np.ndarray, shingle_dir: Path) -> np.ndarray:
         """Keep-priority records of the given documents, read from the shard tables."""
         parts = []
-        for shard in np.unique(split_keys(keys)[0]).tolist():
+        for shard in sorted_distinct(split_keys(keys)[0]).tolist():
             with load_array(shingle_dir / f"s{shard:06d}.npz") as data:
                 parts.append(stored_priorities(data, np.isin(data["keys"], keys)))
         return concat_structured(parts)

@@ -22,7 +22,6 @@ import importlib.util
 import logging
 import os
 import platform
-import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -138,6 +137,8 @@ def build(path: Path) -> None:
 def _build_in_child(path: Path) -> str | None:
     """Build ``path`` in a child process (its compiler output stays out of this one's); None when
     it worked, else the reason."""
+    import subprocess  # here: only a build needs it, and every run imports this module
+
     cmd = [sys.executable, "-m", "trident.curate.kernel_build", "--build", str(path)]
     package_root = str(Path(__file__).resolve().parents[2])  # this trident, however it was found
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}

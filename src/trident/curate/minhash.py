@@ -30,7 +30,7 @@ from typing import Iterable, Sequence
 import numpy as np
 import xxhash
 
-from trident.curate.components import unique_pairs
+from trident.curate.components import sorted_distinct, unique_pairs
 
 _EMPTY_HASHES = np.zeros(0, dtype=np.uint64)
 # Elements of the (hashes x shingles) matrix computed at once: bounds memory, stays in cache.
@@ -194,15 +194,6 @@ def shingle_hashes(text: str, ngram: int = 5, unit: str = "char") -> np.ndarray:
     # Repeats dropped after hashing (a 64-bit collision inside one document is negligible);
     # memory stays 8 bytes per shingle however long the document.
     return sorted_distinct(hashes)
-
-
-def sorted_distinct(hashes: np.ndarray) -> np.ndarray:
-    """The distinct values of ``hashes`` in ascending order (a sorted copy; np.unique hashes first)."""
-    hashes = np.sort(hashes)
-    first = np.empty(hashes.size, dtype=bool)
-    first[:1] = True
-    np.not_equal(hashes[1:], hashes[:-1], out=first[1:])
-    return hashes[first]
 
 
 def jaccard(a: np.ndarray, b: np.ndarray) -> float:
@@ -369,14 +360,14 @@ def bucket_pairs(band: np.ndarray, key: np.ndarray, doc: np.ndarray,
     repeated[np.searchsorted(starts, np.flatnonzero(same & (doc[1:] == doc[:-1])), "right") - 1] = True
     chunks, buckets = [np.zeros((0, 2), dtype=doc.dtype)], 0
     # Buckets of one size at once (nearly all hold 2-4 documents): all pairs by index arithmetic.
-    for m in np.unique(sizes[(sizes >= 2) & (sizes <= all_pairs_up_to) & ~repeated]).tolist():
+    for m in sorted_distinct(sizes[(sizes >= 2) & (sizes <= all_pairs_up_to) & ~repeated]).tolist():
         first = starts[(sizes == m) & ~repeated]
         i, j = np.triu_indices(m, k=1)
         chunks.append(np.stack([doc[first[:, None] + i].ravel(), doc[first[:, None] + j].ravel()], axis=1))
         buckets += len(first)
     for start, size in zip(starts[(sizes > 2) & ((sizes > all_pairs_up_to) | repeated)].tolist(),
                            sizes[(sizes > 2) & ((sizes > all_pairs_up_to) | repeated)].tolist()):
-        members = np.unique(doc[start : start + size])
+        members = sorted_distinct(doc[start : start + size])
         m = len(members)
         if m < 2:
             continue
