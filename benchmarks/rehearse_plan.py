@@ -11,6 +11,11 @@ when the real training code runs that rank (fake process group, fake tensors), f
   recompute; a 12-layer model (hidden 512, 8 heads, sequence 1024, vocabulary 32,000) at TP2 x PP2 x DP2
   in fp16 without recompute.
 
+- mtnlg-530b at ZeRO-3 on TP8 x PP35 with DP = 2, 4, 8 (560, 1,120 and 2,240 GPUs; issue 46): the first
+  stage's rank only, to show its static memory (weights, gradients, optimizer state) falling as 1/dp as the
+  plan says (`--only 530b-zero3-dp2 530b-zero3-dp4 530b-zero3-dp8`); a global batch of 280 sequences (35 to 140
+  micro-batches: every micro-batch the first stage holds is in flight, as at 1,920), so the rank steps in minutes.
+
 The plan compared is the CPU's program (what the rehearsal runs: CPU autocast, gloo's overlapped
 pipeline contract); "plan CUDA GiB" is the same rank planned for GPUs (docs/planner.md).
 
@@ -49,6 +54,10 @@ LAYOUTS = {
                                               "train.precision=fp16", "train.activation_checkpointing=none",
                                               "train.global_batch_size=64", "train.micro_batch_size=4"], 8),
 }
+for _dp in (2, 4, 8):
+    LAYOUTS[f"530b-zero3-dp{_dp}"] = ("mtnlg-530b", ["parallel.zero_stage=3", f"parallel.dp={_dp}",
+                                                  "train.global_batch_size=280"], 280 * _dp)
+FIRST_RANK_ONLY = {name for name in LAYOUTS if "-zero3-" in name}  # the static memory of a stage-0 rank
 
 
 def main() -> None:
@@ -61,7 +70,8 @@ def main() -> None:
             continue
         config = load_config(preset, overrides + ["train.rampup_batch_size=null"])
         config.validate(gpus)
-        result = rehearse(config, gpus, on_rank=lambda rank, name=name: print(name, _row(rank), flush=True))
+        result = rehearse(config, gpus, [0] if name in FIRST_RANK_ONLY else None,
+                          on_rank=lambda rank, name=name: print(name, _row(rank), flush=True))
         figures[name] = result
         rows += [[name, *_row(rank)] for rank in result["ranks"]]
     print_table("planner vs rehearsal, memory per rank (m/p: measured / planned)",

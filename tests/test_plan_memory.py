@@ -45,6 +45,31 @@ def test_zero1_divides_optimizer_state_by_dp():
         assert zero.weights == plain.weights and plain_layout.zero_stage == 0
 
 
+def test_each_zero_stage_divides_one_more_kind_of_state_by_dp():
+    """Stage 1 the optimizer state, stage 2 the gradients too, stage 3 the weights too (530B, TP8 x PP35)."""
+    config = load_config("mtnlg-530b")
+    for dp in (2, 8):
+        layout = Layout(tp=8, pp=35, dp=dp, micro_batch=1, checkpointing="full", grad_dtype="fp32")
+        plain = memory_per_gpu(config, layout)
+        for stage in (1, 2, 3):
+            zero = memory_per_gpu(config, replace(layout, zero_stage=stage))
+            assert zero.optimizer == pytest.approx(plain.optimizer / dp)
+            assert zero.gradients == pytest.approx(plain.gradients / (dp if stage >= 2 else 1))
+            assert zero.weights == pytest.approx(plain.weights / (dp if stage == 3 else 1))
+            assert (zero.gathered > 0) == (stage == 3) and (zero.staging > 0) == (stage >= 2)
+    one = Layout(tp=8, pp=35, dp=1, micro_batch=1, zero_stage=3)  # one replica: nothing to shard
+    assert memory_per_gpu(config, one).weights == memory_per_gpu(config, replace(one, zero_stage=0)).weights
+
+
+def test_the_planners_tensors_of_a_layer_add_up_to_its_parameter_count():
+    from trident.plan.zero_buffers import layer_tensors
+
+    for preset, extra in (("mtnlg-530b", []), ("llama-7b", ["model.num_kv_heads=8"]), ("llama-7b", [])):
+        config = load_config(preset, extra)
+        for tp in (1, 2, 8):
+            assert sum(layer_tensors(config, tp)) == pytest.approx(layer_params(config, tp)), (preset, extra, tp)
+
+
 def test_activations_are_linear_in_micro_batch():
     config = gpt(num_layers=4, hidden_size=64, num_heads=4, seq_length=128)
     config.train.global_batch_size = 64

@@ -31,9 +31,8 @@ import torch
 import torch.distributed as dist
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
+from trident.parallel.layout_rules import REDUCTIONS_IN_FLIGHT as MAX_IN_FLIGHT
 from trident.parallel.watch import watched
-
-MAX_IN_FLIGHT = 2  # stage >= 2: reduce-scatters in flight before the oldest is waited for (bounds staging memory)
 
 
 @dataclass

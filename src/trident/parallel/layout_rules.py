@@ -29,3 +29,27 @@ def stage_layer_counts(num_layers: int, pp: int, virtual_stages: int = 1,
     fits = partition is not None and len(partition) == pp * virtual_stages
     stages = partition_layers(num_layers, pp, virtual_stages, list(partition) if fits else None)
     return tuple(sum(len(chunk) for chunk in chunks) for chunks in stages)
+
+
+# ZeRO stages 2 and 3: gradient reduce-scatters in flight before the oldest is waited for (parallel/data.py;
+# each holds its bucket's fp32 staging buffer and 1/dp output: the bound on that memory the planner counts)
+REDUCTIONS_IN_FLIGHT = 2
+
+
+def dp_bytes_per_step(stage: int, dp: int, elements: int, param_bytes: int, micro_batches: int,
+                      grad_bytes: int = 4) -> int:
+    """Bytes one rank sends in a step's data-parallel collectives under ring algorithms (a collective
+    over B bytes sends (dp - 1)/dp x B from each rank, an all-reduce twice that), for a flat buffer of
+    `elements` (N: every bucket padded to a multiple of dp) of e = `param_bytes`-byte weights with
+    g = `grad_bytes`-byte gradients (trident's: fp32, 4) and m = `micro_batches` per step
+    (docs/training.md, "ZeRO stages"):
+      stage 0  all-reduce of the gradients                                2 (dp-1)/dp x g N
+      stage 1  reduce-scatter of the gradients, all-gather of the weights    (dp-1)/dp x (g + e) N
+      stage 2  a reduce-scatter per micro-batch, all-gather of the weights   (dp-1)/dp x (m g + e) N
+      stage 3  per micro-batch a reduce-scatter and two all-gathers
+               (before the forward, again before the backward)               (dp-1)/dp x m (g + 2e) N"""
+    if dp <= 1:
+        return 0
+    g, e, m = grad_bytes, param_bytes, micro_batches
+    per_element = {0: 2 * g, 1: g + e, 2: m * g + e, 3: m * (g + 2 * e)}[stage]
+    return elements * (dp - 1) // dp * per_element

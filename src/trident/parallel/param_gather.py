@@ -77,7 +77,8 @@ class ParamGather:
             for i, block in enumerate(chunk.blocks.values()):
                 following = blocks[i + 1] if i + 1 < len(blocks) else None
                 block.register_forward_pre_hook(partial(self._before, blocks[i], following, False))
-                block.register_forward_hook(partial(self._after, blocks[i], blocks[i - 1] if i else None, False))
+                block.register_forward_hook(partial(self._after, blocks[i], blocks[i - 1] if i else None, False,
+                                                    done=following))
 
     # ---- gathering ------------------------------------------------------------------------------
     def gather(self, unit: Unit | None, wait: bool = True) -> None:
@@ -113,8 +114,10 @@ class ParamGather:
             self.saving = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
             self.saving.__enter__()
 
-    def _after(self, unit: Unit, backward_next: Unit | None, chunk: bool, module, args, output) -> None:
-        """Forward hook: release the unit; before its backward, a hook on its output gathers it again."""
+    def _after(self, unit: Unit, backward_next: Unit | None, chunk: bool, module, args, output,
+               done: Unit | None = None) -> None:
+        """Forward hook: release the unit; before its backward, a hook on its output gathers it again
+        (after releasing `done`, the unit whose input that output is: its backward has just run)."""
         if in_backward():
             return
         if chunk and self.saving is not None:
@@ -122,9 +125,11 @@ class ParamGather:
             self.saving = None
         self.release(unit)
         if torch.is_grad_enabled() and isinstance(output, torch.Tensor) and output.requires_grad:
-            output.register_hook(partial(self._before_backward, unit, backward_next))
+            output.register_hook(partial(self._before_backward, unit, backward_next, done))
 
-    def _before_backward(self, unit: Unit, backward_next: Unit | None, grad: torch.Tensor) -> None:
+    def _before_backward(self, unit: Unit, backward_next: Unit | None, done: Unit | None, grad) -> None:
+        if done is not None:  # at most this unit and the next one's all-gather are held at once
+            self.release(done)
         self.gather(unit)
         self.gather(backward_next, wait=False)
 

@@ -17,6 +17,7 @@ from trident.config import Config
 from trident.config.pipeline_schedules import DEFAULT_SCHEDULE, spec
 from trident.parallel.layout_rules import sequence_split, stage_layer_counts, zero_in_effect
 from trident.plan import trainer_activations as trainer_acts
+from trident.plan.zero_buffers import gathered_bytes, staging_bytes
 
 CHECKPOINTING = ("none", "selective", "full")
 # Adam moments m and v in fp32; with 16-bit training an fp32 master copy of the weights as well.
@@ -54,9 +55,14 @@ class Layout:
         return sequence_split(self.tp, self.sequence_parallel)
 
     @property
-    def zero(self) -> bool:
-        """ZeRO-1 in effect (asked for, and more than one replica), as the trainer's RankLayout has it."""
+    def zero_effective(self) -> int:
+        """The ZeRO stage in effect (the one asked for, 0 with one replica), as the trainer's RankLayout has it."""
         return zero_in_effect(self.zero_stage, self.dp)
+
+    @property
+    def zero(self) -> bool:
+        """The optimizer state is sharded (ZeRO stage 1 or higher in effect)."""
+        return self.zero_effective >= 1
 
     def label(self) -> str:
         extra = f" v{self.virtual_stages}" if self.virtual_stages > 1 else ""
@@ -86,18 +92,20 @@ class MemoryBreakdown:
     stage: int
     in_flight: float  # micro-batches (x chunks, for interleaving) whose activations are held at once
     params: float  # parameters held by this GPU
-    optimizer_unsharded: float = 0.0  # what the optimizer state would take without ZeRO-1
+    optimizer_unsharded: float = 0.0  # what the optimizer state would take without ZeRO
     p2p_buffers: float = 0.0  # pipeline send/receive buffers: live while micro-batches run
     reduce_buffers: float = 0.0  # gradient reduction buffers: live after backward, while gradients reduce
     # trident's trainer reduces its fp32 buffer after the backward that fills it (a bucket starts once its
     # gradients are final, as the pipeline drains): its reduction buffers and the activation peak are not
     # live together. DeepSpeed-style buckets (the paper's program) reduce during the backward.
     reduction_after_backward: bool = False
+    staging: float = 0.0  # ZeRO-2/3: fp32 gradient buckets staged and in flight during the backward
+    gathered: float = 0.0  # ZeRO-3: all-gathered weights (a chunk's root, a block, the next block's)
 
     @property
     def total(self) -> float:
         static = self.weights + self.gradients + self.optimizer
-        running = self.activations + self.logits + self.p2p_buffers
+        running = self.activations + self.logits + self.p2p_buffers + self.staging + self.gathered
         if self.reduction_after_backward:
             return static + max(running, self.reduce_buffers)
         return static + running + self.reduce_buffers
@@ -221,15 +229,20 @@ def stage_memory(config: Config, layout: Layout, stage: int, flash_attention: bo
     t, p = config.train, layout
     params = stage_params(config, layout, stage)
     weight_b, grad_b, state_b = state_bytes(t.precision, layout.grad_dtype)
+    stage_in_effect = p.zero_effective
     weights, gradients, optimizer_full = params * weight_b, params * grad_b, params * state_b
     optimizer = optimizer_full / p.dp if p.zero else optimizer_full
+    weights /= p.dp if stage_in_effect == 3 else 1  # ZeRO-3: the owned slice of the weights only
+    gradients /= p.dp if stage_in_effect >= 2 else 1  # ZeRO-2/3: the owned slice of the gradients only
     # trident's pipeline runs batched exchanges on NCCL, overlapped ones on gloo (the CPU)
     contract = "overlapped" if flash_attention and device == "cpu" else "batched"
     flight = in_flight(layout, stage, micro_batches(config, layout), contract)
-    if flash_attention:
-        activations, logits = trainer_activation_bytes(config, layout, stage, flight, device)
-    else:
-        activations, logits = paper_activation_bytes(config, layout, stage, flight)
+    def activations_at(held: float) -> tuple[float, float]:  # (activations, logits) with `held` micro-batches
+        if flash_attention:
+            return trainer_activation_bytes(config, layout, stage, held, device)
+        return paper_activation_bytes(config, layout, stage, held)
+
+    activations, logits = activations_at(flight)
     e = element_bytes(t.precision)
     sbh = config.model.seq_length * p.micro_batch * config.model.hidden_size
     # send + receive buffers, activations forward and gradients backward
@@ -243,10 +256,19 @@ def stage_memory(config: Config, layout: Layout, stage: int, flash_attention: bo
         # trident's ZeRO-1 reduce-scatter writes each bucket's 1/dp to a separate output (gloo must not
         # alias input and output), and every bucket is in flight at once: 1/dp of the gradients.
         reduce = gradients / p.dp
+    staging = gathered = 0.0
+    if stage_in_effect >= 2:  # the staged buckets; after the backward, those still in flight (and stage
+        # 2's owned weight slices copied for the all-gather after the update)
+        staging, reduce = staging_bytes(config, layout, stage, micro_batches(config, layout), flight,
+                                        lambda held: sum(activations_at(held)))
+        reduce = max(reduce, params * weight_b / p.dp if stage_in_effect == 2 else 0.0)
+    if stage_in_effect == 3:
+        gathered = gathered_bytes(config, layout, stage, weight_b)
     return MemoryBreakdown(weights=weights, gradients=gradients, optimizer=optimizer, activations=activations,
                            logits=logits, buffers=p2p + reduce, stage=stage, in_flight=flight, params=params,
                            optimizer_unsharded=optimizer_full, p2p_buffers=p2p, reduce_buffers=reduce,
-                           reduction_after_backward=flash_attention and p.grad_dtype == "fp32")
+                           reduction_after_backward=flash_attention and p.grad_dtype == "fp32",
+                           staging=staging, gathered=gathered)
 
 
 def paper_activation_bytes(config: Config, layout: Layout, stage: int, flight: float) -> tuple[float, float]:

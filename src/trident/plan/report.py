@@ -38,14 +38,18 @@ def memory_table(plan: Plan) -> Table:
     master = mem.optimizer_unsharded > 8 * mem.params + 1  # 16-bit weights: an fp32 master copy exists
     table.add_row("gradients", _gib(mem.gradients), "fp32" if layout.grad_dtype == "fp32" or not master
                   else "training precision")
-    sharded = f"ZeRO-1 over dp={layout.dp}" if layout.zero_stage else "not sharded"
+    stage = layout.zero_effective
+    sharded = f"ZeRO-{stage} over dp={layout.dp}" if stage else "not sharded"
     table.add_row("optimizer", _gib(mem.optimizer), ("fp32 master + " if master else "") + f"Adam m, v; {sharded}")
-    other = mem.optimizer_unsharded / layout.dp if not layout.zero_stage else mem.optimizer_unsharded
-    table.add_row("  (optimizer with ZeRO-1)" if not layout.zero_stage else "  (optimizer without ZeRO-1)",
+    other = mem.optimizer_unsharded / layout.dp if not stage else mem.optimizer_unsharded
+    table.add_row("  (optimizer with ZeRO-1)" if not stage else "  (optimizer without ZeRO)",
                   _gib(other), "for comparison, not in the total")
     table.add_row("activations", _gib(mem.activations), f"checkpointing={layout.checkpointing}"
                   + (", sequence parallel" if layout.sequence_parallel else ""))
     table.add_row("logits", _gib(mem.logits), "last stage: the loss's fp32 probabilities and working set")
+    if stage >= 2:
+        table.add_row("ZeRO working set", _gib(mem.staging + mem.gathered), "fp32 gradient buckets staged for their "
+                      "reduce-scatter" + (", gathered weights (root, a block, the next)" if stage == 3 else ""))
     table.add_row("buffers", _gib(mem.buffers), "pipeline p2p and gradient buckets" + (
         " (buckets live after backward: the total takes the larger of them and the activations)"
         if mem.reduction_after_backward else ""))

@@ -11,11 +11,13 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Iterator
 
-from trident.config import Config
+from trident.config import CHOICES, Config
 from trident.config.pipeline_schedules import ScheduleError, searched_schedule, spec
 from trident.hardware import Hardware
 from trident.plan.memory import CHECKPOINTING, Layout, MemoryBreakdown, memory_per_gpu, micro_batches
 from trident.plan.time import TimeBreakdown, per_device, step_time
+
+ZERO_STAGES = CHOICES["parallel.zero_stage"]
 
 
 @dataclass
@@ -62,8 +64,8 @@ def layout_problems(config: Config, layout: Layout, gpus: int) -> list[str]:
         problems.append(f"pp x virtual_stages = {p.pp * p.virtual_stages} > model.num_layers={m.num_layers}")
     if p.checkpointing not in CHECKPOINTING:
         problems.append(f"checkpointing must be one of {CHECKPOINTING}, got {p.checkpointing!r}")
-    if p.zero_stage not in (0, 1):
-        problems.append(f"zero_stage must be 0 or 1, got {p.zero_stage}")
+    if p.zero_stage not in ZERO_STAGES:
+        problems.append(f"zero_stage must be one of {ZERO_STAGES}, got {p.zero_stage}")
     counts: tuple[int, ...] = ()
     if p.micro_batch < 1 or t.global_batch_size % (p.micro_batch * p.dp):
         problems.append(f"train.global_batch_size={t.global_batch_size} is not divisible by "
@@ -129,7 +131,7 @@ def candidate_layouts(config: Config, gpus: int, rejected: Counter | None = None
                     if rejected is not None:
                         rejected["mesh: " + _reason_kind(reason)] += 1
                 continue
-            zeros = (0, 1) if dp > 1 else (0,)
+            zeros = ZERO_STAGES if dp > 1 else (0,)
             for micro in divisors(t.global_batch_size // dp):
                 for v in range(1, m.num_layers // pp + 1) if pp > 1 else (1,):
                     base = Layout(tp=tp, pp=pp, dp=dp, micro_batch=micro, virtual_stages=v,

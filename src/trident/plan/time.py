@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, fields
 from trident import flops
 from trident.config import Config
 from trident.hardware import Hardware
+from trident.parallel.layout_rules import dp_bytes_per_step
 from trident.plan.memory import (ADAM_MOMENT_BYTES, Layout, distinct_stages, element_bytes, micro_batches,
                                  stage_layers, stage_params, state_bytes)
 
@@ -142,15 +143,16 @@ def stage_seconds(config: Config, layout: Layout, hardware: Hardware, gpus_per_n
 
 
 def gradient_sync_seconds(config: Config, layout: Layout, hardware: Hardware, gpus_per_node: int) -> float:
-    """Data-parallel reduction of the largest stage's gradients, plus the tied-embedding all-reduce."""
+    """Data-parallel traffic of the largest stage (layout_rules.dp_bytes_per_step: the gradients'
+    reduction, and with ZeRO the weights' all-gathers; a reduce-scatter per micro-batch from stage 2,
+    two all-gathers per micro-batch at stage 3), plus the tied-embedding all-reduce."""
     weight_b, grad_b, _ = state_bytes(config.train.precision, layout.grad_dtype)
     params = max(stage_params(config, layout, i) for i in distinct_stages(config, layout))
     bw, lat = link(hardware, layout.gpus, gpus_per_node)
-    if layout.zero:
-        # ZeRO-1: reduce-scatter the gradients, all-gather the updated weights.
-        seconds = ring_time(params * (grad_b + weight_b), layout.dp, bw, lat, factor=1.0)
-    else:
-        seconds = ring_time(params * grad_b, layout.dp, bw, lat)
+    stage, micro = layout.zero_effective, micro_batches(config, layout)
+    sent = dp_bytes_per_step(stage, layout.dp, round(params), weight_b, micro, grad_b)
+    rings = {0: 2, 1: 1, 2: micro, 3: 3 * micro}[stage]  # rings of dp - 1 hops, one latency each (as ring_time)
+    seconds = 0.0 if layout.dp <= 1 else sent / (bw * 1e9) + rings * (layout.dp - 1) * lat * 1e-6
     seconds *= 1 - hardware.dp_overlap
     if layout.pp > 1:  # first and last stage add their copies of the tied word embedding
         embedding = config.model.padded_vocab_size(layout.tp) * config.model.hidden_size / layout.tp * grad_b

@@ -16,12 +16,13 @@ def planned(config: Config, world_size: int, stage: int, device: str = "cpu") ->
     """`trident plan`'s memory of one rank of `stage`, in the rehearsal's categories: the program of
     trident's trainer (fp32 gradient buffers, SDPA, what its autograd graph keeps) on `device`; the
     rehearsal runs the CPU's program (CPU autocast keeps LayerNorm in bf16, CUDA's runs it in fp32).
-    Pipeline receive buffers and the loss are live during forward/backward, so they count with the
-    activations there; the total is the plan's peak (the reduction follows the backward)."""
+    Pipeline receive buffers, the loss, ZeRO-2/3's staged gradient buckets and ZeRO-3's gathered
+    weights are live during forward/backward, so they count with the activations there; the total is the plan's peak (the reduction follows the backward)."""
     layout = Layout.from_config(config, world_size, grad_dtype="fp32")
     plan = stage_memory(config, layout, stage, flash_attention=True, device=device)
     return {"weights": plan.weights, "gradients": plan.gradients, "optimizer": plan.optimizer,
-            "activations": plan.activations + plan.logits + plan.p2p_buffers, "buffers": plan.reduce_buffers,
+            "activations": plan.activations + plan.logits + plan.p2p_buffers + plan.staging + plan.gathered,
+            "buffers": plan.reduce_buffers,
             "total": plan.total}
 
 
