@@ -68,10 +68,12 @@ def test_record_lines_are_the_documents_lines_with_the_same_reports(tmp_path, st
     path = tmp_path / "mixed.jsonl.zst"
     good = [{"text": "plain"}, {"id": 7, "text": "number id", "url": "u"}, {"id": None, "text": "null id"},
             {"text": "ünï “quoted” — 😀", "source": "own", "dataset": "mine", "quality_score": 0.5},
-            {"meta": {"nested": [1, 2]}, "text": "text after meta", "id": "x"}, {"text": ""}]
+            {"meta": {"nested": [1, 2]}, "text": "text after meta", "id": "x"}, {"text": ""},
+            b'  {"text": "json spaces around"} \t', b'{"text": "nan", "score": NaN, "big": 1e400}']
     bad = [b'{"text": "unterminated', b"\xff not utf-8", {"url": "no text"}, b'{"text": "lone \\ud800"}', b"", b"   ",
-           b"[1]", {"text": "x" * 300}]
-    records = [r for pair in zip(good, bad) for r in pair] + good[len(bad):]
+           b"[1]", {"text": "x" * 300}, b'{"text": "junk after"} x', b'{"text": "vertical tab after"}\x0b',
+           '\ufeff{"text": "byte order mark"}'.encode()]
+    records = [r for pair in zip(good, bad) for r in pair] + good[len(bad):] + bad[len(good):]
     path.write_bytes(zstandard.ZstdCompressor().compress(_lines(*records)))
     docs_log, lines_log = RecordLog(strict=strict), RecordLog(strict=strict)
     try:

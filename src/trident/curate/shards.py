@@ -30,6 +30,19 @@ LEVEL, WORK_LEVEL = 3, 1  # zstd levels: published shards; shards only a later p
 PLAIN_SUFFIX = ".jsonl"  # a work shard written without compression (ShardWriter level None)
 _MAX_LOGGED = 200  # error examples kept per log; all of them are counted
 _json_line = json.JSONEncoder(ensure_ascii=False).encode  # json.dumps(x, ensure_ascii=False), one encoder for all
+# The quick record path's JSON, in C and made once: json.loads wraps the scanner in whitespace checks
+# (done here as it does them), and JSONEncoder.encode builds a new C encoder for every line. That
+# encoder skips the circular-reference check: a record just parsed from JSON cannot hold a cycle.
+_scan = json.JSONDecoder().scan_once
+_JSON_SPACE = " \t\n\r"  # json's whitespace around a document (str.strip's is wider)
+_c_encoder = json.encoder.c_make_encoder and json.encoder.c_make_encoder(
+    None, json.JSONEncoder(ensure_ascii=False).default, json.encoder.encode_basestring, None, ": ", ", ",
+    False, False, True)
+
+
+def _record_json(record: dict) -> str:
+    """``_json_line(record)`` of a record parsed from JSON (no cycles), without a new encoder each time."""
+    return "".join(_c_encoder(record, 0)) if _c_encoder else _json_line(record)
 
 
 class RecordLog:
@@ -139,10 +152,10 @@ def record_items(path: Path, log: RecordLog, dataset: str | None = None,
     """``record_lines``, each line with its record: the flat JSON object it encodes (Document.to_json's
     form). A line the quick path does not take (blank, too large, not a good record) goes the usual way."""
     path = location(path)
-    name, counters = str(path), log.counters
+    name, source, counters = str(path), path.name, log.counters
     try:
         for number, raw, size in iter_raw_lines(path, max_doc_bytes):
-            item = _quick_line(raw, f"{path.name}:{number}", path.name, dataset)
+            item = _quick_line(raw, number, source, dataset)
             if item is not None:
                 counters["in"] += 1
                 counters["out"] += 1
@@ -162,26 +175,28 @@ def record_items(path: Path, log: RecordLog, dataset: str | None = None,
         log.bad(path, f"line {err.line}", "unreadable_file", err.detail)
 
 
-def _quick_line(raw: bytes | None, default_id: str, source: str, dataset: str | None) -> tuple[bytes, dict] | None:
-    """(shard line, record) of a good record (a JSON object with a string "text") as Document.from_json,
-    read_documents and ShardWriter.write make it; None for any other line."""
+def _quick_line(raw: bytes | None, number: int, source: str, dataset: str | None) -> tuple[bytes, dict] | None:
+    """(shard line, record) of a good record (a JSON object with a string "text") on line ``number`` of
+    the file named ``source``, as Document.from_json, read_documents and ShardWriter.write make it;
+    None for any other line."""
     if raw is None:
         return None
     try:
-        value = json.loads(raw.decode("utf-8"))
-    except ValueError:  # not UTF-8, not JSON: the usual path names the reason
+        decoded = raw.decode("utf-8")
+        value, end = _scan(decoded, 0)  # leading whitespace or a BOM: StopIteration, as json.loads refuses a BOM
+    except (ValueError, StopIteration):  # not UTF-8, not JSON: the usual path names the reason
         return None
-    if type(value) is not dict or type(value.get("text")) is not str:
+    if type(value) is not dict or type(value.get("text")) is not str or decoded[end:].strip(_JSON_SPACE):
         return None
     doc_id = value.get("id")
     record = {"id": None, "text": None}
     record.update(value)  # meta in its order after id and text, whose places are kept
-    record["id"] = str(doc_id) if doc_id is not None else default_id
+    record["id"] = str(doc_id) if doc_id is not None else f"{source}:{number}"
     record.setdefault("source", source)
     if dataset is not None:
         record.setdefault("dataset", dataset)
     try:
-        return _json_line(record).encode("utf-8"), record
+        return _record_json(record).encode("utf-8"), record
     except UnicodeEncodeError:  # a lone surrogate: the usual path reports or raises as before
         return None
 
