@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from distributed import run_distributed
-from train_fixtures import (RAMP, VOCAB, RandomTokens, adam_state_sums, assert_matches, run_summary, tiny_config,
-                            train_full, trained)
+from train_fixtures import (RAMP, VOCAB, DataParallelTraffic, RandomTokens, adam_state_sums, assert_matches,
+                            run_summary, tiny_config, train_full)
 
 
 def _rank(rank, world, overrides, out_dir):
@@ -25,12 +25,25 @@ def test_3d_grid_of_8_matches_single_process(zero, reference, tmp_path):
 
 
 def _every_stage(rank, world, out_dir):
-    """Each ZeRO stage in turn on dp2, small buckets: the run's figures and its Adam state sums."""
+    """Each ZeRO stage in turn on dp2, small buckets: the run's figures, its Adam state sums, and per
+    step (logged DP bytes, DP bytes counted at torch.distributed, the docs' formula)."""
+    from trident.parallel.layout_rules import dp_bytes_per_step
+    from trident.train.trainer import Trainer
+
     results = {}
     for stage in range(4):
         config = tiny_config(*RAMP, "parallel.dp=2", f"parallel.zero_stage={stage}", "parallel.bucket_size_mb=0.01")
-        trainer, records = trained(config, f"{out_dir}/zero{stage}/r{rank}")
-        results[stage] = run_summary(trainer, records), adam_state_sums(trainer)
+        trainer = Trainer(config, f"{out_dir}/zero{stage}/r{rank}", datasets=(RandomTokens(32), None),
+                          vocab_size=VOCAB, log=lambda *a: None)
+        records = []
+        with DataParallelTraffic(trainer.mesh.group("dp")) as traffic:
+            for _ in range(config.train.steps):
+                records.append(trainer.train_step())
+                traffic.step()
+        elements = trainer.model.state_bytes()["weights"] // 4 * (2 if stage == 3 else 1)  # the padded flat buffer
+        formula = [dp_bytes_per_step(stage, 2, elements, 4, r["batch_size"] // 4) for r in records]
+        results[stage] = (run_summary(trainer, records), adam_state_sums(trainer),
+                          ([r["dp_comm_bytes"] for r in records], traffic.per_step, formula))
     for stage in (0, 3):  # bf16 weights and compute, fp32 master weights
         config = tiny_config(*RAMP, "parallel.dp=2", f"parallel.zero_stage={stage}", "train.precision=bf16")
         results[f"bf16 zero{stage}"] = train_full(config, f"{out_dir}/bf16-zero{stage}/r{rank}")[0]
@@ -38,11 +51,14 @@ def _every_stage(rank, world, out_dir):
 
 
 @pytest.mark.timeout(120)
-def test_every_zero_stage_on_dp2_matches_single_process(reference, tmp_path):
+def test_every_zero_stage_on_dp2_matches_single_process_and_sends_what_the_formula_says(reference, tmp_path):
     ranks = run_distributed(_every_stage, 2, str(tmp_path))
     for stage in range(4):
         assert_matches([r[stage][0] for r in ranks], reference)
         np.testing.assert_allclose(ranks[0][stage][1], ranks[0][0][1], rtol=1e-5)  # the same Adam state
+        for rank in ranks:  # DP bytes per step: logged == counted at torch.distributed == the docs' formula
+            logged, counted, formula = rank[stage][2]
+            assert logged == counted == formula, (stage, logged, counted, formula)
     assert ranks[0][3][1] == ranks[1][3][1]  # every rank sums every rank's pieces
     np.testing.assert_allclose(ranks[0]["bf16 zero3"], ranks[0]["bf16 zero0"], rtol=1e-3)
     np.testing.assert_allclose(ranks[0]["bf16 zero3"], reference[0], rtol=2e-2)  # as test_bf16_tracks_fp32

@@ -99,6 +99,41 @@ def train_full(config, out_dir):
     return run_summary(*trained(config, out_dir))
 
 
+class DataParallelTraffic:
+    """`with DataParallelTraffic(group) as traffic:` counts the bytes this rank sends in the
+    all-reduces, reduce-scatters and all-gathers issued on `group` (ring algorithms: (n-1)/n of the
+    full buffer, twice for an all-reduce), by wrapping torch.distributed's functions; the one-element
+    loss all-reduce is not gradient or weight traffic and is left out. `per_step` after each step."""
+
+    WRAPPED = {"all_reduce": 2, "reduce_scatter_tensor": 1, "all_gather_into_tensor": 1}
+
+    def __init__(self, group):
+        self.group, self.sent, self.per_step, self.saved = group, 0, [], {}
+
+    def __enter__(self):
+        size = dist.get_world_size(self.group)
+        for name, rings in self.WRAPPED.items():
+            original = self.saved[name] = getattr(dist, name)
+
+            def counted(*args, original=original, rings=rings, name=name, **kwargs):
+                group = kwargs.get("group", args[2] if len(args) > 2 and name != "all_reduce" else None)
+                full = args[1] if name == "reduce_scatter_tensor" else args[0]  # the whole buffer
+                if group is self.group and full.numel() > 1:
+                    self.sent += rings * full.numel() * full.element_size() * (size - 1) // size
+                return original(*args, **kwargs)
+            setattr(dist, name, counted)
+        return self
+
+    def step(self) -> None:
+        self.per_step.append(self.sent)
+        self.sent = 0
+
+    def __exit__(self, *exc):
+        for name, original in self.saved.items():
+            setattr(dist, name, original)
+        return False
+
+
 def adam_state_sums(trainer) -> list[float]:
     """Sums of Adam's m and v over the whole model, from every rank's saved (primary) state pieces."""
     from trident.parallel.state import by_kind
