@@ -1,5 +1,5 @@
-"""Per-rank parameter, gradient and optimizer bytes for DP = 1, 2, 4, with and without ZeRO-1, fp32 and
-bf16, counted from the tensors each rank actually holds after a real training step.
+"""Per-rank parameter, gradient and optimizer bytes for DP = 1, 2, 4 at ZeRO stages 0-3, fp32 and bf16,
+counted from the tensors each rank actually holds after a real training step.
 
 Each layout runs `dp` gloo processes that build trident's Trainer, train one step (all ranks must
 report the same loss), then count:
@@ -11,7 +11,8 @@ report the same loss), then count:
   `optimizer.state_bytes()`.
 Set beside docs/reference.md's model of mixed-precision Adam: 16 bytes/param (bf16 weights 2, grads 2,
 fp32 master 4, m 4, v 4) to 20 (fp32 gradients or extra buffers), with ZeRO-1 dividing the
-master + m + v part (12 bytes) by dp.
+master + m + v part (12 bytes) by dp, ZeRO-2 the gradients too and ZeRO-3 the weights too
+(docs/training.md, "ZeRO stages"; at stages 2 and 3 the buffers hold the owned slices only).
 
     python benchmarks/zero_memory.py [--quick]
 """
@@ -60,13 +61,13 @@ def _worker(rank, world, overrides):
             "buffer_elements": buffers.params.numel()}
 
 
-def theory_bytes_per_param(precision: str, dp: int, zero: bool) -> dict:
-    """docs/reference.md's model (16-bit grads) and trident's layout (fp32 grads)."""
+def theory_bytes_per_param(precision: str, dp: int, stage: int) -> dict:
+    """docs/reference.md's model (16-bit grads) and trident's layout (fp32 grads), at ZeRO `stage`."""
     weight = 2 if precision == "bf16" else 4
     states = (4 if precision == "bf16" else 0) + 8  # separate fp32 master only when training in 16 bits
-    shard = dp if zero else 1
-    return {"reference": weight + weight + states / shard if precision == "bf16" else None,
-            "trident": weight + 4 + states / shard}
+    shard = [dp if stage >= level else 1 for level in (3, 2, 1)]  # weights, gradients, optimizer
+    return {"reference": weight / shard[0] + weight / shard[1] + states / shard[2] if precision == "bf16" else None,
+            "trident": weight / shard[0] + 4 / shard[1] + states / shard[2]}
 
 
 def main() -> int:
@@ -77,8 +78,8 @@ def main() -> int:
     rows, results = [], []
     for precision in ("fp32", "bf16"):
         for dp in (1, 2, 4):
-            for zero in ((False,) if dp == 1 else (False, True)):
-                overrides = model + [f"train.precision={precision}", f"parallel.zero_stage={int(zero)}",
+            for zero in ((0,) if dp == 1 else (0, 1, 2, 3)):
+                overrides = model + [f"train.precision={precision}", f"parallel.zero_stage={zero}",
                                      "train.rampup_batch_size=null", "train.eval_interval=0", "train.steps=10",
                                      "train.device=cpu"]
                 ranks = run_ranks(_worker, dp, overrides, threads=1)
@@ -88,13 +89,13 @@ def main() -> int:
                 n = worst["params_count"]
                 total = worst["param_bytes"] + worst["grad_bytes"] + worst["optimizer_total"]
                 theory = theory_bytes_per_param(precision, dp, zero)
-                entry = {"precision": precision, "dp": dp, "zero1": zero, "params": n, "loss": worst["loss"],
+                entry = {"precision": precision, "dp": dp, "zero_stage": zero, "params": n, "loss": worst["loss"],
                          "per_rank": ranks, "bytes_per_param": total / n,
                          "optimizer_bytes_per_param": worst["optimizer_total"] / n, "theory": theory,
                          "state_bytes_agrees": all(r["state_bytes"] == r["optimizer_total"] for r in ranks)}
                 results.append(entry)
                 mib = 2**20
-                rows.append([precision, dp, "ZeRO-1" if zero else "-", f"{n:,}", f"{worst['param_bytes'] / mib:.2f}",
+                rows.append([precision, dp, f"ZeRO-{zero}" if zero else "-", f"{n:,}", f"{worst['param_bytes'] / mib:.2f}",
                              f"{worst['grad_bytes'] / mib:.2f}", f"{worst['optimizer_total'] / mib:.2f}",
                              f"{entry['optimizer_bytes_per_param']:.2f}", f"{entry['bytes_per_param']:.2f}",
                              f"{theory['trident']:.2f}",
