@@ -151,6 +151,42 @@ def test_line_copy_equals_the_document_copy(tmp_path):
                            "stage": "fuzzy_dedup", "sizes": str(sizes)})
 
 
+@pytest.mark.parametrize("name", ["in.jsonl", "in.jsonl.zst"])
+@pytest.mark.parametrize("drop", [[], [0, 1, 5, 6, 7, 99, 119], list(range(120))])
+def test_whole_shard_copy_is_the_line_by_line_copy_byte_for_byte(tmp_path, monkeypatch, name, drop):
+    """filter_lines_task reads a shard trident wrote at once and copies runs of kept lines: the same
+    compressed file (frames end where write_line ends them), drop log and counters as line by line."""
+    import trident.curate.dedup_shared as shared
+    import trident.curate.shards as shards
+
+    monkeypatch.setattr(shards, "FRAME_BYTES", 700)  # many frames from a small shard
+    docs = [Document(f"d{i}", f"Text {i} é “q” " * (i % 9), {"url": f"u{i}"}) for i in range(120)]
+    src = tmp_path / name
+    write_shard(src, docs, None if name.endswith(".jsonl") else 1)
+    sizes = tmp_path / "sizes.npy"
+    np.save(sizes, np.array([d.nbytes for d in docs], dtype=np.int64))
+    job = {"src": str(src), "drop": drop, "reason": "duplicate", "stage": "fuzzy_dedup", "sizes": str(sizes)}
+    whole = shared.filter_lines_task({**job, "dst": str(tmp_path / "whole.jsonl.zst")})
+    monkeypatch.setattr(shared, "_whole_lines", lambda path: None)
+    by_line = shared.filter_lines_task({**job, "dst": str(tmp_path / "line.jsonl.zst")})
+    assert whole == by_line and whole["out"] == 120 - len(drop)
+    assert (tmp_path / "whole.jsonl.zst").read_bytes() == (tmp_path / "line.jsonl.zst").read_bytes()
+    logs = [log_path(tmp_path / f"{copy}.jsonl.zst") for copy in ("whole", "line")]
+    assert [log.exists() for log in logs] == [bool(drop)] * 2
+    assert not drop or list(read_log(logs[0])) == list(read_log(logs[1])) != []
+
+
+def test_a_shard_not_read_whole_goes_line_by_line(tmp_path):
+    """A blank line (never in a shard trident wrote) sends the copy down the line-by-line path, which skips it."""
+    src = tmp_path / "in.jsonl"
+    src.write_bytes(b'{"id": "a", "text": "x"}\n\n{"id": "b", "text": "y"}\n')
+    sizes = tmp_path / "sizes.npy"
+    np.save(sizes, np.ones(2, dtype=np.int64))
+    counters = filter_lines_task({"src": str(src), "dst": str(tmp_path / "out.jsonl.zst"), "drop": [1],
+                                  "reason": "duplicate", "stage": "fuzzy_dedup", "sizes": str(sizes)})
+    assert counters["out"] == 1 and [d.id for d in read_shard(tmp_path / "out.jsonl.zst")] == ["a"]
+
+
 def test_stage_output_is_the_kept_input_lines(tmp_path):
     rng = random.Random(2)
     base = [" ".join(f"w{rng.randrange(3000)}" for _ in range(200)) for _ in range(12)]

@@ -23,6 +23,8 @@ from trident.curate.document import CurateError, Document
 from trident.curate.droplog import DropLog, log_path
 from trident.curate.shards import ShardWriter, read_shard, write_shard
 from trident.curate.stage import Executor, GlobalStage, output_paths
+from trident.text.compressed import open_binary
+from trident.text.compressed import open_binary
 from trident.text.jsonl import UnreadableFile, iter_raw_lines
 from trident.text.storage import load_array, location, make_folder, save_array
 
@@ -216,22 +218,70 @@ def shard_documents(path: Path) -> Iterator[Document]:
         yield parse_document(path, number, data)
 
 
+def _whole_lines(path: Path) -> tuple[bytes, np.ndarray] | None:
+    """(the shard's bytes, the offset just past each line's newline) when every line is a record as
+    trident writes them (starting "{", ending "\n" alone); None otherwise, or when the file does
+    not read whole: the line-by-line copy then reads it and names what is wrong."""
+    try:
+        with open_binary(path) as handle:
+            data = handle.read()
+    except (OSError, ValueError):
+        return None
+    found, at, find = [], 0, data.find
+    while (at := find(b"\n", at) + 1) > 0:  # bytes.find per line: no array the size of the shard
+        found.append(at)
+    ends = np.array(found, dtype=np.int64)
+    if len(ends) == 0 or ends[-1] != len(data):
+        return None
+    buf = np.frombuffer(data, dtype=np.uint8)
+    if not (buf[np.r_[0, ends[:-1]]] == ord("{")).all() or (buf[ends - 2] == ord("\r")).any():
+        return None
+    return data, ends
+
+
+def _filter_whole(src: Path, writer: ShardWriter, drops: DropLog, data: bytes, ends: np.ndarray,
+                  drop: np.ndarray, job: dict) -> int:
+    """``filter_lines_task``'s copy of a shard read whole: each run of kept lines is one slice (a
+    few Python calls a shard, not several a line); only dropped lines are decoded, for the log."""
+    starts = np.r_[0, ends[:-1]]
+    for row in np.flatnonzero(drop).tolist():  # row r is line r + 1: a shard read whole has no blank line
+        doc = parse_document(src, row + 1, data[starts[row] : ends[row] - 1])
+        drops.add(doc.id, str(doc.meta.get("url", "")), job["stage"], job["reason"])
+    view = memoryview(data)
+    edges = np.flatnonzero(np.diff(np.r_[0, (~drop).view(np.int8), 0])).tolist()  # kept runs: start, stop, ...
+    for first, stop in zip(edges[0::2], edges[1::2]):
+        base = starts[first]
+        writer.write_joined(view[base : ends[stop - 1]], ends[first:stop] - base)
+    return len(ends)
+
+
+def _filter_line_by_line(src: Path, writer: ShardWriter, drops: DropLog, drop: np.ndarray, job: dict) -> int:
+    """``filter_lines_task``'s copy of any shard ``read_shard`` reads, one line at a time; the rows it read."""
+    rows = 0
+    for row, (number, data) in enumerate(shard_lines(src)):
+        if row < len(drop) and not drop[row]:
+            writer.write_line(data)
+        elif row < len(drop):  # only dropped lines are decoded, for the log
+            doc = parse_document(src, number, data)
+            drops.add(doc.id, str(doc.meta.get("url", "")), job["stage"], job["reason"])
+        rows += 1
+    return rows
+
+
 def filter_lines_task(job: dict) -> Counter:
-    """Copy shard ``src`` to ``dst`` line by line without the rows in ``drop``; byte counters
-    from ``sizes`` (a .npy of every row's text size in UTF-8 bytes, saved when the shard was read)."""
+    """Copy shard ``src`` to ``dst`` without the rows in ``drop``, kept lines byte for byte; byte
+    counters from ``sizes`` (a .npy of every row's text size in UTF-8 bytes, saved when the shard
+    was read)."""
     src, dst, reason = location(job["src"]), location(job["dst"]), job["reason"]
     sizes = load_array(job["sizes"])
     drop = np.zeros(len(sizes), dtype=bool)
     drop[np.asarray(job["drop"], dtype=np.int64)] = True
-    rows = 0
+    whole = _whole_lines(src)  # a shard trident wrote, read at once: the usual case
     with ShardWriter(dst) as writer, DropLog(log_path(dst)) as drops:
-        for row, (number, data) in enumerate(shard_lines(src)):
-            if row < len(sizes) and not drop[row]:
-                writer.write_line(data)
-            elif row < len(sizes):  # only dropped lines are decoded, for the log
-                doc = parse_document(src, number, data)
-                drops.add(doc.id, str(doc.meta.get("url", "")), job["stage"], reason)
-            rows += 1
+        if whole is not None and len(whole[1]) == len(sizes):
+            rows = _filter_whole(src, writer, drops, *whole, drop, job)
+        else:
+            rows = len(whole[1]) if whole is not None else _filter_line_by_line(src, writer, drops, drop, job)
         if rows != len(sizes):
             raise CurateError(f"{src}: {rows} documents now, {len(sizes)} when it was read: the shard changed")
     dropped = int(drop.sum())
