@@ -276,11 +276,19 @@ class FuzzyDedup(GlobalStage):
         # workers left one worker to verify the third alone (1.5x, not 2x, for the step).
         workers = getattr(executor, "workers", 1)
         tasks = min(len(pairs), -(-len(pairs) // (_VERIFY_BATCH * workers)) * workers)
-        bounds = _equal_cost_bounds(_pair_bytes(pairs, work / "shingles"), tasks)
-        jobs = [{"pairs": pairs[a:b], "shingle_dir": str(work / "shingles"), "ngram": self.minhash["ngram"],
+        # The pairs of one candidate cluster next to each other: a verification piece then makes a
+        # document's shingle keys once for all its pairs (in candidate order, once for each piece
+        # holding one of them: nearly twice the bytes on a corpus of many copies).
+        nodes, labels = component_labels(pairs)
+        order = np.argsort(labels[np.searchsorted(nodes, pairs[:, 0])], kind="stable")
+        grouped = pairs[order]
+        bounds = _equal_cost_bounds(_pair_bytes(grouped, work / "shingles"), tasks)
+        jobs = [{"pairs": grouped[a:b], "shingle_dir": str(work / "shingles"), "ngram": self.minhash["ngram"],
                  "unit": self.minhash["unit"], "threshold": self.threshold}
                 for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
-        return np.concatenate(executor.map(_verify_task, jobs, desc="fuzzy_dedup: verify"))
+        similarity = np.empty(len(pairs), dtype=np.float32)
+        similarity[order] = np.concatenate(executor.map(_verify_task, jobs, desc="fuzzy_dedup: verify"))
+        return similarity
 
     def _choose_drops(self, verified: np.ndarray, shingle_dir: Path) -> np.ndarray:
         """Components of the verified pairs; every member but each component's best one is dropped."""
