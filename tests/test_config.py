@@ -15,6 +15,14 @@ def test_presets_load_and_validate():
     assert len(mtnlg.data.paths) == 30 and abs(sum(mtnlg.data.paths[0::2]) - 1.0) < 0.01
 
 
+def test_a_folder_named_like_a_preset_does_not_hide_it(tmp_path, monkeypatch):
+    (tmp_path / "demo").mkdir()  # e.g. `trident demo --out demo` run before, in this working folder
+    monkeypatch.chdir(tmp_path)
+    from trident.config.typed import PRESET_DIR
+
+    assert load_config("demo").to_dict() == load_config(str(PRESET_DIR / "demo.yaml")).to_dict()
+
+
 def test_overrides_are_yaml_and_typed():
     config = load_config("tiny", ["train.lr=3e-4", "data.paths=[0.3,a,0.7,b]", "parallel.sequence_parallel=true",
                                   "train.rampup_batch_size=[2,2,100]"])

@@ -166,7 +166,7 @@ def resolve_path(path: str | Path) -> Path:
         raise ConfigError(f"config file '{path}': a URL; config files are read from a local path or a preset "
                           f"name (copy it here first)")
     candidate = Path(path)
-    if candidate.exists():
+    if candidate.is_file():  # a folder named like a preset (runs/demo's 'demo' in the working folder) is not one
         return candidate
     name = str(path)[:-5] if str(path).endswith(".yaml") else str(path)
     preset = PRESET_DIR / f"{Path(name).name}.yaml"
