@@ -204,3 +204,34 @@ def test_stage_output_is_the_kept_input_lines(tmp_path):
         write_shard(expected, [d for d in read_shard(src) if d.id in kept])
         assert open_binary(out).read() == open_binary(expected).read()
     assert stage.counters["bytes_in"] == sum(d.nbytes for d in docs)
+
+
+def test_bucket_rows_read_from_a_file_or_an_object_are_the_saved_slices(tmp_path):
+    """The bucket phase reads each partition's rows of a shard's one file, by byte range: locally and
+    from an object store alike (memory://)."""
+    from trident.curate.fuzzy_dedup import _load_rows
+    from trident.text.storage import location, save_array
+
+    records = np.zeros(1000, dtype=[("band", "u2"), ("key", "u8"), ("doc", "u8")])
+    records["key"], records["doc"] = np.arange(1000) * 7, np.arange(1000)
+    for where in (str(tmp_path / "s000000.npy"), f"memory://{tmp_path.name}/s000000.npy"):
+        save_array(location(where), records)
+        for start, stop in [(0, 0), (0, 1000), (17, 403), (999, 1000)]:
+            assert np.array_equal(_load_rows(location(where), start, stop), records[start:stop])
+
+
+def test_fuzzy_dedup_with_its_work_in_an_object_store_keeps_what_a_local_run_keeps(tmp_path):
+    """The local executor's steps with OUT (and so every work file) under a URL: the same documents
+    and counters as with a local OUT."""
+    rng = random.Random(3)
+    base = [" ".join(rng.choice("abcdefghij") * rng.randrange(2, 7) for _ in range(80)) for _ in range(6)]
+    docs = [Document(f"d{i}", base[i % 6] + f" edit {i % 4}") for i in range(36)]
+    inputs = [tmp_path / f"in{k}.jsonl.zst" for k in range(3)]
+    for k, path in enumerate(inputs):
+        write_shard(path, docs[k::3])
+    runs = {}
+    for name, out in (("local", tmp_path / "out"), ("store", f"memory://{tmp_path.name}/out")):
+        stage = FuzzyDedup(bands=20, partitions=4)
+        outputs = stage.run(inputs, out, SERIAL)
+        runs[name] = (sorted(d.id for path in outputs for d in read_shard(path)), dict(stage.counters))
+    assert runs["local"] == runs["store"] and runs["local"][1]["dropped:duplicate"] > 0

@@ -3,9 +3,10 @@
 Steps (each a map over files, so no step needs more than one shard or partition in memory):
   1. per shard: every document normalised and shingle-hashed in compiled code
      (trident.curate.shingle_kernel, the rules of trident.curate.minhash), its MinHash signature and
-     LSH band keys; (band, key, doc) records go to ``partitions`` bucket files chosen by key; the
-     normalised UTF-8 text, keep-priority fields and text sizes are kept for steps 3 to 5;
-  2. per partition: documents sharing a (band, key) bucket become candidate pairs;
+     LSH band keys; (band, key, doc) records go to one file a shard, sorted into ``partitions`` by
+     key; the normalised UTF-8 text, keep-priority fields and text sizes are kept for steps 3 to 5;
+  2. per partition: documents sharing a (band, key) bucket become candidate pairs (the partition's
+     rows of every shard's file; the pairs come back to this process, which makes them unique);
   3. per batch of pairs: true Jaccard of the candidates' shingle sets, from shingle keys made
      again from their kept normalised text (only candidates' bytes are read: a byte per text byte
      on disk, where keeping every document's hashes wrote eight; a key is cheaper than a hash,
@@ -31,10 +32,8 @@ from trident.curate.dedup_shared import (
     concat_structured,
     dataset_salt,
     doc_keys,
-    load_partition,
     priority_array,
     priority_fields,
-    save_partitioned,
     shard_documents,
     split_keys,
     stored_priorities,
@@ -43,7 +42,7 @@ from trident.curate.dedup_shared import (
 from trident.curate.minhash import MinHasher, bucket_pairs
 from trident.curate.runner import read_raw_documents
 from trident.curate.stage import Executor, GlobalStage, register_stage
-from trident.text.storage import is_remote, load_array, location, make_folder, open_write, remove_tree, save_array
+from trident.text.storage import is_remote, load_array, location, make_folder, open_read, open_write, remove_tree, save_array
 
 _BUCKET_DTYPE = [("band", "u2"), ("key", "u8"), ("doc", "u8")]
 _SIGNATURE_CHARS = 1 << 20  # characters of text shingled and signed at once (their hashes: 8 bytes each)
@@ -51,10 +50,11 @@ _VERIFY_BATCH = 50_000  # candidate pairs per verification task
 _VERIFY_BYTES = 1 << 21  # normalised text bytes a verification task hashes at once (<= 1 hash, 8 bytes, each)
 
 
-def _signature_task(job: dict) -> Counter:
-    """Map: LSH band keys of every document of one shard, written to bucket partition files. Kept
-    for the later steps: every document's normalised UTF-8 text (work/shingles/s<shard>.text) with
-    its keep-priority fields (s<shard>.npz), and every row's text size (work/rows). With a "read"
+def _signature_task(job: dict) -> dict:
+    """Map: LSH band keys of every document of one shard, written to work/buckets/s<shard>.npy sorted
+    by partition; returns {"no_shingles": n, "bounds": where each partition's rows start, then the
+    end}. Kept for the later steps: every document's normalised UTF-8 text (work/shingles/s<shard>.text)
+    with its keep-priority fields (s<shard>.npz), and every row's text size (work/rows). With a "read"
     task the shard is read from the raw input, and written, in the same pass."""
     from trident.curate.shingle_kernel import band_keys, hashes_of_normalised, minhash_signatures, normalised_bytes
 
@@ -93,12 +93,29 @@ def _signature_task(job: dict) -> Counter:
                 held = 0
         if batch:
             flush(store)
-    counters["signed"] += len(sizes)
     _save_shard_tables(work, shard, fields, lengths, sizes)
     records = np.concatenate(chunks) if chunks else np.zeros(0, dtype=_BUCKET_DTYPE)
-    save_partitioned(records, records["key"] % np.uint64(job["partitions"]), work / "buckets",
-                     "p", f"s{shard:06d}")
-    return counters
+    bounds = _save_buckets(records, job["partitions"], work / "buckets" / f"s{shard:06d}.npy")
+    return {"no_shingles": counters["no_shingles"], "bounds": bounds}
+
+
+def _save_buckets(records: np.ndarray, partitions: int, path: Path) -> list[int]:
+    """One file of a shard's bucket records, sorted by partition (key mod partitions; in their order
+    within one); returns the row where each partition starts, then the end. One file a shard, not a
+    file a partition: a run's folders and files do not grow with the partitions."""
+    part = (records["key"] % np.uint64(partitions)).astype(np.uint16 if partitions <= 1 << 16 else np.int64)
+    make_folder(path.parent)
+    save_array(path, np.take(records, np.argsort(part, kind="stable")))  # 16-bit keys: a radix sort
+    return np.r_[0, np.cumsum(np.bincount(part, minlength=partitions))].tolist()
+
+
+def _load_rows(path: Path, start: int, stop: int) -> np.ndarray:
+    """Rows [start, stop) of an array np.save wrote, reading only their bytes (a file or an object)."""
+    readers = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+    with open_read(path) as handle:
+        shape, _, dtype = readers[np.lib.format.read_magic(handle)](handle)
+        handle.seek(handle.tell() + start * dtype.itemsize)
+        return np.frombuffer(handle.read((stop - start) * dtype.itemsize), dtype=dtype)
 
 
 def _save_shard_tables(work: Path, shard: int, fields: list, lengths: list, sizes: list) -> None:
@@ -114,14 +131,15 @@ def _save_shard_tables(work: Path, shard: int, fields: list, lengths: list, size
     save_array(work / "rows" / f"s{shard:06d}.npy", np.array(sizes, dtype=np.int64))
 
 
-def _bucket_task(job: dict) -> tuple[int, int]:
-    """Reduce: candidate pairs of one bucket partition, saved to a file; (buckets, pairs) counts."""
-    records = load_partition(location(job["part_dir"]))
-    if records is None:
-        return 0, 0
+def _bucket_task(job: dict) -> tuple[int, np.ndarray]:
+    """Reduce: (buckets shared by >= 2 documents, candidate pairs) of one partition, from its rows of
+    every shard's bucket file (``job["slices"]``: (file, first row, end row))."""
+    parts = [_load_rows(location(path), start, stop) for path, start, stop in job["slices"]]
+    if not parts:
+        return 0, np.zeros((0, 2), dtype=np.uint64)
+    records = np.concatenate(parts)
     pairs, buckets = bucket_pairs(records["band"], records["key"], records["doc"], job["all_pairs_up_to"])
-    save_array(location(job["out"]), pairs)
-    return buckets, len(pairs)
+    return buckets, pairs
 
 
 def _text_file(npz: Path) -> Path:
@@ -254,16 +272,15 @@ class FuzzyDedup(GlobalStage):
         jobs = [{"shard": i, "path": str(p), "read": read, "work": str(work), "minhash": self.minhash,
                  "scope": self.scope, "partitions": self.partitions, "priority": self.priority,
                  "priority_field": self.priority_field} for i, (p, read) in enumerate(zip(inputs, reads))]
-        for counters in executor.map(_signature_task, jobs, desc="fuzzy_dedup: minhash"):
-            self.counters["no_shingles"] += counters["no_shingles"]
-        make_folder(work / "candidates")
-        jobs = [{"part_dir": str(work / "buckets" / f"p{p:06d}"), "all_pairs_up_to": self.all_pairs_up_to,
-                 "out": str(work / "candidates" / f"p{p:05d}.npy")} for p in range(self.partitions)]
+        signed = executor.map(_signature_task, jobs, desc="fuzzy_dedup: minhash")
+        self.counters["no_shingles"] += sum(result["no_shingles"] for result in signed)
+        files = [str(work / "buckets" / f"s{shard:06d}.npy") for shard in range(len(inputs))]
+        jobs = [{"slices": [(f, r["bounds"][p], r["bounds"][p + 1]) for f, r in zip(files, signed)
+                            if r["bounds"][p + 1] > r["bounds"][p]],
+                 "all_pairs_up_to": self.all_pairs_up_to} for p in range(self.partitions)]
         results = executor.map(_bucket_task, jobs, desc="fuzzy_dedup: buckets")
         self.counters["shared_buckets"] += sum(r[0] for r in results)
-        files = sorted((work / "candidates").glob("p*.npy"))
-        found = [load_array(f) for f in files] + [np.zeros((0, 2), dtype=np.uint64)]
-        pairs = unique_pairs(np.concatenate(found))
+        pairs = unique_pairs(np.concatenate([r[1] for r in results] + [np.zeros((0, 2), dtype=np.uint64)]))
         self.counters["candidates"] += len(pairs)
         return pairs
 
