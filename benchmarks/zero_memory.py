@@ -95,7 +95,8 @@ def main() -> int:
                          "state_bytes_agrees": all(r["state_bytes"] == r["optimizer_total"] for r in ranks)}
                 results.append(entry)
                 mib = 2**20
-                rows.append([precision, dp, f"ZeRO-{zero}" if zero else "-", f"{n:,}", f"{worst['param_bytes'] / mib:.2f}",
+                rows.append([precision, dp, f"ZeRO-{zero}" if zero else "-", f"{n:,}",
+                             f"{worst['param_bytes'] / mib:.2f}",
                              f"{worst['grad_bytes'] / mib:.2f}", f"{worst['optimizer_total'] / mib:.2f}",
                              f"{entry['optimizer_bytes_per_param']:.2f}", f"{entry['bytes_per_param']:.2f}",
                              f"{theory['trident']:.2f}",

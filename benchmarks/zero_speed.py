@@ -59,7 +59,8 @@ def main() -> int:
     args = parser.parse_args()
     overrides = MODEL + (QUICK if args.quick else []) + [
         "parallel.dp=2", "train.rampup_batch_size=null", "train.eval_interval=0", "train.steps=1000000",
-        "train.device=cpu", "train.threads=1", "diagnostics.straggler_interval=0", "diagnostics.weight_check_interval=0"]
+        "train.device=cpu", "train.threads=1", "diagnostics.straggler_interval=0",
+        "diagnostics.weight_check_interval=0"]
     ranks = run_ranks(_worker, 2, overrides, args.steps, threads=1, timeout=3600)
     rows, figures = [], {}
     walls = {s: [max(step) for step in zip(*(r[0][s] for r in ranks))] for s in STAGES}  # the slower rank

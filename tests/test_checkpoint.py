@@ -75,7 +75,8 @@ def _across_zero_stages(rank, world, out_dir):
                 held = full_state(loaded, kind)
                 assert held.keys() == saved[kind].keys(), (saved_at, stage, kind)
                 for name, value in held.items():
-                    np.testing.assert_array_equal(value, saved[kind][name], err_msg=f"{saved_at}->{stage} {kind} {name}")
+                    np.testing.assert_array_equal(value, saved[kind][name],
+                                                  err_msg=f"{saved_at}->{stage} {kind} {name}")
     zero3 = [*base, "parallel.zero_stage=3"]
     second = run_steps(zero3, f"{out_dir}/3", load="auto")
     return first + second, run_steps(zero3, f"{out_dir}/whole")

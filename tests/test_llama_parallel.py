@@ -26,7 +26,8 @@ CASES = {
                                         "parallel.zero_stage=3"]),
     # ZeRO-3 under every schedule (1F1B: tests/test_parallel_data.py), with SP and activation checkpointing
     "mqa tp2 x dp2 zero3 + sp + full": (MQA, ["parallel.tp=2", "parallel.dp=2", "parallel.zero_stage=3",
-                                              "parallel.sequence_parallel=true", "train.activation_checkpointing=full"]),
+                                              "parallel.sequence_parallel=true",
+                                              "train.activation_checkpointing=full"]),
     "mqa pp2 gpipe x dp2 zero3": (MQA, ["parallel.pp=2", "parallel.dp=2", "parallel.schedule=gpipe",
                                         "parallel.zero_stage=3"]),
     "gqa pp2 zb-h1 x dp2 zero3": (LLAMA, ["parallel.pp=2", "parallel.dp=2", "parallel.schedule=zb-h1",

@@ -243,7 +243,8 @@ def _check_zero(config: Config) -> None:
         section, name = key.split(".")
         setting = getattr(getattr(config, section), name)
         if (setting == value) if value is not None else bool(setting):
-            raise ConfigError(f"config key 'parallel.zero_stage': 3 cannot be combined with {key}={setting}: {why}")
+            raise ConfigError(f"config key 'parallel.zero_stage': 3 cannot be combined with {key}={setting}: "
+                              f"{why}")
 
 
 def validate(config: Config, world_size: int | None = None) -> None:

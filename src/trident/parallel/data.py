@@ -86,7 +86,7 @@ class GradBuffers:
         self.accumulations = {id(param): 0 for _, param in self.named_params}
         self.expected = 0  # accumulations that make a gradient final this step (0: not known)
         self.in_flight: list[tuple] = []  # stage >= 2: (bucket, staging, output, work, launched_at)
-        self.on_released = None  # stage 3: called with a bucket whose gradient is complete (param_gather)
+        self.on_released = None  # stage 3: releases a bucket no longer needed (param_gather's, which forgets it too)
         self.recorder = None  # a TimelineRecorder: reductions are timed into it while it records
         self.sent_bytes = 0
 
@@ -353,7 +353,7 @@ class GradBuffers:
         for bucket in self.buckets:
             if bucket.gathering is not None:
                 self.gather(bucket)
-            self.release(bucket)
+            (self.on_released or self.release)(bucket)
 
 
 def all_reduce_coalesced(tensors: list[torch.Tensor], group, op=dist.ReduceOp.SUM) -> None:

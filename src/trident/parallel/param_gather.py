@@ -135,9 +135,10 @@ class ParamGather:
 
     # ---- what autograd saves of gathered weights ------------------------------------------------
     def _pack(self, tensor: torch.Tensor):
-        bucket = self.by_storage.get(tensor.untyped_storage()._cdata)
-        if bucket is None:
-            return tensor
+        key = tensor.untyped_storage()._cdata
+        bucket = self.by_storage.get(key)
+        if bucket is None or bucket.full is None or bucket.full.untyped_storage()._cdata != key:
+            return tensor  # not gathered weights (a storage address is reused only after it is freed)
         return SavedRef(bucket, tensor.storage_offset(), tuple(tensor.shape), tuple(tensor.stride()))
 
     def _unpack(self, saved):
