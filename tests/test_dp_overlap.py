@@ -139,3 +139,81 @@ def test_reduce_boxes_are_outside_the_pipeline_makespan_and_drawn(tmp_path):
     assert recorder.now() == 2.5
     with pytest.raises(ValueError, match="unknown timeline box kind"):
         recorder.add("allreduce", 0, 0, 0.0, 1.0)
+
+
+def _staged(rank, world):
+    """ZeRO-2 buffers over three linear layers, one bucket each: the DP bytes launched after each of two
+    micro-batches' backward (before reduce()), and the owned gradient slices after reduce()."""
+    from trident.parallel.data import GradBuffers
+
+    torch.manual_seed(0)
+    layers = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4), torch.nn.Linear(4, 4))
+    plain = [p.detach().clone().requires_grad_() for p in layers.parameters()]
+    buffers = GradBuffers(list(layers.named_parameters()), torch.distributed.group.WORLD, world, rank, 64,
+                          stage=2, overlap=True)
+    launched = []
+    for micro in range(2):
+        x = torch.full((2, 4), float(rank + micro))
+        layers(x).sum().backward()
+        launched.append(buffers.sent_bytes)
+        w0, b0, w1, b1, w2, b2 = plain  # the same sums without buffers: autograd, then an all-reduce
+        torch.nn.functional.linear(torch.nn.functional.linear(torch.nn.functional.linear(x, w0, b0), w1, b1),
+                                   w2, b2).sum().backward()
+    buffers.reduce()
+    for p in plain:
+        torch.distributed.all_reduce(p.grad)
+    owned = [buffers.owned_grad(p) for p in layers.parameters()]
+    expected = [p.grad.reshape(-1)[slice(*buffers.owned_slice(q))] for p, q in zip(plain, layers.parameters())]
+    return launched, len(buffers.buckets), all(torch.allclose(a, b) for a, b in zip(owned, expected))
+
+
+@pytest.mark.timeout(60)
+def test_zero2_reduce_scatters_every_bucket_during_each_micro_batchs_backward():
+    for launched, buckets, correct in run_distributed(_staged, 2):
+        assert buckets == 3
+        per_backward = (4 * 4 + 4) * 4 * 3 // 2  # every bucket's fp32 gradient, (dp - 1)/dp of it sent
+        assert launched == [per_backward, 2 * per_backward]  # launched inside the backward, not after
+        assert correct  # the owned slices hold the sum over ranks and micro-batches
+
+
+def _prefetches(rank, world):
+    """ZeRO-3 over a 3-block GPT: at each block's forward, and just before its backward, which blocks'
+    weights are gathered and which all-gathers are posted but not yet waited for."""
+    from trident.model.gpt import build_model
+    from trident.parallel.data import GradBuffers
+    from trident.parallel.param_gather import ParamGather, unit_keys
+
+    cfg = tiny_config("model.num_layers=3").model
+    model = build_model(cfg, cfg.padded_vocab_size(1), 0)
+    keys = unit_keys([model])
+    buffers = GradBuffers(list(model.named_parameters()), torch.distributed.group.WORLD, world, rank, 2**30,
+                          stage=3, overlap=True, unit_of=keys)
+    ParamGather(buffers, [model])
+    block_of = {b.index: keys[id(b.params[0])][1] for b in buffers.buckets}
+    seen = []
+
+    def state(moment, key):
+        gathered = sorted({block_of[b.index] for b in buffers.buckets if b.full is not None})
+        posted = sorted({block_of[b.index] for b in buffers.buckets if b.gathering is not None})
+        seen.append((moment, key, gathered, posted))
+
+    def before_backward(module, args, out, key) -> None:
+        out.register_hook(lambda grad: state("backward", key))
+
+    for key, block in model.blocks.items():  # registered after ParamGather's: they see what it did
+        block.register_forward_pre_hook(lambda m, a, key=key: state("forward", key))
+        block.register_forward_hook(lambda m, a, out, key=key: before_backward(m, a, out, key))
+    tokens = torch.randint(0, 96, (2, 8))
+    model(tokens, tokens).mean().backward()
+    buffers.reduce()
+    return seen, sorted(block_of[b.index] for b in buffers.buckets if b.full is not None)
+
+
+@pytest.mark.timeout(60)
+def test_zero3_posts_the_next_blocks_all_gather_before_this_block_computes():
+    for seen, left in run_distributed(_prefetches, 2):
+        assert seen == [("forward", "0", ["0", "root"], ["1"]), ("forward", "1", ["1", "root"], ["2"]),
+                        ("forward", "2", ["2", "root"], []),
+                        ("backward", "2", ["2", "root"], ["1"]), ("backward", "1", ["1", "root"], ["0"]),
+                        ("backward", "0", ["0", "root"], [])]
+        assert left == []  # nothing stays gathered after the step
