@@ -105,7 +105,7 @@ def odd_texts(seed: int = 0) -> list[str]:
     rng = random.Random(seed)
     alphabet = "ab cD\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f  xyZé’—\x85\xa0\u1680\u2003\u2028\u3000😀İǅß日"
     fixed = ["", " ", "\u3000", "a", "ab", "abcde", " abcde ", "Zé  xx", "ÀB", "x" * 40, "é" * 40, "😀" * 9,
-             "\ud800 lone surrogate"]
+             "\ud800 lone surrogate", "ΟΔΟΣ ΣΑΣ Σ", "İSTANBUL İi", "\u212a elvin \u023a \u1e9e", "𐐀𐐁 DESERET"]
     return fixed + ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 70))) for _ in range(300)]
 
 

@@ -16,11 +16,11 @@ def warm_jit() -> None:
     """Call every kernel of shingle_jit once with the argument types the tests and the JIT fallback use."""
     from trident.curate import shingle_jit as jit
     from trident.curate.minhash import MinHasher
-    from trident.curate.shingle_kernel import _ASCII_SPACE, _WIDE_SPACES, _XXH3_SECRET
+    from trident.curate.shingle_kernel import _ASCII_SPACE, _WIDE_SPACES, _XXH3_SECRET, _lower_table
 
     raw = np.frombuffer("a café, “quoted” — and more words ".encode() * 8, dtype=np.uint8).copy()
     bounds = np.array([0, len(raw) // 2, len(raw)], dtype=np.int64)
-    buf, norm = jit.normalise_kernel(raw, bounds, _ASCII_SPACE, _WIDE_SPACES)
+    buf, norm, _ = jit.normalise_kernel(raw, bounds, _ASCII_SPACE, _WIDE_SPACES, _lower_table())
     buf = np.ascontiguousarray(buf)
     for ngram, word, packed in [(5, False, False), (3, True, False), (5, False, True)]:
         jit.shingle_kernel(buf, norm, ngram, word, packed)

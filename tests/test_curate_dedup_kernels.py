@@ -28,6 +28,19 @@ def test_normalisation_equals_the_python_rule():
     buf, bounds = normalised_bytes(texts)
     for i, text in enumerate(texts):
         assert bytes(buf[bounds[i] : bounds[i + 1]]) == normalize_for_shingles(text).encode("utf-8", "surrogatepass")
+    assert normalised_bytes([])[1].tolist() == [0]
+
+
+def test_the_lower_case_table_is_str_lower_for_every_character_it_covers():
+    """The compiled pass lower-cases non-ASCII text by a table of the Basic Multilingual Plane made
+    from str.lower; only İ (two characters) and Σ (ς or σ by context) are left to str.lower itself."""
+    from trident.curate.shingle_kernel import _lower_table
+
+    table = _lower_table()
+    assert table.shape == (0x10000,) and np.flatnonzero(table < 0).tolist() == [0x130, 0x3A3]
+    for code in range(0x10000):
+        if table[code] >= 0:
+            assert chr(code).lower() == chr(table[code]), hex(code)
 
 
 @pytest.mark.parametrize("ngram,unit", [(1, "char"), (2, "char"), (5, "char"), (9, "char"), (40, "char"),

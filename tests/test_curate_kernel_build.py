@@ -11,7 +11,7 @@ import pytest
 from dedup_fixtures import odd_texts
 from trident.curate import kernel_build, shingle_jit
 from trident.curate.minhash import MinHasher
-from trident.curate.shingle_kernel import _ASCII_SPACE, _WIDE_SPACES, _XXH3_SECRET
+from trident.curate.shingle_kernel import _ASCII_SPACE, _WIDE_SPACES, _XXH3_SECRET, _lower_table
 from trident.curate.stage import BUILTIN_STAGES, STAGE_MODULES, registered_stages
 
 
@@ -31,8 +31,9 @@ def test_the_extension_computes_what_the_jit_computes():
     data = [t.encode("utf-8", "surrogatepass") for t in texts]
     raw = np.frombuffer(b"".join(data), dtype=np.uint8).copy()
     bounds = np.r_[0, np.cumsum([len(d) for d in data])].astype(np.int64)
-    _compare(aot, shingle_jit, "normalise_kernel", raw, bounds, _ASCII_SPACE, _WIDE_SPACES)
-    buf, norm = shingle_jit.normalise_kernel(raw, bounds, _ASCII_SPACE, _WIDE_SPACES)
+    for table in (_lower_table(), np.zeros(0, dtype=np.int32)):
+        _compare(aot, shingle_jit, "normalise_kernel", raw, bounds, _ASCII_SPACE, _WIDE_SPACES, table)
+    buf, norm, _ = shingle_jit.normalise_kernel(raw, bounds, _ASCII_SPACE, _WIDE_SPACES, _lower_table())
     buf = np.ascontiguousarray(buf)
     for ngram, word, packed in [(5, False, False), (1, False, False), (3, True, False), (5, False, True), (3, True, True)]:
         _compare(aot, shingle_jit, "shingle_kernel", buf, norm, ngram, word, packed)

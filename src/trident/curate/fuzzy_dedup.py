@@ -56,7 +56,8 @@ def _signature_task(job: dict) -> dict:
     end}. Kept for the later steps: every document's normalised UTF-8 text (work/shingles/s<shard>.text)
     with its keep-priority fields (s<shard>.npz), and every row's text size (work/rows). With a "read"
     task the shard is read from the raw input, and written, in the same pass."""
-    from trident.curate.shingle_kernel import band_keys, hashes_of_normalised, minhash_signatures, normalised_bytes
+    from trident.curate.shingle_kernel import (band_keys, hashes_of_normalised, minhash_signatures, normalised_bytes,
+                                               utf8_texts)
 
     hasher = MinHasher(**job["minhash"])
     shard, work, counters = job["shard"], location(job["work"]), Counter()
@@ -64,7 +65,9 @@ def _signature_task(job: dict) -> dict:
     make_folder(work / "shingles")
 
     def flush(store) -> None:
-        buf, bounds = normalised_bytes(batch)
+        utf8 = utf8_texts(batch)
+        sizes.append(np.diff(utf8[1]))  # each text's UTF-8 bytes: Document.nbytes, from the one encoding
+        buf, bounds = normalised_bytes(batch, utf8)
         store.write(memoryview(buf))  # kept for verification: a byte per byte, hashed again only for candidates
         lengths.append(np.diff(bounds))
         flat, offsets = hashes_of_normalised(buf, bounds, hasher.ngram, hasher.unit)
@@ -72,7 +75,7 @@ def _signature_task(job: dict) -> dict:
         counters["no_shingles"] += int(np.count_nonzero(~signed))  # empty text: left to exact dedup
         keys = band_keys(hasher, minhash_signatures(flat, offsets, hasher.multipliers)[signed])
         keys ^= np.array(salts, dtype=np.uint64)[signed][:, None]
-        docs = doc_keys(shard, np.arange(len(sizes) - len(batch), len(sizes)))[signed]
+        docs = doc_keys(shard, np.arange(len(fields) - len(batch), len(fields)))[signed]
         records = np.empty(keys.size, dtype=_BUCKET_DTYPE)
         records["band"] = np.tile(np.arange(hasher.bands), len(docs))
         records["key"] = keys.ravel()
@@ -83,7 +86,6 @@ def _signature_task(job: dict) -> dict:
     with open_write(_text_file(work / "shingles" / f"s{shard:06d}.npz")) as store:
         held = 0
         for doc in read_raw_documents(job["read"]) if job.get("read") else shard_documents(location(job["path"])):
-            sizes.append(doc.nbytes)
             fields.append(priority_fields(doc, job["priority"], job["priority_field"]))
             batch.append(doc.text)
             salts.append(dataset_salt(doc, job["scope"]))
@@ -128,7 +130,7 @@ def _save_shard_tables(work: Path, shard: int, fields: list, lengths: list, size
     save_array(work / "shingles" / f"s{shard:06d}.npz", None, keys=keys, offsets=offsets,
                **{name: prio[name] for name in prio.dtype.names if name != "key"})
     make_folder(work / "rows")
-    save_array(work / "rows" / f"s{shard:06d}.npy", np.array(sizes, dtype=np.int64))
+    save_array(work / "rows" / f"s{shard:06d}.npy", np.concatenate(sizes + [np.zeros(0, dtype=np.int64)]))
 
 
 def _bucket_task(job: dict) -> tuple[int, np.ndarray]:

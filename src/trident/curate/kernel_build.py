@@ -35,7 +35,7 @@ MODES = ("auto", "aot", "jit")
 # in trident.curate.shingle_kernel pass them.
 EXPORTS = {
     "xxh64_of": "u8(u1[::1])",
-    "normalise_kernel": "Tuple((u1[:], i8[:]))(u1[::1], i8[::1], b1[::1], i8[::1])",
+    "normalise_kernel": "Tuple((u1[:], i8[:], b1[:]))(u1[::1], i8[::1], b1[::1], i8[::1], i4[::1])",
     "shingle_kernel": "Tuple((u8[:], i8[:]))(u1[::1], i8[::1], i8, b1, b1)",
     "signature_kernel": "u4[:, ::1](u8[::1], i8[::1], u8[::1])",
     "pair_jaccard": "f8[::1](u8[::1], i8[::1], i8[::1], i8[::1], f8)",

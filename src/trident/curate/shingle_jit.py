@@ -113,27 +113,51 @@ def xxh64_of(buf):
 
 
 @_inline
+def _code_point(buf, p, width):
+    """The code point of the UTF-8 sequence of ``width`` bytes at byte p."""
+    code = np.int64(buf[p] & (0x7F >> width))
+    for k in range(1, width):
+        code = (code << 6) | (buf[p + k] & 0x3F)
+    return code
+
+
+@_inline
 def _is_space(buf, p, stop, wide_spaces):
     """(whether the non-ASCII code point at byte p is str.isspace() whitespace, its UTF-8 width)."""
     lead = buf[p]
     width = 2 if lead < 0xE0 else 3 if lead < 0xF0 else 4
     if not (lead == 0xC2 or lead == 0xE1 or lead == 0xE2 or lead == 0xE3) or p + width > stop:
         return False, width  # only these lead bytes begin a wide space
-    code = np.int64(lead & (0x3F >> (width - 1)))
-    for k in range(1, width):
-        code = (code << 6) | (buf[p + k] & 0x3F)
+    code = _code_point(buf, p, width)
     for space in wide_spaces:
         if code == space:
             return True, width
     return False, width
 
 
+@_inline
+def _put_utf8(out, n, code):
+    """Write the code point (below 0x10000) as UTF-8 at out[n]; returns the position after it."""
+    if code < 0x80:
+        out[n] = code
+        return n + 1
+    if code < 0x800:
+        out[n], out[n + 1] = 0xC0 | (code >> 6), 0x80 | (code & 0x3F)
+        return n + 2
+    out[n], out[n + 1], out[n + 2] = 0xE0 | (code >> 12), 0x80 | ((code >> 6) & 0x3F), 0x80 | (code & 0x3F)
+    return n + 3
+
+
 @_jit
-def normalise_kernel(raw, bounds, ascii_space, wide_spaces):
-    """normalize_for_shingles of UTF-8 texts lower-cased but for ASCII A-Z (done here):
-    whitespace runs -> one space, stripped."""
-    out = np.empty(len(raw), dtype=np.uint8)
+def normalise_kernel(raw, bounds, ascii_space, wide_spaces, lower):
+    """normalize_for_shingles of UTF-8 texts: lower-cased (ASCII here; other characters of the Basic
+    Multilingual Plane by ``lower``, the code point str.lower() gives each, where it gives one and
+    not by context), whitespace runs -> one space, stripped. A text holding a character ``lower`` has
+    no single answer for (a negative entry, or any character past U+FFFF) is flagged and left as it
+    is: the caller lower-cases it with str.lower() and normalises it again with an empty table."""
+    out = np.empty(len(raw) + len(raw) // 2 + 3, dtype=np.uint8)  # a 2-byte letter's lower case may take 3
     new_bounds = np.zeros_like(bounds)
+    flagged = np.zeros(len(bounds) - 1, dtype=np.bool_)
     n = 0
     for i in range(len(bounds) - 1):
         p, stop, pending, wrote = bounds[i], bounds[i + 1], False, False
@@ -157,12 +181,17 @@ def normalise_kernel(raw, bounds, ascii_space, wide_spaces):
                 p += 1
             else:
                 width = min(width, stop - p)
-                out[n : n + width] = raw[p : p + width]
-                n += width
+                code = _code_point(raw, p, width) if len(lower) and width < 4 else -1
+                if code >= 0 and lower[code] >= 0:
+                    n = _put_utf8(out, n, lower[code])
+                else:
+                    flagged[i] |= len(lower) > 0
+                    out[n : n + width] = raw[p : p + width]
+                    n += width
                 p += width
             wrote = True
         new_bounds[i + 1] = n
-    return out[:n], new_bounds
+    return out[:n], new_bounds, flagged
 
 
 @_inline

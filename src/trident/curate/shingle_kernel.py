@@ -21,6 +21,7 @@ none can be built. This module imports neither numba nor the loops until a funct
 """
 from __future__ import annotations
 
+import functools
 from typing import Sequence
 
 import numpy as np
@@ -50,14 +51,47 @@ def xxh64_bytes(data: bytes) -> int:
     return int(kernels().xxh64_of(np.frombuffer(data, dtype=np.uint8).copy()))
 
 
-def normalised_bytes(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-    """(UTF-8 bytes, bounds): ``normalize_for_shingles(texts[i])`` encoded is ``buf[bounds[i]:bounds[i+1]]``."""
-    # str.lower keeps Python's Unicode rules for the others; ASCII is lower-cased by the compiled pass.
-    data = [t.encode() if t.isascii() else t.lower().encode("utf-8", errors="surrogatepass") for t in texts]
+@functools.cache
+def _lower_table() -> np.ndarray:
+    """int32 [65536]: the code point str.lower() gives each character of the Basic Multilingual Plane,
+    -1 for the two it gives no single one (U+0130 İ: two characters; U+03A3 Σ: ς or σ by the next
+    character). Made once a process (~3 ms), from str.lower itself: the same Unicode tables."""
+    chars = "".join(map(chr, range(0x10000)))
+    chars = chars[:0x130] + "\0" + chars[0x131:0x3A3] + "\0" + chars[0x3A4:]  # lower-cased one by one: no context
+    table = np.frombuffer(chars.lower().encode("utf-32-le", "surrogatepass"), dtype=np.int32).copy()
+    table[[0x130, 0x3A3]] = -1
+    table[table >= 0x10000] = -1
+    return table
+
+
+_NO_TABLE = np.zeros(0, dtype=np.int32)
+
+
+def utf8_texts(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """(bytes, bounds): texts[i] in UTF-8 (lone surrogates kept) is ``raw[bounds[i]:bounds[i+1]]``."""
+    data = [t.encode("utf-8", errors="surrogatepass") for t in texts]
     bounds = np.zeros(len(data) + 1, dtype=np.int64)
     np.cumsum([len(d) for d in data], out=bounds[1:])
-    raw = np.frombuffer(b"".join(data), dtype=np.uint8)
-    return kernels().normalise_kernel(raw, bounds, _ASCII_SPACE, _WIDE_SPACES)
+    return np.frombuffer(b"".join(data), dtype=np.uint8), bounds
+
+
+def normalised_bytes(texts: Sequence[str], utf8: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(UTF-8 bytes, bounds): ``normalize_for_shingles(texts[i])`` encoded is ``buf[bounds[i]:bounds[i+1]]``
+    (``utf8``: ``utf8_texts(texts)``, when the caller has it). Lower-cased in the compiled pass (a
+    table of str.lower for the Basic Multilingual Plane); a text with a character it does not cover
+    (past U+FFFF, İ, Σ) is lower-cased by str.lower itself and normalised again."""
+    raw, bounds = utf8 if utf8 is not None else utf8_texts(texts)
+    table = _lower_table() if raw.max(initial=0) >= 0x80 else _NO_TABLE  # ASCII alone: no table to make
+    buf, norm, flagged = kernels().normalise_kernel(raw, bounds, _ASCII_SPACE, _WIDE_SPACES, table)
+    if not flagged.any():
+        return buf, norm
+    redo = np.flatnonzero(flagged)
+    again, again_bounds, _ = kernels().normalise_kernel(*utf8_texts([texts[k].lower() for k in redo.tolist()]),
+                                                        _ASCII_SPACE, _WIDE_SPACES, _NO_TABLE)
+    pieces = [buf[norm[k] : norm[k + 1]] for k in range(len(texts))]
+    for j, k in enumerate(redo.tolist()):
+        pieces[k] = again[again_bounds[j] : again_bounds[j + 1]]
+    return np.concatenate(pieces) if pieces else buf, np.r_[0, np.cumsum([len(x) for x in pieces])].astype(np.int64)
 
 
 def _check_shingles(ngram: int, unit: str) -> None:
