@@ -1,10 +1,8 @@
 """Fuzzy dedup's inner loops as numba functions: shingle hashing over UTF-8 bytes, MinHash
-signatures, exact Jaccard of candidate pairs, LSH band keys.
-
-trident.curate.shingle_kernel is the module to call: it states what each loop computes and runs it
-either from the ahead-of-time extension trident.curate.kernel_build makes of these functions (no
-numba import at run time) or, where none can be built, through numba's JIT (cache=True: machine
-code kept on disk). Importing this module imports numba.
+signatures, exact Jaccard of candidate pairs, LSH band keys. trident.curate.shingle_kernel is the
+module to call: it states what each loop computes and runs it from the ahead-of-time extension
+trident.curate.kernel_build makes of these functions (no numba import at run time) or, where none
+can be built, through numba's JIT (cache=True). Importing this module imports numba.
 """
 from __future__ import annotations
 
@@ -40,8 +38,7 @@ def _merge(acc, lane):
 
 @_inline
 def _le64(buf, p):
-    """Bytes p..p+7 of ``buf`` as a little-endian uint64. An unsigned index spares numba's
-    negative-index fix-up, so the compiler makes the eight byte loads one load."""
+    """Bytes p..p+7 as a little-endian uint64 (unsigned indices: the compiler merges the 8 loads)."""
     q = np.uint64(p)
     return (np.uint64(buf[q]) | (np.uint64(buf[q + np.uint64(1)]) << np.uint64(8))
             | (np.uint64(buf[q + np.uint64(2)]) << np.uint64(16)) | (np.uint64(buf[q + np.uint64(3)]) << np.uint64(24))
@@ -64,8 +61,7 @@ def _lane8(h, buf, p):
 
 @_inline
 def _tail(h, buf, p, rest):
-    """XXH64's last 0-31 bytes (p..p+rest-1) into ``h``, then its final avalanche. Loops, not nested
-    tests: where ``rest`` is the same for a run of shingles the compiler unrolls them for it."""
+    """XXH64's last 0-31 bytes into ``h``, then its avalanche (loops the compiler unrolls per length)."""
     while rest >= 8:
         h = _lane8(h, buf, p)
         p += 8
@@ -89,8 +85,7 @@ def _tail(h, buf, p, rest):
 
 @_inline
 def _xxh64(buf, p, stop):
-    """XXH64 (seed 0) of bytes p..stop-1 of ``buf`` (github.com/Cyan4973/xxHash, its reference
-    algorithm); reads no byte outside them."""
+    """XXH64 (seed 0; github.com/Cyan4973/xxHash) of bytes p..stop-1 of ``buf``, reading no other."""
     length = stop - p
     if length < 32:
         return _tail(_P5 + np.uint64(length), buf, p, length)
@@ -150,11 +145,9 @@ def _put_utf8(out, n, code):
 
 @_jit
 def normalise_kernel(raw, bounds, ascii_space, wide_spaces, lower):
-    """normalize_for_shingles of UTF-8 texts: lower-cased (ASCII here; other characters of the Basic
-    Multilingual Plane by ``lower``, the code point str.lower() gives each, where it gives one and
-    not by context), whitespace runs -> one space, stripped. A text holding a character ``lower`` has
-    no single answer for (a negative entry, or any character past U+FFFF) is flagged and left as it
-    is: the caller lower-cases it with str.lower() and normalises it again with an empty table."""
+    """normalize_for_shingles of UTF-8 texts: lower-cased (non-ASCII by ``lower``: str.lower of each
+    character of the Basic Multilingual Plane), whitespace runs -> one space, stripped. A text with a
+    character ``lower`` lacks (-1, or past U+FFFF) is flagged, for str.lower and an empty table."""
     out = np.empty(len(raw) + len(raw) // 2 + 3, dtype=np.uint8)  # a 2-byte letter's lower case may take 3
     new_bounds = np.zeros_like(bounds)
     flagged = np.zeros(len(bounds) - 1, dtype=np.bool_)
@@ -303,8 +296,7 @@ def signature_kernel(flat, offsets, a):
 
 @_inline
 def _mark(keys, flags, mask, value, flag):
-    """Set ``flag`` on ``value`` in the open-addressing table (a slot is empty while its flags are
-    0; added if absent); returns the value's flags before."""
+    """Set ``flag`` on ``value`` in the table (added if absent; a slot with flags 0 is empty); its flags before."""
     slot = np.int64((value * _P1) >> np.uint64(32)) & np.int64(mask)  # packed keys' low bits are text
     while flags[slot] != 0:
         if keys[slot] == value:
@@ -319,11 +311,9 @@ def _mark(keys, flags, mask, value, flag):
 @_jit
 def pair_jaccard(flat, offsets, first, second, at_least):
     """Jaccard of the hash sets of documents first[k] and second[k] (``flat[offsets[i]:offsets[i+1]]``,
-    repeats and order immaterial); 0.0 when both are empty. One pass over each pair's hashes through
-    a table at most half full, sized to the pair (no sorting): the smaller document's hashes marked 1,
-    then the other's marked 2; |A|, |B| and |A & B| are counted as marks first appear. A pair stops as
-    soon as its Jaccard cannot reach ``at_least`` (as float32, as the caller compares it): it gets the
-    bound it was stopped at, below ``at_least``, in place of its exact Jaccard (0: every pair exact)."""
+    repeats immaterial; 0.0 when both are empty), through a table sized to the pair: the smaller one's
+    hashes marked 1, the other's 2, |A|, |B|, |A & B| counted as marks first appear. A pair that cannot
+    reach ``at_least`` (as float32) stops early and gets that bound, below it (at_least 0: all exact)."""
     longest = 1
     for i in range(len(offsets) - 1):
         longest = max(longest, offsets[i + 1] - offsets[i])
@@ -341,8 +331,7 @@ def pair_jaccard(flat, offsets, first, second, at_least):
         size = 1
         while size < 2 * ((a_stop - a_start) + (b_stop - b_start)):
             size *= 2
-        # Emptied by clearing its flags (size bytes): a per-slot stamp array, 8 bytes a slot, was
-        # one more random access a probe (30-50 % of the time on long documents' pairs).
+        # Emptied by clearing its flags: a stamp a slot was one more random access a probe (30-50 %).
         flags[:size] = 0
         mask = np.uint64(size - 1)
         in_a = in_b = shared = 0
