@@ -89,6 +89,7 @@ def _set_jaccard(a: set, b: set) -> float:
 
 def test_signatures_and_pair_jaccard_equal_the_numpy_definitions():
     texts = odd_texts(3) + [" ".join(f"w{i % 97}" for i in range(k, k + 300)) for k in range(0, 40, 3)]
+    texts += [" ".join(f"w{i}" for i in range(9_000)), "x" + "y" * 16_387]  # several 16,384-hash passes
     hasher = MinHasher(bands=20)
     flat, offsets = shingle_hashes_flat(texts)
     assert np.array_equal(minhash_signatures(flat, offsets, hasher.multipliers),
