@@ -28,6 +28,8 @@ class ParallelConfig:
     schedule: str = DEFAULT_SCHEDULE  # one of pipeline_schedules.SPECS
     zero_stage: int = 0
     sequence_parallel: bool = False
+    cp: int = 1  # context parallelism: each sequence split over cp ranks (ring attention)
+    dp_shard: int = 0  # ZeRO 2/3 shard over groups of dp_shard DP ranks, replicated across groups; 0: dp
     bucket_size_mb: float = 25.0
     overlap_grad_reduce: bool = True  # start each DP bucket's reduction once its gradients are final
     layer_partition: Optional[list] = None  # layers per (virtual) stage; None: balanced
@@ -141,13 +143,13 @@ CHOICES = {
 RANGES = {
     "positive": ("model.num_layers", "model.hidden_size", "model.num_heads", "model.seq_length",
                  "model.make_vocab_size_divisible_by", "model.layernorm_epsilon", "model.rope_theta",
-                 "parallel.tp", "parallel.pp",
+                 "parallel.tp", "parallel.pp", "parallel.cp",
                  "parallel.virtual_stages", "parallel.bucket_size_mb", "parallel.timeout_s", "train.steps",
                  "train.global_batch_size", "train.micro_batch_size", "train.lr", "train.adam_eps",
                  "train.eval_iters", "train.loss_scale_initial", "train.loss_scale_growth_interval",
                  "train.loss_scale_hysteresis", "logging.log_interval", "diagnostics.straggler_checks"),
     "non-negative": ("model.vocab_size", "model.ffn_hidden_size", "model.init_std", "model.num_kv_heads",
-                     "parallel.dp",
+                     "parallel.dp", "parallel.dp_shard",
                      "data.split_seed", "data.index_workers", "train.min_lr", "train.warmup_tokens",
                      "train.decay_tokens",
                      "train.weight_decay", "train.clip_grad", "train.seed", "train.eval_interval",
@@ -247,6 +249,12 @@ def _check_zero(config: Config) -> None:
                               f"{why}")
 
 
+def _check_unbuilt(p: ParallelConfig) -> None:
+    """Keys whose machinery is being built (issue 53): refused until it lands, never silently ignored."""
+    _require(p.cp == 1, "parallel.cp", f"context parallelism is not built yet, got {p.cp}")
+    _require(p.dp_shard == 0, "parallel.dp_shard", f"hybrid sharding is not built yet, got {p.dp_shard}")
+
+
 def validate(config: Config, world_size: int | None = None) -> None:
     """Reject out-of-range values and impossible combinations up front, naming the key."""
     m, p, t = config.model, config.parallel, config.train
@@ -273,6 +281,7 @@ def validate(config: Config, world_size: int | None = None) -> None:
         _refuse(problem)
     _refuse(schedule.checkpointing_problem(t.activation_checkpointing))
     _check_zero(config)
+    _check_unbuilt(p)
     if p.sequence_parallel:
         _require(m.seq_length % p.tp == 0, "parallel.sequence_parallel",
                  f"model.seq_length={m.seq_length} must be divisible by tp={p.tp}")
