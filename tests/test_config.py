@@ -186,11 +186,6 @@ def test_typed_sections_lists_unions_and_rules_name_the_exact_key():
     assert known_keys(Whole) == [("parts[].size", 1), ("extra.size", 1), ("kind.size", 1), ("ratios", [])]
 
 
-@pytest.mark.parametrize("conflict", [["train.compile=true"], ["eval.tasks=[lambada]", "eval.interval=10"]])
-def test_zero3_with_a_setting_it_cannot_run_with_exits_2_naming_both_keys(tmp_path, capsys, conflict):
-    from trident.cli import main
-
-    assert main(["train", "tiny", "parallel.zero_stage=3", *conflict, "--out", str(tmp_path / "run")]) == 2
-    err = capsys.readouterr().err
-    assert "parallel.zero_stage" in err and conflict[0].split("=")[0] in err and "Traceback" not in err
-    load_config("tiny", ["parallel.zero_stage=2", *conflict]).validate(1)  # stage 2 runs with either
+@pytest.mark.parametrize("feature", [["train.compile=true"], ["eval.tasks=[lambada]", "eval.interval=10"]])
+def test_zero3_combines_with_compile_and_in_training_evaluation(feature):
+    load_config("tiny", ["parallel.zero_stage=3", "parallel.dp=2", *feature]).validate(2)  # tests/test_zero3_features.py

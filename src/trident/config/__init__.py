@@ -227,28 +227,6 @@ def _check_ranges(config: Config) -> None:
                  f"must be a list of non-negative ints (layers per stage), got {partition}")
 
 
-# Settings ZeRO-3 cannot run with: (key, value that conflicts, why). Its hooks gather a layer's weights
-# around each use in an order every data-parallel rank repeats.
-ZERO3_CONFLICTS = (
-    ("train.compile", True, "compiled blocks cannot run the hooks that all-gather each layer's weights"),
-    ("eval.tasks", None, "downstream scoring during training gives each data-parallel rank different "
-                         "batches, while ZeRO-3 needs every rank to run each layer together: score "
-                         "checkpoints with `trident eval` instead"),
-)
-
-
-def _check_zero(config: Config) -> None:
-    """A ZeRO stage that cannot combine with another setting: exit 2 naming both keys."""
-    if config.parallel.zero_stage != 3:
-        return
-    for key, value, why in ZERO3_CONFLICTS:
-        section, name = key.split(".")
-        setting = getattr(getattr(config, section), name)
-        if (setting == value) if value is not None else bool(setting):
-            raise ConfigError(f"config key 'parallel.zero_stage': 3 cannot be combined with {key}={setting}: "
-                              f"{why}")
-
-
 def _check_unbuilt(p: ParallelConfig) -> None:
     """Keys whose machinery is being built (issue 53): refused until it lands, never silently ignored."""
     _require(p.cp == 1, "parallel.cp", f"context parallelism is not built yet, got {p.cp}")
@@ -280,7 +258,6 @@ def validate(config: Config, world_size: int | None = None) -> None:
     for problem in schedule.check(p.pp, p.virtual_stages):
         _refuse(problem)
     _refuse(schedule.checkpointing_problem(t.activation_checkpointing))
-    _check_zero(config)
     _check_unbuilt(p)
     if p.sequence_parallel:
         _require(m.seq_length % p.tp == 0, "parallel.sequence_parallel",

@@ -18,7 +18,9 @@ k; shapes follow from the batch, which every rank knows, so no shape header is s
 stage scores the continuations from its vocabulary-split logits [b, s, V/tp] without gathering
 them: max, arg-max and sum-exp are all-reduced over the TP group and the target's logit comes from
 the rank that owns it (as vocab-parallel cross-entropy), so only [b, s] statistics cross ranks.
-Data-parallel replicas take batches round-robin; scores are all-gathered over the world.
+Data-parallel replicas take batches round-robin (at ZeRO-3, whose ranks all-gather each layer's
+weights together, every replica runs as many batches, the short ones repeating a batch they do not
+read); scores are all-gathered over the world.
 Generation (bias probes) is KV-cached (trident.infer.engine): one token a row per step, the
 next-token logits [b, V] gathered on the last stage only, every replica generating every prompt.
 """
@@ -154,7 +156,11 @@ class ParallelLM(CausalLM):
     def score_tokens(self, requests: list[TokenRequest], desc: str = "") -> list[Loglikelihood]:
         """Every replica scores its share of the length-sorted batches; all ranks get every score."""
         self._agree(("score", [(r.index, r.context, r.continuation) for r in requests]))
-        mine = batches(plan_rows(requests, self.max_length), self.batch_size)[self.mesh.dp_rank:: self.mesh.dp]
+        everything = batches(plan_rows(requests, self.max_length), self.batch_size)
+        mine = everything[self.mesh.dp_rank:: self.mesh.dp]
+        real = len(mine)  # the rest (ZeRO-3) are repeats of the first batch, run and not read
+        if self.model.layout.zero_stage == 3:  # its DP ranks all-gather each layer together: as many batches each
+            mine += everything[:1] * (-(-len(everything) // self.mesh.dp) - real)
         window = 2 * self.mesh.pp  # batches in flight at once: enough to keep every stage busy
         bar = progress_bar(total=len(mine), desc=desc or "loglikelihood", unit="batch", leave=False,
                        enabled=self.progress and self.mesh.rank == 0)
@@ -163,7 +169,7 @@ class ParallelLM(CausalLM):
             group = mine[start: start + window]
             ids = [self._pad([row.tokens for row in batch]).to(self.device) for batch in group]
             self.model.forward_logits(ids + ids[-1:] * self._filler(len(ids)), lambda i, logits: scored.extend(
-                self._score_batch(group[i], logits) if i < len(group) else []))
+                self._score_batch(group[i], logits) if i < len(group) and start + i < real else []))
             bar.update(len(group))
         bar.close()
         reporter = self.mesh.is_last_stage and self.mesh.tp_rank == 0  # one copy per replica

@@ -61,9 +61,9 @@ def build_model_chunks(model: ModelConfig, layout: RankLayout, tp: T.TPContext, 
         chunk = build_model(model, layout.padded_vocab_size, seed, tp=tp, layers=layers,
                             pre_process=layout.is_first_chunk(c), post_process=layout.is_last_chunk(c),
                             activation_checkpointing=activation_checkpointing, device=device, dtype=dtype)
-        if compile:  # per block: each compiles once and is reused by every layer of its shape
+        if compile:  # each block's compute, not its module call: ZeRO-3's gather hooks run around it, eagerly
             for block in chunk.blocks.values():
-                block.compile()
+                block.forward = torch.compile(block.forward)
         chunks.append(chunk)
     return chunks
 
