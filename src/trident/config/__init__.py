@@ -230,7 +230,16 @@ def _check_ranges(config: Config) -> None:
 def _check_unbuilt(p: ParallelConfig) -> None:
     """Keys whose machinery is being built (issue 53): refused until it lands, never silently ignored."""
     _require(p.cp == 1, "parallel.cp", f"context parallelism is not built yet, got {p.cp}")
-    _require(p.dp_shard == 0, "parallel.dp_shard", f"hybrid sharding is not built yet, got {p.dp_shard}")
+
+
+def _check_dp_shard(p: ParallelConfig, dp: int | None) -> None:
+    """Hybrid sharding: ZeRO over groups of dp_shard DP ranks, which divide dp (when it is known)."""
+    if p.dp_shard == 0 or p.dp_shard == dp:
+        return
+    _require(dp is None or dp % p.dp_shard == 0, "parallel.dp_shard",
+             f"{p.dp_shard} does not divide parallel.dp={dp}: ZeRO shards over groups of dp_shard DP ranks")
+    _require(p.zero_stage >= 1, "parallel.dp_shard", f"{p.dp_shard} shards ZeRO's state, but "
+             "parallel.zero_stage=0 shards nothing: set parallel.zero_stage to 1, 2 or 3, or dp_shard to 0")
 
 
 def validate(config: Config, world_size: int | None = None) -> None:
@@ -270,6 +279,7 @@ def validate(config: Config, world_size: int | None = None) -> None:
         dp = dp or world_size // model_parallel
         _require(dp * model_parallel == world_size, "parallel.dp",
                  f"dp x pp x tp = {dp} x {p.pp} x {p.tp} = {dp * model_parallel} != world size {world_size}")
+    _check_dp_shard(p, dp or None)
     dp = dp or 1
     granule = t.micro_batch_size * dp
     _require(t.global_batch_size % granule == 0, "train.global_batch_size",

@@ -19,6 +19,8 @@ dp; DP rank r owns the r-th 1/dp of every bucket. What a rank keeps, by `stage` 
   3  as 2, and only the owned slice of the parameters too: a bucket's full parameters exist only
      between `gather` and `release` (param_gather.py decides when); outside, each parameter is a
      one-element placeholder of its shape.
+Under hybrid sharding (hybrid.py) `dp_group` is a shard group of K DP ranks, and the owned gradient
+slices are then all-reduced across the `replicas` of this rank's shards once a step (`reduce`).
 The reductions are the same collectives on the same data whether they overlap the backward or not,
 so both give bit-identical results. `sent_bytes` counts this rank's DP traffic since zero_grad.
 """
@@ -31,6 +33,7 @@ import torch
 import torch.distributed as dist
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
+from trident.parallel.hybrid import NO_REPLICAS, Replicas
 from trident.parallel.layout_rules import REDUCTIONS_IN_FLIGHT as MAX_IN_FLIGHT
 from trident.parallel.watch import watched
 
@@ -63,8 +66,10 @@ class GradBuffers:
     whole or only this rank's owned slices, by ZeRO `stage`."""
 
     def __init__(self, named_params: list, dp_group, dp: int, dp_rank: int, bucket_bytes: int,
-                 stage: int = 0, overlap: bool = False, timeout_s: float = 600.0, alone=(), unit_of=None):
+                 stage: int = 0, overlap: bool = False, timeout_s: float = 600.0, alone=(), unit_of=None,
+                 replicas: Replicas = NO_REPLICAS):
         self.named_params = list(reversed(named_params))
+        self.replicas = replicas  # hybrid sharding: copies of this rank's shards, summed once a step
         self.alone = {id(param) for param in alone}
         self.group, self.dp, self.dp_rank, self.stage, self.overlap = dp_group, dp, dp_rank, stage, overlap
         self.shard = stage >= 1
@@ -280,6 +285,7 @@ class GradBuffers:
                     self._scatter(bucket)
             while self.in_flight:
                 self._settle()
+            self._reduce_replicas()
             self.release_all()
             self.expected = 0
             return
@@ -296,7 +302,21 @@ class GradBuffers:
                 bucket.scattered = None
             if bucket.launched_at is not None and self.recorder.recording:
                 self.recorder.add("reduce", index, 0, bucket.launched_at, self.recorder.now())
+        self._reduce_replicas()
         self.expected = 0
+
+    def _reduce_replicas(self) -> None:
+        """Hybrid sharding: the owned gradient slices summed across the replicas of this rank's shards
+        (one all-reduce; the shard group's reduce-scatter summed only its own members)."""
+        group, count = self.replicas.group, self.replicas.count
+        if group is None or not self.shard:
+            return
+        self.sent_bytes += 2 * sum(view.numel() for view in self.owned_grad_views) * 4 * (count - 1) // count
+        if self.stage == 1:
+            all_reduce_coalesced(self.owned_grad_views, group)
+            return
+        with watched(group, "all_reduce gradient replicas"):  # stages 2-3: grads holds the owned slices only
+            dist.all_reduce(self.grads, group=group)
 
     def gather_params(self) -> None:
         """After a ZeRO-1 or -2 step: every DP rank's updated slice to every rank (all-gather per
@@ -324,12 +344,16 @@ class GradBuffers:
             output = torch.empty(bucket.end - bucket.start, dtype=self.params.dtype, device=self.params.device)
             self._count(output.numel() * output.element_size(), "all_gather")
             mine = self.owned_param_views[bucket.index]
-            bucket.gathering = (output, dist.all_gather_into_tensor(output, mine, group=self.group, async_op=True))
+            if self.group is None:  # hybrid sharding over groups of one: nothing to gather
+                bucket.gathering = (output.copy_(mine), None)
+            else:
+                bucket.gathering = (output, dist.all_gather_into_tensor(output, mine, group=self.group, async_op=True))
         if not wait:
             return
         output, work = bucket.gathering
-        with watched(self.group, "wait parameter all_gather"):
-            work.wait(self.timeout)
+        if work is not None:
+            with watched(self.group, "wait parameter all_gather"):
+                work.wait(self.timeout)
         bucket.gathering, bucket.full = None, output
         for param in bucket.params:
             start = self.offsets[id(param)] - bucket.start

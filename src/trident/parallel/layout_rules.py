@@ -37,7 +37,7 @@ REDUCTIONS_IN_FLIGHT = 2
 
 
 def dp_bytes_per_step(stage: int, dp: int, elements: int, param_bytes: int, micro_batches: int,
-                      grad_bytes: int = 4) -> int:
+                      grad_bytes: int = 4, shard: int = 0) -> int:
     """Bytes one rank sends in a step's data-parallel collectives under ring algorithms (a collective
     over B bytes sends (dp - 1)/dp x B from each rank, an all-reduce twice that), for a flat buffer of
     `elements` (N: every bucket padded to a multiple of dp) of e = `param_bytes`-byte weights with
@@ -47,9 +47,14 @@ def dp_bytes_per_step(stage: int, dp: int, elements: int, param_bytes: int, micr
       stage 1  reduce-scatter of the gradients, all-gather of the weights    (dp-1)/dp x (g + e) N
       stage 2  a reduce-scatter per micro-batch, all-gather of the weights   (dp-1)/dp x (m g + e) N
       stage 3  per micro-batch a reduce-scatter and two all-gathers
-               (before the forward, again before the backward)               (dp-1)/dp x m (g + 2e) N"""
+               (before the forward, again before the backward)               (dp-1)/dp x m (g + 2e) N
+    Hybrid sharding (stages 1-3, `shard` = K < dp, parallel/hybrid.py): the same collectives inside
+    a shard group of K, (K-1)/K in place of (dp-1)/dp (N padded to a multiple of K), plus one
+    all-reduce of the owned 1/K across the R = dp/K replicas           + 2 (R-1)/R x g N / K"""
     if dp <= 1:
         return 0
     g, e, m = grad_bytes, param_bytes, micro_batches
     per_element = {0: 2 * g, 1: g + e, 2: m * g + e, 3: m * (g + 2 * e)}[stage]
-    return elements * (dp - 1) // dp * per_element
+    k = shard if stage and shard else dp
+    replicas = dp // k
+    return elements * (k - 1) // k * per_element + 2 * (elements // k) * g * (replicas - 1) // replicas

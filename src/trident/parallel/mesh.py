@@ -14,6 +14,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from trident.parallel.hybrid import add_hybrid_groups
 from trident.parallel.tensor import TPContext
 
 
@@ -53,6 +54,7 @@ class Mesh:
     rank: int = 0
     groups: dict[str, Any] = field(default_factory=dict)  # kind -> this rank's ProcessGroup (or None)
     pipeline_ranks: list[int] = field(default_factory=lambda: [0])
+    dp_shard: int = 0  # ZeRO's shard group size under hybrid sharding (parallel/hybrid.py); 0: dp
 
     @property
     def world_size(self) -> int:
@@ -104,12 +106,13 @@ def rank_device(wanted: str = "auto") -> torch.device:
     return torch.device("cpu" if wanted == "auto" else wanted)
 
 
-def build_mesh(tp: int = 1, pp: int = 1, dp: int = 0, timeout_s: float | None = None) -> Mesh:
+def build_mesh(tp: int = 1, pp: int = 1, dp: int = 0, timeout_s: float | None = None, dp_shard: int = 0) -> Mesh:
     """Create the process groups of every dimension. dp=0 infers it from the world size.
 
     A collective or point-to-point exchange in any of them fails after `timeout_s` seconds without
     its peers (None: torch's default, 30 minutes for gloo); each group's `group_desc` names its kind
-    and ranks (e.g. "tp group (ranks [0, 1])", see parallel/watch.py).
+    and ranks (e.g. "tp group (ranks [0, 1])", see parallel/watch.py). `dp_shard` K < dp adds
+    hybrid sharding's groups: ZeRO over K consecutive DP ranks, replicated across dp/K (hybrid.py).
     Needs torch.distributed initialised when the world has more than one process."""
     world = dist.get_world_size() if dist.is_initialized() else 1
     rank = dist.get_rank() if dist.is_initialized() else 0
@@ -133,6 +136,7 @@ def build_mesh(tp: int = 1, pp: int = 1, dp: int = 0, timeout_s: float | None = 
                 mesh.groups[kind] = group
                 if kind == "pp":
                     mesh.pipeline_ranks = ranks
+    add_hybrid_groups(mesh, group_ranks(dp, pp, tp)["dp"], dp_shard, timeout)  # shard/replica groups of dp_shard
     return mesh
 
 

@@ -10,6 +10,7 @@ from torch import nn
 
 from trident.config import Config
 from trident.parallel.data import GradBuffers
+from trident.parallel.hybrid import zero_groups
 from trident.parallel.watch import watched
 from trident.parallel.zero import DistributedAdam
 
@@ -27,9 +28,10 @@ def build_optimizer(named_params: list, config: Config, mesh, zero_stage: int, c
     owns (1/dp of each bucket with ZeRO, `zero_stage` in effect); `counted` says, by id(param), which
     parameters this rank counts in the global gradient norm."""
     p, t = config.parallel, config.train
-    buffers = GradBuffers(named_params, mesh.group("dp"), mesh.dp, mesh.dp_rank, int(p.bucket_size_mb * 2**20),
+    group, size, place, replicas = zero_groups(mesh, zero_stage)  # with parallel.dp_shard: a shard group of DP
+    buffers = GradBuffers(named_params, group, size, place, int(p.bucket_size_mb * 2**20),
                           stage=zero_stage, overlap=mesh.dp > 1 and p.overlap_grad_reduce, timeout_s=p.timeout_s,
-                          alone=alone, unit_of=unit_of)
+                          alone=alone, unit_of=unit_of, replicas=replicas)
     decay = {id(param): not no_weight_decay(name, param) for name, param in named_params}
     optimizer = DistributedAdam(buffers, decay, counted, t.lr, (t.adam_beta1, t.adam_beta2), t.adam_eps,
                                 t.weight_decay)
@@ -38,8 +40,11 @@ def build_optimizer(named_params: list, config: Config, mesh, zero_stage: int, c
 
 def global_grad_norm_squared(optimizer: DistributedAdam, mesh, zero: bool) -> torch.Tensor:
     """Squared L2 norm of the whole model's gradient (0-d), identical on every rank. With ZeRO each
-    DP rank holds a disjoint part, so the sum runs over the world; otherwise over one model replica."""
+    DP rank holds a disjoint part, so the sum runs over the world (under hybrid sharding the first
+    replica of each shard counts it); otherwise over one model replica."""
     total = optimizer.grad_norm_squared()
+    if zero and optimizer.buffers.replicas.rank > 0:
+        total = torch.zeros_like(total)
     group = None if zero else mesh.group("mp")
     if (zero and mesh.world_size > 1) or group is not None:
         with watched(group, "all_reduce grad norm"):

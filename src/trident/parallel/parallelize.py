@@ -263,13 +263,15 @@ class ParallelModel:
         """This rank's whole state as records: weights, owned Adam ranges, RNG streams, loss scaler
         and optimizer step count. Weights are primary on DP rank 0 only (at ZeRO-3 each rank's owned
         part of them on every rank); Adam state with ZeRO on every rank (each owns a disjoint part),
-        without it on DP rank 0 (the others are replicas)."""
+        without it on DP rank 0 (the others are replicas). Under hybrid sharding only the first
+        replica group's owned parts are primary."""
+        first_copy = self.buffers is None or self.buffers.replicas.rank == 0  # of a shard, under hybrid sharding
         if self.layout.zero_stage == 3:
-            pieces = owned_weight_pieces(self.named_params, self.buffers)
+            pieces = owned_weight_pieces(self.named_params, self.buffers, primary=first_copy)
         else:
             pieces = weight_pieces(self.named_params, primary=self.mesh.dp_rank == 0)
         if self.optimizer is not None:
-            owns_adam = self.layout.zero or self.mesh.dp_rank == 0
+            owns_adam = (self.layout.zero and first_copy) or self.mesh.dp_rank == 0
             pieces += adam_pieces(self.named_params, self.buffers, self.optimizer, primary=owns_adam)
             pieces.append(StatePiece("optimizer_steps", "trainer", value=self.optimizer.steps))
         pieces += rng_pieces(self.rng_states())

@@ -51,15 +51,16 @@ def weight_pieces(named_params: list, primary: bool = True) -> list[StatePiece]:
     return [weight_piece(name, param, primary) for name, param in named_params]
 
 
-def owned_weight_pieces(named_params: list, buffers) -> list[StatePiece]:
+def owned_weight_pieces(named_params: list, buffers, primary: bool = True) -> list[StatePiece]:
     """ZeRO-3: per parameter, the part of its flattened (TP-local) tensor this rank owns, a view of the
-    owned parameter buffer; every DP rank's part is primary (the parts are disjoint)."""
+    owned parameter buffer; every DP rank's part is primary (the parts are disjoint), except under
+    hybrid sharding, where only the first copy of a shard is (`primary`)."""
     pieces = []
     for name, param in named_params:
         a, b = buffers.owned_slice(param)
         if a < b:
             pieces.append(StatePiece(name, "weight", buffers.owned_param(param), full_shape(param),
-                                     tuple(shard_offsets(param)), tuple(param.shape), flat=(a, b)))
+                                     tuple(shard_offsets(param)), tuple(param.shape), flat=(a, b), primary=primary))
     return pieces
 
 

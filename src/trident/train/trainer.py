@@ -49,7 +49,8 @@ class Trainer:
         if config.train.threads:
             torch.set_num_threads(config.train.threads)
         self.device = rank_device(config.train.device)
-        self.mesh = build_mesh(config.parallel.tp, config.parallel.pp, config.parallel.dp, config.parallel.timeout_s)
+        self.mesh = build_mesh(config.parallel.tp, config.parallel.pp, config.parallel.dp, config.parallel.timeout_s,
+                               config.parallel.dp_shard)
         self.log = log if self.mesh.rank == 0 else (lambda *a, **k: None)
         check_tp_hosts(self.mesh, config.parallel.allow_tp_across_hosts, self.log)
         if allocator.wanted(config.train.malloc_keep_freed, config.train.device):
