@@ -94,10 +94,20 @@ def test_flow_runs_end_to_end_reruns_only_what_changed_and_resumes_a_killed_stag
     changed = _run(_flow(tmp_path, steps=6), out, capsys)
     assert changed["ran"] == ["train", "eval", "report"]
     assert json.loads((out / "train" / "metrics.jsonl").read_text().splitlines()[-1])["step"] == 6
-    bad = tmp_path / "bad.yaml"  # a bad flow is one line
-    bad.write_text(yaml.safe_dump({"sources": [{"name": "x", "paths": ["nothing/*.jsonl"]}]}))
-    assert main(["run", str(bad), "--out", str(out)]) == 1
-    assert "matches no file" in capsys.readouterr().err
+
+
+def test_a_glob_that_matches_no_file_exits_2_naming_source_and_glob_before_any_stage(tmp_path, capsys):
+    (tmp_path / "a.jsonl").write_text(json.dumps({"text": "words " * 40}) + "\n")
+    (tmp_path / "nothing").mkdir()  # a folder the glob matches is not a file
+    for paths in (["nothing/*.jsonl"], ["nothing"], "missing.jsonl"):
+        flow = tmp_path / "bad.yaml"
+        flow.write_text(yaml.safe_dump({"sources": [{"name": "ok", "paths": "a.jsonl"},
+                                                    {"name": "crawl", "paths": paths}], "eval": "none"}))
+        assert main(["run", str(flow), "--out", str(tmp_path / "out")]) == 2
+        err = capsys.readouterr().err
+        glob = paths if isinstance(paths, str) else paths[0]
+        assert "'crawl'" in err and f"{glob!r} matches no file" in err and str(flow) in err, err
+        assert not (tmp_path / "out" / ".flow").exists() and not (tmp_path / "out" / "curated").exists()
 
 
 @pytest.mark.parametrize("weight", [0, -1])

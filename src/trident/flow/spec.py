@@ -28,11 +28,12 @@ from trident.text.storage import require_local
 
 
 class FlowError(ValueError):
-    """A flow file that cannot run: an input that matches no file, or a configuration mistake."""
+    """A flow that cannot run: a stage's failure, or (FlowConfigError) a mistake in the flow file."""
 
 
 class FlowConfigError(FlowError, ConfigError):
-    """A mistake in the flow file itself (unknown key, wrong value): `trident run` exits 2."""
+    """A mistake in the flow file itself (unknown key, wrong value, a glob that matches no file): `trident run`
+    exits 2."""
 
 
 @dataclass
@@ -70,13 +71,17 @@ def _resolve(base: Path, text: str) -> Path:
     return path if path.is_absolute() else base / path
 
 
-def _files(base: Path, patterns: list[str], name: str) -> list[Path]:
+def _files(base: Path, patterns: list[str], name: str, index: int) -> list[Path]:
+    """The files each pattern matches; one that matches none is a mistake in the flow file (exit 2 before
+    any stage), not a stage's failure."""
     files = []
     for pattern in patterns:
-        matched = sorted(Path(p) for p in glob.glob(str(_resolve(base, pattern)), recursive=True))
+        resolved = _resolve(base, pattern)
+        matched = [p for p in sorted(Path(p) for p in glob.glob(str(resolved), recursive=True)) if p.is_file()]
         if not matched:
-            raise FlowError(f"source {name!r}: {pattern!r} matches no file")
-        files += [p for p in matched if p.is_file()]
+            raise FlowConfigError(f"sources[{index}].paths: source {name!r}: glob {pattern!r} matches no file "
+                                  f"(looked for {resolved})")
+        files += matched
     return files
 
 
@@ -102,7 +107,7 @@ def _sources(base: Path, config: FlowConfig) -> list[Source]:
         if generate is None and not patterns:
             raise FlowConfigError(f"source {name!r}: give 'paths:' (files or globs) or 'generate:' "
                                   f"({', '.join(GENERATORS)})")
-        files = [] if generate else _files(base, patterns, name)
+        files = [] if generate else _files(base, patterns, name, i)
         sources.append(Source(name, files, entry.weight, generate, entry.curate, entry.decontaminate))
     if len({s.name for s in sources}) < len(sources):
         raise FlowConfigError("source names must be distinct")
