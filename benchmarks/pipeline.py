@@ -248,7 +248,7 @@ def _memory_worker(rank, world, overrides):
     with tempfile.TemporaryDirectory() as out:
         trainer = Trainer(config, out, datasets=(RandomTokens(m.seq_length, m.vocab_size), None),
                           vocab_size=m.vocab_size, log=lambda *a: None)
-        tracker = SavedActivations([trainer.model.buffers.params, trainer.model.buffers.grads])
+        tracker = SavedActivations([trainer.model.param_buffers.params, trainer.model.grad_buffers.grads])
         with torch.autograd.graph.saved_tensors_hooks(tracker.pack, tracker.unpack):
             trainer.train_step()
     micro = config.train.global_batch_size // config.train.micro_batch_size

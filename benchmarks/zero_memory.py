@@ -3,8 +3,8 @@ counted from the tensors each rank actually holds after a real training step.
 
 Each layout runs `dp` gloo processes that build trident's Trainer, train one step (all ranks must
 report the same loss), then count:
-- parameters: the flat parameter buffer (model dtype), `trainer.model.buffers.params`;
-- gradients: the flat fp32 gradient buffer, `trainer.model.buffers.grads` (trident accumulates in fp32);
+- parameters: the flat parameter buffer (model dtype), `trainer.model.param_buffers.params`;
+- gradients: the flat fp32 gradient buffer, `trainer.model.grad_buffers.grads` (trident accumulates in fp32);
 - optimizer: the tensors of `trainer.model.optimizer` (fp32 master when separate, Adam m and v), each
   counted once; a fp32 master that is a view of the parameter
   buffer (fp32 training) is not separate memory and is not counted. Checked against
@@ -50,15 +50,15 @@ def _worker(rank, world, overrides):
         trainer = Trainer(config, out, datasets=(RandomTokens(m.seq_length, m.vocab_size), None),
                           vocab_size=m.vocab_size, log=lambda *a: None)
         loss = trainer.train_step()["loss"]
-    buffers, opt = trainer.model.buffers, trainer.model.optimizer
-    masters = [t for t in opt.master if not _shares_memory(t, buffers.params)]
+    params, grads, opt = trainer.model.param_buffers.params, trainer.model.grad_buffers.grads, trainer.model.optimizer
+    masters = [t for t in opt.master if not _shares_memory(t, params)]
     optimizer = {"master": sum(map(_nbytes, masters)), "exp_avg": sum(map(_nbytes, opt.exp_avg)),
                  "exp_avg_sq": sum(map(_nbytes, opt.exp_avg_sq))}
     return {"loss": loss, "params_count": sum(p.numel() for _, p in trainer.model.named_params),
-            "param_bytes": _nbytes(buffers.params), "grad_bytes": _nbytes(buffers.grads),
+            "param_bytes": _nbytes(params), "grad_bytes": _nbytes(grads),
             "optimizer": optimizer, "optimizer_total": sum(optimizer.values()),
             "state_bytes": opt.state_bytes(), "owned_elements": sum(hi - lo for lo, hi in opt.ranges),
-            "buffer_elements": buffers.params.numel()}
+            "buffer_elements": params.numel()}
 
 
 def theory_bytes_per_param(precision: str, dp: int, stage: int) -> dict:

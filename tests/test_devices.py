@@ -9,7 +9,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from train_fixtures import VOCAB, RandomTokens, tiny_config
 from trident.infer.generate import generate_tokens
-from trident.parallel.data import GradBuffers
+from trident.parallel.data import flat_buffers
 from trident.parallel.mesh import build_mesh
 from trident.parallel.optim import no_weight_decay
 from trident.parallel.parallelize import parallelize
@@ -62,7 +62,7 @@ def test_attention_runs_a_flash_or_memory_efficient_kernel(device):
     sample = torch.from_numpy(np.stack([DATA[0], DATA[1]])).to(device)
     with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]):
         loss = model.forward_backward([(sample[:, :-1], sample[:, 1:])], 1)
-    assert torch.isfinite(loss) and model.buffers.grads.abs().sum() > 0
+    assert torch.isfinite(loss) and model.grad_buffers.grads.abs().sum() > 0
 
 
 def greedy(model, prompt: list[int], steps: int, cached: bool) -> list[int]:
@@ -118,8 +118,8 @@ def adamw_pair(device: str, fused: bool):
     named = [(name, torch.nn.Parameter(torch.randn(shape, device=device))) for name, shape in shapes.items()]
     reference = {name: torch.nn.Parameter(param.detach().clone()) for name, param in named}
     decay = {id(p): not no_weight_decay(n, p) for n, p in named}
-    buffers = GradBuffers(named, None, 1, 0, 2**20)
-    ours = DistributedAdam(buffers, decay, {id(p): True for _, p in named}, 1e-2, (0.9, 0.95), 1e-8, 0.1, fused)
+    ours = DistributedAdam(*flat_buffers(named, None, 1, 0, 2**20), decay, {id(p): True for _, p in named}, 1e-2,
+                           (0.9, 0.95), 1e-8, 0.1, fused)
     groups = [{"params": [reference[n] for n, p in named if decay[id(p)]], "weight_decay": 0.1},
               {"params": [reference[n] for n, p in named if not decay[id(p)]], "weight_decay": 0.0}]
     theirs = torch.optim.AdamW(groups, lr=1e-2, betas=(0.9, 0.95), eps=1e-8, fused=True)
@@ -144,7 +144,7 @@ def test_adamw_equals_torch_fused_adamw(device, fused, tolerance):
         torch.testing.assert_close(param.detach(), reference[name].detach(), rtol=tolerance, atol=tolerance,
                                    msg=name)
         state = theirs.state[reference[name]]
-        start, end = ours.buffers.param_range(param)
+        start, end = ours.layout.param_range(param)
         torch.testing.assert_close(ours.exp_avg_sq[0][start:end], state["exp_avg_sq"].flatten(), rtol=tolerance,
                                    atol=1e-12, msg=name)
 

@@ -19,7 +19,7 @@ def _train(config, out_dir):
                       vocab_size=VOCAB, log=lambda *a: None)
     losses = [trainer.train_step()["loss"] for _ in range(config.train.steps)]
     params = {name: param.detach().numpy().copy() for name, param in trainer.model.named_params}
-    return losses, params, len(trainer.model.buffers.buckets)
+    return losses, params, len(trainer.model.grad_buffers.buckets)
 
 
 def _both_paths(rank, world, overrides, out_dir):
@@ -67,12 +67,12 @@ def test_pp2_dp2_reduction_overlaps_the_drain_with_identical_results(schedule, z
 
 def _launches(rank, world):
     """Which buckets have started reducing after each of two micro-batches' backward."""
-    from trident.parallel.data import GradBuffers
+    from trident.parallel.data import flat_buffers
 
     torch.manual_seed(0)
     layers = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4), torch.nn.Linear(4, 4))
-    buffers = GradBuffers(list(layers.named_parameters()), torch.distributed.group.WORLD, world, rank, 64,
-                          overlap=True, alone=[layers[0].weight])
+    _, buffers = flat_buffers(list(layers.named_parameters()), torch.distributed.group.WORLD, world, rank, 64,
+                              overlap=True, alone=[layers[0].weight])
     buffers.expect_accumulations(2)
     started = []
     for _ in range(2):
@@ -91,12 +91,12 @@ def test_buckets_start_after_their_last_accumulation():
 
 
 def _late_gradient(rank, world):
-    from trident.parallel.data import GradBuffers
+    from trident.parallel.data import flat_buffers
 
     torch.manual_seed(0)
     layer = torch.nn.Linear(4, 4)
-    buffers = GradBuffers(list(layer.named_parameters()), torch.distributed.group.WORLD, world, rank, 2**20,
-                          overlap=True)
+    _, buffers = flat_buffers(list(layer.named_parameters()), torch.distributed.group.WORLD, world, rank, 2**20,
+                              overlap=True)
     buffers.expect_accumulations(1)
     layer(torch.ones(2, 4)).sum().backward()  # final: the bucket starts reducing
     try:
@@ -114,11 +114,11 @@ def test_a_gradient_after_its_reduction_started_is_an_error():
 
 
 def test_a_parameter_held_alone_gets_a_bucket_of_its_own():
-    from trident.parallel.data import GradBuffers
+    from trident.parallel.data import flat_buffers
 
     layers = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4))
     named = list(layers.named_parameters())
-    buffers = GradBuffers(named, None, 1, 0, 2**20, alone=[layers[0].weight])
+    _, buffers = flat_buffers(named, None, 1, 0, 2**20, alone=[layers[0].weight])
     assert [len(b.params) for b in buffers.buckets] == [3, 1]  # reversed: 1.bias, 1.weight, 0.bias | 0.weight
     assert buffers.buckets[1].params[0] is layers[0].weight
 
@@ -144,13 +144,13 @@ def test_reduce_boxes_are_outside_the_pipeline_makespan_and_drawn(tmp_path):
 def _staged(rank, world):
     """ZeRO-2 buffers over three linear layers, one bucket each: the DP bytes launched after each of two
     micro-batches' backward (before reduce()), and the owned gradient slices after reduce()."""
-    from trident.parallel.data import GradBuffers
+    from trident.parallel.data import flat_buffers
 
     torch.manual_seed(0)
     layers = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4), torch.nn.Linear(4, 4))
     plain = [p.detach().clone().requires_grad_() for p in layers.parameters()]
-    buffers = GradBuffers(list(layers.named_parameters()), torch.distributed.group.WORLD, world, rank, 64,
-                          stage=2, overlap=True)
+    _, buffers = flat_buffers(list(layers.named_parameters()), torch.distributed.group.WORLD, world, rank, 64,
+                              stage=2, overlap=True)
     launched = []
     for micro in range(2):
         x = torch.full((2, 4), float(rank + micro))
@@ -163,7 +163,7 @@ def _staged(rank, world):
     for p in plain:
         torch.distributed.all_reduce(p.grad)
     owned = [buffers.owned_grad(p) for p in layers.parameters()]
-    expected = [p.grad.reshape(-1)[slice(*buffers.owned_slice(q))] for p, q in zip(plain, layers.parameters())]
+    expected = [p.grad.reshape(-1)[slice(*buffers.layout.owned_slice(q))] for p, q in zip(plain, layers.parameters())]
     return launched, len(buffers.buckets), all(torch.allclose(a, b) for a, b in zip(owned, expected))
 
 
@@ -180,15 +180,15 @@ def _prefetches(rank, world):
     """ZeRO-3 over a 3-block GPT: at each block's forward, and just before its backward, which blocks'
     weights are gathered and which all-gathers are posted but not yet waited for."""
     from trident.model.gpt import build_model
-    from trident.parallel.data import GradBuffers
+    from trident.parallel.data import flat_buffers
     from trident.parallel.param_gather import ParamGather, unit_keys
 
     cfg = tiny_config("model.num_layers=3").model
     model = build_model(cfg, cfg.padded_vocab_size(1), 0)
     keys = unit_keys([model])
-    buffers = GradBuffers(list(model.named_parameters()), torch.distributed.group.WORLD, world, rank, 2**30,
-                          stage=3, overlap=True, unit_of=keys)
-    ParamGather(buffers, [model])
+    params, buffers = flat_buffers(list(model.named_parameters()), torch.distributed.group.WORLD, world, rank,
+                                   2**30, stage=3, overlap=True, unit_of=keys)
+    ParamGather(params, buffers, [model])
     block_of = {b.index: keys[id(b.params[0])][1] for b in buffers.buckets}
     seen = []
 

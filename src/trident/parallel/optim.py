@@ -9,8 +9,9 @@ import torch.distributed as dist
 from torch import nn
 
 from trident.config import Config
-from trident.parallel.data import GradBuffers
+from trident.parallel.data import GradBuffers, flat_buffers
 from trident.parallel.hybrid import zero_groups
+from trident.parallel.param_buffers import ParamBuffers
 from trident.parallel.watch import watched
 from trident.parallel.zero import DistributedAdam
 
@@ -21,21 +22,23 @@ def no_weight_decay(name: str, param: nn.Parameter) -> bool:
 
 
 def build_optimizer(named_params: list, config: Config, mesh, zero_stage: int, counted: dict[int, bool],
-                    alone: list = (), unit_of: dict | None = None) -> tuple[GradBuffers, DistributedAdam]:
-    """Flat buffers over `named_params` (bucketed for DP, `alone` parameters in buckets of their own,
-    never across two units of `unit_of`; with dp > 1 and parallel.overlap_grad_reduce each bucket's
-    reduction overlaps the backward once its gradients are final) and AdamW over the ranges this rank
+                    alone: list = (), unit_of: dict | None = None
+                    ) -> tuple[ParamBuffers, GradBuffers, DistributedAdam]:
+    """Flat weight and gradient buffers over `named_params` (bucketed for DP, `alone` parameters in
+    buckets of their own, never across two units of `unit_of`; with dp > 1 and
+    parallel.overlap_grad_reduce each bucket's reduction overlaps the backward once its gradients are
+    final) and AdamW over the ranges this rank
     owns (1/dp of each bucket with ZeRO, `zero_stage` in effect); `counted` says, by id(param), which
     parameters this rank counts in the global gradient norm."""
     p, t = config.parallel, config.train
     group, size, place, replicas = zero_groups(mesh, zero_stage)  # with parallel.dp_shard: a shard group of DP
-    buffers = GradBuffers(named_params, group, size, place, int(p.bucket_size_mb * 2**20),
-                          stage=zero_stage, overlap=mesh.dp > 1 and p.overlap_grad_reduce, timeout_s=p.timeout_s,
-                          alone=alone, unit_of=unit_of, replicas=replicas)
+    params, grads = flat_buffers(named_params, group, size, place, int(p.bucket_size_mb * 2**20), stage=zero_stage,
+                                 overlap=mesh.dp > 1 and p.overlap_grad_reduce, timeout_s=p.timeout_s, alone=alone,
+                                 unit_of=unit_of, replicas=replicas)
     decay = {id(param): not no_weight_decay(name, param) for name, param in named_params}
-    optimizer = DistributedAdam(buffers, decay, counted, t.lr, (t.adam_beta1, t.adam_beta2), t.adam_eps,
+    optimizer = DistributedAdam(params, grads, decay, counted, t.lr, (t.adam_beta1, t.adam_beta2), t.adam_eps,
                                 t.weight_decay)
-    return buffers, optimizer
+    return params, grads, optimizer
 
 
 def global_grad_norm_squared(optimizer: DistributedAdam, mesh, zero: bool) -> torch.Tensor:
@@ -43,7 +46,7 @@ def global_grad_norm_squared(optimizer: DistributedAdam, mesh, zero: bool) -> to
     DP rank holds a disjoint part, so the sum runs over the world (under hybrid sharding the first
     replica of each shard counts it); otherwise over one model replica."""
     total = optimizer.grad_norm_squared()
-    if zero and optimizer.buffers.replicas.rank > 0:
+    if zero and optimizer.layout.replicas.rank > 0:
         total = torch.zeros_like(total)
     group = None if zero else mesh.group("mp")
     if (zero and mesh.world_size > 1) or group is not None:

@@ -8,7 +8,7 @@ In order, as torchtitan's parallelize does it:
      directly in the training dtype on the device (no full-size tensor, no second copy);
   3. compile blocks when asked;
   4. the pipeline executor, when there is more than one stage;
-  5. flat gradient buffers and AdamW over the ranges this rank owns (the ZeRO stage decided here,
+  5. flat weight and gradient buffers and AdamW over the ranges this rank owns (the ZeRO stage decided here,
      once; at stage 3 the hooks that gather each unit's parameters around its use, param_gather.py).
 The result, a ParallelModel, runs micro-batches (`forward_backward`, `forward_only`), finishes the
 cross-rank gradient sums (`finalize_gradients`) and steps the optimizer (`step`). The trainer, the
@@ -95,19 +95,20 @@ def parallelize(config: Config, mesh, device: torch.device, precision: Precision
                                 dtype=precision.dtype)
     executor = _build_executor(layout, mesh, chunks, precision) if mesh.pp > 1 else None
     named_params = [item for chunk in chunks for item in chunk.named_parameters()]
-    buffers = adam = None
+    params = grads = adam = None
     if optimizer:
         counted = {id(p): counts_towards_norm(n, p, mesh.is_first_stage) for n, p in named_params}
         # the tied embedding's two stage copies are summed (finalize_gradients) over their owned slices,
         # which line up on both stages when it has a bucket of its own
         tied = [p for n, p in named_params if n == TIED_EMBEDDING] if _tied_across_stages(config, mesh) else []
         units = unit_keys(chunks) if layout.zero_stage == 3 else None
-        buffers, adam = build_optimizer(named_params, config, mesh, layout.zero_stage, counted, alone=tied,
+        params, grads, adam = build_optimizer(named_params, config, mesh, layout.zero_stage, counted, alone=tied,
                                         unit_of=units)
-        buffers.recorder = executor.recorder if executor is not None else None
+        grads.recorder = executor.recorder if executor is not None else None
         if units is not None:
-            ParamGather(buffers, chunks)
-    return ParallelModel(config, layout, mesh, chunks, named_params, executor, precision, buffers, adam, tp_rng)
+            ParamGather(params, grads, chunks)
+    return ParallelModel(config, layout, mesh, chunks, named_params, executor, precision, (params, grads), adam,
+                         tp_rng)
 
 
 def _build_executor(layout: RankLayout, mesh, chunks: list[GPT], precision: Precision):
@@ -121,10 +122,11 @@ class ParallelModel:
     executor, the flat gradient buffers and the (ZeRO-1 sharded) optimizer."""
 
     def __init__(self, config: Config, layout: RankLayout, mesh, chunks: list[GPT], named_params: list, executor,
-                 precision: Precision, buffers, optimizer, rng: T.TPRandomState):
+                 precision: Precision, buffers: tuple, optimizer, rng: T.TPRandomState):
         self.config, self.layout, self.mesh, self.chunks, self.named_params = config, layout, mesh, chunks, named_params
         self.executor, self.precision, self.device = executor, precision, precision.device
-        self.buffers, self.optimizer, self.rng = buffers, optimizer, rng
+        self.param_buffers, self.grad_buffers = buffers  # parallel/param_buffers.py, parallel/data.py (or None)
+        self.optimizer, self.rng = optimizer, rng
 
     @property
     def scaler(self):
@@ -144,8 +146,8 @@ class ParallelModel:
         fp32 buffers. With pipeline stages the loss is non-zero on the last stage only. With dp > 1 a
         bucket's DP reduction starts as soon as its gradients are final (after their last micro-batch's
         backward, during the pipeline's drain); finalize_gradients waits for them."""
-        if self.buffers is not None:  # one accumulation per micro-batch
-            self.buffers.expect_accumulations(len(micro_batches))
+        if self.grad_buffers is not None:  # one accumulation per micro-batch
+            self.grad_buffers.expect_accumulations(len(micro_batches))
         return self._run(micro_batches, loss_divisor, backward=True)
 
     @torch.no_grad()
@@ -189,7 +191,8 @@ class ParallelModel:
 
     # ---- gradients and the update ----------------------------------------------------------------
     def zero_grad(self) -> None:
-        self.buffers.zero_grad()
+        self.grad_buffers.zero_grad()
+        self.param_buffers.sent_bytes = 0
 
     def finalize_gradients(self) -> None:
         """Cross-rank gradient sums (losses were already divided by m x dp, so sums give the global
@@ -198,12 +201,12 @@ class ParallelModel:
         TP (TP peers share a buffer layout, and the tied embedding has a bucket of its own on both
         stages, so their owned slices line up)."""
         mesh = self.mesh
-        self.buffers.reduce()
+        self.grad_buffers.reduce()
         if _tied_across_stages(self.config, mesh) and (mesh.is_first_stage or mesh.is_last_stage):
-            word = [self.buffers.owned_grad(p) for n, p in self.named_params if n == TIED_EMBEDDING]
+            word = [self.grad_buffers.owned_grad(p) for n, p in self.named_params if n == TIED_EMBEDDING]
             all_reduce_coalesced(word, mesh.group("embedding"))
         # TP-replicated parameters each rank saw only part of: norms under SP, replicated key/value heads
-        partial = [self.buffers.owned_grad(p) for _, p in self.named_params
+        partial = [self.grad_buffers.owned_grad(p) for _, p in self.named_params
                    if getattr(p, "sequence_parallel", False) or getattr(p, "partial_across_tp", False)]
         if mesh.tp > 1 and partial:
             all_reduce_coalesced(partial, mesh.group("tp"))
@@ -265,14 +268,14 @@ class ParallelModel:
         part of them on every rank); Adam state with ZeRO on every rank (each owns a disjoint part),
         without it on DP rank 0 (the others are replicas). Under hybrid sharding only the first
         replica group's owned parts are primary."""
-        first_copy = self.buffers is None or self.buffers.replicas.rank == 0  # of a shard, under hybrid sharding
+        first_copy = self.optimizer is None or self.optimizer.layout.replicas.rank == 0  # of a shard (hybrid sharding)
         if self.layout.zero_stage == 3:
-            pieces = owned_weight_pieces(self.named_params, self.buffers, primary=first_copy)
+            pieces = owned_weight_pieces(self.named_params, self.param_buffers, primary=first_copy)
         else:
             pieces = weight_pieces(self.named_params, primary=self.mesh.dp_rank == 0)
         if self.optimizer is not None:
             owns_adam = (self.layout.zero and first_copy) or self.mesh.dp_rank == 0
-            pieces += adam_pieces(self.named_params, self.buffers, self.optimizer, primary=owns_adam)
+            pieces += adam_pieces(self.named_params, self.optimizer, primary=owns_adam)
             pieces.append(StatePiece("optimizer_steps", "trainer", value=self.optimizer.steps))
         pieces += rng_pieces(self.rng_states())
         pieces.append(StatePiece("scaler", "scaler", value=self.scaler.state_dict()))
@@ -300,17 +303,17 @@ class ParallelModel:
     def held_weights(self) -> list[tuple[str, torch.Tensor]]:
         """(name, tensor) of what this rank itself stores of each parameter (its owned part at ZeRO-3)."""
         if self.layout.zero_stage == 3:
-            return [(piece.name, piece.tensor) for piece in owned_weight_pieces(self.named_params, self.buffers)]
+            return [(piece.name, piece.tensor) for piece in owned_weight_pieces(self.named_params, self.param_buffers)]
         return list(self.named_params)
 
     @property
     def dp_sent_bytes(self) -> int:
         """Bytes this rank sent in data-parallel collectives since the step began (ring algorithms)."""
-        return self.buffers.sent_bytes
+        return self.grad_buffers.sent_bytes + self.param_buffers.sent_bytes
 
     def state_bytes(self) -> dict[str, int]:
         """Bytes of the tensors that live for the whole run: weights, fp32 gradients, optimizer state."""
-        params, grads = self.buffers.params, self.buffers.grads
+        params, grads = self.param_buffers.params, self.grad_buffers.grads
         return {"weights": params.numel() * params.element_size(), "gradients": grads.numel() * grads.element_size(),
                 "optimizer": self.optimizer.state_bytes()}
 

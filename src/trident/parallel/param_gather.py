@@ -1,7 +1,7 @@
 """ZeRO-3: a unit's full parameters exist only while it computes.
 
 A unit is one transformer block of a model chunk, or the chunk's other parameters (embedding, final
-norm, output head: its "root"). The flat buffers (data.py) keep only each rank's owned slice; here,
+norm, output head: its "root"). The flat weights (param_buffers.py) keep only each rank's owned slice; here,
 module hooks applied by `parallelize` decide when a unit's buckets are all-gathered and released:
   forward   the root before the chunk runs, each block just before its own forward; each released
             after its forward (the next block's all-gather is posted first, so it overlaps this
@@ -9,7 +9,7 @@ module hooks applied by `parallelize` decide when a unit's buckets are all-gathe
   backward  a gradient hook on a unit's output gathers it again before its backward runs (and
             posts the all-gather of the unit whose backward comes next); the unit is released when
             the gradient of its input is computed (every op of the unit that reads the weights has
-            run), or when every one of its parameters' gradients has been accumulated (data.py).
+            run), or when every one of its parameters' gradients has been staged (data.py).
 Autograd keeps what a forward saved of the weights (e.g. the transposed matrix a matmul's backward
 reads) as views of the gathered buffer: a saved-tensors hook stores such a tensor as a reference
 (bucket, offset, shape, strides) instead, and rebuilds it from the buffer gathered for the backward,
@@ -25,7 +25,9 @@ from functools import partial
 
 import torch
 
-from trident.parallel.data import Bucket, GradBuffers
+from trident.parallel.data import GradBuffers
+from trident.parallel.flat_layout import Bucket
+from trident.parallel.param_buffers import ParamBuffers
 
 ROOT = "root"
 
@@ -62,15 +64,15 @@ class SavedRef:
 class ParamGather:
     """The hooks that gather each unit of `chunks` around its forward and backward (stage 3)."""
 
-    def __init__(self, buffers: GradBuffers, chunks: list):
-        self.buffers = buffers
+    def __init__(self, params: ParamBuffers, grads: GradBuffers, chunks: list):
+        self.params = params
         self.by_storage: dict[int, Bucket] = {}  # storage of a gathered bucket -> the bucket
         self.saving = None  # the saved-tensors hooks of the chunk whose forward is running
-        buffers.on_released = self.release_bucket
+        grads.on_released = self.release_bucket  # a bucket whose gradients are staged needs no weights
         keys = unit_keys(chunks)
         for c, chunk in enumerate(chunks):
             def unit(key, c=c) -> Unit:
-                return Unit([b for b in buffers.buckets if keys[id(b.params[0])] == (c, key)])
+                return Unit([b for b in params.layout.buckets if keys[id(b.params[0])] == (c, key)])
             root, blocks = unit(ROOT), [unit(key) for key in chunk.blocks]
             chunk.register_forward_pre_hook(partial(self._before, root, blocks[0] if blocks else None, True))
             chunk.register_forward_hook(partial(self._after, root, blocks[-1] if blocks else None, True))
@@ -86,7 +88,7 @@ class ParamGather:
         if unit is None:
             return
         for bucket in unit.buckets:
-            self.buffers.gather(bucket, wait)
+            self.params.gather(bucket, wait)
             if wait:
                 self.by_storage[bucket.full.untyped_storage()._cdata] = bucket
 
@@ -97,7 +99,7 @@ class ParamGather:
     def release_bucket(self, bucket: Bucket) -> None:
         if bucket.full is not None:
             self.by_storage.pop(bucket.full.untyped_storage()._cdata, None)
-        self.buffers.release(bucket)
+        self.params.release(bucket)
 
     # ---- module hooks ---------------------------------------------------------------------------
     def _before(self, unit: Unit, following: Unit | None, chunk: bool, module, args) -> None:

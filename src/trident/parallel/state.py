@@ -51,35 +51,35 @@ def weight_pieces(named_params: list, primary: bool = True) -> list[StatePiece]:
     return [weight_piece(name, param, primary) for name, param in named_params]
 
 
-def owned_weight_pieces(named_params: list, buffers, primary: bool = True) -> list[StatePiece]:
+def owned_weight_pieces(named_params: list, weights, primary: bool = True) -> list[StatePiece]:
     """ZeRO-3: per parameter, the part of its flattened (TP-local) tensor this rank owns, a view of the
-    owned parameter buffer; every DP rank's part is primary (the parts are disjoint), except under
+    owned weights (`weights`: a ParamBuffers); every DP rank's part is primary (the parts are disjoint), except under
     hybrid sharding, where only the first copy of a shard is (`primary`)."""
     pieces = []
     for name, param in named_params:
-        a, b = buffers.owned_slice(param)
+        a, b = weights.layout.owned_slice(param)
         if a < b:
-            pieces.append(StatePiece(name, "weight", buffers.owned_param(param), full_shape(param),
+            pieces.append(StatePiece(name, "weight", weights.owned_param(param), full_shape(param),
                                      tuple(shard_offsets(param)), tuple(param.shape), flat=(a, b), primary=primary))
     return pieces
 
 
-def owned_slices(named_params: list, buffers, optimizer):
+def owned_slices(named_params: list, optimizer):
     """(name, param, range index, param-relative flat slice, range-relative flat slice) for every
     part of a parameter that falls in one of the optimizer's owned ranges."""
     for index, (lo, hi) in enumerate(optimizer.ranges):
         for name, param in named_params:
-            start, end = buffers.param_range(param)
+            start, end = optimizer.layout.param_range(param)
             a, b = max(start, lo), min(end, hi)
             if a < b:
                 yield name, param, index, slice(a - start, b - start), slice(a - lo, b - lo)
 
 
-def adam_pieces(named_params: list, buffers, optimizer, primary: bool = True) -> list[StatePiece]:
+def adam_pieces(named_params: list, optimizer, primary: bool = True) -> list[StatePiece]:
     """Per parameter and Adam kind, the part of its flattened (TP-local) tensor this rank's optimizer
     owns, as views of the optimizer's flat state (the master only when it is a separate fp32 copy)."""
     pieces = []
-    for name, param, i, in_param, in_range in owned_slices(named_params, buffers, optimizer):
+    for name, param, i, in_param, in_range in owned_slices(named_params, optimizer):
         where = (full_shape(param), tuple(shard_offsets(param)), tuple(param.shape), (in_param.start, in_param.stop))
         pieces.append(StatePiece(name, "exp_avg", optimizer.exp_avg[i][in_range], *where, primary=primary))
         pieces.append(StatePiece(name, "exp_avg_sq", optimizer.exp_avg_sq[i][in_range], *where, primary=primary))

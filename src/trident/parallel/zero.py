@@ -1,11 +1,12 @@
-"""AdamW over the flat buffers of trident.parallel.data, with its state sharded over DP (ZeRO-1 and up).
+"""AdamW over data parallelism's flat buffers (param_buffers.py, data.py), with its state sharded over
+DP (ZeRO-1 and up).
 
 Each rank updates only the flat ranges it owns (all of them without ZeRO, 1/dp of each bucket at
 ZeRO stage 1, 2 or 3: the buffers hand it the owned slices of the parameters and reduced gradients,
-views of full buffers or of owned-only ones, whatever the stage), keeping for those ranges the fp32 master weights (a separate copy only when the model
-trains in bf16/fp16) and Adam's m and v; which sub-ranges are decayed and which count in the global
-gradient norm is kept as (start, end) segments. The update is AdamW as torch.optim.AdamW computes it,
-by one of two kernels, named in `optimizer.kernel`:
+views of full buffers or of owned-only ones, whatever the stage), keeping for those ranges the fp32
+master weights (a separate copy only when the model trains in bf16/fp16) and Adam's m and v; which
+sub-ranges are decayed and which count in the global gradient norm is kept as (start, end) segments.
+The update is AdamW as torch.optim.AdamW computes it, by one of two kernels, named in `optimizer.kernel`:
 - "fused" on CUDA and CPU: torch's fused AdamW (`torch._fused_adamw_`, the kernel of
   AdamW(fused=True)), two calls per step over views of the flat master/grad/m/v: the decayed
   segments with weight decay, the others without. On the CPU too: with it every layout stays
@@ -20,37 +21,40 @@ import math
 import torch
 
 from trident.parallel.data import GradBuffers
+from trident.parallel.param_buffers import ParamBuffers
 
 FUSED_DEVICES = ("cuda", "cpu")  # device types whose fused AdamW kernel is used (and tested)
 
 
 class DistributedAdam:
-    def __init__(self, buffers: GradBuffers, decay: dict[int, bool], counted: dict[int, bool], lr: float,
-                 betas: tuple[float, float], eps: float, weight_decay: float, fused: bool | None = None):
-        self.buffers, self.lr, self.betas, self.eps, self.weight_decay = buffers, lr, betas, eps, weight_decay
-        self.ranges = buffers.owned_ranges()
-        self.separate_master = buffers.params.dtype != torch.float32
+    def __init__(self, params: ParamBuffers, grads: GradBuffers, decay: dict[int, bool], counted: dict[int, bool],
+                 lr: float, betas: tuple[float, float], eps: float, weight_decay: float, fused: bool | None = None):
+        self.param_buffers, self.grad_buffers, self.layout = params, grads, params.layout
+        self.lr, self.betas, self.eps, self.weight_decay = lr, betas, eps, weight_decay
+        self.ranges = self.layout.owned_ranges()
+        weights = params.params
+        self.separate_master = weights.dtype != torch.float32
         self.master, self.exp_avg, self.exp_avg_sq, self.decay_segments, self.norm_segments = [], [], [], [], []
-        for (lo, hi), params in zip(self.ranges, buffers.owned_param_views):
-            self.master.append(params.float().clone() if self.separate_master else params)
-            self.exp_avg.append(torch.zeros(hi - lo, device=params.device))
-            self.exp_avg_sq.append(torch.zeros(hi - lo, device=params.device))
+        for (lo, hi), owned in zip(self.ranges, self.param_buffers.owned_param_views):
+            self.master.append(owned.float().clone() if self.separate_master else owned)
+            self.exp_avg.append(torch.zeros(hi - lo, device=owned.device))
+            self.exp_avg_sq.append(torch.zeros(hi - lo, device=owned.device))
             self.decay_segments.append(self._segments(lo, hi, decay))
             self.norm_segments.append(self._segments(lo, hi, counted))
         plain = {key: not flag for key, flag in decay.items()}
         self.plain_segments = [self._segments(lo, hi, plain) for lo, hi in self.ranges]  # not decayed
         if fused is None:
-            fused = buffers.params.device.type in FUSED_DEVICES
+            fused = weights.device.type in FUSED_DEVICES
         self.kernel = "fused" if fused else "foreach"
         # The fused kernel reads the step count from a tensor (on the parameters' device).
-        self.step_tensor = torch.zeros((), dtype=torch.float32, device=buffers.params.device)
+        self.step_tensor = torch.zeros((), dtype=torch.float32, device=weights.device)
         self.steps = 0
 
     def _segments(self, lo: int, hi: int, flags: dict[int, bool]) -> list[tuple[int, int]]:
         """Maximal runs of the owned range [lo, hi) whose parameters have the flag (range-relative)."""
         runs: list[tuple[int, int]] = []
-        for _, param in self.buffers.named_params:
-            start, end = self.buffers.param_range(param)
+        for _, param in self.layout.named_params:
+            start, end = self.layout.param_range(param)
             a, b = max(start, lo) - lo, min(end, hi) - lo
             if a < b and flags[id(param)]:
                 if runs and runs[-1][1] == a:
@@ -60,7 +64,7 @@ class DistributedAdam:
         return runs
 
     def grads(self) -> list[torch.Tensor]:
-        return self.buffers.owned_grad_views
+        return self.grad_buffers.owned_grad_views
 
     def state_bytes(self) -> int:
         """Bytes this rank holds for the optimizer: fp32 master (if separate), m and v."""
@@ -71,7 +75,7 @@ class DistributedAdam:
         """Sum of squares of the counted owned gradients (inf/nan if any of them is)."""
         views = [grad[a:b] for grad, runs in zip(self.grads(), self.norm_segments) for a, b in runs]
         if not views:
-            return torch.zeros((), dtype=torch.float32, device=self.buffers.grads.device)
+            return torch.zeros((), dtype=torch.float32, device=self.grad_buffers.grads.device)
         return torch.stack(torch._foreach_norm(views)).float().pow(2).sum()
 
     @torch.no_grad()
@@ -83,9 +87,9 @@ class DistributedAdam:
         else:
             self._foreach_step(lr)
         if self.separate_master:
-            for params, master in zip(self.buffers.owned_param_views, self.master):
+            for params, master in zip(self.param_buffers.owned_param_views, self.master):
                 params.copy_(master)
-        self.buffers.gather_params()
+        self.param_buffers.gather_params()
 
     def _fused_step(self, lr: float) -> None:
         """torch._fused_adamw_ over the decayed segments (with weight decay) and the others (without)."""

@@ -6,13 +6,14 @@ torch), as parallel/data.py and parallel/param_gather.py allocate it:
   of a backward are still in flight when it ends, through the next micro-batch's forward;
 - gathered weights (stage 3): a chunk's root (embedding, final norm, head) through its forward and
   its backward, beside the block computing and the next block's all-gather.
-Buckets are cut as the trainer cuts them: parameters in reverse creation order, a bucket closed once
-it holds bucket_size_mb of fp32 gradient (a tied embedding copy alone; at stage 3 never across two
-units), each padded to a multiple of dp.
+Buckets are cut by the trainer's own rule (parallel/buckets.py): parameters in reverse creation
+order, a bucket closed once it holds bucket_size_mb of fp32 gradient (a tied embedding copy alone; at
+stage 3 never across two units), each padded to a multiple of dp.
 """
 from __future__ import annotations
 
 from trident.config import Config
+from trident.parallel.buckets import cut_buckets
 from trident.parallel.layout_rules import REDUCTIONS_IN_FLIGHT
 from trident.parallel.pipeline.schedules import partition_layers
 
@@ -66,26 +67,10 @@ def rank_tensors(config: Config, layout, stage: int) -> list[tuple[tuple, float,
 
 def buckets(config: Config, layout, stage: int) -> list[tuple[tuple, float]]:
     """(unit of its first parameter, padded elements) of each bucket of rank `stage`, in flat order."""
-    limit, stage3 = config.parallel.bucket_size_mb * 2**20, layout.zero_effective == 3
-    cut, start, position, unit, opened = [], 0.0, 0.0, None, []
-
-    def close() -> None:
-        nonlocal start, position
-        position = start + -(-(position - start) // layout.dp) * layout.dp
-        cut.append((opened[0], position - start))
-        start = position
-        opened.clear()
-
-    for key, elements, alone in reversed(rank_tensors(config, layout, stage)):
-        if opened and (alone or (stage3 and key != unit)):
-            close()
-        unit, position = key, position + elements
-        opened.append(key)
-        if alone or (position - start) * 4 >= limit:
-            close()
-    if opened:
-        close()
-    return cut
+    keys, sizes, alone = zip(*reversed(rank_tensors(config, layout, stage)))
+    units = list(keys) if layout.zero_effective == 3 else None  # ZeRO-3 gathers a unit's buckets alone
+    cuts, _ = cut_buckets(list(sizes), config.parallel.bucket_size_mb * 2**20, layout.dp, units, list(alone))
+    return [(keys[cut.members[0]], cut.end - cut.start) for cut in cuts]
 
 
 def completion_order(config: Config, layout, stage: int) -> list[float]:
