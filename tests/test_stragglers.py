@@ -16,10 +16,10 @@ import pytest
 from distributed import run_distributed
 from train_fixtures import VOCAB, RandomTokens, tiny_config
 from trident.config import DiagnosticsConfig
-from trident.train.straggler_watch import StragglerWatch
+from trident.train.straggler_watch import HISTORY, StragglerWatch
 from trident.train.stragglers import find_stragglers
 
-STEPS, INTERVAL = 10, 2
+STEPS, INTERVAL = 10, 1  # 10 checks: the rule can name a rank from the 4th (its noise band needs 4), 7 chances
 SLOW, MICRO_BATCHES = 0.1, 2  # seconds added to each forward of rank 3; forwards a step (global batch 8)
 RECORDED = Path(__file__).parent / "fixtures" / "stragglers" / "pp2_dp2_busy_host.json"
 
@@ -60,11 +60,12 @@ def _named(records):
 def test_only_the_slowed_rank_is_named_and_its_cost_estimated_on_a_busy_host(tmp_path, busy_core):
     (healthy, _), (slowed, logs) = run_distributed(_train_twice, 4, f"rank=3,step=1,kind=slow:{SLOW}",
                                                    str(tmp_path), timeout=120)[0]
-    assert _named(healthy) == [[]] * (STEPS // INTERVAL)
+    # the same checks that name nobody in the healthy run name rank 3 at each of its last 7 in the slowed one:
     # the noise band needs 4 checks of the peer's times (dp 2: one peer); from then on rank 3 alone
+    assert _named(healthy) == [[]] * (STEPS // INTERVAL)
     assert _named(slowed) == [[]] * 3 + [[3]] * (STEPS // INTERVAL - 3)
     named = [r["stragglers"][0] for r in slowed if r["step"] % INTERVAL == 0 and r["stragglers"]]
-    assert [s["slow_checks"] for s in named] == [4, 5]
+    assert [s["slow_checks"] for s in named] == list(range(4, STEPS // INTERVAL + 1))
     assert all(s["section"] == "forward" and s["slower_by"] > 1.0 for s in named)
     # both slowed forwards lie on the last stage's critical path (the measured step-time difference is
     # no yardstick on a busy host: the sleeping rank leaves its core to the others)
@@ -112,6 +113,26 @@ def test_a_rank_is_named_only_beyond_five_sigmas_of_its_peers_history(extra, nam
     watch = _default_watch()
     named = [watch.observe(_one_stage([peer, peer + extra]), step_seconds=4.0) for peer in PEER]
     assert [bool(n) for n in named] == [named_from is not None and i >= named_from for i in range(len(PEER))]
+
+
+RAMP = [1, 6, 11, 16, 21, 26, 31, 36, 41, 46, 51, 56, 60]  # micro-batches a step: MT-NLG's 32 -> 1920 in 32s
+JITTER = [1.0, 1.04, 0.97, 1.02, 0.99, 1.03]  # the healthy peer's seconds per micro-batch, x 0.05
+
+
+@pytest.mark.parametrize("slow", [1.3, 1.0])
+def test_a_batch_size_ramp_does_not_hide_a_slowed_rank(slow):
+    # dp 2, one stage: rank 1 is `slow` x slower per micro-batch while the batch grows 60-fold; raw step
+    # times would put the peer's noise band over the whole ramp (seconds wide) and name nobody
+    watch, named = _default_watch(), []
+    for i, m in enumerate(RAMP):
+        peer = 0.05 * JITTER[i % len(JITTER)] * m
+        named.append(watch.observe(_one_stage([peer, 0.05 * slow * m]), step_seconds=0.05 * max(slow, 1.04) * m,
+                                   micro_batches=m))
+    expected = [[1] if slow > 1 and i >= 3 else [] for i in range(len(RAMP))]
+    assert [[n["rank"] for n in found] for found in named] == expected
+    if slow > 1:
+        assert [found[0]["slow_checks"] for found in named[3:]] == [min(i, HISTORY) for i in range(4, len(RAMP) + 1)]
+        assert watch.peer_noise(1) < 0.05 * 0.05  # a band of a few ms a micro-batch, not of the ramp
 
 
 @pytest.mark.parametrize("step_seconds, named", [(1.5, True), (5.0, False)])

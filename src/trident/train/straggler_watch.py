@@ -7,7 +7,10 @@ only when, in each of the last `straggler_checks` checks:
   - its compute exceeds its peers' median by more than `straggler_pct` and by more than NOISE_SIGMAS
     robust standard deviations of its peers' compute over the last HISTORY checks: the noise band. It
     comes from the peers' history, not from their spread within one check, because with dp 2 a rank
-    has a single peer; until MIN_NOISE_TIMES peer times are in, no band is known and nobody is named;
+    has a single peer; until MIN_NOISE_TIMES peer times are in, no band is known and nobody is named.
+    The band and the excess are per micro-batch (compute / the step's micro-batches): during a batch-size
+    ramp (MT-NLG's 32 -> 1920 sequences, docs/reference.md) a step's compute grows 60-fold, and a band over
+    raw step times would be as wide as the ramp and hide a real straggler;
   - the seconds it costs a step (the simulator's estimate) are at least `straggler_min_cost_pct` of
     the step: a rank that is slower but waited for by nobody (its stage has slack) costs nothing.
 """
@@ -27,8 +30,8 @@ MAD_TO_SIGMA = 1.4826  # a normal distribution's standard deviation per median a
 
 @dataclass(frozen=True)
 class Check:
-    """What one straggler check measured: the step's seconds, each rank's compute and peers, and the
-    ranks `find_stragglers` found slower than their peers (by rank)."""
+    """What one straggler check measured: the step's seconds, each rank's compute per micro-batch and
+    its peers, and the ranks `find_stragglers` found slower than their peers (by rank)."""
     step_seconds: float
     computes: dict[int, float]
     peers: dict[int, tuple[int, ...]]
@@ -47,7 +50,7 @@ class StragglerWatch:
         """Each named rank: find_stragglers' entry at this check plus `slow_checks`, the consecutive
         checks it has been slow in (>= straggler_checks)."""
         found = find_stragglers(reports, self.pct, micro_batches=micro_batches, **self.pipeline)
-        self.history.append(Check(step_seconds, {r["rank"]: compute_time(r) for r in reports},
+        self.history.append(Check(step_seconds, {r["rank"]: compute_time(r) / micro_batches for r in reports},
                                   {r["rank"]: tuple(p["rank"] for p in peers_of(r, reports)) for r in reports},
                                   {f["rank"]: f for f in found}))
         named = []
@@ -73,8 +76,8 @@ class StragglerWatch:
         return streak
 
     def peer_noise(self, rank: int) -> float | None:
-        """A robust standard deviation (MAD-based) of `rank`'s peers' compute over the kept checks; None
-        while fewer than MIN_NOISE_TIMES are kept."""
+        """A robust standard deviation (MAD-based) of `rank`'s peers' compute per micro-batch over the kept
+        checks; None while fewer than MIN_NOISE_TIMES are kept."""
         times = [check.computes[p] for check in self.history for p in check.peers[rank]]
         if len(times) < MIN_NOISE_TIMES:
             return None
