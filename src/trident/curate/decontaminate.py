@@ -17,7 +17,8 @@ The rule (GPT-3 appendix C, MT-NLG section 3.1), exactly as implemented here:
   Otherwise the pieces between cuts are stripped; pieces under ``min_piece_chars`` (200) are
   dropped (``pieces_dropped``) and the rest are joined by a blank line into one document (so one
   document in is at most one out). No piece left: ``dropped:contaminated``.
-Counters ``touched:<task>`` count the training documents each task's n-grams matched.
+Counters ``touched:<task>`` count the training documents each task's n-grams matched, ``cuts`` the
+merged cuts (spans removed) in them.
 """
 from __future__ import annotations
 
@@ -259,6 +260,7 @@ def clean_document(doc: Document, lookup: IndexLookup, rule: dict, tasks: list[s
     for task_id in sorted({m[3] for m in matches}):
         counters[f"touched:{tasks[task_id]}"] += 1
     regions = cut_regions(doc.text, sorted({(m[0], m[1]) for m in matches}), rule["cut_chars"])
+    counters["cuts"] += len(regions)  # spans removed (of dropped documents too): what a flow's report counts
     if len(regions) > rule["max_splits"]:
         return "too_many_splits"
     pieces = remaining_pieces(doc.text, regions)
