@@ -29,6 +29,8 @@ def _hybrid(rank, world, out_dir):
         elements = trainer.model.state_bytes()["weights"] // 4 * (2 if stage == 3 else 1)  # the padded flat buffer
         formula = [dp_bytes_per_step(stage, 4, elements, 4, r["batch_size"] // 8, shard=2) for r in records]
         runs[stage] = (run_summary(trainer, records), [r["dp_comm_bytes"] for r in records], formula)
+    singles = ["parallel.dp=4", "parallel.dp_shard=1", "parallel.zero_stage=3"]  # shard groups of one: all replicas
+    runs["k1"] = train_full(tiny_config(*RAMP, *singles), f"{out_dir}/k1/r{rank}")
     _, trainer = run_steps([*HYBRID, "parallel.zero_stage=3"], f"{out_dir}/save", stop=STOP, with_trainer=True)
     saved = {kind: full_state(trainer, kind) for kind in KINDS}
     path = str(complete_checkpoints(f"{out_dir}/save/ckpt")[-1])
@@ -46,6 +48,7 @@ def test_dp4_sharded_over_pairs_matches_one_process_and_its_checkpoint_loads_any
         assert_matches([rank[0][stage][0] for rank in ranks], reference)
         for rank in ranks:  # intra-group reduce-scatter/all-gather and the inter-group all-reduce, as documented
             assert rank[0][stage][1] == rank[0][stage][2], stage
+    assert_matches([rank[0]["k1"] for rank in ranks], reference)
     _, saved, plain, path, groups = ranks[0]
     assert groups == {"dp_shard": [[0, 1], [2, 3]], "dp_replica": [[0, 2], [1, 3]]}
     one = make_trainer(tiny_config(*BASE, f"checkpoint.load={path}"), tmp_path / "one")
