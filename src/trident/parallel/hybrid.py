@@ -53,11 +53,13 @@ def add_hybrid_groups(mesh, gradient_groups: list[list[int]], shard: int, timeou
     mesh.dp_shard = shard
 
 
-def zero_groups(mesh, stage: int) -> tuple[Any, int, int, Replicas]:
+def zero_groups(mesh, stage: int, gradient: tuple[Any, int, int]) -> tuple[Any, int, int, Replicas]:
     """(group, size, this rank's place) that ZeRO stage `stage` shards over, and the Replicas its
-    owned gradient slices are all-reduced across. Stage 0 shards nothing: the whole DP group."""
-    shard = mesh.dp_shard or mesh.dp
-    if stage == 0 or shard == mesh.dp:
-        return mesh.group("dp"), mesh.dp, mesh.dp_rank, NO_REPLICAS
-    replicas = Replicas(mesh.group("dp_replica"), mesh.dp // shard, mesh.dp_rank // shard)
-    return mesh.group("dp_shard"), shard, mesh.dp_rank % shard, replicas
+    owned gradient slices are all-reduced across, from `gradient`: (group, size, place) of the group
+    the gradients are reduced over (the one add_hybrid_groups cut). Stage 0 shards nothing: all of it."""
+    group, size, place = gradient
+    shard = mesh.dp_shard or size
+    if stage == 0 or shard == size:
+        return group, size, place, NO_REPLICAS
+    replicas = Replicas(mesh.group("dp_replica"), size // shard, place // shard)
+    return mesh.group("dp_shard"), shard, place % shard, replicas
