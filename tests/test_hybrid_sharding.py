@@ -29,6 +29,9 @@ def _hybrid(rank, world, out_dir):
         elements = trainer.model.state_bytes()["weights"] // 4 * (2 if stage == 3 else 1)  # the padded flat buffer
         formula = [dp_bytes_per_step(stage, 4, elements, 4, r["batch_size"] // 8, shard=2) for r in records]
         runs[stage] = (run_summary(trainer, records), [r["dp_comm_bytes"] for r in records], formula)
+        held, flat = trainer.model.state_bytes(), trainer.model.optimizer.layout.total * 4  # fp32: 4 bytes an element
+        assert held == {"weights": flat // (2 if stage == 3 else 1), "gradients": flat // (2 if stage >= 2 else 1),
+                        "optimizer": 2 * flat // 2}  # as ZeRO at dp = K = 2: Adam's m and v over 1/K
     singles = ["parallel.dp=4", "parallel.dp_shard=1", "parallel.zero_stage=3"]  # shard groups of one: all replicas
     runs["k1"] = train_full(tiny_config(*RAMP, *singles), f"{out_dir}/k1/r{rank}")
     _, trainer = run_steps([*HYBRID, "parallel.zero_stage=3"], f"{out_dir}/save", stop=STOP, with_trainer=True)
