@@ -1,13 +1,13 @@
 """`trident run FLOW.yaml`: a tiny flow end to end, then reruns that skip what is unchanged."""
 from __future__ import annotations
 
-import contextlib
 import json
 from pathlib import Path
 
 import pytest
 import yaml
 
+from flow_fixtures import PIPELINE, TINY, run_main, stages_in_process, write_site
 from trident.cli import main
 from trident.curate.samples import reference_articles, write_sample_warc
 from trident.evaluate.heldout import write_heldout_tasks
@@ -40,30 +40,6 @@ def _run(flow: Path, out: Path, capsys) -> dict:
     capsys.readouterr()
     assert main(["run", str(flow), "--out", str(out), "--json"]) == 0
     return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-
-
-@contextlib.contextmanager
-def stages_in_process(monkeypatch):
-    """The flow's `trident train` and `trident eval` stages run through trident.cli.main in this process
-    instead of a fresh interpreter each (~3 s of CPU for `import torch` apiece): these tests are about
-    which stages run; test_demo.py runs them as child processes, as a user's flow does."""
-    import signal
-
-    from trident.flow import stages
-    from trident.flow.spec import FlowError
-    from trident.train.preemption import STOP_SIGNALS
-
-    def in_process(args: list[str]) -> None:
-        if main(args):
-            raise FlowError(f"`trident {args[0]}` failed")
-
-    handlers = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}  # `trident train` catches stop signals
-    monkeypatch.setattr(stages, "_trident", in_process)
-    try:
-        yield
-    finally:
-        for sig, handler in handlers.items():
-            signal.signal(sig, handler)
 
 
 @pytest.fixture
@@ -132,8 +108,6 @@ def test_report_counts_each_step_once_after_a_resume(tmp_path):
 
 
 def test_unknown_flow_keys_are_refused_naming_key_and_file(tmp_path, capsys):
-    from trident.cli import main
-
     (tmp_path / "a.jsonl").write_text("{}\n")
     for flow, named in (({"sources": [{"paths": "a.jsonl"}], "trian": {}}, "unknown flow file key 'trian'"),
                         ({"sources": [{"paths": "a.jsonl", "wieght": 2}]}, "unknown flow file key 'sources[0].wieght'"),
@@ -204,22 +178,6 @@ def test_a_curation_mistake_is_found_before_any_stage_runs(tmp_path, capsys):
 
 # ---- a user's own text (local HTML pages), the first time ------------------------------------------------------
 
-TINY = ["model.seq_length=64", "model.num_layers=1", "train.steps=2", "train.peak_tflops=1"]
-PIPELINE = {"stages": [{"stage": "extract"}, {"stage": "clean"}, {"stage": "exact_dedup", "scope": "global"}]}
-
-
-def _site(root: Path) -> None:
-    """24 small HTML pages: an article between a navigation bar and a footer."""
-    import html
-
-    for i, text in enumerate(reference_articles()[:24]):
-        page = root / "site" / f"page{i:02d}.html"
-        page.parent.mkdir(parents=True, exist_ok=True)
-        article = "".join(f"<p>{html.escape(p)}</p>" for p in text.split("\n") if p.strip())
-        page.write_text(f"<html><head><title>Page {i}</title></head><body><nav>Home | Library</nav>"
-                        f"<article>{article}</article><footer>Copyright</footer></body></html>")
-
-
 def _own_flow(root: Path, evaluation, train=(), curate=()) -> Path:
     flow = {"sources": [{"name": "docs", "paths": "site/*.html"}],
             "curate": {"config": PIPELINE, "overrides": list(curate)}, "tokenizer": {"vocab_size": 300},
@@ -228,16 +186,6 @@ def _own_flow(root: Path, evaluation, train=(), curate=()) -> Path:
     path = root / "flow.yaml"
     path.write_text(yaml.safe_dump(flow))
     return path
-
-
-def _main(args: list[str]) -> dict:
-    """trident's exit status and what it printed (to streams that are not terminals, as in a log)."""
-    import io
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(args)
-    return {"code": code, "out": out.getvalue(), "err": err.getvalue()}
 
 
 def _unreachable_hub(mp: pytest.MonkeyPatch) -> None:
@@ -260,21 +208,24 @@ def own_text(tmp_path_factory):
     from trident.curate.shards import read_shard
 
     root = tmp_path_factory.mktemp("own")
-    _site(root)
+    write_site(root)
     out, runs = root / "out", {}
     with pytest.MonkeyPatch.context() as mp, stages_in_process(mp):
         heldout = {"tasks": ["lambada", "hellaswag"], "heldout": {"source": "docs", "every": 3, "n_examples": 8}}
-        runs["heldout"] = _main(["run", str(_own_flow(root, heldout)), "--out", str(out), "--json"])
+        runs["heldout"] = run_main(["run", str(_own_flow(root, heldout)), "--out", str(out), "--json"])
         curated = out / "curated" / "docs"
         runs["heldout"].update(held=held_out_texts(curated), stats=json.loads((curated / "stats.json").read_text()),
                                trained=[d.text for s in sorted(curated.glob("shard-*")) for d in read_shard(s)],
                                lambada=(out / "eval_data" / "lambada" / "lambada_test.jsonl").read_text(),
                                report=(out / "report.md").read_text())
         _unreachable_hub(mp)
-        runs["hub"] = _main(["run", str(_own_flow(root, {"tasks": ["lambada"]})), "--out", str(out)])
+        runs["hub"] = run_main(["run", str(_own_flow(root, {"tasks": ["lambada"]})), "--out", str(out)])
         runs["hub"].update(report=(out / "report.md").read_text(), stamped=(out / ".flow" / "report.json").exists())
-        runs["none"] = _main(["run", str(_own_flow(root, {"tasks": []})), "--out", str(out), "--json"])
+        runs["none"] = run_main(["run", str(_own_flow(root, {"tasks": []})), "--out", str(out), "--json"])
         runs["none"]["report"] = (out / "report.md").read_text()
+        fresh = root / "out-none"  # `eval: none` in a folder of its own: every other stage runs
+        runs["fresh"] = run_main(["run", str(_own_flow(root, "none")), "--out", str(fresh), "--json"])
+        runs["fresh"].update(report=(fresh / "report.md").read_text(), steps=(fresh / "train" / "metrics.jsonl"))
     return out, runs
 
 
@@ -317,14 +268,25 @@ def test_no_eval_tasks_skip_evaluation_and_the_report_says_so(own_text):
     assert "Skipped: the flow file gives no evaluation tasks" in run["report"] and "stopped" not in run["report"]
 
 
+def test_a_flow_with_eval_none_runs_every_other_stage_end_to_end(own_text):
+    run = own_text[1]["fresh"]
+    assert run["code"] == 0, run["err"]
+    assert json.loads(run["out"].strip().splitlines()[-1])["ran"] == ["curate:docs", "tokenizer", "tokenize:docs",
+                                                                      "train", "report"]
+    assert [json.loads(line)["step"] for line in run["steps"].read_text().splitlines()] == [1, 2]
+    report = run["report"]
+    assert "Skipped: the flow file gives no evaluation tasks" in report and "## Sample" in report
+    assert "| [docs](curated/docs/report.md) | 1 | 24 |" in report and "stopped" not in report
+
+
 def test_data_which_on_a_flow_folder_answers_for_its_training_run(own_text, tmp_path):
     out, _ = own_text
-    answer = _main(["data", "which", str(out), "--step", "1", "--json"])
+    answer = run_main(["data", "which", str(out), "--step", "1", "--json"])
     assert answer["code"] == 0 and f"its training run is {out / 'train'}" in answer["err"]
-    assert json.loads(answer["out"]) == json.loads(_main(["data", "which", str(out / "train"), "--step", "1",
+    assert json.loads(answer["out"]) == json.loads(run_main(["data", "which", str(out / "train"), "--step", "1",
                                                          "--json"])["out"])
     (tmp_path / "early" / ".flow").mkdir(parents=True)  # a flow folder whose train stage has not run
-    early = _main(["data", "which", str(tmp_path / "early"), "--step", "1"])
+    early = run_main(["data", "which", str(tmp_path / "early"), "--step", "1"])
     assert early["code"] == 2 and str(tmp_path / "early" / "train") in early["err"]
 
 
@@ -343,6 +305,6 @@ def test_every_stage_mistake_is_refused_before_any_stage_runs_naming_key_and_fil
               "decontaminate: true needs")]
     for change, named in cases:
         (tmp_path / "f.yaml").write_text(yaml.safe_dump({"sources": [source], **change}))
-        result = _main(["run", str(tmp_path / "f.yaml"), "--out", str(tmp_path / "out")])
+        result = run_main(["run", str(tmp_path / "f.yaml"), "--out", str(tmp_path / "out")])
         assert result["code"] == 2 and named in result["err"] and str(tmp_path / "f.yaml") in result["err"], change
         assert not (tmp_path / "out").exists()  # refused before any stage ran

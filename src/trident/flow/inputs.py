@@ -5,7 +5,8 @@
 - sample-warc: a synthetic Common Crawl WARC (articles with boilerplate, other languages, duplicates,
   non-HTML, 404s) for the curation pipeline.
 `heldout` turns a source's held-out documents (written by its generator, or kept out of its curation by
-the holdout stage: any source) into LAMBADA- and HellaSwag-format task files.
+the holdout stage: any source) into LAMBADA- and HellaSwag-format task files, and writes the documents
+themselves for heldout_clean.py to decontaminate every source against.
 """
 from __future__ import annotations
 
@@ -56,6 +57,7 @@ def heldout(flow: Flow, out: Path) -> None:
     from trident.curate.holdout import held_out_texts
     from trident.evaluate.heldout import write_heldout_tasks
     from trident.flow.checks import heldout_source, holds_out_itself
+    from trident.flow.heldout_clean import write_documents
 
     settings, source = flow.eval.heldout, heldout_source(flow)
     if holds_out_itself(source):
@@ -69,6 +71,7 @@ def heldout(flow: Flow, out: Path) -> None:
         raise FlowError(f"eval.heldout: {len(texts)} documents held out of source {source.name!r}: {error}; "
                         f"hold out more (a smaller eval.heldout.every) or use eval.data_dir") from None
     print(f"held-out tasks from {len(texts)} documents of {source.name}: {counts} -> {eval_data(flow, out)}")
+    print(f"held-out documents, which every source is decontaminated against -> {write_documents(out, texts)}")
 
 
 def eval_data(flow: Flow, out: Path) -> Path | None:

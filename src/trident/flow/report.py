@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from trident.flow.heldout_clean import report_section
 from trident.flow.report_page import latest_per_step, plot_loss, write_report
 from trident.flow.spec import Flow
 from trident.flow.stages import read_json
@@ -59,8 +60,10 @@ def write_flow_report(flow: Flow, out: Path, flow_file: Path, done: list[str],
     `done`; `stopped`: (stage, error) of the stage that failed, said at the top."""
     finished = set(done)
     tokenized = [s for s in flow.sources if f"tokenize:{s.name}" in finished]
+    sections = {"Curation": funnel(flow, out, finished), "Held-out text kept out of training":
+                report_section(flow, out, finished), "Evaluation": evaluation(flow, out, finished)}
     summary = {"title": f"trident run report: {flow_file.name}", "stopped": stopped,
-               "sections": {"Curation": funnel(flow, out, finished), "Evaluation": evaluation(flow, out, finished)}}
+               "sections": {title: text for title, text in sections.items() if text is not None}}
     if tokenized and "tokenizer" in finished:
         stats = [_data_stats(out, s) for s in tokenized]
         summary["corpus"] = (f"{sum(s['documents'] for s in stats)} curated documents from {len(tokenized)} "

@@ -1,12 +1,13 @@
-"""run_flow: [inputs ->] curate -> tokenizer -> tokenize -> train -> [eval ->] report, skipping what is
-unchanged; a stage that fails still leaves report.md for the stages that finished before it."""
+"""run_flow: [inputs ->] curate -> [heldout -> decontaminate ->] tokenizer -> tokenize -> train -> [eval ->]
+report, skipping what is unchanged; a stage that fails still leaves report.md for the stages that finished
+before it."""
 from __future__ import annotations
 
 import json
 import sys
 from pathlib import Path
 
-from trident.flow import inputs, stages
+from trident.flow import heldout_clean, inputs, stages
 from trident.flow.checks import heldout_source, holds_out_itself
 from trident.flow.spec import Flow, FlowError, load_flow
 from trident.flow.stamp import Stages, stage_key
@@ -40,12 +41,14 @@ def run_flow(flow_file: str | Path, out: str | Path, raw: dict | None = None) ->
 def _stage_count(flow: Flow) -> int:
     evaluations = (1 + flow.eval.untrained) if flow.eval.tasks else 0
     generated = sum(1 for s in flow.sources if s.generate)
-    return generated + bool(flow.eval.heldout) + 2 * len(flow.sources) + 3 + evaluations  # tokenizer, train, report
+    per_source = 3 if flow.eval.heldout else 2  # curate, [decontaminate,] tokenize
+    return generated + bool(flow.eval.heldout) + per_source * len(flow.sources) + 3 + evaluations  # tokenizer, train, report
 
 
 def _run_stages(flow: Flow, out: Path, flow_file: Path, runner: Stages, keys: dict) -> None:
     _prepare_inputs(flow, out, runner, keys)
     _curate(flow, out, runner, keys)
+    _decontaminate(flow, out, runner, keys)
     _tokenize(flow, out, runner, keys)
     data = [keys[f"tokenize:{s.name}"] for s in flow.sources]
     keys["train"] = stage_key({"train": flow.train, "weights": [s.weight for s in flow.sources]},
@@ -53,7 +56,7 @@ def _run_stages(flow: Flow, out: Path, flow_file: Path, runner: Stages, keys: di
     runner.run("train", keys["train"], lambda: stages.trained(out),
                lambda resume: stages.train(flow, out, resume))
     _evaluate(flow, out, runner, keys)
-    curated = [keys[f"curate:{s.name}"] for s in flow.sources]
+    curated = [keys[f"curate:{s.name}"] for s in flow.sources] + [_training_key(keys, s) for s in flow.sources]
     keys["report"] = stage_key({"sample": flow.sample, "tasks": flow.eval.tasks}, [],
                                [keys["train"], keys.get("eval", ""), keys.get("eval:untrained", ""), *curated, *data])
     runner.run("report", keys["report"], lambda: (out / "report.md").exists(),
@@ -74,7 +77,8 @@ def _prepare_inputs(flow: Flow, out: Path, runner: Stages, keys: dict) -> None:
 
 def _heldout(flow: Flow, out: Path, runner: Stages, keys: dict, upstream: str) -> None:
     keys["heldout"] = stage_key({"heldout": flow.eval.heldout}, [], [upstream])
-    runner.run("heldout", keys["heldout"], lambda: (out / "eval_data").is_dir(),
+    runner.run("heldout", keys["heldout"], lambda: (out / "eval_data").is_dir() and
+               heldout_clean.documents_file(out).exists(),
                lambda resume: inputs.heldout(flow, out))
 
 
@@ -93,16 +97,34 @@ def _curate(flow: Flow, out: Path, runner: Stages, keys: dict) -> None:
             _heldout(flow, out, runner, keys, keys[name])
 
 
+def _decontaminate(flow: Flow, out: Path, runner: Stages, keys: dict) -> None:
+    """With eval.heldout, every source's curated text with the held-out documents' 13-grams cut out
+    (heldout_clean.py): a copy in another source, or a near-copy dedup kept, is not trained on."""
+    if not flow.eval.heldout:
+        return
+    for source in flow.sources:
+        name = f"decontaminate:{source.name}"
+        keys[name] = stage_key({"decontaminate": heldout_clean.TASK, "source": source.name},
+                               [], [keys[f"curate:{source.name}"], keys["heldout"]])
+        runner.run(name, keys[name], lambda s=source: (heldout_clean.folder(out, s) / "stats.json").exists(),
+                   lambda resume, s=source: heldout_clean.decontaminate(flow, out, s, resume))
+
+
+def _training_key(keys: dict, source) -> str:
+    """The key of the stage whose shards are tokenized: decontaminate with eval.heldout, else curate."""
+    return keys.get(f"decontaminate:{source.name}", keys[f"curate:{source.name}"])
+
+
 def _tokenize(flow: Flow, out: Path, runner: Stages, keys: dict) -> None:
-    curated = [keys[f"curate:{s.name}"] for s in flow.sources]
+    curated = [_training_key(keys, s) for s in flow.sources]
     given = [flow.tokenizer.path] if flow.tokenizer.path else []
     keys["tokenizer"] = stage_key({"tokenizer": flow.tokenizer}, given, [] if given else curated)
-    shards = lambda: [p for s in flow.sources for p in stages.curated_shards(out, s)]  # noqa: E731
+    shards = lambda: [p for s in flow.sources for p in heldout_clean.training_shards(flow, out, s)]  # noqa: E731
     runner.run("tokenizer", keys["tokenizer"], lambda: stages.tokenizer_path(flow, out).exists(),
                lambda resume: None if given else stages.tokenizer(flow, out, shards()))
     for source in flow.sources:
         name = f"tokenize:{source.name}"
-        keys[name] = stage_key({"source": source.name}, [], [keys[f"curate:{source.name}"], keys["tokenizer"]])
+        keys[name] = stage_key({"source": source.name}, [], [_training_key(keys, source), keys["tokenizer"]])
         runner.run(name, keys[name], lambda s=source: (out / "data" / f"{s.name}.stats.json").exists(),
                    lambda resume, s=source: stages.tokenize(flow, out, s))
 

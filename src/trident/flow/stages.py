@@ -13,10 +13,6 @@ from trident.flow.inputs import eval_data, generated_file
 from trident.flow.spec import Flow, FlowError, Source
 
 
-def curated_shards(out: Path, source: Source) -> list[Path]:
-    return sorted((out / "curated" / source.name).glob("shard-*.jsonl.zst"))
-
-
 def source_files(out: Path, source: Source) -> list[Path]:
     return [generated_file(out, source)] if source.generate else source.files
 
@@ -92,10 +88,11 @@ def tokenizer_path(flow: Flow, out: Path) -> Path:
 
 
 def tokenize(flow: Flow, out: Path, source: Source) -> dict:
-    """A source's curated shards -> OUT/data/NAME.bin/.idx."""
+    """A source's curated (with eval.heldout: decontaminated) shards -> OUT/data/NAME.bin/.idx."""
     from trident.data.tokenize_jsonl import tokenize_files
+    from trident.flow.heldout_clean import training_shards
 
-    stats = tokenize_files(curated_shards(out, source), out / "data" / source.name, tokenizer_path(flow, out),
+    stats = tokenize_files(training_shards(flow, out, source), out / "data" / source.name, tokenizer_path(flow, out),
                            workers=1, progress=True)
     print(f"{source.name}: {stats['documents']} documents, {stats['tokens']:,} tokens -> {out / 'data' / source.name}")
     return stats
