@@ -56,19 +56,18 @@ STATE_KINDS = ("weight", "master", "exp_avg", "exp_avg_sq")
 
 
 def _across_zero_stages(rank, world, out_dir):
-    """On dp2, bf16 (separate fp32 masters), dropout on: saved at ZeRO stage 3 and loaded at 0 (whole
-    weights and Adam state), saved at 0 and loaded at 3 (owned slices of both), every kind of state is
-    bit for bit the saved one; a stage-3 run resumed from its checkpoint gives the uninterrupted run's
-    losses exactly."""
+    """On dp2, bf16 (separate fp32 masters), dropout on: one checkpoint saved at each ZeRO stage 0-3,
+    each loaded at every stage 0-3 (16 pairs: whole weights and Adam state at 0, owned slices at 1-3):
+    every kind of state is bit for bit the saved one; a stage-3 run resumed from its checkpoint gives
+    the uninterrupted run's losses exactly. Returns the pairs checked, and both runs' losses."""
     base = ["parallel.dp=2", "train.precision=bf16", "model.hidden_dropout=0.1"]
-    first = None
-    for saved_at, load_at in ((3, (0,)), (0, (3,))):
-        losses, trainer = run_steps([*base, f"parallel.zero_stage={saved_at}"], f"{out_dir}/{saved_at}", stop=STOP,
+    checked, losses = [], {}
+    for saved_at in range(4):
+        losses[saved_at], trainer = run_steps([*base, f"parallel.zero_stage={saved_at}"], f"{out_dir}/{saved_at}", stop=STOP,
                                     with_trainer=True)
-        first = first or losses
         saved = {kind: full_state(trainer, kind) for kind in STATE_KINDS}
         path = complete_checkpoints(f"{out_dir}/{saved_at}/ckpt")[-1]
-        for stage in load_at:
+        for stage in range(4):
             config = tiny_config(*BASE, *base, f"parallel.zero_stage={stage}", f"checkpoint.load={path}")
             loaded = make_trainer(config, f"{out_dir}/{saved_at}/load{stage}")
             for kind in STATE_KINDS:
@@ -77,14 +76,16 @@ def _across_zero_stages(rank, world, out_dir):
                 for name, value in held.items():
                     np.testing.assert_array_equal(value, saved[kind][name],
                                                   err_msg=f"{saved_at}->{stage} {kind} {name}")
+            checked.append((saved_at, stage))
     zero3 = [*base, "parallel.zero_stage=3"]
     second = run_steps(zero3, f"{out_dir}/3", load="auto")
-    return first + second, run_steps(zero3, f"{out_dir}/whole")
+    return checked, losses[3] + second, run_steps(zero3, f"{out_dir}/whole")
 
 
 @pytest.mark.timeout(180)
-def test_checkpoints_load_bit_exactly_across_zero_stages_and_resume_exactly(tmp_path):
-    for resumed, whole in run_distributed(_across_zero_stages, 2, str(tmp_path), timeout=170):
+def test_checkpoints_load_bit_exactly_across_every_zero_stage_pair_and_resume_exactly(tmp_path):
+    for checked, resumed, whole in run_distributed(_across_zero_stages, 2, str(tmp_path), timeout=170):
+        assert checked == [(saved, loaded) for saved in range(4) for loaded in range(4)]
         assert resumed == whole
 
 
