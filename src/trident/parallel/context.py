@@ -1,0 +1,236 @@
+"""Ring attention: causal self-attention over a sequence split across the N ranks of a CP group.
+
+Layout (parallel/context_chunks.py). The sequence is cut into 2N chunks; CP rank r holds chunks r and
+2N-1-r, concatenated, so its local queries, keys and values are [b, heads, 2c, d] with c = S/(2N).
+
+Ring. In N steps every rank sees every rank's K/V: at step i rank r computes with the K/V block of
+rank j = (r - i) mod N, while already sending that block on to rank r+1 and receiving the next one from
+rank r-1 (forward: (N-1) x 2 x |K| bytes sent per rank and call).
+
+Log-sum-exp merge. A block of keys gives each query row a partial result o_b = softmax(s_b) v_b and
+its log-sum-exp l_b = log sum_k exp(s_k), with s = q.k * scale. Two partials over disjoint key sets merge
+exactly: l = log(exp(l_1) + exp(l_2)), o = exp(l_1 - l) o_1 + exp(l_2 - l) o_2. Starting from
+(o, l) = (0, -inf) and merging every block gives softmax over all visible keys. Accumulation is fp32
+whatever the input dtype; the output is cast back.
+
+Causal balance. Chunk a sees chunk b fully when b < a, causally (lower triangle) when b == a, not at
+all when b > a. With chunks (r, 2N-1-r) against the block of rank j (chunks j, 2N-1-j):
+  * j == r: (r, r) causal, (2N-1-r, r) full, (2N-1-r, 2N-1-r) causal - two half blocks and a full one;
+  * j <  r: both local chunks see chunk j fully and chunk 2N-1-j not at all: [2c x c] full;
+  * j >  r: only chunk 2N-1-r sees anything, and sees both chunks fully:       [c x 2c] full.
+Every step is 2c^2 scores on every rank, so no rank waits for another (a plain split into N
+contiguous pieces would give rank N-1 2N-1 times the scores of rank 0).
+
+Backward, also a ring. Each block's probabilities are recomputed from the saved final log-sum-exp:
+p = exp(s - l); with D = rowsum(dO * O): dV_b = p^T dO, dS = p * (dO V_b^T - D), dQ += dS K_b * scale,
+dK_b = dS^T Q * scale. dK/dV travel with their K/V (fp32 accumulators): after its N-th hop a block's
+gradient is home. Backward sends (N-1) x 2 x |K| bytes of K/V plus N x 2 x |K|_fp32 of dK/dV per rank.
+
+Grouped-query attention: query head i reads key/value head i // (hq / hkv), as SDPA's enable_gqa.
+Every exchange is a flight-recorder event ("ring attention forward step 2/4"), so a hang names its step.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from trident.parallel.watch import watched
+
+
+@dataclass
+class RingTraffic:
+    """Bytes this process has sent around context-parallel rings, by pass; reset() between measurements."""
+    forward_bytes: int = 0
+    backward_bytes: int = 0
+
+    def reset(self) -> None:
+        self.forward_bytes = self.backward_bytes = 0
+
+
+RING_TRAFFIC = RingTraffic()
+
+
+def ring_bytes(kv_numel: int, element_size: int, cp: int) -> tuple[int, int]:
+    """(forward, backward) bytes one rank sends per ring_attention call, for one K block of `kv_numel`
+    elements of `element_size` bytes: K/V pass N-1 hops each way, fp32 dK/dV pass N hops."""
+    kv = 2 * kv_numel * element_size
+    return (cp - 1) * kv, (cp - 1) * kv + cp * 2 * kv_numel * 4
+
+
+def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group=None, *, causal: bool = True,
+                   enable_gqa: bool = False, scale: float | None = None) -> torch.Tensor:
+    """Attention of this CP rank's queries [b, hq, s_local, d] over the whole sequence's keys and values,
+    whose local part k, v [b, hkv, s_local, d] holds this rank's chunks (r, 2N-1-r) in that order.
+    `group` is the CP process group (None: the default group). Equals F.scaled_dot_product_attention
+    on the full sequence (is_causal=causal), cut back to this rank's tokens; differentiable."""
+    _check_shapes(q, k, v, enable_gqa)
+    ring = _Ring(group)
+    if causal and ring.size > 1 and q.size(2) % 2:
+        raise ValueError(f"ring attention needs an even local length (two chunks per rank), got {q.size(2)}")
+    return _RingAttention.apply(q, k, v, ring, causal, 1.0 / math.sqrt(q.size(-1)) if scale is None else scale)
+
+
+def step_blocks(rank: int, source: int, cp: int, local_len: int, causal: bool) -> list[tuple]:
+    """The blocks ring step with the K/V of CP rank `source` computes on CP rank `rank`: a list of
+    (query rows, key rows, diagonal) with rows as slices of the local sequence; diagonal blocks are causal."""
+    everything = slice(0, local_len)
+    if not causal:
+        return [(everything, everything, False)]
+    if cp == 1:
+        return [(everything, everything, True)]
+    first, second = slice(0, local_len // 2), slice(local_len // 2, local_len)
+    if source == rank:
+        return [(first, first, True), (second, first, False), (second, second, True)]
+    if source < rank:
+        return [(everything, first, False)]
+    return [(second, everything, False)]
+
+
+def _check_shapes(q, k, v, enable_gqa: bool) -> None:
+    if q.dim() != 4 or k.shape != v.shape or k.dim() != 4:
+        raise ValueError(f"ring attention takes q [b, hq, s, d] and k, v [b, hkv, s, d] of one shape, "
+                         f"got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
+    if (q.size(0), q.size(2), q.size(3)) != (k.size(0), k.size(2), k.size(3)):
+        raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} differ in batch, length or head size")
+    if q.size(1) != k.size(1) and not (enable_gqa and q.size(1) % k.size(1) == 0):
+        raise ValueError(f"{q.size(1)} query heads and {k.size(1)} key/value heads need enable_gqa=True "
+                         f"and a whole number of query heads per key/value head")
+
+
+class _Ring:
+    """This rank's place in the CP group and the point-to-point exchange with its neighbours."""
+
+    def __init__(self, group):
+        self.group = group
+        distributed = dist.is_available() and dist.is_initialized()
+        self.size = dist.get_world_size(group) if distributed else 1
+        self.index = dist.get_rank(group) if distributed else 0
+        self.next, self.prev = (self.index + 1) % self.size, (self.index - 1) % self.size
+
+    def source(self, step: int) -> int:
+        """The CP rank whose K/V block this rank holds at ring step `step`."""
+        return (self.index - step) % self.size
+
+    def post(self, tensors: list[torch.Tensor], phase: str, first_tag: int = 0) -> tuple[list, list]:
+        """Send each tensor to the next rank and receive its like from the previous one (not waited)."""
+        received, works = [], []
+        for tag, tensor in enumerate(tensors, start=first_tag):
+            buffer = torch.empty_like(tensor)
+            works.append(dist.isend(tensor, group=self.group, group_dst=self.next, tag=tag))
+            works.append(dist.irecv(buffer, group=self.group, group_src=self.prev, tag=tag))
+            received.append(buffer)
+            setattr(RING_TRAFFIC, f"{phase}_bytes",
+                    getattr(RING_TRAFFIC, f"{phase}_bytes") + tensor.numel() * tensor.element_size())
+        return received, works
+
+    def event(self, phase: str, step: int):
+        """A flight-recorder event around ring step `step` (an error in it names the CP group)."""
+        if self.size == 1:
+            return contextlib.nullcontext()
+        return watched(self.group, op=f"ring attention {phase} step {step + 1}/{self.size}",
+                       peer=self.next)
+
+
+def _wait(works: list) -> None:
+    for work in works:
+        work.wait()
+
+
+def _scores(q5, k, scale: float, diagonal: bool) -> torch.Tensor:
+    """[b, hkv, g, m, n] fp32 scores of grouped queries q5 [b, hkv, g, m, d] against k [b, hkv, n, d]."""
+    scores = torch.matmul(q5, k.unsqueeze(2).transpose(-1, -2)) * scale
+    if diagonal:  # the same chunk on both sides: query i sees keys 0..i
+        m, n = scores.shape[-2:]
+        scores = scores.masked_fill(torch.ones(m, n, dtype=torch.bool, device=scores.device).triu(1), -math.inf)
+    return scores
+
+
+def _block_forward(q5, k, v, scale: float, diagonal: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    scores = _scores(q5, k, scale, diagonal)
+    lse = torch.logsumexp(scores, dim=-1)
+    return torch.matmul(torch.exp(scores - lse.unsqueeze(-1)), v.unsqueeze(2)), lse
+
+
+def _merge(out, lse, rows: slice, block_out, block_lse) -> None:
+    """Fold a block's partial (block_out, block_lse) into the running (out, lse) rows, in place."""
+    old = lse[..., rows]
+    new = torch.logaddexp(old, block_lse)  # finite: every block row sees at least one key
+    out[..., rows, :] = (out[..., rows, :] * torch.exp(old - new).unsqueeze(-1)
+                         + block_out * torch.exp(block_lse - new).unsqueeze(-1))
+    lse[..., rows] = new
+
+
+def _block_backward(q5, k, v, dout5, delta, lse, scale: float, diagonal: bool):
+    probs = torch.exp(_scores(q5, k, scale, diagonal) - lse.unsqueeze(-1))
+    dv = torch.matmul(probs.transpose(-1, -2), dout5).sum(2)
+    dscores = probs * (torch.matmul(dout5, v.unsqueeze(2).transpose(-1, -2)) - delta.unsqueeze(-1))
+    dq = torch.matmul(dscores, k.unsqueeze(2)) * scale
+    dk = torch.matmul(dscores.transpose(-1, -2), q5).sum(2) * scale
+    return dq, dk, dv
+
+
+def _ring_forward(ring: _Ring, q5, kv, scale: float, causal: bool):
+    """fp32 (out [b, hkv, g, s, d], lse [b, hkv, g, s]) of grouped queries q5 against every rank's kv."""
+    out = torch.zeros_like(q5)
+    lse = torch.full(q5.shape[:-1], -math.inf, dtype=q5.dtype, device=q5.device)
+    for step in range(ring.size):
+        with ring.event("forward", step):
+            pending, works = ring.post([kv], "forward") if step < ring.size - 1 else ([kv], [])
+            k, v = kv.float().unbind(0)
+            for rows, cols, diagonal in step_blocks(ring.index, ring.source(step), ring.size, q5.size(-2), causal):
+                _merge(out, lse, rows, *_block_forward(q5[..., rows, :], k[..., cols, :], v[..., cols, :],
+                                                       scale, diagonal))
+            _wait(works)
+        kv = pending[0]
+    return out, lse
+
+
+def _ring_backward(ring: _Ring, q5, kv, out5, dout5, lse, scale: float, causal: bool):
+    """fp32 (dq [b, hkv, g, s, d], dkv [2, b, hkv, s, d]) for this rank's queries and its own K/V."""
+    delta = (dout5 * out5).sum(-1)
+    dq = torch.zeros_like(q5)
+    dkv = torch.zeros(kv.shape, dtype=torch.float32, device=kv.device)
+    for step in range(ring.size):
+        with ring.event("backward", step):
+            pending, works = ring.post([kv], "backward") if step < ring.size - 1 else ([kv], [])
+            k, v = kv.float().unbind(0)
+            for rows, cols, diagonal in step_blocks(ring.index, ring.source(step), ring.size, q5.size(-2), causal):
+                dq_block, dk_block, dv_block = _block_backward(
+                    q5[..., rows, :], k[..., cols, :], v[..., cols, :], dout5[..., rows, :], delta[..., rows],
+                    lse[..., rows], scale, diagonal)
+                dq[..., rows, :] += dq_block
+                dkv[0, ..., cols, :] += dk_block
+                dkv[1, ..., cols, :] += dv_block
+            # the gradient of the block just used travels on with it; after N hops it is home
+            homeward, grad_works = ring.post([dkv], "backward", first_tag=1) if ring.size > 1 else ([dkv], [])
+            _wait(works + grad_works)
+        kv, dkv = pending[0], homeward[0]
+    return dq, dkv
+
+
+class _RingAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, ring: _Ring, causal: bool, scale: float):
+        b, hq, s, d = q.shape
+        hkv = k.size(1)
+        q5 = q.float().reshape(b, hkv, hq // hkv, s, d)
+        out5, lse = _ring_forward(ring, q5, torch.stack([k, v]).contiguous(), scale, causal)
+        out = out5.reshape(b, hq, s, d).to(q.dtype)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.ring, ctx.causal, ctx.scale = ring, causal, scale
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        q, k, v, out, lse = ctx.saved_tensors
+        b, hq, s, d = q.shape
+        hkv = k.size(1)
+        grouped = (b, hkv, hq // hkv, s, d)
+        dq, dkv = _ring_backward(ctx.ring, q.float().reshape(grouped), torch.stack([k, v]).contiguous(),
+                                 out.float().reshape(grouped), dout.float().reshape(grouped), lse,
+                                 ctx.scale, ctx.causal)
+        return dq.reshape(b, hq, s, d).to(q.dtype), dkv[0].to(k.dtype), dkv[1].to(v.dtype), None, None, None

@@ -1,0 +1,130 @@
+"""Ring attention (parallel/context.py) and its load-balanced chunks (parallel/context_chunks.py): on cp=2
+and cp=4 gloo rings the output and the q/k/v gradients equal F.scaled_dot_product_attention on the whole
+sequence (fp32, GQA, bf16, non-causal); the bytes sent equal the formula; each ring step is a
+flight-recorder event; the chunk maps round-trip and every step's blocks are exactly the causal pairs."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from distributed import run_distributed
+from trident.parallel.context import RING_TRAFFIC, ring_attention, ring_bytes, step_blocks
+from trident.parallel.context_chunks import (chunk_length, join_rank_parts, rank_chunks, rank_positions,
+                                             split_for_rank)
+
+FP32 = {"rtol": 1e-5, "atol": 1e-6}
+BF16 = {"rtol": 2e-2, "atol": 2e-2}
+# (name, query heads, key/value heads, dtype, causal, tolerance)
+CASES = [("fp32", 4, 4, torch.float32, True, FP32), ("gqa", 4, 2, torch.float32, True, FP32),
+         ("mqa", 4, 1, torch.float32, True, FP32), ("bf16", 4, 2, torch.bfloat16, True, BF16),
+         ("full", 2, 2, torch.float32, False, FP32)]
+
+
+def _inputs(cp: int, hq: int, hkv: int, dtype, seed: int = 0):
+    """Whole-sequence q, k, v and an output weighting (the same on every rank)."""
+    gen = torch.Generator().manual_seed(seed)
+    batch, seq, dim = 2, 4 * cp * 2, 8
+    q, k, v = (torch.randn(batch, h, seq, dim, generator=gen).to(dtype) for h in (hq, hkv, hkv))
+    return q, k, v, torch.randn(batch, hq, seq, dim, generator=gen).to(dtype)
+
+
+def _reference(q, k, v, weight, causal: bool, gqa: bool):
+    """SDPA on the whole sequence in fp32 from the same (possibly bf16-rounded) inputs: output and grads."""
+    leaves = [t.detach().float().requires_grad_() for t in (q, k, v)]
+    out = F.scaled_dot_product_attention(*leaves, is_causal=causal, enable_gqa=gqa)
+    (out * weight.float()).sum().backward()
+    return out.detach(), *(t.grad for t in leaves)
+
+
+def _ring_case(rank: int, cp: int, case) -> dict:
+    """This rank's ring output and gradients against the reference cut to its chunks; traffic; events."""
+    from trident.parallel.context_chunks import gather_sequence
+    from trident.parallel.flight import FLIGHT
+
+    name, hq, hkv, dtype, causal, tol = case
+    q, k, v, weight = _inputs(cp, hq, hkv, dtype)
+    expected = _reference(q, k, v, weight, causal, hq != hkv)
+    local = [split_for_rank(t, 2, cp, rank).requires_grad_() for t in (q, k, v)]
+    RING_TRAFFIC.reset()
+    out = ring_attention(*local, None, causal=causal, enable_gqa=hq != hkv)
+    forward_bytes = RING_TRAFFIC.forward_bytes
+    (out * split_for_rank(weight, 2, cp, rank)).sum().backward()
+    assert out.dtype == dtype and all(t.grad.dtype == dtype for t in local)
+    torch.testing.assert_close(gather_sequence(out.detach(), 2).float(), expected[0], **tol)
+    for got, want in zip(local, expected[1:]):
+        torch.testing.assert_close(got.grad.float(), split_for_rank(want, 2, cp, rank), **tol)
+    ops = [event["op"] for event in FLIGHT.snapshot()]
+    return {"bytes": (forward_bytes, RING_TRAFFIC.backward_bytes),
+            "formula": ring_bytes(local[1].numel(), local[1].element_size(), cp),
+            "steps": [f"ring attention {phase} step {i}/{cp}" in ops for phase in ("forward", "backward")
+                      for i in range(1, cp + 1)]}
+
+
+def _ring_cases(rank: int, world: int, cases) -> list[dict]:
+    return [_ring_case(rank, world, case) for case in cases]
+
+
+@pytest.mark.parametrize("cp, cases", [(2, CASES), (4, CASES[:2])])
+def test_ring_attention_equals_sdpa_on_the_whole_sequence(cp, cases):
+    results = run_distributed(_ring_cases, cp, cases, timeout=240)
+    for per_rank in results:
+        for result in per_rank:
+            assert result["bytes"] == result["formula"]  # (N-1) x 2|K| forward; plus N x 2|K|_fp32 of dK/dV back
+            assert all(result["steps"])  # every ring step is a flight-recorder event
+
+
+def test_one_rank_is_plain_attention():
+    q, k, v, weight = _inputs(1, 4, 2, torch.float32)
+    expected = _reference(q, k, v, weight, True, True)
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    out = ring_attention(*leaves, enable_gqa=True)
+    (out * weight).sum().backward()
+    for got, want in zip([out.detach()] + [t.grad for t in leaves], expected):
+        torch.testing.assert_close(got, want, **FP32)
+
+
+def test_mismatched_heads_need_enable_gqa():
+    q, k, v, _ = _inputs(1, 4, 2, torch.float32)
+    with pytest.raises(ValueError, match="enable_gqa"):
+        ring_attention(q, k, v)
+
+
+@pytest.mark.parametrize("cp", [1, 2, 3, 4])
+def test_chunks_round_trip(cp):
+    seq = 6 * 2 * cp
+    x = torch.arange(2 * seq).view(2, seq)
+    parts = [split_for_rank(x, 1, cp, r) for r in range(cp)]
+    assert torch.equal(join_rank_parts(parts, 1), x)
+    for r, part in enumerate(parts):
+        assert torch.equal(part[0], rank_positions(seq, cp, r))  # x[0] holds the positions themselves
+        assert rank_chunks(cp, r) == (r, 2 * cp - 1 - r)
+    assert sorted(torch.cat([rank_positions(seq, cp, r) for r in range(cp)]).tolist()) == list(range(seq))
+
+
+def test_a_sequence_that_does_not_cut_into_2n_chunks_is_refused():
+    with pytest.raises(ValueError, match=r"sequence length 12 does not divide into 2 x cp = 8"):
+        chunk_length(12, 4)
+    with pytest.raises(ValueError, match="2 x cp = 4"):
+        split_for_rank(torch.zeros(2, 10), 1, 2, 0)
+    with pytest.raises(ValueError, match="rank 2 is outside"):
+        rank_positions(8, 2, 2)
+
+
+@pytest.mark.parametrize("cp", [2, 3, 4])
+def test_each_step_computes_exactly_the_causal_pairs_and_every_rank_as_much(cp):
+    seq = 4 * 2 * cp
+    local = seq // cp
+    for step in range(cp):
+        work = set()
+        for rank in range(cp):
+            source = (rank - step) % cp
+            qpos, kpos = rank_positions(seq, cp, rank), rank_positions(seq, cp, source)
+            computed = torch.zeros(local, local, dtype=torch.int64)
+            for rows, cols, diagonal in step_blocks(rank, source, cp, local, causal=True):
+                block = torch.ones(rows.stop - rows.start, cols.stop - cols.start, dtype=torch.int64)
+                computed[rows, cols] += block.tril() if diagonal else block
+            assert torch.equal(computed, (qpos[:, None] >= kpos[None, :]).long())  # each visible pair once
+            work.add(sum((r.stop - r.start) * (c.stop - c.start) for r, c, _ in
+                         step_blocks(rank, source, cp, local, causal=True)))
+        assert len(work) == 1  # the same number of scores on every rank at every step
