@@ -36,6 +36,17 @@ class LocalS3:
         self.fs.mkdir(BUCKET)
         return self
 
+    def pause(self) -> None:
+        """Stop answering (the store goes away); the objects stay, in this process's moto backend."""
+        self.server.stop()
+
+    def restart(self) -> None:
+        """Answer again on the same port, with the objects it held (the store is back)."""
+        from moto.server import ThreadedMotoServer
+
+        self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=self.port, verbose=False)
+        self.server.start()
+
     def url(self, name: str) -> str:
         return f"s3://{BUCKET}/{name}"
 

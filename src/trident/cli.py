@@ -69,12 +69,22 @@ def main(argv: list[str] | None = None) -> int:
         args = sub.parse_args(rest)
     args.command = command
     from trident.text.storage import UnsupportedLocation
+    from trident.text.store_errors import check_buckets, from_a_store, store_error, urls_in
 
+    urls = urls_in(vars(args).values())
     try:
+        check_buckets(urls)  # a missing bucket, refused credentials, an unreachable store: before any work
         return int(module.run(args) or 0)
     except UnsupportedLocation as error:  # a URL where only a local path works, met below a command's own checks
         print(f"trident {command}: error: {error}", file=sys.stderr)
         return 2
+    except Exception as error:  # an object store's failure no command reported itself: one line, its exit code
+        found = store_error(error, " or ".join(urls) or "an object store", f"trident {command}") \
+            if from_a_store(error) else None
+        if found is None:
+            raise
+        print(f"trident {command}: error: {found}", file=sys.stderr)
+        return found.code
 
 
 HELP_WIDTH = "100"  # argparse wraps help to $COLUMNS: fixed, so the page does not depend on the terminal

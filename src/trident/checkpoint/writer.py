@@ -32,6 +32,7 @@ from trident.parallel.mesh import barrier, layout_of
 from trident.parallel.state import ADAM_KINDS, VALUE_KINDS, StatePiece, by_kind
 from trident.text.atomic import write_text_atomic
 from trident.text.storage import is_remote, location, make_folder, remove_tree
+from trident.text.store_errors import StoreError, store_operation
 
 
 class SaveError(RuntimeError):
@@ -125,7 +126,8 @@ class CheckpointWriter:
         self.wait()
         if is_remote(self.root):
             if self.mesh.rank == 0:
-                remove_checkpoint(fmt.step_dir(self.root, step))  # a crashed attempt's objects
+                with store_operation(fmt.step_dir(self.root, step), f"rank 0: clearing checkpoint step {step}"):
+                    remove_checkpoint(fmt.step_dir(self.root, step))  # a crashed attempt's objects
             _agree_nonce()  # every rank waits for the prefix to be clear
             tmp = fmt.step_dir(self.root, step)
         else:
@@ -156,6 +158,8 @@ class CheckpointWriter:
             self.thread = None
         if self.error is not None:
             (step, error), self.error = self.error, None
+            if isinstance(error, StoreError):  # already one line with its own exit code
+                raise error
             raise SaveError(f"background save: {self._failure(step, error)}") from error
 
     def _run(self, *args) -> None:
@@ -165,6 +169,11 @@ class CheckpointWriter:
             self.error = (args[0], error)
 
     def _write(self, step, tmp, model, optim, entries, rng, trainer_state, extra_files) -> None:
+        # a store failing mid-save leaves this step without COMPLETE: load=auto takes the one before
+        with store_operation(fmt.step_dir(self.root, step), f"rank {self.mesh.rank}: saving checkpoint step {step}"):
+            self._write_files(step, tmp, model, optim, entries, rng, trainer_state, extra_files)
+
+    def _write_files(self, step, tmp, model, optim, entries, rng, trainer_state, extra_files) -> None:
         make_folder(tmp)
         rank, files = self.mesh.rank, {}
         for name, tensors in ((fmt.model_file(self.mesh), model), (fmt.optim_file(self.mesh), optim)):

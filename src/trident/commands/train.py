@@ -103,6 +103,7 @@ def _train(args, config) -> int:
     from trident.train.diagnostics import CorruptionError
     from trident.train.preemption import (EXIT_MARKER, EXIT_PREEMPTED, Preempted, StopRequests, resume_command,
                                           write_marker)
+    from trident.text.store_errors import StoreError
     from trident.train.trainer import RankFailure, Trainer, TrainError
 
     stops = StopRequests().install()  # from here a stop signal waits for the first step boundary
@@ -110,13 +111,14 @@ def _train(args, config) -> int:
         allocator.keep_freed_memory()  # first: set after the process group and model, it gains less (measured)
     init_distributed(config.parallel.backend, config.parallel.timeout_s)
     # bad config or data 2, a dead or hung peer 3, silent corruption 4, anything else named 1 (one line each)
-    codes = [((ConfigError, TokenOutOfRange), 2), ((RankFailure,), 3), ((CorruptionError,), 4),
+    # an object store's failure: its kind's code (StoreError.code, docs/bad-input.md#object-stores)
+    codes = [((StoreError,), None), ((ConfigError, TokenOutOfRange), 2), ((RankFailure,), 3), ((CorruptionError,), 4),
              ((TrainError, CheckpointError, SaveError, FileNotFoundError, TimeoutError), 1)]
     try:
         trainer = Trainer(config, args.out)
         records = trainer.train(stops)
     except tuple(kind for kinds, _ in codes for kind in kinds) as error:
-        code = next(c for kinds, c in codes if isinstance(error, kinds))
+        code = next(c for kinds, c in codes if isinstance(error, kinds)) or error.code
         print(f"error: {error}", file=sys.stderr)
         if under_torchrun():  # torchrun exits 1 for any failed rank: the launcher takes the code from here
             write_marker(args.out, {"code": code, "rank": int(os.environ.get("RANK", "0"))}, EXIT_MARKER)

@@ -96,6 +96,7 @@ class LoggingConfig:
     wandb_project: str = ""  # a Weights & Biases project to log to (needs the wandb extra)
     wandb_mode: str = "online"  # online | offline (no network; `wandb sync OUT/wandb/...` later) | disabled
     record_timeline: bool = False
+    metrics_upload_s: float = 30.0  # an --out on an object store: seconds between uploads of new metrics lines
 
 
 @dataclass
@@ -147,7 +148,8 @@ RANGES = {
                  "parallel.virtual_stages", "parallel.bucket_size_mb", "parallel.timeout_s", "train.steps",
                  "train.global_batch_size", "train.micro_batch_size", "train.lr", "train.adam_eps",
                  "train.eval_iters", "train.loss_scale_initial", "train.loss_scale_growth_interval",
-                 "train.loss_scale_hysteresis", "logging.log_interval", "diagnostics.straggler_checks"),
+                 "train.loss_scale_hysteresis", "logging.log_interval", "logging.metrics_upload_s",
+                 "diagnostics.straggler_checks"),
     "non-negative": ("model.vocab_size", "model.ffn_hidden_size", "model.init_std", "model.num_kv_heads",
                      "parallel.dp", "parallel.dp_shard",
                      "data.split_seed", "data.index_workers", "train.min_lr", "train.warmup_tokens",

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from trident.data.output_folder import OWN_PREFIX, OutputFolderError
 from trident.text.storage import is_remote, location
+from trident.text.store_errors import from_a_store
 
 LOCK = f"{OWN_PREFIX}lock.json"
 HEARTBEAT_S = 30.0
@@ -130,8 +131,12 @@ class FolderLock:
 
     def release(self) -> None:
         self._stop.set()
-        if self._ours(self._read()):
-            self.path.unlink()
+        try:
+            if self._ours(self._read()):
+                self.path.unlink()
+        except Exception as error:  # a store that went away: the run's own error says so; the lock goes stale
+            if not from_a_store(error):
+                raise
 
     def takeover_message(self) -> str | None:
         if self.took_over is None:

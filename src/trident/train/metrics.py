@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
 import resource
-import tempfile
-import time
 from pathlib import Path
 
 import torch
 
+from trident.text.appended import AppendedObject, read_lines
 from trident.text.storage import is_remote, location
 
-UPLOAD_INTERVAL_S = 30.0  # on an object store: the longest a metrics line waits to be uploaded
+UPLOAD_INTERVAL_S = 30.0  # on an object store: seconds between uploads of new lines (logging.metrics_upload_s)
 
 
 def peak_memory_bytes(device: torch.device) -> int:
@@ -26,45 +24,40 @@ class MetricsWriter:
     """Appends one JSON object per step to OUT/metrics.jsonl (rank 0 only), and hands the same
     record to each of `loggers` (TensorBoard, W&B: train/loggers.py).
 
-    An object store cannot append: there the lines go to a local copy (an earlier run's object first,
-    when appending) that replaces the object whole at `sync()` (the trainer's checkpoints), at most
-    UPLOAD_INTERVAL_S seconds after a line, and at close."""
+    An object store cannot append: there the lines go up in parts from a background thread every
+    `upload_s` seconds, at `sync()` (the trainer's checkpoints) and at close, which joins them into
+    the one object metrics.jsonl (text/appended.py; `read_metrics` reads the parts too)."""
 
-    def __init__(self, path: Path | str | None, append: bool = False, loggers: list | None = None):
+    def __init__(self, path: Path | str | None, append: bool = False, loggers: list | None = None,
+                 upload_s: float = UPLOAD_INTERVAL_S):
         self.path = location(path) if path is not None else None
         self.remote = self.path is not None and is_remote(self.path)
-        local = self.path
+        self.file = self.log = None
         if self.remote:
-            handle, local = tempfile.mkstemp(prefix="trident-metrics-", suffix=".jsonl")
-            os.close(handle)
-            if append and self.path.exists():
-                self.path.fs.get_file(self.path.path, local)
-        self.local = local
-        self.file = open(local, "a" if append else "w", buffering=1) if local is not None else None
+            self.log = AppendedObject(self.path, upload_s, append)
+        elif self.path is not None:
+            self.file = open(self.path, "a" if append else "w", buffering=1)
         self.loggers = loggers or []
-        self.uploaded = time.monotonic()
 
     def write(self, record: dict) -> None:
         if self.file is not None:
             self.file.write(json.dumps(record) + "\n")
-            if self.remote and time.monotonic() - self.uploaded >= UPLOAD_INTERVAL_S:
-                self.sync()
+        if self.log is not None:
+            self.log.append(json.dumps(record))
         for logger in self.loggers:
             logger.log(record)
 
     def sync(self) -> None:
-        """On an object store, replace the metrics object with every line written so far."""
-        if self.remote and self.file is not None:
-            self.file.flush()
-            self.path.fs.put_file(self.local, self.path.path)
-            self.uploaded = time.monotonic()
+        """On an object store, upload the lines not yet uploaded now (StoreError when it fails)."""
+        if self.log is not None:
+            self.log.upload()
 
-    def close(self) -> None:
+    def close(self, failed: bool = False) -> None:
+        """`failed`: the run is ending on an error of its own, which a store failure here must not hide."""
         if self.file is not None:
-            self.sync()
             self.file.close()
-            if self.remote:
-                os.unlink(self.local)
+        if self.log is not None:
+            self.log.close(quiet=failed)
         for logger in self.loggers:
             logger.close()
 
@@ -81,4 +74,5 @@ def console_line(record: dict) -> str:
 
 
 def read_metrics(path: str | Path) -> list[dict]:
-    return [json.loads(line) for line in location(path).read_text().splitlines() if line.strip()]
+    """Every record of a run's metrics.jsonl, local or on a store (its uploaded parts included)."""
+    return [json.loads(line) for line in read_lines(path) if line.strip()]

@@ -7,21 +7,23 @@ rounding. Nothing is written into the run's folder.
 """
 from __future__ import annotations
 
-import json
 import tempfile
 from pathlib import Path
 
 from trident.checkpoint.reader import complete_checkpoints
 from trident.config import ConfigError, load_config
+from trident.text.appended import log_exists
 from trident.text.storage import location
 
 
 def logged_steps(run: Path) -> dict[int, dict]:
     """step -> its metrics record (the last one written, for a step run again after a resume)."""
+    from trident.train.metrics import read_metrics
+
     path = run / "metrics.jsonl"
-    if not path.exists():
+    if not log_exists(path):  # the file, or on a store the parts a run that did not end cleanly left
         raise ConfigError(f"{path}: no metrics; is {run} the output folder of `trident train`?")
-    return {r["step"]: r for r in map(json.loads, path.read_text().splitlines()) if "step" in r}
+    return {r["step"]: r for r in read_metrics(path) if "step" in r}
 
 
 def checkpoint_before(root: Path, step: int) -> Path | None:

@@ -17,8 +17,8 @@ from trident.data.output_folder import claim_output_folder, remove_own_outputs, 
 
 RUN_ID_ENV = "TRIDENT_RUN_ID"
 # what `trident train` writes into its folder; --overwrite removes these when a marker says so
-TRAIN_OUTPUTS = ["metrics.jsonl", "config.yaml", "tokenizer.json", "timeline_step*.json", "checkpoints",
-                 "preempted.json", "debug"]
+TRAIN_OUTPUTS = ["metrics.jsonl", "metrics.jsonl.parts", "config.yaml", "tokenizer.json", "timeline_step*.json",
+                 "checkpoints", "preempted.json", "debug"]
 # what `trident launch` and Slurm put into the folder before the first rank starts (debug/: NCCL's dumps)
 PREPARED = ("launch.sbatch", "slurm-*.out", "debug")
 

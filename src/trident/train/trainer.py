@@ -227,7 +227,8 @@ class Trainer:
         # A resumed run appends to its metrics; a fresh one starts the file anew.
         rank0 = self.mesh.rank == 0
         metrics = MetricsWriter(self.out / "metrics.jsonl" if rank0 else None, append=self.step > 0,
-                                loggers=build_loggers(cfg, self.out) if rank0 else None)
+                                loggers=build_loggers(cfg, self.out) if rank0 else None,
+                                upload_s=cfg.logging.metrics_upload_s)
         if rank0:
             save_config(cfg, self.out / "config.yaml")
             self.log(f"MFU is measured against {describe_peak(self.device, self.precision.dtype, cfg.train.peak_tflops)}")
@@ -238,16 +239,18 @@ class Trainer:
         stops.interval_s, stops.log = cfg.checkpoint.save_interval_minutes * 60.0, self.log
         stops.saved()  # the clock of time-based saves starts with the loop
         self.diagnostics.start()
+        failed = True
         try:
             while self.step < cfg.train.steps:
                 records.append(self._guarded(lambda: self._loop_step(metrics, stops)))
             self.writer.wait()  # a background save must be complete before the run counts as done
             barrier()
+            failed = False
         finally:
             if own:
                 stops.uninstall()
             self.diagnostics.stop()
-            metrics.close()
+            metrics.close(failed)  # a failed run's own error is the one reported
         return records
 
     def _loop_step(self, metrics: MetricsWriter, stops: StopRequests) -> dict:
@@ -272,7 +275,7 @@ class Trainer:
         if (interval and self.step % interval == 0) or self.step == cfg.train.steps or due:
             self.save()
             stops.saved()
-            metrics.sync()  # on an object store: the metrics object is replaced with every line so far
+            metrics.sync()  # on an object store: the lines so far are uploaded with the checkpoint
         return record
 
     def _stop(self, signal_name: str) -> None:

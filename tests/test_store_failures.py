@@ -1,0 +1,78 @@
+"""Object-store failures end in one line naming the URL, the operation and the cause, with an exit code
+fixed per kind (docs/bad-input.md#object-stores); a store that goes away mid-run leaves the last
+complete checkpoint, from which `checkpoint.load=auto` resumes once the store is back; metrics.jsonl on a
+store goes up in parts on a timer, so a run killed during a stall keeps the lines before it."""
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from train_fixtures import start, tiny_corpus, train_command
+from trident.text.store_errors import EXIT_CODES
+from trident.train.launch import free_port
+from trident.train.metrics import read_metrics
+
+NO_RETRY = {"AWS_MAX_ATTEMPTS": "1"}  # botocore's retries of a refused connection would take ~10 s a request
+FAST = ["model.num_layers=1", "train.global_batch_size=2", "checkpoint.save_interval=2", "logging.metrics_upload_s=0.5"]
+
+
+def _finish(proc: subprocess.Popen, timeout: float = 120) -> tuple[int, list[str], str]:
+    """(exit code, the non-empty lines of stderr, stdout) of a started run."""
+    out, err = proc.communicate(timeout=timeout)
+    return proc.returncode, [line for line in err.splitlines() if line.strip()], out
+
+
+def _wait_for(check, proc: subprocess.Popen, what: str, timeout: float = 90) -> None:
+    deadline = time.time() + timeout
+    while not check():
+        if proc.poll() is not None or time.time() > deadline:
+            raise AssertionError(f"{what}: not seen (exit {proc.poll()}): {proc.communicate()[1][-2000:]}")
+        time.sleep(0.1)
+
+
+@pytest.mark.timeout(240)
+def test_store_failures_are_one_line_and_a_run_resumes_once_the_store_is_back(s3, tmp_path):
+    corpus = tiny_corpus(tmp_path)
+    missing = start(train_command(corpus, "s3://no-such-bucket/run", *FAST, "train.steps=2"))
+    nobody = f"http://127.0.0.1:{free_port()}"  # no server there
+    away = start(train_command(corpus, s3.url("away/run"), *FAST, "train.steps=2"), AWS_ENDPOINT_URL=nobody,
+                 FSSPEC_S3_ENDPOINT_URL=nobody, **NO_RETRY)
+    for proc, kind, url in ((missing, "missing bucket", "s3://no-such-bucket/run"),
+                            (away, "unreachable", s3.url("away/run"))):
+        code, lines, _ = _finish(proc)
+        assert code == EXIT_CODES[kind] and len(lines) == 1, (kind, code, lines)  # found before any work
+        assert lines[0].startswith(f"trident train: error: {url}: checking bucket") and f": {kind} (" in lines[0]
+
+    run = s3.url("fail/run")
+    proc = start(train_command(corpus, run, *FAST, "train.steps=6"), TRIDENT_INJECT="rank=0,step=3,kind=slow:1",
+                 **NO_RETRY)
+    _wait_for(lambda: f"saved checkpoint {run}/checkpoints/step_0000002" in proc.stdout.readline(), proc, "save 2")
+    s3.pause()  # the store goes away during step 3 (slowed): the save of step 4 meets it
+    try:
+        code, lines, _ = _finish(proc)
+    finally:
+        s3.restart()
+    assert code == EXIT_CODES["unreachable"], (code, lines)
+    assert len(lines) == 1 and lines[0].startswith(f"error: {run}/checkpoints/step_0000004: rank 0: "), lines
+    assert not s3.fs.exists(f"{run}/checkpoints/step_0000004/COMPLETE")
+    resumed = start(train_command(corpus, run, *FAST, "train.steps=6", "checkpoint.load=auto"))
+    code, lines, out = _finish(resumed)
+    assert code == 0 and f"resumed from {run}/checkpoints/step_0000002 at step 2" in out, (lines, out)
+    assert [r["step"] for r in read_metrics(f"{run}/metrics.jsonl")] == [1, 2, 3, 4, 5, 6]
+    assert s3.fs.exists(f"{run}/checkpoints/step_0000006/COMPLETE")
+
+
+@pytest.mark.timeout(180)
+def test_metrics_on_a_store_keep_the_lines_before_a_stall_through_a_sigkill(s3, tmp_path):
+    corpus = tiny_corpus(tmp_path)
+    run = s3.url("stall/run")
+    proc = start(train_command(corpus, run, *FAST, "train.steps=8", "checkpoint.save_interval=0"),
+                 TRIDENT_INJECT="rank=0,step=4,kind=hang")  # no checkpoint before the stall: only the timer uploads
+    _wait_for(lambda: "step      3 |" in proc.stdout.readline(), proc, "step 3")
+    time.sleep(3 * 0.5)  # past the timer's interval (logging.metrics_upload_s) and an upload
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert [r["step"] for r in read_metrics(f"{run}/metrics.jsonl")] == [1, 2, 3]
+    assert not s3.fs.exists(f"{run}/metrics.jsonl") and len(s3.fs.ls(f"{run}/metrics.jsonl.parts")) >= 1  # parts
