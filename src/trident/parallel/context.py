@@ -23,7 +23,8 @@ contiguous pieces would give rank N-1 2N-1 times the scores of rank 0).
 
 Backward, also a ring. Each block's probabilities are recomputed from the saved final log-sum-exp:
 p = exp(s - l); with D = rowsum(dO * O): dV_b = p^T dO, dS = p * (dO V_b^T - D), dQ += dS K_b * scale,
-dK_b = dS^T Q * scale. dK/dV travel with their K/V (fp32 accumulators): after its N-th hop a block's
+dK_b = dS^T Q * scale. A block's dK/dV (fp32) follow it around the ring: each rank adds its part to
+the sum arriving from the previous rank (received while it computed) and sends it on; after N hops the
 gradient is home. Backward sends (N-1) x 2 x |K| bytes of K/V plus N x 2 x |K|_fp32 of dK/dV per rank.
 
 Grouped-query attention: query head i reads key/value head i // (hq / hkv), as SDPA's enable_gqa.
@@ -116,16 +117,16 @@ class _Ring:
         return (self.index - step) % self.size
 
     def post(self, tensors: list[torch.Tensor], phase: str, first_tag: int = 0) -> tuple[list, list]:
-        """Send each tensor to the next rank and receive its like from the previous one (not waited)."""
-        received, works = [], []
-        for tag, tensor in enumerate(tensors, start=first_tag):
-            buffer = torch.empty_like(tensor)
-            works.append(dist.isend(tensor, group=self.group, group_dst=self.next, tag=tag))
-            works.append(dist.irecv(buffer, group=self.group, group_src=self.prev, tag=tag))
-            received.append(buffer)
+        """Send each tensor to the next rank and receive its like from the previous one (not waited).
+        One batch: NCCL pairs a rank's send and receive (two ranks sending first would deadlock)."""
+        received = [torch.empty_like(tensor) for tensor in tensors]
+        ops = []
+        for tag, (tensor, buffer) in enumerate(zip(tensors, received), start=first_tag):
+            ops += [dist.P2POp(dist.isend, tensor, group=self.group, group_peer=self.next, tag=tag),
+                    dist.P2POp(dist.irecv, buffer, group=self.group, group_peer=self.prev, tag=tag)]
             setattr(RING_TRAFFIC, f"{phase}_bytes",
                     getattr(RING_TRAFFIC, f"{phase}_bytes") + tensor.numel() * tensor.element_size())
-        return received, works
+        return received, dist.batch_isend_irecv(ops)
 
     def event(self, phase: str, step: int):
         """A flight-recorder event around ring step `step` (an error in it names the CP group)."""
@@ -193,23 +194,33 @@ def _ring_backward(ring: _Ring, q5, kv, out5, dout5, lse, scale: float, causal: 
     """fp32 (dq [b, hkv, g, s, d], dkv [2, b, hkv, s, d]) for this rank's queries and its own K/V."""
     delta = (dout5 * out5).sum(-1)
     dq = torch.zeros_like(q5)
-    dkv = torch.zeros(kv.shape, dtype=torch.float32, device=kv.device)
+    arriving, grad_works = [None], []
     for step in range(ring.size):
         with ring.event("backward", step):
             pending, works = ring.post([kv], "backward") if step < ring.size - 1 else ([kv], [])
-            k, v = kv.float().unbind(0)
-            for rows, cols, diagonal in step_blocks(ring.index, ring.source(step), ring.size, q5.size(-2), causal):
-                dq_block, dk_block, dv_block = _block_backward(
-                    q5[..., rows, :], k[..., cols, :], v[..., cols, :], dout5[..., rows, :], delta[..., rows],
-                    lse[..., rows], scale, diagonal)
-                dq[..., rows, :] += dq_block
-                dkv[0, ..., cols, :] += dk_block
-                dkv[1, ..., cols, :] += dv_block
-            # the gradient of the block just used travels on with it; after N hops it is home
-            homeward, grad_works = ring.post([dkv], "backward", first_tag=1) if ring.size > 1 else ([dkv], [])
-            _wait(works + grad_works)
-        kv, dkv = pending[0], homeward[0]
-    return dq, dkv
+            dkv = _block_gradients(ring, step, q5, kv, dout5, delta, lse, dq, scale, causal)
+            _wait(grad_works)  # the block's dK/dV so far came from the previous rank during the compute
+            if arriving[0] is not None:
+                dkv += arriving[0]
+            # ... and travel on with it: after N hops a block's gradient is home
+            arriving, grad_works = ring.post([dkv], "backward", first_tag=1) if ring.size > 1 else ([dkv], [])
+            _wait(works + (grad_works if step == ring.size - 1 else []))
+        kv = pending[0]
+    return dq, arriving[0]
+
+
+def _block_gradients(ring: _Ring, step: int, q5, kv, dout5, delta, lse, dq, scale: float, causal: bool):
+    """This step's dK/dV of the K/V block held (fp32 [2, b, hkv, s, d]); adds its dQ part into dq."""
+    k, v = kv.float().unbind(0)
+    dkv = torch.zeros(kv.shape, dtype=torch.float32, device=kv.device)
+    for rows, cols, diagonal in step_blocks(ring.index, ring.source(step), ring.size, q5.size(-2), causal):
+        dq_block, dk_block, dv_block = _block_backward(
+            q5[..., rows, :], k[..., cols, :], v[..., cols, :], dout5[..., rows, :], delta[..., rows],
+            lse[..., rows], scale, diagonal)
+        dq[..., rows, :] += dq_block
+        dkv[0, ..., cols, :] += dk_block
+        dkv[1, ..., cols, :] += dv_block
+    return dkv
 
 
 class _RingAttention(torch.autograd.Function):
