@@ -63,8 +63,8 @@ def _across_zero_stages(rank, world, out_dir):
     base = ["parallel.dp=2", "train.precision=bf16", "model.hidden_dropout=0.1"]
     checked, losses = [], {}
     for saved_at in range(4):
-        losses[saved_at], trainer = run_steps([*base, f"parallel.zero_stage={saved_at}"], f"{out_dir}/{saved_at}", stop=STOP,
-                                    with_trainer=True)
+        losses[saved_at], trainer = run_steps([*base, f"parallel.zero_stage={saved_at}"], f"{out_dir}/{saved_at}",
+                                              stop=STOP, with_trainer=True)
         saved = {kind: full_state(trainer, kind) for kind in STATE_KINDS}
         path = complete_checkpoints(f"{out_dir}/{saved_at}/ckpt")[-1]
         for stage in range(4):

@@ -50,8 +50,8 @@ def _tokenized_texts(out: Path, name: str) -> list[str]:
 def leak_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("leak")
     _corpus(root)
-    flow = {"sources": [{"name": "docs", "paths": "site/*.html"},
-                        {"name": "crawl", "paths": "crawl.jsonl", "curate": {"config": {"stages": [{"stage": "clean"}]}}}],
+    crawl = {"name": "crawl", "paths": "crawl.jsonl", "curate": {"config": {"stages": [{"stage": "clean"}]}}}
+    flow = {"sources": [{"name": "docs", "paths": "site/*.html"}, crawl],
             "curate": {"config": PIPELINE}, "tokenizer": {"vocab_size": 300},
             "train": {"config": "tiny", "overrides": TINY},
             "eval": {"tasks": ["lambada"], "shots": [0], "heldout": {"source": "docs", "every": 3, "n_examples": 4}},

@@ -42,7 +42,8 @@ def _stage_count(flow: Flow) -> int:
     evaluations = (1 + flow.eval.untrained) if flow.eval.tasks else 0
     generated = sum(1 for s in flow.sources if s.generate)
     per_source = 3 if flow.eval.heldout else 2  # curate, [decontaminate,] tokenize
-    return generated + bool(flow.eval.heldout) + per_source * len(flow.sources) + 3 + evaluations  # tokenizer, train, report
+    # then tokenizer, train, report
+    return generated + bool(flow.eval.heldout) + per_source * len(flow.sources) + 3 + evaluations
 
 
 def _run_stages(flow: Flow, out: Path, flow_file: Path, runner: Stages, keys: dict) -> None:
