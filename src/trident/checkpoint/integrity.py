@@ -12,15 +12,10 @@ from pathlib import Path
 
 import xxhash
 
+from trident.checkpoint import tensorfile
+from trident.checkpoint.errors import CheckpointError, DamagedCheckpoint  # noqa: F401 (public here too)
+from trident.checkpoint.tiles import tile_count
 from trident.text.storage import location
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be trusted or does not fit the model; the message names the file."""
-
-
-class DamagedCheckpoint(CheckpointError):
-    """Bytes of a checkpoint file differ from what its manifest recorded (corrupted or truncated)."""
 
 
 def file_digest(path: Path) -> dict:
@@ -80,11 +75,9 @@ def verify_files(directory: Path, manifest_path: Path, manifest: dict) -> None:
     by_file: dict[str, list[dict]] = {}
     for entry in manifest["tensors"]:
         by_file.setdefault(entry["file"], []).append(entry)
-    from trident.checkpoint.tensorfile import read_header  # tensorfile imports this module's errors
-
     for name, entries in by_file.items():
         path = directory / name
-        header = read_header(path)  # CheckpointError naming the file when unreadable
+        header = tensorfile.read_header(path)  # CheckpointError naming the file when unreadable
         for entry in entries:
             if entry["key"] not in header:
                 raise CheckpointError(f"{path}: has no tensor '{entry['key']}' that {manifest_path.name} lists")
@@ -99,9 +92,6 @@ def check_entries(directory: Path, manifest_path: Path, manifest: dict) -> None:
     """What a manifest claims, checked without reading its files: each file's size, and for each
     format-2 tensor a known dtype, a byte span inside its file that fits its shape, and one digest
     slot per tile."""
-    from trident.checkpoint import tensorfile
-    from trident.checkpoint.tiles import tile_count
-
     sizes = {}
     for name, expected in manifest["files"].items():
         path = listed_file(directory, manifest_path, name, expected)

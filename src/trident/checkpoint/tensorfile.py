@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 import xxhash
 
-from trident.checkpoint.integrity import CheckpointError, DamagedCheckpoint
+from trident.checkpoint.errors import CheckpointError, DamagedCheckpoint
 from trident.text.storage import RangeReader, location, open_write
 
 CHUNK_BYTES = 64 << 20  # bytes handed to write() at a time: bounds the writer's transient memory
