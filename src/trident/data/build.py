@@ -6,24 +6,19 @@ train and valid, packs each split into windows (GPTDataset) and blends several p
 """
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 from trident.data.blend import BlendedDataset, blending_indices, normalize_weights
-from trident.data.gpt_dataset import GPTDataset
-from trident.data.index_cache import load_or_build
 from trident.data.indexed import IndexedDataset
 from trident.data.prebuild import build_gpt_indices, build_splits, index_workers, open_pool
+from trident.data.splits import cache_dir_of, cached_split, source_dataset, split_documents  # noqa: F401 (public here too)
 from trident.data.tokenize_jsonl import tokenize_files  # noqa: F401  (public here: trident.data.build.tokenize_files)
-from trident.text.storage import cache_root, is_remote, location, require_local
+from trident.text.storage import is_remote, location
 
 log = logging.getLogger("trident.data")
-CACHE_SUBDIR = "index-cache"
 
 
 @dataclass(frozen=True)
@@ -78,52 +73,6 @@ def parse_data_paths(paths) -> list[Source]:
     return sources
 
 
-def split_documents(num_documents: int, valid_fraction: float, split_seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """(train, valid) document ids (int64, sorted): round(valid_fraction * n) random documents held out.
-
-    With valid_fraction > 0 at least one document is held out when there are two or more, and
-    train always keeps at least one.
-    """
-    if not 0.0 <= valid_fraction < 1.0:
-        raise ValueError(f"data.valid_fraction must be in [0, 1), got {valid_fraction}")
-    n_valid = int(round(valid_fraction * num_documents))
-    if valid_fraction > 0 and num_documents >= 2:
-        n_valid = min(max(n_valid, 1), num_documents - 1)
-    else:
-        n_valid = min(n_valid, max(num_documents - 1, 0))
-    # the permutation rng.permutation(n) draws, shuffled as int32 (same draws for any item size)
-    order = np.arange(num_documents, dtype=np.int32 if num_documents < 2**31 else np.int64)
-    np.random.default_rng(split_seed).shuffle(order)
-    held_out = np.zeros(num_documents, dtype=bool)
-    held_out[order[:n_valid]] = True
-    del order
-    # the sorted ids of each part, by a mask instead of sorting hundreds of millions of ids
-    return np.flatnonzero(~held_out).astype(np.int64, copy=False), np.flatnonzero(held_out).astype(np.int64, copy=False)
-
-
-def cached_split(num_documents: int, data_config, cache_dir: Path, label: str):
-    """split_documents through the index cache: ((train, valid) memory-mapped, the key naming them).
-
-    The key is the split's inputs; it names the documents of GPTDataset's cache entries too.
-    """
-    key = {"num_documents": num_documents, "valid_fraction": data_config.valid_fraction,
-           "split_seed": data_config.split_seed}
-    build = lambda: dict(zip(("train", "valid"), split_documents(num_documents, data_config.valid_fraction,  # noqa: E731
-                                                                 data_config.split_seed)))
-    arrays, _ = load_or_build(cache_dir, f"{label}.split", key, ("train", "valid"), build)
-    return (arrays["train"], arrays["valid"]), key
-
-
-def _cache_dir(data_config, prefix: Path) -> Path:
-    if getattr(data_config, "cache_dir", ""):
-        require_local(data_config.cache_dir, "data.cache_dir", "the index arrays are memory-mapped from a local "
-                                                              "folder; leave it empty to cache a URL's in $TRIDENT_CACHE")
-        return Path(os.path.abspath(os.path.expanduser(data_config.cache_dir)))
-    if is_remote(prefix):  # index arrays are memory-mapped: they live on a local disk
-        return cache_root() / CACHE_SUBDIR / hashlib.sha256(str(prefix.parent).encode()).hexdigest()[:16]
-    return prefix.parent / CACHE_SUBDIR
-
-
 class _Empty:
     """A dataset with no samples (e.g. no valid split); the trainer detects it by len() == 0."""
 
@@ -132,14 +81,6 @@ class _Empty:
 
     def __getitem__(self, i):
         raise IndexError("empty dataset (no documents in this split)")
-
-
-def source_dataset(indexed: IndexedDataset, documents, split_key: dict, part: str, data_config, seq_length: int,
-                   num_samples: int, seed: int) -> GPTDataset:
-    """One source's part (train or valid) as a GPTDataset, its indices cached next to the source."""
-    return GPTDataset(indexed, documents, seq_length, num_samples, seed,
-                      cache_dir=_cache_dir(data_config, indexed.prefix), name=part,
-                      documents_key={**split_key, "part": part})
 
 
 def _build_split(name: str, sources, indexed, splits, data_config, seq_length, num_samples, seed, split_keys,
@@ -168,7 +109,7 @@ def _build_split(name: str, sources, indexed, splits, data_config, seq_length, n
     weights = normalize_weights(weights)
     # the blend order is a function of (weights, num_samples) alone; the prefixes only label the entry
     labels = [str(sources[k].prefix) for k in usable]
-    cache_dir = _cache_dir(data_config, sources[usable[0]].prefix)
+    cache_dir = cache_dir_of(data_config, sources[usable[0]].prefix)
     which, local, counts, from_cache = blending_indices(weights, num_samples, cache_dir, labels,
                                                         name=f"blend.{name}")
     if pool is not None:
@@ -207,7 +148,7 @@ def build_datasets(data_config, seq_length: int, train_samples: int, valid_sampl
 def _train_and_valid(sources, indexed, data_config, seq_length, train_samples, valid_samples, seed, pool):
     train_splits, valid_splits, split_keys = [], [], []
     for source, ds in zip(sources, indexed):
-        (train_docs, valid_docs), key = cached_split(len(ds), data_config, _cache_dir(data_config, source.prefix),
+        (train_docs, valid_docs), key = cached_split(len(ds), data_config, cache_dir_of(data_config, source.prefix),
                                                      source.prefix.name)
         train_splits.append(train_docs)
         valid_splits.append(valid_docs)

@@ -13,6 +13,9 @@ import os
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+from trident.data.indexed import IndexedDataset
+from trident.data.splits import cache_dir_of, cached_split, source_dataset
+
 AUTO_MIN_DOCUMENTS = 1_000_000  # below this a serial build takes seconds: starting workers costs more
 
 
@@ -44,18 +47,12 @@ def build_gpt_indices(pool: ProcessPoolExecutor, data_config, tasks: list[tuple]
 
 
 def _split_task(args) -> None:
-    from trident.data.build import _cache_dir, cached_split
-    from trident.data.indexed import IndexedDataset
-
     data_config, prefix = args
-    cached_split(len(IndexedDataset(prefix)), data_config, _cache_dir(data_config, prefix), prefix.name)
+    cached_split(len(IndexedDataset(prefix)), data_config, cache_dir_of(data_config, prefix), prefix.name)
 
 
 def _gpt_task(args) -> None:
-    from trident.data.build import _cache_dir, cached_split, source_dataset
-    from trident.data.indexed import IndexedDataset
-
     data_config, prefix, part, num_samples, seq_length, seed = args
     indexed = IndexedDataset(prefix)
-    (train, valid), key = cached_split(len(indexed), data_config, _cache_dir(data_config, prefix), prefix.name)
+    (train, valid), key = cached_split(len(indexed), data_config, cache_dir_of(data_config, prefix), prefix.name)
     source_dataset(indexed, train if part == "train" else valid, key, part, data_config, seq_length, num_samples, seed)
