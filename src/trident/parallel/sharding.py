@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from torch import nn
 
 if TYPE_CHECKING:
-    from trident.parallel.tensor import TPContext
+    from trident.parallel.tp_context import TPContext
 
 
 def mark(param: nn.Parameter, tp_dim: int | None, tp: TPContext) -> nn.Parameter:

@@ -9,9 +9,6 @@ so initialisation and checkpoints can map a shard to its slice of the full tenso
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
-
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -19,32 +16,11 @@ from torch import nn
 from torch._subclasses.fake_tensor import is_fake
 
 from trident.parallel.sharding import mark
+from trident.parallel.tp_context import NO_TP, TPContext  # noqa: F401 (the layers' API)
 from trident.parallel.tp_random import TPRandomState, checkpoint_rng_contexts, tp_split_rng  # noqa: F401 (the layers' API)
 from trident.parallel.token_ids import check_token_ids
 from trident.parallel.watch import watched
 from trident.parallel.weight_grad import linear
-
-
-@dataclass(frozen=True)
-class TPContext:
-    """Which tensor-parallel group a layer belongs to. size 1 means no communication at all."""
-
-    group: Any = None
-    size: int = 1
-    rank: int = 0
-    sequence_parallel: bool = False
-    rng: Any = field(default=None, compare=False)  # the model's TPRandomState (split-region dropout)
-
-    def __post_init__(self):
-        if self.size > 1 and self.group is None:
-            raise ValueError(f"TPContext(size={self.size}) needs a process group")
-        if not 0 <= self.rank < self.size:
-            raise ValueError(f"TPContext rank {self.rank} outside group of size {self.size}")
-        if self.group is not None and dist.get_world_size(self.group) != self.size:
-            raise ValueError(f"TPContext size {self.size} != process group size {dist.get_world_size(self.group)}")
-
-
-NO_TP = TPContext()
 
 
 def _divide(total: int, parts: int, what: str) -> int:

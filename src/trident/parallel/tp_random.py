@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import torch
 
 if TYPE_CHECKING:
-    from trident.parallel.tensor import TPContext
+    from trident.parallel.tp_context import TPContext
 
 
 class TPRandomState:
