@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from trident.config import ConfigError
-from trident.flow.spec import Flow, FlowConfigError, Source
+from trident.flow.parsed import Flow, FlowConfigError, Source
 
 HELDOUT_TASKS = ("lambada", "hellaswag")  # the formats trident.evaluate.heldout writes
 

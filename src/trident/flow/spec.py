@@ -7,61 +7,14 @@ stage's settings (trident.flow.checks) before any stage runs.
 from __future__ import annotations
 
 import glob
-from dataclasses import dataclass
 from pathlib import Path
 
 from trident.config import ConfigError
-from trident.config.flow import (
-    GENERATORS,
-    NAME,
-    CurateSection,
-    EvalSection,
-    FlowConfig,
-    GenerateSection,
-    SampleSection,
-    SourceCurate,
-    TokenizerSection,
-    TrainSection,
-)
+from trident.config.flow import GENERATORS, NAME, FlowConfig, GenerateSection
 from trident.config.typed import fill, read_yaml
+from trident.flow.checks import check_flow
+from trident.flow.parsed import Flow, FlowConfigError, FlowError, Source  # noqa: F401 (public here too)
 from trident.text.storage import require_local
-
-
-class FlowError(ValueError):
-    """A flow that cannot run: a stage's failure, or (FlowConfigError) a mistake in the flow file."""
-
-
-class FlowConfigError(FlowError, ConfigError):
-    """A mistake in the flow file itself (unknown key, wrong value, a glob that matches no file): `trident run`
-    exits 2."""
-
-
-@dataclass
-class Source:
-    """One input of the blend. `files` are the user's; a source with `generate` has none until its
-    inputs stage writes them under OUT/inputs/. `curate` holds the source's own curation settings
-    (over the flow's: Flow.curate_of); `decontaminate` adds decontamination against the flow's
-    evaluation files."""
-    name: str
-    files: list[Path]
-    weight: float
-    generate: GenerateSection | None
-    curate: SourceCurate
-    decontaminate: bool
-
-
-@dataclass
-class Flow:
-    """A parsed flow file; relative paths are resolved against the flow file's folder."""
-    sources: list[Source]
-    curate: CurateSection
-    tokenizer: TokenizerSection
-    train: TrainSection
-    eval: EvalSection
-    sample: SampleSection
-
-    def curate_of(self, source: Source) -> CurateSection:
-        return source.curate.over(self.curate)
 
 
 def _resolve(base: Path, text: str) -> Path:
@@ -145,7 +98,5 @@ def _flow(base: Path, config: FlowConfig) -> Flow:
     config.train.config = _config_path(base, config.train.config)
     config.curate.config = _config_path(base, config.curate.config)
     flow = Flow(_sources(base, config), config.curate, config.tokenizer, config.train, config.eval, config.sample)
-    from trident.flow.checks import check_flow  # it reads Flow: imported once this module is loaded
-
     check_flow(flow)  # every stage's settings now, not after the stages before it ran
     return flow
