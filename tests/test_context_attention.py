@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from distributed import run_distributed
+from trident.parallel import context
 from trident.parallel.context import RING_TRAFFIC, ring_attention, ring_bytes, step_blocks
 from trident.parallel.context_chunks import (chunk_length, join_rank_parts, rank_chunks, rank_positions,
                                              split_for_rank)
@@ -23,7 +24,8 @@ FP16 = {"rtol": 2e-3, "atol": 2e-3}
 CASES = [("fp32", 4, 4, torch.float32, True, FP32), ("gqa", 4, 2, torch.float32, True, FP32),
          ("mqa", 4, 1, torch.float32, True, FP32), ("bf16", 4, 2, torch.bfloat16, True, BF16),
          ("fp16", 2, 2, torch.float16, True, FP16), ("full", 2, 2, torch.float32, False, FP32),
-         ("recompute", 4, 2, torch.float32, True, FP32)]  # under torch.utils.checkpoint: the ring runs again
+         ("recompute", 4, 2, torch.float32, True, FP32),  # under torch.utils.checkpoint: the ring runs again
+         ("tiled", 4, 2, torch.float32, True, FP32)]  # 3 query rows a tile: partial tiles, offset diagonals
 
 
 def _inputs(cp: int, hq: int, hkv: int, dtype, seed: int = 0):
@@ -48,6 +50,7 @@ def _ring_case(rank: int, cp: int, case) -> dict:
     from trident.parallel.flight import FLIGHT
 
     name, hq, hkv, dtype, causal, tol = case
+    context.QUERY_TILE = 3 if name == "tiled" else 512  # a forked rank: the change dies with it
     q, k, v, weight = _inputs(cp, hq, hkv, dtype)
     expected = _reference(q, k, v, weight, causal, hq != hkv)
     local = [split_for_rank(t, 2, cp, rank).requires_grad_() for t in (q, k, v)]
@@ -72,7 +75,7 @@ def _ring_cases(rank: int, world: int, cases) -> list[dict]:
     return [_ring_case(rank, world, case) for case in cases]
 
 
-@pytest.mark.parametrize("cp, cases", [(2, CASES), (4, CASES[:2])])
+@pytest.mark.parametrize("cp, cases", [(2, CASES), (4, CASES[:2] + CASES[-1:])])
 def test_ring_attention_equals_sdpa_on_the_whole_sequence(cp, cases):
     results = run_distributed(_ring_cases, cp, cases, timeout=240)
     for per_rank in results:

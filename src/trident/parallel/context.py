@@ -53,6 +53,7 @@ class RingTraffic:
 
 
 RING_TRAFFIC = RingTraffic()
+QUERY_TILE = 512  # query rows per score matrix: its transient fp32 buffer is [b, hq, QUERY_TILE, keys]
 
 
 def ring_bytes(kv_numel: int, element_size: int, cp: int) -> tuple[int, int]:
@@ -141,17 +142,31 @@ def _wait(works: list) -> None:
         work.wait()
 
 
-def _scores(q5, k, scale: float, diagonal: bool) -> torch.Tensor:
+def _tiles(ring: _Ring, step: int, local_len: int, causal: bool):
+    """This step's blocks as (query rows, key rows, offset) tiles of at most QUERY_TILE query rows, which
+    bounds the fp32 score buffer. offset is None in a fully visible block; in a diagonal block it is the
+    tile's first row there: row i sees keys up to offset + i, so the tile needs no key past its last row."""
+    for rows, cols, diagonal in step_blocks(ring.index, ring.source(step), ring.size, local_len, causal):
+        for start in range(rows.start, rows.stop, QUERY_TILE):
+            stop = min(start + QUERY_TILE, rows.stop)
+            if diagonal:
+                yield slice(start, stop), slice(cols.start, cols.stop - (rows.stop - stop)), start - rows.start
+            else:
+                yield slice(start, stop), cols, None
+
+
+def _scores(q5, k, scale: float, offset: int | None) -> torch.Tensor:
     """[b, hkv, g, m, n] fp32 scores of grouped queries q5 [b, hkv, g, m, d] against k [b, hkv, n, d]."""
     scores = torch.matmul(q5, k.unsqueeze(2).transpose(-1, -2)) * scale
-    if diagonal:  # the same chunk on both sides: query i sees keys 0..i
+    if offset is not None:  # a tile of a diagonal block: query i sees keys 0..offset+i
         m, n = scores.shape[-2:]
-        scores = scores.masked_fill(torch.ones(m, n, dtype=torch.bool, device=scores.device).triu(1), -math.inf)
+        hidden = torch.ones(m, n, dtype=torch.bool, device=scores.device).triu(1 + offset)
+        scores = scores.masked_fill(hidden, -math.inf)
     return scores
 
 
-def _block_forward(q5, k, v, scale: float, diagonal: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    scores = _scores(q5, k, scale, diagonal)
+def _block_forward(q5, k, v, scale: float, offset: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+    scores = _scores(q5, k, scale, offset)
     lse = torch.logsumexp(scores, dim=-1)
     return torch.matmul(torch.exp(scores - lse.unsqueeze(-1)), v.unsqueeze(2)), lse
 
@@ -165,8 +180,8 @@ def _merge(out, lse, rows: slice, block_out, block_lse) -> None:
     lse[..., rows] = new
 
 
-def _block_backward(q5, k, v, dout5, delta, lse, scale: float, diagonal: bool):
-    probs = torch.exp(_scores(q5, k, scale, diagonal) - lse.unsqueeze(-1))
+def _block_backward(q5, k, v, dout5, delta, lse, scale: float, offset: int | None):
+    probs = torch.exp(_scores(q5, k, scale, offset) - lse.unsqueeze(-1))
     dv = torch.matmul(probs.transpose(-1, -2), dout5).sum(2)
     dscores = probs * (torch.matmul(dout5, v.unsqueeze(2).transpose(-1, -2)) - delta.unsqueeze(-1))
     dq = torch.matmul(dscores, k.unsqueeze(2)) * scale
@@ -182,9 +197,9 @@ def _ring_forward(ring: _Ring, q5, kv, scale: float, causal: bool):
         with ring.event("forward", step):
             pending, works = ring.post([kv], "forward") if step < ring.size - 1 else ([kv], [])
             k, v = kv.float().unbind(0)
-            for rows, cols, diagonal in step_blocks(ring.index, ring.source(step), ring.size, q5.size(-2), causal):
+            for rows, cols, offset in _tiles(ring, step, q5.size(-2), causal):
                 _merge(out, lse, rows, *_block_forward(q5[..., rows, :], k[..., cols, :], v[..., cols, :],
-                                                       scale, diagonal))
+                                                       scale, offset))
             _wait(works)
         kv = pending[0]
     return out, lse
@@ -213,10 +228,10 @@ def _block_gradients(ring: _Ring, step: int, q5, kv, dout5, delta, lse, dq, scal
     """This step's dK/dV of the K/V block held (fp32 [2, b, hkv, s, d]); adds its dQ part into dq."""
     k, v = kv.float().unbind(0)
     dkv = torch.zeros(kv.shape, dtype=torch.float32, device=kv.device)
-    for rows, cols, diagonal in step_blocks(ring.index, ring.source(step), ring.size, q5.size(-2), causal):
+    for rows, cols, offset in _tiles(ring, step, q5.size(-2), causal):
         dq_block, dk_block, dv_block = _block_backward(
             q5[..., rows, :], k[..., cols, :], v[..., cols, :], dout5[..., rows, :], delta[..., rows],
-            lse[..., rows], scale, diagonal)
+            lse[..., rows], scale, offset)
         dq[..., rows, :] += dq_block
         dkv[0, ..., cols, :] += dk_block
         dkv[1, ..., cols, :] += dv_block
