@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+from torch.autograd.function import once_differentiable
 
 from trident.parallel.watch import watched
 
@@ -63,6 +64,7 @@ def ring_bytes(kv_numel: int, element_size: int, cp: int) -> tuple[int, int]:
     return (cp - 1) * kv, (cp - 1) * kv + cp * 2 * kv_numel * 4
 
 
+@torch.compiler.disable  # point-to-point exchanges and Python loops: run eagerly inside a compiled block
 def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group=None, *, causal: bool = True,
                    enable_gqa: bool = False, scale: float | None = None) -> torch.Tensor:
     """Attention of this CP rank's queries [b, hq, s_local, d] over the whole sequence's keys and values,
@@ -251,6 +253,7 @@ class _RingAttention(torch.autograd.Function):
         return out
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, dout):
         q, k, v, out, lse = ctx.saved_tensors
         b, hq, s, d = q.shape
