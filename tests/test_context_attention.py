@@ -13,7 +13,7 @@ from torch.utils.checkpoint import checkpoint
 
 from distributed import run_distributed
 from trident.parallel import context
-from trident.parallel.context import RING_TRAFFIC, ring_attention, ring_bytes, step_blocks
+from trident.parallel.context import RING_TRAFFIC, ring_attention, ring_attention_bytes, step_blocks
 from trident.parallel.context_chunks import (chunk_length, join_rank_parts, rank_chunks, rank_positions,
                                              split_for_rank)
 
@@ -66,7 +66,7 @@ def _ring_case(rank: int, cp: int, case) -> dict:
         torch.testing.assert_close(got.grad.float(), split_for_rank(want, 2, cp, rank), **tol)
     ops = [event["op"] for event in FLIGHT.snapshot() if event["seq"] > first_event and event["ended"]]
     return {"bytes": (forward_bytes, RING_TRAFFIC.backward_bytes),
-            "formula": ring_bytes(local[1].numel(), local[1].element_size(), cp),
+            "formula": ring_attention_bytes(local[1].numel(), local[1].element_size(), cp),
             "steps": [f"ring attention {phase} step {i}/{cp}" in ops for phase in ("forward", "backward")
                       for i in range(1, cp + 1)]}
 

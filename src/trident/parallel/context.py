@@ -57,7 +57,7 @@ RING_TRAFFIC = RingTraffic()
 QUERY_TILE = 512  # query rows per score matrix: its transient fp32 buffer is [b, hq, QUERY_TILE, keys]
 
 
-def ring_bytes(kv_numel: int, element_size: int, cp: int) -> tuple[int, int]:
+def ring_attention_bytes(kv_numel: int, element_size: int, cp: int) -> tuple[int, int]:
     """(forward, backward) bytes one rank sends per ring_attention call, for one K block of `kv_numel`
     elements of `element_size` bytes: K/V pass N-1 hops each way, fp32 dK/dV pass N hops."""
     kv = 2 * kv_numel * element_size
