@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+from contextlib import contextmanager
 
 from trident.train.launch import free_port
 
@@ -46,6 +47,18 @@ class LocalS3:
 
         self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=self.port, verbose=False)
         self.server.start()
+
+    @contextmanager
+    def refusing_credentials(self):
+        """For the block, every request is checked against moto's IAM, which knows no keys: the store
+        refuses the credentials (403 InvalidAccessKeyId), as S3 refuses wrong ones."""
+        from moto import settings
+
+        saved, settings.INITIAL_NO_AUTH_ACTION_COUNT = settings.INITIAL_NO_AUTH_ACTION_COUNT, 0
+        try:
+            yield
+        finally:
+            settings.INITIAL_NO_AUTH_ACTION_COUNT = saved
 
     def url(self, name: str) -> str:
         return f"s3://{BUCKET}/{name}"

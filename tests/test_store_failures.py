@@ -39,9 +39,11 @@ def test_store_failures_are_one_line_and_a_run_resumes_once_the_store_is_back(s3
     nobody = f"http://127.0.0.1:{free_port()}"  # no server there
     away = start(train_command(corpus, s3.url("away/run"), *FAST, "train.steps=2"), AWS_ENDPOINT_URL=nobody,
                  FSSPEC_S3_ENDPOINT_URL=nobody, **NO_RETRY)
-    for proc, kind, url in ((missing, "missing bucket", "s3://no-such-bucket/run"),
-                            (away, "unreachable", s3.url("away/run"))):
-        code, lines, _ = _finish(proc)
+    ended = [(_finish(missing), "missing bucket", "s3://no-such-bucket/run"),
+             (_finish(away), "unreachable", s3.url("away/run"))]
+    with s3.refusing_credentials():  # after the others: they would be refused too
+        refused = _finish(start(train_command(corpus, s3.url("refused/run"), *FAST, "train.steps=2")))
+    for (code, lines, _), kind, url in [*ended, (refused, "access denied", s3.url("refused/run"))]:
         assert code == EXIT_CODES[kind] and len(lines) == 1, (kind, code, lines)  # found before any work
         assert lines[0].startswith(f"trident train: error: {url}: checking bucket") and f": {kind} (" in lines[0]
 

@@ -57,6 +57,7 @@ def run(args) -> int:
     from trident.data.output_folder import OutputFolderError
     from trident.data.output_lock import FolderLock
     from trident.parallel.inject import ENV as INJECT_ENV, InjectError, parse
+    from trident.text.store_errors import check_buckets, urls_in
     from trident.train.launch import under_torchrun
     from trident.train.loggers import check_logger_folder
     from trident.train.run_folder import RUN_ID_ENV, claim_train_folder, run_id
@@ -68,6 +69,9 @@ def run(args) -> int:
                               f"(the same on every node), or each node would start a job of its own")
         parse(os.environ.get(INJECT_ENV, ""))  # a malformed fault drill fails here, not at its step
         config = load_config(args.config, args.overrides)
+        # the buckets a config file names (trident.cli looked at the command line's): before any work
+        check_buckets(urls_in([config.data.paths, config.data.tokenizer, config.checkpoint.dir,
+                               config.checkpoint.load]))
         config.validate(args.nproc if not under_torchrun() and args.nnodes == "1" else None)
         check_logger_folder(config, args.out)  # a URL --out with TensorBoard or W&B: refused before any rank starts
         # one process stamps the folder: the launcher, or rank 0 of a torchrun started by hand
