@@ -1,7 +1,8 @@
 """Ring attention (parallel/context.py) and its load-balanced chunks (parallel/context_chunks.py): on cp=2
 and cp=4 gloo rings the output and the q/k/v gradients equal F.scaled_dot_product_attention on the whole
-sequence (fp32, GQA, bf16, non-causal); the bytes sent equal the formula; each ring step is a
-flight-recorder event; the chunk maps round-trip and every step's blocks are exactly the causal pairs."""
+sequence (fp32, GQA, bf16, fp16, non-causal, recomputed, tiled); the bytes sent equal the formula; each
+ring step's wait is a flight-recorder event naming the rank received from; the chunk maps round-trip and
+every step's blocks are exactly the causal pairs."""
 from __future__ import annotations
 
 import functools
@@ -64,11 +65,12 @@ def _ring_case(rank: int, cp: int, case) -> dict:
     torch.testing.assert_close(gather_sequence(out.detach(), 2).float(), expected[0], **tol)
     for got, want in zip(local, expected[1:]):
         torch.testing.assert_close(got.grad.float(), split_for_rank(want, 2, cp, rank), **tol)
-    ops = [event["op"] for event in FLIGHT.snapshot() if event["seq"] > first_event and event["ended"]]
+    ops = [event["op"] for event in FLIGHT.snapshot()
+           if event["seq"] > first_event and event["ended"] and event["peer"] == (rank - 1) % cp]
     return {"bytes": (forward_bytes, RING_TRAFFIC.backward_bytes),
             "formula": ring_attention_bytes(local[1].numel(), local[1].element_size(), cp),
-            "steps": [f"ring attention {phase} step {i}/{cp}" in ops for phase in ("forward", "backward")
-                      for i in range(1, cp + 1)]}
+            "steps": [f"ring attention forward step {i}/{cp}" in ops for i in range(1, cp)]  # the last has no wait
+            + [f"ring attention backward step {i}/{cp}" in ops for i in range(1, cp + 1)]}  # the last: dK/dV home
 
 
 def _ring_cases(rank: int, world: int, cases) -> list[dict]:

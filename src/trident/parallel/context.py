@@ -28,11 +28,11 @@ the sum arriving from the previous rank (received while it computed) and sends i
 gradient is home. Backward sends (N-1) x 2 x |K| bytes of K/V plus N x 2 x |K|_fp32 of dK/dV per rank.
 
 Grouped-query attention: query head i reads key/value head i // (hq / hkv), as SDPA's enable_gqa.
-Every exchange is a flight-recorder event ("ring attention forward step 2/4"), so a hang names its step.
+Every wait on an exchange is a flight-recorder event ("ring attention forward step 2/4", peer: the
+global rank received from), so a hang's dump names the ring step and whom it waits for.
 """
 from __future__ import annotations
 
-import contextlib
 import math
 from dataclasses import dataclass
 
@@ -114,14 +114,19 @@ class _Ring:
         self.size = dist.get_world_size(group) if distributed else 1
         self.index = dist.get_rank(group) if distributed else 0
         self.next, self.prev = (self.index + 1) % self.size, (self.index - 1) % self.size
+        # the flight recorder and `trident diagnose` name peers by global rank
+        self.prev_rank = dist.get_global_rank(group, self.prev) if distributed and group is not None else self.prev
 
     def source(self, step: int) -> int:
         """The CP rank whose K/V block this rank holds at ring step `step`."""
         return (self.index - step) % self.size
 
     def post(self, tensors: list[torch.Tensor], phase: str, first_tag: int = 0) -> tuple[list, list]:
-        """Send each tensor to the next rank and receive its like from the previous one (not waited).
-        One batch: NCCL pairs a rank's send and receive (two ranks sending first would deadlock)."""
+        """Send each tensor to the next rank and receive its like from the previous one (not waited);
+        on a ring of one the tensors come straight back. One batch: NCCL pairs a rank's send and
+        receive (two ranks both sending first would deadlock)."""
+        if self.size == 1:
+            return tensors, []
         received = [torch.empty_like(tensor) for tensor in tensors]
         ops = []
         for tag, (tensor, buffer) in enumerate(zip(tensors, received), start=first_tag):
@@ -129,19 +134,17 @@ class _Ring:
                     dist.P2POp(dist.irecv, buffer, group=self.group, group_peer=self.prev, tag=tag)]
             setattr(RING_TRAFFIC, f"{phase}_bytes",
                     getattr(RING_TRAFFIC, f"{phase}_bytes") + tensor.numel() * tensor.element_size())
-        return received, dist.batch_isend_irecv(ops)
+        with watched(self.group):  # an error names the CP group
+            return received, dist.batch_isend_irecv(ops)
 
-    def event(self, phase: str, step: int):
-        """A flight-recorder event around ring step `step` (an error in it names the CP group)."""
-        if self.size == 1:
-            return contextlib.nullcontext()
-        return watched(self.group, op=f"ring attention {phase} step {step + 1}/{self.size}",
-                       peer=self.next)
-
-
-def _wait(works: list) -> None:
-    for work in works:
-        work.wait()
+    def wait(self, works: list, phase: str, step: int) -> None:
+        """Wait for posted exchanges as a flight-recorder event naming the ring step and the rank
+        received from, so a hang's dump says which step of which ring stopped."""
+        if not works:
+            return
+        with watched(self.group, op=f"ring attention {phase} step {step + 1}/{self.size}", peer=self.prev_rank):
+            for work in works:
+                work.wait()
 
 
 def _tiles(ring: _Ring, step: int, local_len: int, causal: bool):
@@ -196,13 +199,12 @@ def _ring_forward(ring: _Ring, q5, kv, scale: float, causal: bool):
     out = torch.zeros_like(q5)
     lse = torch.full(q5.shape[:-1], -math.inf, dtype=q5.dtype, device=q5.device)
     for step in range(ring.size):
-        with ring.event("forward", step):
-            pending, works = ring.post([kv], "forward") if step < ring.size - 1 else ([kv], [])
-            k, v = kv.float().unbind(0)
-            for rows, cols, offset in _tiles(ring, step, q5.size(-2), causal):
-                _merge(out, lse, rows, *_block_forward(q5[..., rows, :], k[..., cols, :], v[..., cols, :],
-                                                       scale, offset))
-            _wait(works)
+        pending, works = ring.post([kv], "forward") if step < ring.size - 1 else ([kv], [])
+        k, v = kv.float().unbind(0)
+        for rows, cols, offset in _tiles(ring, step, q5.size(-2), causal):
+            _merge(out, lse, rows, *_block_forward(q5[..., rows, :], k[..., cols, :], v[..., cols, :],
+                                                   scale, offset))
+        ring.wait(works, "forward", step)
         kv = pending[0]
     return out, lse
 
@@ -213,16 +215,16 @@ def _ring_backward(ring: _Ring, q5, kv, out5, dout5, lse, scale: float, causal: 
     dq = torch.zeros_like(q5)
     arriving, grad_works = [None], []
     for step in range(ring.size):
-        with ring.event("backward", step):
-            pending, works = ring.post([kv], "backward") if step < ring.size - 1 else ([kv], [])
-            dkv = _block_gradients(ring, step, q5, kv, dout5, delta, lse, dq, scale, causal)
-            _wait(grad_works)  # the block's dK/dV so far came from the previous rank during the compute
-            if arriving[0] is not None:
-                dkv += arriving[0]
-            # ... and travel on with it: after N hops a block's gradient is home
-            arriving, grad_works = ring.post([dkv], "backward", first_tag=1) if ring.size > 1 else ([dkv], [])
-            _wait(works + (grad_works if step == ring.size - 1 else []))
+        pending, works = ring.post([kv], "backward") if step < ring.size - 1 else ([kv], [])
+        dkv = _block_gradients(ring, step, q5, kv, dout5, delta, lse, dq, scale, causal)
+        ring.wait(grad_works, "backward", step)  # the block's dK/dV so far, received during the compute
+        if arriving[0] is not None:
+            dkv += arriving[0]
+        # ... travel on with it: after N hops a block's gradient is home
+        arriving, grad_works = ring.post([dkv], "backward", first_tag=1)
+        ring.wait(works, "backward", step)
         kv = pending[0]
+    ring.wait(grad_works, "backward", ring.size - 1)
     return dq, arriving[0]
 
 
