@@ -45,10 +45,15 @@ def _reference(q, k, v, weight, causal: bool, gqa: bool):
     return out.detach(), *(t.grad for t in leaves)
 
 
-def _ring_case(rank: int, cp: int, case) -> dict:
+def _ring_case(case, group=None) -> dict:
     """This rank's ring output and gradients against the reference cut to its chunks; traffic; events."""
+    import torch.distributed as dist
+
     from trident.parallel.context_chunks import gather_sequence
     from trident.parallel.flight import FLIGHT
+
+    members = dist.get_process_group_ranks(group or dist.group.WORLD)
+    cp, rank = len(members), members.index(dist.get_rank())
 
     name, hq, hkv, dtype, causal, tol = case
     context.QUERY_TILE = 3 if name == "tiled" else 512  # a forked rank: the change dies with it
@@ -57,16 +62,16 @@ def _ring_case(rank: int, cp: int, case) -> dict:
     local = [split_for_rank(t, 2, cp, rank).requires_grad_() for t in (q, k, v)]
     RING_TRAFFIC.reset()
     first_event = FLIGHT.seq
-    attend = functools.partial(ring_attention, causal=causal, enable_gqa=hq != hkv)
+    attend = functools.partial(ring_attention, group=group, causal=causal, enable_gqa=hq != hkv)
     out = checkpoint(attend, *local, use_reentrant=False) if name == "recompute" else attend(*local)
     forward_bytes = RING_TRAFFIC.forward_bytes
     (out * split_for_rank(weight, 2, cp, rank)).sum().backward()
     assert out.dtype == dtype and all(t.grad.dtype == dtype for t in local)
-    torch.testing.assert_close(gather_sequence(out.detach(), 2).float(), expected[0], **tol)
+    torch.testing.assert_close(gather_sequence(out.detach(), 2, group).float(), expected[0], **tol)
     for got, want in zip(local, expected[1:]):
         torch.testing.assert_close(got.grad.float(), split_for_rank(want, 2, cp, rank), **tol)
     ops = [event["op"] for event in FLIGHT.snapshot()
-           if event["seq"] > first_event and event["ended"] and event["peer"] == (rank - 1) % cp]
+           if event["seq"] > first_event and event["ended"] and event["peer"] == members[rank - 1]]
     return {"bytes": (forward_bytes, RING_TRAFFIC.backward_bytes),
             "formula": ring_attention_bytes(local[1].numel(), local[1].element_size(), cp),
             "steps": [f"ring attention forward step {i}/{cp}" in ops for i in range(1, cp)]  # the last has no wait
@@ -74,12 +79,18 @@ def _ring_case(rank: int, cp: int, case) -> dict:
 
 
 def _ring_cases(rank: int, world: int, cases) -> list[dict]:
-    return [_ring_case(rank, world, case) for case in cases]
+    import torch.distributed as dist
+
+    results = [_ring_case(case) for case in cases]
+    if world == 4:  # two rings of two within four ranks, on non-neighbouring ranks: group-local peers
+        groups = [dist.new_group([0, 2]), dist.new_group([1, 3])]
+        results += [_ring_case(case, groups[rank % 2]) for case in cases[:2]]
+    return results
 
 
-@pytest.mark.parametrize("cp, cases", [(2, CASES), (4, CASES[:2] + CASES[-1:])])
-def test_ring_attention_equals_sdpa_on_the_whole_sequence(cp, cases):
-    results = run_distributed(_ring_cases, cp, cases, timeout=240)
+@pytest.mark.parametrize("world, cases", [(2, CASES), (4, CASES[:2] + CASES[-1:])])
+def test_ring_attention_equals_sdpa_on_the_whole_sequence(world, cases):
+    results = run_distributed(_ring_cases, world, cases, timeout=240)
     for per_rank in results:
         for result in per_rank:
             assert result["bytes"] == result["formula"]  # (N-1) x 2|K| forward; plus N x 2|K|_fp32 of dK/dV back
