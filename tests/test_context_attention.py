@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from distributed import run_distributed
-from trident.parallel import context
+from trident.parallel import context_blocks
 from trident.parallel.context import RING_TRAFFIC, ring_attention, ring_attention_bytes, step_blocks
 from trident.parallel.context_chunks import (chunk_length, join_rank_parts, rank_chunks, rank_positions,
                                              split_for_rank)
@@ -26,7 +26,8 @@ CASES = [("fp32", 4, 4, torch.float32, True, FP32), ("gqa", 4, 2, torch.float32,
          ("mqa", 4, 1, torch.float32, True, FP32), ("bf16", 4, 2, torch.bfloat16, True, BF16),
          ("fp16", 2, 2, torch.float16, True, FP16), ("full", 2, 2, torch.float32, False, FP32),
          ("recompute", 4, 2, torch.float32, True, FP32),  # under torch.utils.checkpoint: the ring runs again
-         ("tiled", 4, 2, torch.float32, True, FP32)]  # 3 query rows a tile: partial tiles, offset diagonals
+         ("matmul", 4, 2, torch.float32, True, FP32), ("matmul bf16", 4, 2, torch.bfloat16, True, BF16),
+         ("tiled", 4, 2, torch.float32, True, FP32)]  # matmuls, 3 query rows a tile: partial tiles, offset diagonals
 
 
 def _inputs(cp: int, hq: int, hkv: int, dtype, seed: int = 0):
@@ -56,7 +57,9 @@ def _ring_case(case, group=None) -> dict:
     cp, rank = len(members), members.index(dist.get_rank())
 
     name, hq, hkv, dtype, causal, tol = case
-    context.QUERY_TILE = 3 if name == "tiled" else 512  # a forked rank: the change dies with it
+    # a forked rank: the changes die with it
+    context_blocks.USE_CPU_KERNEL = not name.startswith(("matmul", "tiled"))
+    context_blocks.QUERY_TILE = 3 if name == "tiled" else 512
     q, k, v, weight = _inputs(cp, hq, hkv, dtype)
     expected = _reference(q, k, v, weight, causal, hq != hkv)
     local = [split_for_rank(t, 2, cp, rank).requires_grad_() for t in (q, k, v)]

@@ -40,6 +40,7 @@ import torch
 import torch.distributed as dist
 from torch.autograd.function import once_differentiable
 
+from trident.parallel.context_blocks import block_backward, block_forward, block_tiles, merge, uses_kernel
 from trident.parallel.watch import watched
 
 
@@ -54,7 +55,6 @@ class RingTraffic:
 
 
 RING_TRAFFIC = RingTraffic()
-QUERY_TILE = 512  # query rows per score matrix: its transient fp32 buffer is [b, hq, QUERY_TILE, keys]
 
 
 def ring_attention_bytes(kv_numel: int, element_size: int, cp: int) -> tuple[int, int]:
@@ -121,6 +121,10 @@ class _Ring:
         """The CP rank whose K/V block this rank holds at ring step `step`."""
         return (self.index - step) % self.size
 
+    def blocks(self, step: int, local_len: int, causal: bool) -> list[tuple]:
+        """The (query rows, key rows, diagonal) blocks of ring step `step` on this rank (step_blocks)."""
+        return step_blocks(self.index, self.source(step), self.size, local_len, causal)
+
     def post(self, tensors: list[torch.Tensor], phase: str, first_tag: int = 0) -> tuple[list, list]:
         """Send each tensor to the next rank and receive its like from the previous one (not waited);
         on a ring of one the tensors come straight back. One batch: NCCL pairs a rank's send and
@@ -147,76 +151,30 @@ class _Ring:
                 work.wait()
 
 
-def _tiles(ring: _Ring, step: int, local_len: int, causal: bool):
-    """This step's blocks as (query rows, key rows, offset) tiles of at most QUERY_TILE query rows, which
-    bounds the fp32 score buffer. offset is None in a fully visible block; in a diagonal block it is the
-    tile's first row there: row i sees keys up to offset + i, so the tile needs no key past its last row."""
-    for rows, cols, diagonal in step_blocks(ring.index, ring.source(step), ring.size, local_len, causal):
-        for start in range(rows.start, rows.stop, QUERY_TILE):
-            stop = min(start + QUERY_TILE, rows.stop)
-            if diagonal:
-                yield slice(start, stop), slice(cols.start, cols.stop - (rows.stop - stop)), start - rows.start
-            else:
-                yield slice(start, stop), cols, None
-
-
-def _scores(q5, k, scale: float, offset: int | None) -> torch.Tensor:
-    """[b, hkv, g, m, n] fp32 scores of grouped queries q5 [b, hkv, g, m, d] against k [b, hkv, n, d]."""
-    scores = torch.matmul(q5, k.unsqueeze(2).transpose(-1, -2)) * scale
-    if offset is not None:  # a tile of a diagonal block: query i sees keys 0..offset+i
-        m, n = scores.shape[-2:]
-        hidden = torch.ones(m, n, dtype=torch.bool, device=scores.device).triu(1 + offset)
-        scores = scores.masked_fill(hidden, -math.inf)
-    return scores
-
-
-def _block_forward(q5, k, v, scale: float, offset: int | None) -> tuple[torch.Tensor, torch.Tensor]:
-    scores = _scores(q5, k, scale, offset)
-    lse = torch.logsumexp(scores, dim=-1)
-    return torch.matmul(torch.exp(scores - lse.unsqueeze(-1)), v.unsqueeze(2)), lse
-
-
-def _merge(out, lse, rows: slice, block_out, block_lse) -> None:
-    """Fold a block's partial (block_out, block_lse) into the running (out, lse) rows, in place."""
-    old = lse[..., rows]
-    new = torch.logaddexp(old, block_lse)  # finite: every block row sees at least one key
-    out[..., rows, :] = (out[..., rows, :] * torch.exp(old - new).unsqueeze(-1)
-                         + block_out * torch.exp(block_lse - new).unsqueeze(-1))
-    lse[..., rows] = new
-
-
-def _block_backward(q5, k, v, dout5, delta, lse, scale: float, offset: int | None):
-    probs = torch.exp(_scores(q5, k, scale, offset) - lse.unsqueeze(-1))
-    dv = torch.matmul(probs.transpose(-1, -2), dout5).sum(2)
-    dscores = probs * (torch.matmul(dout5, v.unsqueeze(2).transpose(-1, -2)) - delta.unsqueeze(-1))
-    dq = torch.matmul(dscores, k.unsqueeze(2)) * scale
-    dk = torch.matmul(dscores.transpose(-1, -2), q5).sum(2) * scale
-    return dq, dk, dv
-
-
-def _ring_forward(ring: _Ring, q5, kv, scale: float, causal: bool):
-    """fp32 (out [b, hkv, g, s, d], lse [b, hkv, g, s]) of grouped queries q5 against every rank's kv."""
-    out = torch.zeros_like(q5)
-    lse = torch.full(q5.shape[:-1], -math.inf, dtype=q5.dtype, device=q5.device)
+def _ring_forward(ring: _Ring, q, kv, scale: float, causal: bool):
+    """fp32 (out [b, hq, s, d], lse [b, hq, s]) of this rank's fp32 queries against every rank's kv."""
+    out = torch.zeros_like(q)
+    lse = torch.full(q.shape[:-1], -math.inf, dtype=q.dtype, device=q.device)
+    kernel = uses_kernel(q)
     for step in range(ring.size):
         pending, works = ring.post([kv], "forward") if step < ring.size - 1 else ([kv], [])
         k, v = kv.float().unbind(0)
-        for rows, cols, offset in _tiles(ring, step, q5.size(-2), causal):
-            _merge(out, lse, rows, *_block_forward(q5[..., rows, :], k[..., cols, :], v[..., cols, :],
-                                                   scale, offset))
+        for rows, cols, offset in block_tiles(ring.blocks(step, q.size(2), causal), kernel):
+            merge(out, lse, rows, *block_forward(q[..., rows, :], k[..., cols, :], v[..., cols, :], scale, offset,
+                                                 kernel))
         ring.wait(works, "forward", step)
         kv = pending[0]
     return out, lse
 
 
-def _ring_backward(ring: _Ring, q5, kv, out5, dout5, lse, scale: float, causal: bool):
-    """fp32 (dq [b, hkv, g, s, d], dkv [2, b, hkv, s, d]) for this rank's queries and its own K/V."""
-    delta = (dout5 * out5).sum(-1)
-    dq = torch.zeros_like(q5)
+def _ring_backward(ring: _Ring, q, kv, out, dout, lse, scale: float, causal: bool):
+    """fp32 (dq [b, hq, s, d], dkv [2, b, hkv, s, d]) for this rank's queries and its own K/V."""
+    delta = (dout * out).sum(-1)
+    dq = torch.zeros_like(q)
     arriving, grad_works = [None], []
     for step in range(ring.size):
         pending, works = ring.post([kv], "backward") if step < ring.size - 1 else ([kv], [])
-        dkv = _block_gradients(ring, step, q5, kv, dout5, delta, lse, dq, scale, causal)
+        dkv = _block_gradients(ring, step, (q, out, dout, delta, lse), kv, dq, scale, causal)
         ring.wait(grad_works, "backward", step)  # the block's dK/dV so far, received during the compute
         if arriving[0] is not None:
             dkv += arriving[0]
@@ -228,14 +186,17 @@ def _ring_backward(ring: _Ring, q5, kv, out5, dout5, lse, scale: float, causal: 
     return dq, arriving[0]
 
 
-def _block_gradients(ring: _Ring, step: int, q5, kv, dout5, delta, lse, dq, scale: float, causal: bool):
-    """This step's dK/dV of the K/V block held (fp32 [2, b, hkv, s, d]); adds its dQ part into dq."""
+def _block_gradients(ring: _Ring, step: int, saved: tuple, kv, dq, scale: float, causal: bool):
+    """This step's dK/dV of the K/V block held (fp32 [2, b, hkv, s, d]); adds its dQ part into dq.
+    `saved`: (q, out, dout, delta, lse) of this rank's queries."""
+    q, out, dout, delta, lse = saved
+    kernel = uses_kernel(q)
     k, v = kv.float().unbind(0)
     dkv = torch.zeros(kv.shape, dtype=torch.float32, device=kv.device)
-    for rows, cols, offset in _tiles(ring, step, q5.size(-2), causal):
-        dq_block, dk_block, dv_block = _block_backward(
-            q5[..., rows, :], k[..., cols, :], v[..., cols, :], dout5[..., rows, :], delta[..., rows],
-            lse[..., rows], scale, offset)
+    for rows, cols, offset in block_tiles(ring.blocks(step, q.size(2), causal), kernel):
+        dq_block, dk_block, dv_block = block_backward(
+            q[..., rows, :], k[..., cols, :], v[..., cols, :], out[..., rows, :], dout[..., rows, :],
+            delta[..., rows], lse[..., rows], scale, offset, kernel)
         dq[..., rows, :] += dq_block
         dkv[0, ..., cols, :] += dk_block
         dkv[1, ..., cols, :] += dv_block
@@ -245,11 +206,8 @@ def _block_gradients(ring: _Ring, step: int, q5, kv, dout5, delta, lse, dq, scal
 class _RingAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, ring: _Ring, causal: bool, scale: float):
-        b, hq, s, d = q.shape
-        hkv = k.size(1)
-        q5 = q.float().reshape(b, hkv, hq // hkv, s, d)
-        out5, lse = _ring_forward(ring, q5, torch.stack([k, v]).contiguous(), scale, causal)
-        out = out5.reshape(b, hq, s, d).to(q.dtype)
+        out, lse = _ring_forward(ring, q.float(), torch.stack([k, v]).contiguous(), scale, causal)
+        out = out.to(q.dtype)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.ring, ctx.causal, ctx.scale = ring, causal, scale
         return out
@@ -258,10 +216,6 @@ class _RingAttention(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, dout):
         q, k, v, out, lse = ctx.saved_tensors
-        b, hq, s, d = q.shape
-        hkv = k.size(1)
-        grouped = (b, hkv, hq // hkv, s, d)
-        dq, dkv = _ring_backward(ctx.ring, q.float().reshape(grouped), torch.stack([k, v]).contiguous(),
-                                 out.float().reshape(grouped), dout.float().reshape(grouped), lse,
-                                 ctx.scale, ctx.causal)
-        return dq.reshape(b, hq, s, d).to(q.dtype), dkv[0].to(k.dtype), dkv[1].to(v.dtype), None, None, None
+        dq, dkv = _ring_backward(ctx.ring, q.float(), torch.stack([k, v]).contiguous(), out.float(), dout.float(),
+                                 lse, ctx.scale, ctx.causal)
+        return dq.to(q.dtype), dkv[0].to(k.dtype), dkv[1].to(v.dtype), None, None, None
