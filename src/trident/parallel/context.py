@@ -27,7 +27,10 @@ dK_b = dS^T Q * scale. A block's dK/dV (fp32) follow it around the ring: each ra
 the sum arriving from the previous rank (received while it computed) and sends it on; after N hops the
 gradient is home. Backward sends (N-1) x 2 x |K| bytes of K/V plus N x 2 x |K|_fp32 of dK/dV per rank.
 
-Grouped-query attention: query head i reads key/value head i // (hq / hkv), as SDPA's enable_gqa.
+Blocks (parallel/context_blocks.py) are computed in fp32 by torch's CPU flash-attention kernel, which
+returns l_b and takes the final l back in its backward, or by plain matmuls on other devices; both are
+tested equal to SDPA. Recomputing under torch.utils.checkpoint runs the forward ring again (its bytes
+again). Grouped-query attention: query head i reads key/value head i // (hq / hkv), as SDPA's enable_gqa.
 Every wait on an exchange is a flight-recorder event ("ring attention forward step 2/4", peer: the
 global rank received from), so a hang's dump names the ring step and whom it waits for.
 """
