@@ -16,7 +16,7 @@ from collections import Counter
 from pathlib import Path
 
 from extract import generated_page
-from trident.curate.samples import FRENCH, GERMAN, SPAM_LINE, reference_articles, render_page
+from trident.curate.samples.crawl import FRENCH, GERMAN, SPAM_LINE, reference_articles, render_page
 
 # share of the records of each kind (the rest are unique English articles)
 MIX = {"exact_duplicate": 0.08, "near_duplicate": 0.08, "german": 0.03, "french": 0.03, "spam": 0.02,

@@ -33,7 +33,7 @@ def _offline_language_filter():
             if self._model is None:
                 import fasttext
 
-                from trident.curate.langid import bundled_fasttext_model
+                from trident.curate.extract.langid import bundled_fasttext_model
 
                 self._model = _NumpyScores(fasttext.load_model(str(bundled_fasttext_model())))
             return self._model

@@ -29,8 +29,9 @@ from pathlib import Path
 
 from common import emit_json, load_average, print_table
 from curate_corpus import score, write_corpus_warc
-from trident.curate.pipeline import run_pipeline
-from trident.curate.shards import RecordLog, read_documents
+from trident.curate.read.record_log import RecordLog
+from trident.curate.read.shards import read_documents
+from trident.curate.run.pipeline import run_pipeline
 
 OLD_BACKENDS = ["stages.extract.backend=trafilatura", "stages.langid.backend=py3langid"]
 
@@ -54,7 +55,7 @@ def cpu_clock(module):
 
 def run_trident(warc: Path, out: Path, overrides: list[str]) -> tuple[list[str], dict[str, float], float]:
     """(URLs kept, {stage: CPU s}, total CPU s) of curate-cc on `warc`."""
-    from trident.curate import runner
+    from trident.curate.run import phases as runner
 
     shutil.rmtree(out, ignore_errors=True)
     start = cpu_seconds()

@@ -40,8 +40,8 @@ from pathlib import Path
 from common import emit_json, load_average, print_table
 from curate_sites_corpus import warc_member, warcinfo_member
 from trident.curate.droplog import read_log
-from trident.curate.pipeline import run_pipeline
-from trident.curate.shards import read_shard
+from trident.curate.read.shards import read_shard
+from trident.curate.run.pipeline import run_pipeline
 
 PROSE_WORDS = 20
 # name: (host, generator, folder, file pattern, Debian package)
@@ -133,7 +133,7 @@ def texts(paths) -> dict[str, str]:
 
 def run_site_lines(inputs: list[Path], out: Path, shapes: bool) -> dict[str, str]:
     """{url: text} after curate-cc's site_lines stage alone (with or without shapes)."""
-    from trident.curate.pipeline import load_pipeline_config
+    from trident.curate.run.pipeline import load_pipeline_config
 
     spec = next(s for s in load_pipeline_config("curate-cc").stages if s["stage"] == "site_lines")
     config = {"stages": [{**spec, "shapes": shapes}], "progress": False}

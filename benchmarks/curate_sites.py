@@ -40,8 +40,8 @@ from common import emit_json, load_average, print_table
 from curate_pipeline import cpu_clock, cpu_seconds
 from curate_sites_corpus import CATEGORIES, write_sites_corpus
 from trident.curate.droplog import read_log
-from trident.curate.pipeline import run_pipeline
-from trident.curate.shards import read_shard
+from trident.curate.read.shards import read_shard
+from trident.curate.run.pipeline import run_pipeline
 from trident.text.damage import lost_by_file
 
 TRIDENT_ROWS = {"read": "read WARC", "extract": "extract", "langid": "language id", "site_lines": "site_lines",
@@ -104,7 +104,7 @@ def content_kept(truth: dict, texts: dict[str, str]) -> dict:
 def run_trident(warc_dir: Path, out: Path) -> tuple[dict, float]:
     """(stats.json, CPU seconds) of curate-cc on `warc_dir`, work/ kept; a failed accounting
     check is reported, not raised."""
-    from trident.curate import runner
+    from trident.curate.run import phases as runner
     from trident.curate.document import CurateError
 
     shutil.rmtree(out, ignore_errors=True)

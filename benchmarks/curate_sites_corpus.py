@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from curate_corpus import near_copy, sentence_pool
-from trident.curate.samples import FRENCH, GERMAN
+from trident.curate.samples.crawl import FRENCH, GERMAN
 
 MIX = {"exact_duplicate": 0.06, "near_duplicate": 0.06, "german": 0.03, "french": 0.03, "not_found": 0.02}
 DAMAGE = ("bad_http_block", "damaged_gzip_member", "malformed_warc_record", "truncated_record")

@@ -57,7 +57,8 @@ except ImportError:
 
 import xxhash  # noqa: E402
 
-from trident.curate.minhash import MinHasher, bucket_pairs, estimate_jaccard, jaccard, shingles  # noqa: E402
+from trident.curate.dedup.minhash import MinHasher, bucket_pairs, estimate_jaccard, jaccard  # noqa: E402
+from trident.curate.dedup.shingles import shingles
 
 LEVELS = [round(0.5 + 0.05 * i, 2) for i in range(10)]
 BANDINGS = [(10, 10), (20, 5)]

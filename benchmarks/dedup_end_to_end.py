@@ -28,11 +28,12 @@ import zstandard
 
 from common import Timer
 
+from trident.curate.dedup.fuzzy import FuzzyDedup
+from trident.curate.dedup.minhash import MinHasher, bucket_pairs
+from trident.curate.dedup.shingles import shingles
 from trident.curate.document import Document
-from trident.curate.executors import LocalExecutor
-from trident.curate.fuzzy_dedup import FuzzyDedup
-from trident.curate.minhash import MinHasher, bucket_pairs, shingles
-from trident.curate.shards import read_shard, write_shard
+from trident.curate.read.shards import read_shard, write_shard
+from trident.curate.run.executors import LocalExecutor
 
 ROWS, THRESHOLD, RECALL_AT = 5, 0.7, 0.8
 

@@ -13,11 +13,11 @@ Settings (MT-NLG as in issue 33): char 5-grams, 100 hashes, 20 bands of 5 rows, 
 
 - trident: `python -m trident curate CONFIG --input DIR --out OUT workers=W` (stages: fuzzy_dedup
   only), a fresh process. As any run after the first finds it: one untimed warm-up run builds the
-  compiled kernels (trident.curate.kernel_build; numba's JIT cache where no C compiler is found), and
+  compiled kernels (trident.curate.dedup.kernels.build; numba's JIT cache where no C compiler is found), and
   trident's bytecode is compiled first (as pip does; PYTHONDONTWRITEBYTECODE on this machine
   would otherwise leave every process compiling trident from source).
 - datasketch: a fresh `python benchmarks/dedup_mixes.py --datasketch IN OUT` process: MinHash
-  (num_perm=100, seed=1; its default sha1 hash) over the same shingles (minhash.shingles),
+  (num_perm=100, seed=1; its default sha1 hash) over the same shingles (shingles.shingles),
   MinHashLSH(params=(20, 5)), the usual one pass: a document whose query finds a kept document is
   dropped, otherwise inserted and its raw line written. No verification.
 Both read the same shards and write the kept lines as JSONL.zst. Figures: wall seconds and CPU
@@ -147,7 +147,7 @@ def datasketch_dedup(src: Path, out: Path) -> None:
     import datasketch
     import zstandard
 
-    from trident.curate.minhash import shingles
+    from trident.curate.dedup.shingles import shingles
 
     lsh = datasketch.MinHashLSH(num_perm=100, params=(BANDS, ROWS))
     out.mkdir(parents=True, exist_ok=True)

@@ -12,7 +12,7 @@ Each measurement is a fresh driver process (`--child`): it starts `RayExecutor(w
 Ray with 2 CPUs), records its RSS, resets the kernel's peak-RSS mark (/proc/self/clear_refs, so
 Ray's own start-up peak is left out), runs the stage (8 partitions) and reads the driver's peak
 RSS during the stage (VmHWM). Two paths, the same stage and corpus:
-  - fuzzy, workers: trident.curate.dedup_distributed, what `executor: ray` runs (the driver gets counts);
+  - fuzzy, workers: trident.curate.dedup.fuzzy_distributed, what `executor: ray` runs (the driver gets counts);
   - fuzzy, driver union-find (baseline): the same Ray workers sign, bucket and verify, but the
     candidate pairs, Jaccard values and union-find are gathered on the driver (the local path);
   - exact, workers: ExactDedup as every executor runs it (drop keys go to their shard as files);
@@ -48,7 +48,7 @@ STAGES = {  # per stage: (the two paths, default docs at 1x, the counter that gr
 def write_corpus(folder: Path, docs: int, shards: int, seed: int = 0) -> list[Path]:
     """`docs` documents (half in near-copy clusters) in `shards` shard files under `folder`."""
     from trident.curate.document import Document
-    from trident.curate.shards import write_shard
+    from trident.curate.read.shards import write_shard
 
     rng = random.Random(seed)
     words = lambda n: [f"w{rng.randrange(50_000)}" for _ in range(n)]
@@ -71,7 +71,7 @@ def write_corpus(folder: Path, docs: int, shards: int, seed: int = 0) -> list[Pa
 def write_exact_corpus(folder: Path, docs: int, shards: int, seed: int = 0) -> list[Path]:
     """`docs` documents drawn from docs / 5 distinct texts, each copy re-cased and re-spaced."""
     from trident.curate.document import Document
-    from trident.curate.shards import write_shard
+    from trident.curate.read.shards import write_shard
 
     rng = random.Random(seed)
     texts = [[f"w{rng.randrange(50_000)}" for _ in range(12)] for _ in range(max(1, docs // 5))]
@@ -92,17 +92,25 @@ def write_exact_corpus(folder: Path, docs: int, shards: int, seed: int = 0) -> l
 
 def _gathering_group_task(job: dict):
     """Baseline group step: the same choice as ExactDedup's, its dropped keys returned to the driver."""
-    from trident.curate.dedup import _exact_group_task
+    from trident.curate.dedup.exact import _exact_group_task
 
     _exact_group_task(job)
     files = sorted(Path(job["work"]).glob(f"drops/s*/p{job['part']:06d}.npy"))
     return np.concatenate([np.load(f, allow_pickle=False) for f in files] + [np.zeros(0, np.uint64)])
 
 
+def _copy_task(job: tuple) -> dict:
+    """Baseline write step: one shard copied without the rows the driver sent it."""
+    from trident.curate.dedup.drop_rows import copy_without
+
+    src, dst, rows, reason = job
+    return copy_without(src, dst, set(rows), reason, "exact_dedup")
+
+
 def run_exact_gathering(stage, inputs: list[Path], out: Path, executor) -> None:
     """ExactDedup.run as it was: every dropped key comes to the driver, row lists go out with the writes."""
-    from trident.curate.dedup import _exact_hash_task
-    from trident.curate.dedup_shared import drop_lists, filter_shard_task
+    from trident.curate.dedup.drop_rows import drop_lists
+    from trident.curate.dedup.exact import _exact_hash_task
     from trident.curate.stage import output_paths
 
     work = out / "_work_exact_dedup"
@@ -113,7 +121,7 @@ def run_exact_gathering(stage, inputs: list[Path], out: Path, executor) -> None:
                                                                   for p in range(stage.partitions)]))
     rows = drop_lists(dropped, len(inputs))
     jobs = [(str(i), str(o), r, "duplicate") for i, o, r in zip(inputs, output_paths(inputs, out), rows)]
-    for counters in executor.map(filter_shard_task, jobs):
+    for counters in executor.map(_copy_task, jobs):
         stage.counters.update(counters)
     shutil.rmtree(work, ignore_errors=True)
 
@@ -137,9 +145,9 @@ def reset_peak_rss() -> bool:
 
 def child(stage_name: str, corpus: Path, out: Path, path: str) -> dict:
     """One measured driver: Ray up, then the stage; prints its peaks and counters as one JSON line."""
-    from trident.curate.dedup import ExactDedup
-    from trident.curate.executors import RayExecutor
-    from trident.curate.fuzzy_dedup import FuzzyDedup
+    from trident.curate.dedup.exact import ExactDedup
+    from trident.curate.dedup.fuzzy import FuzzyDedup
+    from trident.curate.run.executors import RayExecutor
 
     executor = RayExecutor(workers=2, progress=False)
     executor.dedup_on_workers = path == "workers"
@@ -173,7 +181,7 @@ def measure(stage: str, corpus: Path, out: Path, path: str) -> dict:
 
 
 def kept(out: Path) -> list[str]:
-    from trident.curate.shards import read_shard
+    from trident.curate.read.shards import read_shard
 
     return sorted(doc.id for shard in sorted(out.glob("*.jsonl.zst")) for doc in read_shard(shard))
 

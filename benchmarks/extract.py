@@ -1,5 +1,5 @@
 """HTML extraction backends of the `extract` stage, side by side: pages/s of CPU and the quality of
-the text each keeps, on (a) the generated sample WARCs (trident.curate.samples) and (b) generated
+the text each keeps, on (a) the generated sample WARCs (trident.curate.samples.crawl) and (b) generated
 pages in three layouts with menus, breadcrumbs, share bars, sidebar tables, newsletter forms and
 reader-comment sections around a planted article (a paragraph list from the Python reference).
 
@@ -20,9 +20,9 @@ import time
 from collections import Counter
 
 from common import emit_json, print_table
-from trident.curate.samples import reference_articles, sample_pages
-from trident.curate.stage import build_stage
 from trident.curate.document import Document
+from trident.curate.run.registry import build_stage
+from trident.curate.samples.crawl import reference_articles, sample_pages
 
 # (label, extract stage parameters); the first is the baseline
 BACKENDS = (("trafilatura", {"backend": "trafilatura"}),

@@ -28,7 +28,7 @@ import re
 
 from common import emit_json, print_table
 from extract import MARKERS, corpora, f1, run_backend
-from trident.curate.samples import reference_articles
+from trident.curate.samples.crawl import reference_articles
 
 # (label, extract stage parameters): each backend without and with the post-pass
 CONFIGS = (("resiliparse", {"backend": "resiliparse", "keep_lists": False, "keep_tables": False}),

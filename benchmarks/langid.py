@@ -18,9 +18,9 @@ from pathlib import Path
 
 from common import emit_json, print_table
 from trident.curate.document import Document
-from trident.curate.langid import DEFAULT_THRESHOLDS
-from trident.curate.samples import FRENCH, GERMAN, sample_pages
-from trident.curate.stage import build_stage
+from trident.curate.extract.langid import DEFAULT_THRESHOLDS
+from trident.curate.run.registry import build_stage
+from trident.curate.samples.crawl import FRENCH, GERMAN, sample_pages
 
 BACKENDS = ("py3langid", "fasttext")  # the first is the baseline
 LABELS = {"english": "en", "exact_duplicate": "en", "near_duplicate": "en", "german": "de", "french": "fr"}
@@ -49,7 +49,8 @@ def corpus_pages(records: int = 1000) -> list[tuple[str, str]]:
     """The English (random sentences of the language reference: technical, code words), German and
     French pages of benchmarks/curate_corpus.py's WARC, as the default extract stage leaves them."""
     from curate_corpus import write_corpus_warc
-    from trident.curate.shards import RecordLog, read_documents
+    from trident.curate.read.record_log import RecordLog
+    from trident.curate.read.shards import read_documents
 
     with tempfile.TemporaryDirectory() as folder:
         write_corpus_warc(Path(folder) / "cc.warc.gz", records, seed=1)

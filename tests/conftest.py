@@ -145,7 +145,7 @@ def ray_cluster(s3):
     workers inherit the endpoint; at the end the executor that started it must shut it down."""
     import ray
 
-    from trident.curate.executors import RayExecutor
+    from trident.curate.run.executors import RayExecutor
 
     assert not ray.is_initialized()
     starter = RayExecutor(workers=2, progress=False)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from trident.curate.executors import LocalExecutor
+from trident.curate.run.executors import LocalExecutor
 
 RECORDED = Path(__file__).parent / "fixtures" / "dedup_kept.json"
 SPACES = ["\t", "\n", "\x0b", "\x0c", "\r", "\x1c", "\x1f", "\x85", "\xa0", "\u1680", "\u2003", "\u2028",
@@ -157,9 +157,9 @@ def record(seeds=(0, 1)) -> dict:
     import tempfile
 
     from trident.curate.document import Document
-    from trident.curate.executors import LocalExecutor
-    from trident.curate.fuzzy_dedup import FuzzyDedup
-    from trident.curate.shards import read_shard, write_shard
+    from trident.curate.run.executors import LocalExecutor
+    from trident.curate.dedup.fuzzy import FuzzyDedup
+    from trident.curate.read.shards import read_shard, write_shard
 
     out = {}
     with tempfile.TemporaryDirectory() as tmp:

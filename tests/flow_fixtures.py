@@ -10,7 +10,7 @@ import signal
 from pathlib import Path
 
 from trident.cli import main
-from trident.curate.samples import reference_articles
+from trident.curate.samples.crawl import reference_articles
 
 TINY = ["model.seq_length=64", "model.num_layers=1", "train.steps=2", "train.peak_tflops=1"]
 PIPELINE = {"stages": [{"stage": "extract"}, {"stage": "clean"}, {"stage": "exact_dedup", "scope": "global"}]}

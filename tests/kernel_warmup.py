@@ -1,5 +1,5 @@
 """Started by conftest.py at the start of a test session, at the lowest CPU priority: builds fuzzy
-dedup's ahead-of-time kernels (trident.curate.kernel_build, ~25 s of CPU on a fresh machine) and
+dedup's ahead-of-time kernels (trident.curate.dedup.kernels.build, ~25 s of CPU on a fresh machine) and
 fills numba's JIT cache for the kernels (~24 s) and for the data index builders' loops (~7 s), so
 all of it happens in the cores' idle time instead of inside the first test that needs them. Tests
 never depend on it having finished: a test that needs the extension waits on the build's own lock,
@@ -9,14 +9,14 @@ and a JIT call compiles what the cache lacks.
 """
 import numpy as np
 
-from trident.curate import kernel_build
+from trident.curate.dedup.kernels import build as kernel_build
 
 
 def warm_jit() -> None:
-    """Call every kernel of shingle_jit once with the argument types the tests and the JIT fallback use."""
-    from trident.curate import shingle_jit as jit
-    from trident.curate.minhash import MinHasher
-    from trident.curate.shingle_kernel import _ASCII_SPACE, _WIDE_SPACES, _XXH3_SECRET, _lower_table
+    """Call every kernel of numba_loops once with the argument types the tests and the JIT fallback use."""
+    from trident.curate.dedup.kernels import numba_loops as jit
+    from trident.curate.dedup.minhash import MinHasher
+    from trident.curate.dedup.kernels.loops import _ASCII_SPACE, _WIDE_SPACES, _XXH3_SECRET, _lower_table
 
     raw = np.frombuffer("a café, “quoted” — and more words ".encode() * 8, dtype=np.uint8).copy()
     bounds = np.array([0, len(raw) // 2, len(raw)], dtype=np.int64)

@@ -8,11 +8,12 @@ import pytest
 from trident.cli import main
 from trident.config import ConfigError
 from trident.curate.document import CurateError, Document
-from trident.curate.langid import bundled_fasttext_model
-from trident.curate.pipeline import load_pipeline_config
-from trident.curate.samples import SPAM_LINE, sample_pages, write_sample_warc
-from trident.curate.shards import RecordLog, read_documents
-from trident.curate.stage import build_stage
+from trident.curate.extract.langid import bundled_fasttext_model
+from trident.curate.read.record_log import RecordLog
+from trident.curate.read.shards import read_documents
+from trident.curate.run.pipeline import load_pipeline_config
+from trident.curate.run.registry import build_stage
+from trident.curate.samples.crawl import SPAM_LINE, sample_pages, write_sample_warc
 
 
 @pytest.fixture(scope="module")

@@ -5,9 +5,8 @@ import pytest
 import yaml
 
 from trident.cli import main
-from trident.curate.blend_plan import data_section, load_sources, plan_blend
-from trident.curate.document import CurateError
 from trident.config import PRESET_DIR
+from trident.data.blend_plan import BlendPlanError, data_section, load_sources, plan_blend
 
 
 def test_mtnlg_table_gives_the_papers_epochs():
@@ -36,9 +35,9 @@ def test_epochs_become_weights_and_tokens_come_from_idx(tmp_path):
 
 
 def test_bad_sources_name_the_source(tmp_path):
-    with pytest.raises(CurateError, match="'a': give exactly one of 'weight' or 'epochs'"):
+    with pytest.raises(BlendPlanError, match="'a': give exactly one of 'weight' or 'epochs'"):
         plan_blend([{"name": "a", "prefix": "p", "tokens": 5, "weight": 1, "epochs": 2}], 10)
-    with pytest.raises(CurateError, match="'b': no 'tokens' given"):
+    with pytest.raises(BlendPlanError, match="'b': no 'tokens' given"):
         plan_blend([{"name": "b", "prefix": str(tmp_path / "missing"), "weight": 1}], 10)
 
 

@@ -6,7 +6,7 @@ import random
 import ftfy
 import pytest
 
-from trident.curate.clean import fix_text
+from trident.curate.extract.clean import fix_text
 
 PIECES = ["plain ascii words", " ", "\n", "\n\n", "&amp;", "&lt;b&gt;", "<b>", "&#39;", "&", ";", "doesnâ€™t",
           "cafÃ©", "Ã©", "’", "“quoted”", "ﬁne", "ＡＢＣ", "\r\n", "\r", "\x1b[31mred\x1b[0m", "\x00", "\x7f",

@@ -7,7 +7,7 @@ import pytest
 from trident.cli import main
 from trident.config import ConfigError
 from trident.curate.document import CurateError
-from trident.curate.pipeline import load_pipeline_config, run_pipeline
+from trident.curate.run.pipeline import load_pipeline_config, run_pipeline
 
 STAGES = [{"stage": "clean"}]
 
@@ -117,7 +117,7 @@ def test_overrides_go_through_the_training_configs_parser_and_presets_through_it
 def test_defaults_live_in_the_dataclass_and_the_file_keeps_its_values():
     from dataclasses import asdict
 
-    from trident.curate.settings import CurationConfig
+    from trident.curate.run.config import CurationConfig
 
     assert asdict(load_pipeline_config(STAGES)) == {**asdict(CurationConfig()), "stages": STAGES}
     cc = load_pipeline_config("curate-cc")

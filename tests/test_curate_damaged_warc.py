@@ -14,9 +14,10 @@ from warcio.warcwriter import WARCWriter
 
 from trident.cli import main
 from trident.curate.droplog import read_log
-from trident.curate.pipeline import check_accounting, run_pipeline
-from trident.curate.samples import write_sample_warc
-from trident.curate.shards import RecordLog, read_documents, read_shard
+from trident.curate.read.record_log import RecordLog
+from trident.curate.read.shards import read_documents, read_shard
+from trident.curate.run.pipeline import check_accounting, run_pipeline
+from trident.curate.samples.crawl import write_sample_warc
 from trident.text.damage import damage_summary, lost_by_file
 
 STATUS = b"HTTP/1.1 200 OK"

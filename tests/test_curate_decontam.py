@@ -7,9 +7,9 @@ import pytest
 
 from trident.curate.decontaminate import Decontaminate, cut_regions
 from trident.curate.document import CurateError, Document
-from trident.curate.executors import LocalExecutor
-from trident.curate.shards import read_shard, write_shard
-from trident.curate.stage import build_stage
+from trident.curate.read.shards import read_shard, write_shard
+from trident.curate.run.executors import LocalExecutor
+from trident.curate.run.registry import build_stage
 from trident.text.ngrams import ngram_hashes, word_hashes, words_with_spans
 
 SERIAL = LocalExecutor(1, progress=False)

@@ -7,15 +7,16 @@ import numpy as np
 import pytest
 
 from dedup_fixtures import RecordingExecutor, UnionFind, random_graph, smallest_in_component
-from trident.curate.components import component_labels, unique_pairs
-from trident.curate.dedup import ExactDedup, exact_hash, normalize_for_exact
-from trident.curate.dedup_shared import best_first, priority_array, priority_fields, stored_priorities
+from trident.curate.dedup.components import component_labels, unique_pairs
+from trident.curate.dedup.exact import ExactDedup, exact_hash, normalize_for_exact
+from trident.curate.dedup.fuzzy import FuzzyDedup
+from trident.curate.dedup.keys import best_first, priority_array, priority_fields, stored_priorities
+from trident.curate.dedup.minhash import jaccard
+from trident.curate.dedup.shingles import shingle_hashes
 from trident.curate.document import Document
-from trident.curate.executors import LocalExecutor
-from trident.curate.fuzzy_dedup import FuzzyDedup
-from trident.curate.minhash import jaccard, shingle_hashes
-from trident.curate.shards import read_shard, write_shard
-from trident.curate.stage import build_stage
+from trident.curate.read.shards import read_shard, write_shard
+from trident.curate.run.executors import LocalExecutor
+from trident.curate.run.registry import build_stage
 
 SERIAL = LocalExecutor(1, progress=False)
 
@@ -199,7 +200,7 @@ def test_fuzzy_verify_tasks_are_a_multiple_of_the_workers(tmp_path, monkeypatch)
     text = random_text(rng, 250)
     docs = [Document(f"d{i}", edit_words(rng, text, 2)) for i in range(8)]  # 28 candidate pairs
     inputs = write_shards(tmp_path, [docs[:4], docs[4:]])
-    monkeypatch.setattr("trident.curate.fuzzy_dedup._VERIFY_BATCH", 10)
+    monkeypatch.setattr("trident.curate.dedup.fuzzy._VERIFY_BATCH", 10)
     found = {}
     for workers in (1, 2, 3):
         executor, stage = RecordingExecutor(workers), FuzzyDedup(bands=20, partitions=2)
@@ -216,8 +217,8 @@ def test_verified_similarities_are_the_true_jaccard_of_every_candidate_pair(tmp_
     """Verification gathers the candidates' stored texts across shards, in pieces: each pair at or
     above the threshold gets the Jaccard of the two documents' shingle sets, whatever the piece size;
     a pair below it gets a value between its Jaccard and the threshold (its comparison may stop early)."""
-    import trident.curate.fuzzy_dedup as fuzzy
-    from trident.curate.dedup_shared import split_keys
+    import trident.curate.dedup.fuzzy as fuzzy
+    from trident.curate.dedup.keys import split_keys
 
     rng = random.Random(12)
     base = [random_text(rng, 120) + " café “naïve” — résumé" for _ in range(3)]
@@ -309,7 +310,7 @@ def test_fuzzy_same_result_with_worker_processes(tmp_path):
 @pytest.mark.parametrize("tasks", [1, 2, 3, 7])
 def test_verification_tasks_cover_every_pair_once_with_about_equal_text(tasks):
     """Candidate pairs are cut into runs by the bytes their documents hold, not by their count."""
-    from trident.curate.fuzzy_dedup import _equal_cost_bounds
+    from trident.curate.dedup.fuzzy import _equal_cost_bounds
 
     cost = np.array(random.Random(tasks).choices([100, 4_000], weights=[4, 1], k=500))
     bounds = _equal_cost_bounds(cost, tasks)

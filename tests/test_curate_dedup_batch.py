@@ -5,22 +5,17 @@ import random
 import numpy as np
 import pytest
 
-from trident.curate.dedup_shared import (
-    copy_without,
-    filter_lines_task,
-    load_partition,
-    parse_document,
-    save_partitioned,
-    shard_documents,
-    shard_lines,
-)
+from trident.curate.dedup.drop_rows import copy_without, filter_lines_task
+from trident.curate.dedup.fuzzy import FuzzyDedup
+from trident.curate.dedup.minhash import MinHasher, bucket_pairs, jaccard, sorted_distinct
+from trident.curate.dedup.partitions import load_partition, save_partitioned
+from trident.curate.dedup.shingle_batch import shingle_hash_batch
+from trident.curate.dedup.shingles import shingle_hashes
 from trident.curate.document import CurateError, Document
 from trident.curate.droplog import log_path, read_log
-from trident.curate.executors import LocalExecutor
-from trident.curate.fuzzy_dedup import FuzzyDedup
-from trident.curate.minhash import MinHasher, bucket_pairs, jaccard, shingle_hashes, sorted_distinct
-from trident.curate.shards import read_shard, write_shard
-from trident.curate.shingle_batch import shingle_hash_batch
+from trident.curate.read.shard_lines import parse_document, shard_documents, shard_lines
+from trident.curate.read.shards import read_shard, write_shard
+from trident.curate.run.executors import LocalExecutor
 from trident.text.compressed import open_binary
 
 SERIAL = LocalExecutor(1, progress=False)
@@ -156,8 +151,8 @@ def test_line_copy_equals_the_document_copy(tmp_path):
 def test_whole_shard_copy_is_the_line_by_line_copy_byte_for_byte(tmp_path, monkeypatch, name, drop):
     """filter_lines_task reads a shard trident wrote at once and copies runs of kept lines: the same
     compressed file (frames end where write_line ends them), drop log and counters as line by line."""
-    import trident.curate.dedup_shared as shared
-    import trident.curate.shards as shards
+    import trident.curate.dedup.drop_rows as shared
+    import trident.curate.read.shards as shards
 
     monkeypatch.setattr(shards, "FRAME_BYTES", 700)  # many frames from a small shard
     docs = [Document(f"d{i}", f"Text {i} é “q” " * (i % 9), {"url": f"u{i}"}) for i in range(120)]
@@ -209,7 +204,7 @@ def test_stage_output_is_the_kept_input_lines(tmp_path):
 def test_bucket_rows_read_from_a_file_or_an_object_are_the_saved_slices(tmp_path):
     """The bucket phase reads each partition's rows of a shard's one file, by byte range: locally and
     from an object store alike (memory://)."""
-    from trident.curate.fuzzy_dedup import _load_rows
+    from trident.curate.dedup.fuzzy import _load_rows
     from trident.text.storage import location, save_array
 
     records = np.zeros(1000, dtype=[("band", "u2"), ("key", "u8"), ("doc", "u8")])

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from dedup_fixtures import RecordingExecutor
-from trident.curate.dedup import ExactDedup
+from trident.curate.dedup.exact import ExactDedup
 from trident.curate.document import CurateError, Document
-from trident.curate.executors import LocalExecutor
-from trident.curate.shards import read_shard, write_shard
+from trident.curate.read.shards import read_shard, write_shard
+from trident.curate.run.executors import LocalExecutor
 
 SPELLINGS = ["Hello World", "hello   world\n", " HELLO world ", "another text", "Another\tText", "", "  ", "unique"]
 

@@ -1,4 +1,4 @@
-"""Fuzzy dedup's compiled kernels against the definitions in trident.curate.minhash, and the stage's
+"""Fuzzy dedup's compiled kernels against the definitions in trident.curate.dedup.minhash, and the stage's
 kept documents against those the implementation before the kernels kept (recorded, see dedup_fixtures)."""
 import json
 import os
@@ -8,13 +8,14 @@ import pytest
 import xxhash
 
 from dedup_fixtures import RECORDED, SETTINGS, corpus_shards, odd_texts
+from trident.curate.dedup.fuzzy import FuzzyDedup
+from trident.curate.dedup.kernels.loops import (band_keys, hashes_of_normalised, minhash_signatures, normalised_bytes,
+                                                pair_jaccard, shingle_hashes_flat, xxh64_bytes)
+from trident.curate.dedup.minhash import MinHasher, jaccard
+from trident.curate.dedup.shingles import normalize_for_shingles, shingle_hashes, shingles
 from trident.curate.document import Document
-from trident.curate.executors import LocalExecutor
-from trident.curate.fuzzy_dedup import FuzzyDedup
-from trident.curate.minhash import MinHasher, jaccard, normalize_for_shingles, shingle_hashes, shingles
-from trident.curate.shards import read_shard, write_shard
-from trident.curate.shingle_kernel import (band_keys, hashes_of_normalised, minhash_signatures, normalised_bytes,
-                                           pair_jaccard, shingle_hashes_flat, xxh64_bytes)
+from trident.curate.read.shards import read_shard, write_shard
+from trident.curate.run.executors import LocalExecutor
 
 
 def test_compiled_xxh64_equals_the_library():
@@ -34,7 +35,7 @@ def test_normalisation_equals_the_python_rule():
 def test_the_lower_case_table_is_str_lower_for_every_character_it_covers():
     """The compiled pass lower-cases non-ASCII text by a table of the Basic Multilingual Plane made
     from str.lower; only İ (two characters) and Σ (ς or σ by context) are left to str.lower itself."""
-    from trident.curate.shingle_kernel import _lower_table
+    from trident.curate.dedup.kernels.loops import _lower_table
 
     table = _lower_table()
     assert table.shape == (0x10000,) and np.flatnonzero(table < 0).tolist() == [0x130, 0x3A3]

@@ -4,15 +4,8 @@ import random
 import numpy as np
 import pytest
 
-from trident.curate.minhash import (
-    MinHasher,
-    bucket_pairs,
-    estimate_jaccard,
-    jaccard,
-    shingle_hashes,
-    shingles,
-    xxh64_slices,
-)
+from trident.curate.dedup.minhash import MinHasher, bucket_pairs, estimate_jaccard, jaccard
+from trident.curate.dedup.shingles import shingle_hashes, shingles, xxh64_slices
 
 
 def random_text(rng: random.Random, words: int) -> str:

@@ -8,19 +8,13 @@ import numpy as np
 import pytest
 
 from dedup_fixtures import random_graph, smallest_in_component
-from trident.curate import dedup_distributed
-from trident.curate.components import (
-    both_directions,
-    large_star,
-    node_partition,
-    small_star,
-    star_labels,
-    unstable_nodes,
-)
+from trident.curate.dedup import fuzzy
+from trident.curate.dedup.components import (both_directions, large_star, node_partition, small_star, star_labels,
+                                             unstable_nodes)
+from trident.curate.dedup.fuzzy import FuzzyDedup
 from trident.curate.document import Document
-from trident.curate.executors import LocalExecutor, RayExecutor
-from trident.curate.fuzzy_dedup import FuzzyDedup
-from trident.curate.shards import read_shard, write_shard
+from trident.curate.read.shards import read_shard, write_shard
+from trident.curate.run.executors import LocalExecutor, RayExecutor
 
 
 class WorkerDedupExecutor(LocalExecutor):
@@ -159,8 +153,8 @@ def test_ray_two_workers_match_local_executor(tmp_path, corpus, monkeypatch, ray
     import ray
 
     taken = []
-    real = dedup_distributed.run_distributed
-    monkeypatch.setattr(dedup_distributed, "run_distributed", lambda *a: taken.append(1) or real(*a))
+    real = fuzzy.run_distributed
+    monkeypatch.setattr(fuzzy, "run_distributed", lambda *a: taken.append(1) or real(*a))
     params = PARAMS[0]
     local, on_ray = FuzzyDedup(**params), FuzzyDedup(**params)
     expected = kept_ids(local.run(corpus, tmp_path / "local", LocalExecutor(1, progress=False)))

@@ -4,8 +4,8 @@ page whose language the model is unsure of. (min_length's GPT-2 pieces: tests/te
 import pytest
 
 from trident.curate.document import CurateError, Document
-from trident.curate.langid import fasttext_classifier, py3langid_classifier
-from trident.curate.stage import build_stage
+from trident.curate.extract.langid import fasttext_classifier, py3langid_classifier
+from trident.curate.run.registry import build_stage
 
 ARTICLE = ("<p>Set the smallest and largest exponents allowed for a floating-point variable. Return a non-zero "
            "value when exp is not in the range accepted by the implementation, and zero otherwise.</p>")

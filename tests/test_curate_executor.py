@@ -8,7 +8,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 import pytest
 
-from trident.curate.executors import LocalExecutor
+from trident.curate.run.executors import LocalExecutor
 
 
 def _pid_after(seconds: float) -> int:

@@ -1,14 +1,14 @@
 """The `extract` stage keeps the article's text-bearing lists and tables (links with descriptions,
 descriptive link sentences, API lists, definition lists, parameter tables) with both backends,
 while menus, sidebars, breadcrumbs, in-article "on this page" links, related headlines, comments,
-hidden and repeated lists and footers stay out (trident.curate.extract_lists)."""
+hidden and repeated lists and footers stay out (trident.curate.extract.lists)."""
 import re
 
 import pytest
 
 from trident.curate.document import Document
-from trident.curate.extract_lists import Style, read_block
-from trident.curate.stage import build_stage
+from trident.curate.extract.lists import Style, read_block
+from trident.curate.run.registry import build_stage
 
 BACKENDS = ["resiliparse", "trafilatura"]
 INTRO = ("The Session object allows you to persist certain parameters across requests. It also persists "

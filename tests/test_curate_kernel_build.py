@@ -1,4 +1,4 @@
-"""The ahead-of-time build of fuzzy dedup's kernels (trident.curate.kernel_build): the extension
+"""The ahead-of-time build of fuzzy dedup's kernels (trident.curate.dedup.kernels.build): the extension
 computes what numba's JIT computes, a failed build falls back to the JIT, and a fuzzy-dedup run
 imports neither numba nor the other stages' libraries."""
 import json
@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from dedup_fixtures import odd_texts
-from trident.curate import kernel_build, shingle_jit
-from trident.curate.minhash import MinHasher
-from trident.curate.shingle_kernel import _ASCII_SPACE, _WIDE_SPACES, _XXH3_SECRET, _lower_table
-from trident.curate.stage import BUILTIN_STAGES, STAGE_MODULES, registered_stages
+from trident.curate.dedup.kernels import build as kernel_build, numba_loops as shingle_jit
+from trident.curate.dedup.kernels.loops import _ASCII_SPACE, _WIDE_SPACES, _XXH3_SECRET, _lower_table
+from trident.curate.dedup.minhash import MinHasher
+from trident.curate.run.registry import BUILTIN_STAGES, registered_stages
 
 
 def _compare(aot, jit, name, *args):
@@ -89,13 +89,13 @@ def test_the_module_name_follows_the_kernel_source(monkeypatch):
 
 def test_builtin_stage_modules_are_where_the_stages_register():
     stages = registered_stages()
-    builtin = {name: cls.__module__ for name, cls in stages.items() if cls.__module__ in STAGE_MODULES}
+    builtin = {name: cls.__module__ for name, cls in stages.items() if cls.__module__.startswith("trident.curate.")}
     assert builtin == BUILTIN_STAGES
 
 
 def test_a_fuzzy_dedup_pipeline_imports_only_what_it_runs():
     code = ("import sys\n"
-            "from trident.curate.pipeline import load_pipeline_config\n"
+            "from trident.curate.run.pipeline import load_pipeline_config\n"
             "load_pipeline_config([{'stage': 'fuzzy_dedup', 'bands': 20}])\n"
             "heavy = [m for m in ('numba', 'ftfy', 'warcio', 'trafilatura', 'resiliparse', 'torch', 'matplotlib',"
             " 'scipy', 'ray', 'transformers') if m in sys.modules]\n"

@@ -7,9 +7,9 @@ import pytest
 
 from trident.cli import main
 from trident.curate.document import CurateError, Document
-from trident.curate.pipeline import check_accounting, load_pipeline_config, run_pipeline
-from trident.curate.samples import write_sample_warc
-from trident.curate.shards import read_shard
+from trident.curate.read.shards import read_shard
+from trident.curate.run.pipeline import check_accounting, load_pipeline_config, run_pipeline
+from trident.curate.samples.crawl import write_sample_warc
 from trident.curate.stage import StreamingStage, register_stage
 
 STREAMING = [{"stage": "extract"}, {"stage": "langid", "languages": ["en"]}, {"stage": "clean"},

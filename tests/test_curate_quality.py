@@ -7,9 +7,9 @@ import pytest
 
 from trident.cli import main
 from trident.curate.document import CurateError, Document
-from trident.curate.quality import QualityModel, pareto_keep, train_quality_model
-from trident.curate.samples import reference_articles
-from trident.curate.stage import build_stage
+from trident.curate.filters.quality import QualityModel, pareto_keep, train_quality_model
+from trident.curate.run.registry import build_stage
+from trident.curate.samples.crawl import reference_articles
 
 SPAM = ["Buy cheap watches online best price", "click here now free shipping", "hot deals casino bonus",
         "login register cart checkout", "best replica bags sale discount", "win money fast no deposit"]
@@ -94,7 +94,7 @@ def test_quality_stage_needs_a_model(tmp_path):
 
 
 def test_train_quality_command_from_jsonl_and_warc(tmp_path, capsys, corpus):
-    from trident.curate.samples import write_sample_warc
+    from trident.curate.samples.crawl import write_sample_warc
 
     positives, _ = corpus
     pos = tmp_path / "curated.jsonl"
@@ -113,7 +113,7 @@ def test_train_quality_command_from_jsonl_and_warc(tmp_path, capsys, corpus):
 
 
 def test_pipeline_with_quality_stage_reports_score_histogram(tmp_path, corpus):
-    from trident.curate.pipeline import run_pipeline
+    from trident.curate.run.pipeline import run_pipeline
 
     positives, negatives = corpus
     model = tmp_path / "q.safetensors"

@@ -8,10 +8,10 @@ import pytest
 import zstandard
 
 from dedup_fixtures import fixture_documents
+from trident.curate.dedup.fuzzy import FuzzyDedup
 from trident.curate.document import CurateError
-from trident.curate.fuzzy_dedup import FuzzyDedup
-from trident.curate.pipeline import run_pipeline
-from trident.curate.samples import write_sample_warc
+from trident.curate.run.pipeline import run_pipeline
+from trident.curate.samples.crawl import write_sample_warc
 
 FUZZY = {"stage": "fuzzy_dedup", "bands": 20, "partitions": 4}
 

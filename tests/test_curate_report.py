@@ -1,10 +1,10 @@
-"""report.md's charts: the PNG files are written by trident.curate.report itself (not Pillow's writer)."""
+"""report.md's charts: the PNG files are written by trident.curate.run.report itself (not Pillow's writer)."""
 import io
 
 import numpy as np
 from PIL import Image
 
-from trident.curate.report import _canvas, png_bytes
+from trident.curate.run.report import _canvas, png_bytes
 
 
 def test_png_bytes_decode_to_the_drawn_pixels():

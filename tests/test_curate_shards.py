@@ -10,7 +10,8 @@ from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
 from trident.curate.document import CurateError, Document
-from trident.curate.shards import RecordLog, read_documents, read_shard, record_lines, write_shard
+from trident.curate.read.record_log import RecordLog
+from trident.curate.read.shards import read_documents, read_shard, record_lines, write_shard
 
 
 def _read(path, strict=False, **kwargs):

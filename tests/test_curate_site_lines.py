@@ -7,12 +7,12 @@ import pytest
 
 from trident.curate.document import CurateError, Document
 from trident.curate.droplog import log_path, read_log
-from trident.curate.executors import LocalExecutor
-from trident.curate.pipeline import load_pipeline_config, run_pipeline
-from trident.curate.sample_sites import score, site_corpus
-from trident.curate.shards import read_shard, write_shard
-from trident.curate.site_lines import line_key, strip_template, template_region
-from trident.curate.stage import build_stage
+from trident.curate.filters.site_lines import line_key, strip_template, template_region
+from trident.curate.read.shards import read_shard, write_shard
+from trident.curate.run.executors import LocalExecutor
+from trident.curate.run.pipeline import load_pipeline_config, run_pipeline
+from trident.curate.run.registry import build_stage
+from trident.curate.samples.sites import score, site_corpus
 from trident.text.storage import location
 
 pytestmark = pytest.mark.timeout(60)

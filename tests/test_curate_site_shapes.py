@@ -7,10 +7,10 @@ import re
 import pytest
 
 from trident.curate.document import Document
-from trident.curate.executors import LocalExecutor
-from trident.curate.shards import read_shard, write_shard
-from trident.curate.site_lines import site_name
-from trident.curate.stage import build_stage
+from trident.curate.filters.site_lines import site_name
+from trident.curate.read.shards import read_shard, write_shard
+from trident.curate.run.executors import LocalExecutor
+from trident.curate.run.registry import build_stage
 
 pytestmark = pytest.mark.timeout(60)
 

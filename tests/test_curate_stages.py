@@ -3,7 +3,7 @@ documents that break one Gopher or C4 rule each (and are counted under that rule
 import pytest
 
 from trident.curate.document import CurateError, Document
-from trident.curate.stage import build_stage
+from trident.curate.run.registry import build_stage
 
 ARTICLE = [
     "The json module exposes an API familiar to users of the standard library marshal and pickle "
@@ -108,7 +108,7 @@ def test_min_length_counts_gpt2_pieces_as_gpt2_pretokenizes():
     page of code words is longer than its spaces say."""
     from tokenizers.pre_tokenizers import ByteLevel
 
-    from trident.curate.filters import gpt2_pieces
+    from trident.curate.filters.heuristics import gpt2_pieces
 
     gpt2 = ByteLevel(add_prefix_space=False, use_regex=True)
     for text in ("SPI_finish(void) returns SPI_OK_FINISH;\n\n  if it isn't connected -- 3.14 ", ENGLISH, GERMAN,
@@ -189,9 +189,9 @@ def test_unknown_stage_and_parameter_are_config_errors():
 def test_holdout_keeps_one_document_in_n_out_whatever_the_sharding_with_its_text_for_evaluation(tmp_path):
     import json
 
-    from trident.curate.holdout import held_out_texts
-    from trident.curate.pipeline import run_pipeline
-    from trident.curate.shards import read_shard
+    from trident.curate.filters.holdout import held_out_texts
+    from trident.curate.run.pipeline import run_pipeline
+    from trident.curate.read.shards import read_shard
 
     inputs = []
     for name in ("a", "b", "c"):

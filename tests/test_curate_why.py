@@ -7,8 +7,8 @@ import pytest
 
 from trident.cli import main
 from trident.curate.droplog import read_log
-from trident.curate.pipeline import run_pipeline
-from trident.curate.samples import write_sample_warc
+from trident.curate.run.pipeline import run_pipeline
+from trident.curate.samples.crawl import write_sample_warc
 
 
 @pytest.fixture(scope="module")

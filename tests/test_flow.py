@@ -9,7 +9,7 @@ import yaml
 
 from flow_fixtures import PIPELINE, TINY, run_main, stages_in_process, write_site
 from trident.cli import main
-from trident.curate.samples import reference_articles, write_sample_warc
+from trident.curate.samples.crawl import reference_articles, write_sample_warc
 from trident.evaluate.heldout import write_heldout_tasks
 
 STAGES = ["curate:web", "curate:books", "tokenizer", "tokenize:web", "tokenize:books", "train", "eval", "report"]
@@ -204,8 +204,8 @@ def _unreachable_hub(mp: pytest.MonkeyPatch) -> None:
 def own_text(tmp_path_factory):
     """One output folder, three runs of a flow over local HTML: evaluation on tasks built from the pages'
     own held-out documents; then on tasks from an unreachable hub (the eval stage fails); then on no tasks."""
-    from trident.curate.holdout import held_out_texts
-    from trident.curate.shards import read_shard
+    from trident.curate.filters.holdout import held_out_texts
+    from trident.curate.read.shards import read_shard
 
     root = tmp_path_factory.mktemp("own")
     write_site(root)

@@ -64,7 +64,7 @@ def leak_run(tmp_path_factory):
 
 
 def test_no_held_out_13_gram_reaches_the_tokenized_data_of_any_source(leak_run):
-    from trident.curate.shards import read_shard
+    from trident.curate.read.shards import read_shard
 
     out, run = leak_run
     assert run["code"] == 0, run["err"]

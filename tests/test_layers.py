@@ -118,9 +118,27 @@ def test_no_import_circle():
     """No module reaches itself through imports, between packages or inside one: each circle is a
     name that belongs one level lower."""
     circles = import_circles(module_graph())
-    circles = [group for group in circles if not all(m.startswith("trident.curate.") for m in group)]  # until the move
     assert not circles, "import circles:\n" + "\n".join(" <-> ".join(group) for group in circles)
 
+
+
+def test_no_folder_holds_more_than_a_seventh_of_the_code():
+    """A folder's own modules (its subpackages counted apart) hold at most 15% of src/trident's lines,
+    so each room stays small enough to find one's way in."""
+    lines = {path: path.read_text().count("\n") for path in SRC.rglob("*.py")}
+    total = sum(lines.values())
+    by_folder: dict[Path, int] = {}
+    for path, count in lines.items():
+        by_folder[path.parent] = by_folder.get(path.parent, 0) + count
+    big = [f"{folder.relative_to(SRC.parent)}: {count} of {total} lines ({count / total:.0%})"
+           for folder, count in sorted(by_folder.items()) if count > 0.15 * total]
+    assert not big, "folders over 15% of the code:\n" + "\n".join(big)
+
+
+def test_curate_top_level_stays_a_hall():
+    """curate/ keeps its stage families in subpackages: at most 12 modules at its top level."""
+    top = sorted(path.name for path in (SRC / "curate").glob("*.py"))
+    assert len(top) <= 12, f"curate/ has {len(top)} top-level modules: {top}"
 
 def test_files_and_functions_stay_small():
     big = []

@@ -112,7 +112,7 @@ def test_tokenize_from_s3_to_s3_take_down_and_train_reading_s3(s3, tmp_path, mon
 
 
 def _documents(stats):
-    from trident.curate.shards import read_shard
+    from trident.curate.read.shards import read_shard
 
     return [(doc.id, doc.text) for shard in stats["output"]["shards"] for doc in read_shard(shard)]
 
@@ -128,8 +128,8 @@ def test_ray_curates_a_warc_from_s3_to_s3_without_a_shared_disk(s3, tmp_path, ra
     single-process run of the same pipeline, counter for counter and document for document."""
     import ray  # a dev dependency: this test fails, not skips, without it
 
-    from trident.curate.pipeline import run_pipeline
-    from trident.curate.samples import write_sample_warc
+    from trident.curate.run.pipeline import run_pipeline
+    from trident.curate.samples.crawl import write_sample_warc
 
     write_sample_warc(tmp_path / "a.warc.gz", n_docs=16, seed=0)
     s3.fs.put_file(str(tmp_path / "a.warc.gz"), s3.url("crawl/a.warc.gz"))

@@ -7,9 +7,10 @@ import json
 import pytest
 import zstandard
 
-from trident.curate import shards
 from trident.curate.document import Document
-from trident.curate.shards import RecordLog, read_documents, write_shard
+from trident.curate.read import shards
+from trident.curate.read.record_log import RecordLog
+from trident.curate.read.shards import read_documents, write_shard
 from trident.data.build import tokenize_files
 from trident.data.indexed import IndexedDataset
 from trident.data.tokenizer import Tokenizer, train_tokenizer

@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _curate(args: argparse.Namespace) -> int:
-    from trident.curate.pipeline import run_pipeline
+    from trident.curate.run.pipeline import run_pipeline
     from trident.text.damage import damage_summary
 
     stats = run_pipeline(args.target, list(args.input), args.out or "curated",
@@ -102,7 +102,7 @@ def _curate(args: argparse.Namespace) -> int:
 def _why(args: argparse.Namespace) -> int:
     """`trident curate why OUT URL|ID`: 0 when the document was found, 1 when it was not."""
     from trident.curate.document import CurateError
-    from trident.curate.why import why
+    from trident.curate.run.why import why
 
     if len(args.overrides) != 2:
         raise CurateError("usage: trident curate why OUT URL|ID")
@@ -116,7 +116,7 @@ def _why(args: argparse.Namespace) -> int:
 
 def _train_quality(args: argparse.Namespace) -> int:
     from trident.curate.document import CurateError
-    from trident.curate.quality import texts_from_files, train_quality_model
+    from trident.curate.filters.quality import texts_from_files, train_quality_model
 
     if not args.positive or not args.negative or not args.out:
         raise CurateError("train-quality needs --positive PATH..., --negative PATH... and --out MODEL.safetensors")
@@ -135,14 +135,17 @@ def _blend(args: argparse.Namespace) -> int:
     import yaml
 
     from trident.config import resolve_path
-    from trident.curate.blend_plan import data_section, load_sources, plan_blend
     from trident.curate.document import CurateError
+    from trident.data.blend_plan import BlendPlanError, data_section, load_sources, plan_blend
     from trident.text.storage import location
 
     if not args.sources:
         raise CurateError("blend needs --sources FILE (or a preset such as blend-mtnlg)")
-    sources, train_tokens = load_sources(resolve_path(args.sources))
-    rows = plan_blend(sources, args.train_tokens or train_tokens)
+    try:
+        sources, train_tokens = load_sources(resolve_path(args.sources))
+        rows = plan_blend(sources, args.train_tokens or train_tokens)
+    except BlendPlanError as err:
+        raise CurateError(str(err)) from None  # exit 1, as every curation error
     section = data_section(rows)
     if args.out:
         location(args.out).write_text(yaml.safe_dump(section, sort_keys=False))

@@ -30,7 +30,7 @@ import numpy as np
 
 from trident.curate.document import CurateError, Document
 from trident.curate.droplog import DropLog, log_path
-from trident.curate.shards import read_shard, write_shard
+from trident.curate.read.shards import read_shard, write_shard
 from trident.curate.stage import Executor, GlobalStage, output_paths, register_stage
 from trident.tasks import TaskDataError, get_task
 from trident.text.jsonl import DEFAULT_MAX_DOC_BYTES, UnreadableFile, iter_jsonl, iter_raw_lines

@@ -1,4 +1,4 @@
-"""Stage base classes and the stage registry.
+"""Stage base classes, and register_stage filling the registry (looked up in run/registry.py).
 
 A *streaming* stage sees one document at a time (`process(docs) -> docs`); consecutive streaming
 stages are fused into one pass over each shard. A *global* stage needs all the data at once
@@ -14,10 +14,6 @@ Counter conventions (a `collections.Counter` on every stage; stats.json shows th
 """
 from __future__ import annotations
 
-import importlib
-import inspect
-import types
-import typing
 from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Protocol
@@ -25,32 +21,7 @@ from typing import Any, Callable, Iterable, Iterator, Protocol
 from trident.curate.document import CurateError, Document
 from trident.text.storage import location
 
-# Modules whose import registers stages; imported on first lookup so each can be developed alone.
-STAGE_MODULES = (
-    "trident.curate.extract",
-    "trident.curate.clean",
-    "trident.curate.langid",
-    "trident.curate.site_lines",
-    "trident.curate.filters",
-    "trident.curate.quality",
-    "trident.curate.dedup",
-    "trident.curate.fuzzy_dedup",
-    "trident.curate.minhash",
-    "trident.curate.decontaminate",
-    "trident.curate.holdout",
-)
-# The built-in stages' modules: a pipeline imports only those of its own stages (all of them cost
-# ~0.3 s of CPU, ftfy and the extractors mostly); a test checks this against the registrations.
-BUILTIN_STAGES = {
-    "extract": "trident.curate.extract", "clean": "trident.curate.clean", "langid": "trident.curate.langid",
-    "site_lines": "trident.curate.site_lines", "min_length": "trident.curate.filters",
-    "gopher_quality": "trident.curate.filters", "gopher_repetition": "trident.curate.filters",
-    "c4_lines": "trident.curate.filters", "quality": "trident.curate.quality", "exact_dedup": "trident.curate.dedup",
-    "fuzzy_dedup": "trident.curate.fuzzy_dedup", "decontaminate": "trident.curate.decontaminate",
-    "holdout": "trident.curate.holdout",
-}
-
-_REGISTRY: dict[str, type["Stage"]] = {}
+REGISTRY: dict[str, type["Stage"]] = {}  # filled by @register_stage as each stage module is imported
 
 
 class Executor(Protocol):
@@ -115,7 +86,7 @@ class GlobalStage(Stage):
 
     One that declares ``reads_raw`` may be handed, as ``raw_reads``, the read tasks of the pipeline's
     read phase when it is the first stage (local executor): its first map then runs each read itself
-    (trident.curate.runner.read_raw_documents), so every document is decoded once, not twice; its
+    (trident.curate.read.read_task.read_raw_documents), so every document is decoded once, not twice; its
     ``inputs`` are those tasks' outputs, which exist once that map is done."""
 
     reads_raw = False
@@ -141,82 +112,11 @@ def register_stage(name: str) -> Callable[[type[Stage]], type[Stage]]:
     def decorate(cls: type[Stage]) -> type[Stage]:
         if not (isinstance(cls, type) and issubclass(cls, (StreamingStage, GlobalStage))):
             raise TypeError(f"@register_stage({name!r}): {cls!r} is not a StreamingStage or GlobalStage")
-        existing = _REGISTRY.get(name)
+        existing = REGISTRY.get(name)
         if existing is not None and existing.__qualname__ != cls.__qualname__:
             raise CurateError(f"stage name {name!r} registered twice ({existing.__module__}, {cls.__module__})")
         cls.name = name
-        _REGISTRY[name] = cls
+        REGISTRY[name] = cls
         return cls
 
     return decorate
-
-
-def _import_stage_modules() -> None:
-    for module in STAGE_MODULES:
-        try:
-            importlib.import_module(module)
-        except ModuleNotFoundError as err:
-            # Only a module that does not exist yet is tolerated; a broken import inside it is not.
-            if err.name != module:
-                raise
-
-
-def stage_class(name: str) -> type[Stage]:
-    """The class registered as `name`; CurateError listing the known names otherwise."""
-    if name not in _REGISTRY and name in BUILTIN_STAGES:
-        importlib.import_module(BUILTIN_STAGES[name])
-    if name not in _REGISTRY:
-        _import_stage_modules()
-    if name not in _REGISTRY:
-        raise CurateError(f"unknown stage {name!r}; known stages: {', '.join(sorted(_REGISTRY))}")
-    return _REGISTRY[name]
-
-
-def registered_stages() -> dict[str, type[Stage]]:
-    """All registered stages by name (imports the built-in stage modules)."""
-    _import_stage_modules()
-    return dict(_REGISTRY)
-
-
-def build_stage(name: str, params: dict[str, Any]) -> Stage:
-    """Instantiate a registered stage; unknown or missing parameters raise CurateError naming them."""
-    cls = stage_class(name)
-    signature = inspect.signature(cls.__init__)
-    accepted = [p for p in signature.parameters.values() if p.name != "self"]
-    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted)
-    allowed = {p.name for p in accepted if p.kind is not inspect.Parameter.VAR_KEYWORD}
-    unknown = sorted(set(params) - allowed)
-    if unknown and not takes_any:
-        raise CurateError(f"stage {name!r}: unknown parameter(s) {unknown}; allowed: {sorted(allowed)}")
-    _check_param_types(name, cls, params)
-    try:
-        return cls(**params)
-    except (TypeError, ValueError) as err:
-        raise CurateError(f"stage {name!r}: {err}") from err
-
-
-_SCALARS = (bool, int, float, str, type(None))
-
-
-def _check_param_types(name: str, cls: type, params: dict[str, Any]) -> None:
-    """Parameters annotated with plain scalar types (int, float, bool, str, optional) get a value of
-    that type (an int is a float too) or null, else CurateError naming the stage and the parameter."""
-    try:
-        hints = typing.get_type_hints(cls.__init__)
-    except Exception:  # noqa: BLE001 - annotations that do not resolve are simply not checked
-        return
-    for key, value in params.items():
-        hint = hints.get(key)
-        kinds = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
-        # containers, custom types, unannotated parameters and null (the stage's own "missing") are not checked
-        if value is None or not all(kind in _SCALARS for kind in kinds):
-            continue
-        if not any(_is_kind(value, kind) for kind in kinds):
-            wanted = " or ".join("null" if kind is type(None) else kind.__name__ for kind in kinds)
-            raise CurateError(f"stage {name!r}: parameter '{key}' must be {wanted}, got {value!r}")
-
-
-def _is_kind(value: Any, kind: type) -> bool:
-    if kind is float:
-        return type(value) in (int, float)
-    return type(value) is kind

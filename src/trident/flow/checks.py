@@ -20,7 +20,7 @@ def check_flow(flow: Flow) -> None:
 
 def _check_curation(flow: Flow) -> None:
     """Each source's pipeline config and overrides."""
-    from trident.curate.pipeline import load_pipeline_config
+    from trident.curate.run.pipeline import load_pipeline_config
 
     for index, source in enumerate(flow.sources):
         settings = flow.curate_of(source)

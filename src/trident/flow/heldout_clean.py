@@ -43,7 +43,7 @@ def training_shards(flow: Flow, out: Path, source: Source) -> list[Path]:
 
 def decontaminate(flow: Flow, out: Path, source: Source, resume: bool) -> dict:
     """The source's curated shards with the held-out documents' 13-grams cut out -> OUT/decontaminated/NAME."""
-    from trident.curate.pipeline import run_pipeline
+    from trident.curate.run.pipeline import run_pipeline
 
     settings = flow.curate_of(source)
     stage = {"stage": "decontaminate", "tasks": [{"name": TASK, "path": str(documents_file(out)), "fields": ["text"]}]}

@@ -31,7 +31,7 @@ def generate(out: Path, source: Source) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     settings = source.generate
     if settings.kind == "sample-warc":
-        from trident.curate.samples import write_sample_warc
+        from trident.curate.samples.crawl import write_sample_warc
 
         kinds = write_sample_warc(target, n_docs=settings.n_docs, seed=settings.seed)
         print(f"wrote {target}: " + ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items())))
@@ -54,7 +54,7 @@ def generate(out: Path, source: Source) -> None:
 def heldout(flow: Flow, out: Path) -> None:
     """OUT/eval_data/: task files in the published formats, built from the held-out documents: those
     a stdlib-docstrings source wrote itself, or those curation's holdout stage kept out of a source."""
-    from trident.curate.holdout import held_out_texts
+    from trident.curate.filters.holdout import held_out_texts
     from trident.evaluate.heldout import write_heldout_tasks
     from trident.flow.checks import heldout_source, holds_out_itself
     from trident.flow.heldout_clean import write_documents

@@ -37,7 +37,7 @@ def _with_holdout(settings: CurateSection, every: int, seed: int) -> CurateSecti
     """The settings' pipeline, overrides applied, ending with the holdout stage: held-out documents
     passed every filter and dedup as the trained ones did, so no copy of one is left to train on
     (held out before dedup, one copy could be held out and its duplicate trained on)."""
-    from trident.curate.pipeline import load_pipeline_config
+    from trident.curate.run.pipeline import load_pipeline_config
 
     config = load_pipeline_config(settings.config, settings.overrides)
     config.stages.append({"stage": "holdout", "every": every, "seed": seed})
@@ -61,7 +61,7 @@ def decontamination_tasks(flow: Flow, out: Path) -> dict[str, str]:
 
 def curate(flow: Flow, out: Path, source: Source, resume: bool) -> dict:
     """One source through the curation pipeline into OUT/curated/NAME (its funnel in report.md there)."""
-    from trident.curate.pipeline import run_pipeline
+    from trident.curate.run.pipeline import run_pipeline
 
     settings = curate_settings(flow, out, source)
     overrides = [*settings.overrides, f"progress={str(settings.progress).lower()}"]

@@ -6,7 +6,7 @@ checked; only then are its bytes handed on. A member/frame that fails its checks
 is cut off raises DamagedData. A failed checksum or corrupt data delivers none of the member's/frame's
 bytes, so garbled documents never reach a reader; a cut-off file delivers what inflated before the
 cut (a cut changes no earlier byte). Limit: a member/frame larger than HOLD_LIMIT decompressed bytes is handed on in
-pieces before its end can be checked (trident's own shards use small frames; see curate/shards.py).
+pieces before its end can be checked (trident's own shards use small frames; see curate/read/shards.py).
 """
 from __future__ import annotations
 

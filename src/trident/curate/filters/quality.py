@@ -176,8 +176,9 @@ def texts_from_files(paths: list[Path | str], max_docs: int | None = None, stric
     """Document texts from input files of any supported format; HTML (WARC/.html) is reduced to its
     main text first, exactly as the `extract` stage does. Bad records are skipped and counted by the
     reader (strict: raise instead)."""
-    from trident.curate.extract import Extract
-    from trident.curate.shards import RecordLog, read_documents
+    from trident.curate.extract.html import Extract
+    from trident.curate.read.record_log import RecordLog
+    from trident.curate.read.shards import read_documents
 
     texts: list[str] = []
     for path in paths:

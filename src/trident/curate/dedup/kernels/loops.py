@@ -1,7 +1,7 @@
 """Fuzzy dedup's inner loops in compiled code: shingle hashing over UTF-8 bytes, MinHash signatures,
 exact Jaccard of candidate pairs, LSH band keys.
 
-Every function computes exactly what trident.curate.minhash defines (tests compare them):
+Every function computes exactly what trident.curate.dedup.minhash defines (tests compare them):
 - ``shingle_hashes_flat``: xxh64 (seed 0) of the UTF-8 bytes of every character or word shingle of
   each normalised text, with repeats, in text order. A character shingle is ``ngram`` code points
   (bytes from one UTF-8 lead byte to the ``ngram``-th next); a word shingle is ``ngram`` words with
@@ -15,8 +15,8 @@ Every function computes exactly what trident.curate.minhash defines (tests compa
   a bound below it for a pair that cannot reach it: such pairs stop early).
 - ``band_keys``: MinHasher.band_keys (xxh3_64 of each band's rows, seeded with the band) for bands
   of 17-128 bytes (5-32 rows, the usual ones); other widths go to MinHasher's Python loop.
-The loops themselves are numba functions (trident.curate.shingle_jit); ``kernels()`` runs them from
-the ahead-of-time extension trident.curate.kernel_build makes of them, or through numba's JIT where
+The loops themselves are numba functions (trident.curate.dedup.kernels.numba_loops); ``kernels()`` runs them from
+the ahead-of-time extension trident.curate.dedup.kernels.build makes of them, or through numba's JIT where
 none can be built. This module imports neither numba nor the loops until a function is called.
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Sequence
 
 import numpy as np
 
-from trident.curate.kernel_build import kernels
+from trident.curate.dedup.kernels.build import kernels
 
 _ASCII_SPACE = np.array([chr(b).isspace() for b in range(128)])
 _WIDE_SPACES = np.array([c for c in range(128, 0x3001) if chr(c).isspace()], dtype=np.int64)
@@ -112,7 +112,7 @@ def hashes_of_normalised(buf: np.ndarray, bounds: np.ndarray, ngram: int = 5, un
 
 def shingle_hashes_flat(texts: Sequence[str], ngram: int = 5, unit: str = "char") -> tuple[np.ndarray, np.ndarray]:
     """(flat uint64 hashes, offsets int64 of length n+1): text i's shingle hashes, with repeats, are
-    ``flat[offsets[i]:offsets[i+1]]``; as a set they equal ``minhash.shingle_hashes(texts[i], ngram, unit)``."""
+    ``flat[offsets[i]:offsets[i+1]]``; as a set they equal ``shingles.shingle_hashes(texts[i], ngram, unit)``."""
     _check_shingles(ngram, unit)  # before the texts are normalised
     return hashes_of_normalised(*normalised_bytes(texts), ngram, unit)
 

@@ -126,7 +126,7 @@ class LocalExecutor:
 class RayExecutor:
     """Ray tasks, one per item. Connects to `address` (e.g. "auto" or "ray://host:10001") when
     given, otherwise starts a local Ray with `workers` CPUs. `close` shuts down what it started.
-    Fuzzy dedup on it runs every step in workers (trident.curate.dedup_distributed)."""
+    Fuzzy dedup on it runs every step in workers (trident.curate.dedup.fuzzy_distributed)."""
 
     dedup_on_workers = True
 

@@ -1,4 +1,4 @@
-"""Shingle hashes of many texts at once: the same hashes as ``minhash.shingle_hashes``, batched.
+"""Shingle hashes of many texts at once: the same hashes as ``shingles.shingle_hashes``, batched.
 
 Per document, ``shingle_hashes`` costs a dozen numpy calls on a few kilobytes, so for web-length
 documents the call overhead is as large as the work. Here the ASCII texts of a batch are
@@ -15,7 +15,7 @@ from typing import Sequence
 
 import numpy as np
 
-from trident.curate.minhash import _char_shingle_hashes, normalize_for_shingles, shingle_hashes, xxh64_slices
+from trident.curate.dedup.shingles import char_shingle_hashes, normalize_for_shingles, shingle_hashes, xxh64_slices
 
 # Byte -> the byte str.lower() gives for ASCII, every str.isspace() ASCII character a space (32).
 # 0xFF never occurs in ASCII text: it separates the texts of a batch.
@@ -85,7 +85,7 @@ def shingle_hash_batch(texts: Sequence[str], ngram: int = 5, unit: str = "char")
             return hashes, ends.astype(np.int64)  # every text took the batched path: no copy
         for k, row in enumerate(ascii_rows):
             if short[k]:  # a text shorter than a shingle is one shingle
-                per_text[row] = _char_shingle_hashes(normalize_for_shingles(texts[row]), ngram)
+                per_text[row] = char_shingle_hashes(normalize_for_shingles(texts[row]), ngram)
             else:
                 per_text[row] = hashes[ends[k] : ends[k + 1]]
     counts = np.fromiter((h.size for h in per_text), dtype=np.int64, count=len(texts))

@@ -10,18 +10,16 @@ import json
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Iterator
 
-from trident.curate.document import CurateError, Document
-from trident.curate.droplog import DropLog, log_path
-from trident.curate.shards import (LEVEL, SHARD_SUFFIX, WORK_LEVEL, RecordLog, ShardWriter, input_format,
-                                   read_documents, read_shard, record_items, record_line, record_lines, write_lines,
-                                   write_shard)
-from trident.curate.stage import Executor, GlobalStage, StreamingStage, build_stage, stage_class
+from trident.curate.document import CurateError
+from trident.curate.read.read_task import MARKER_SUFFIX, fresh_drop_log, raw_inputs, timed
+from trident.curate.read.record_log import RecordLog
+from trident.curate.read.shards import (LEVEL, SHARD_SUFFIX, WORK_LEVEL, input_format, read_documents, read_shard,
+                                        record_lines, write_lines, write_shard)
+from trident.curate.run.registry import build_stage, stage_class
+from trident.curate.stage import Executor, GlobalStage, StreamingStage
 from trident.text.atomic import write_json_atomic
 from trident.text.storage import location, make_folder, remove_tree
-
-MARKER_SUFFIX = ".done.json"
 
 
 def is_global(spec: dict) -> bool:
@@ -64,21 +62,6 @@ def task_modules(specs: list[dict], modules: list[str]) -> list[str]:
     return list(dict.fromkeys(needed))
 
 
-def _timed(docs: Iterator, spent: list[float], slot: int) -> Iterator:
-    """Pass `docs` through, adding the time spent producing each item to spent[slot] (this
-    includes the time of the generators upstream; stream_shard subtracts it)."""
-    iterator = iter(docs)
-    while True:
-        start = time.perf_counter()
-        try:
-            item = next(iterator)
-        except StopIteration:
-            spent[slot] += time.perf_counter() - start
-            return
-        spent[slot] += time.perf_counter() - start
-        yield item
-
-
 def stream_shard(task: dict) -> dict:
     """One shard through a chain of streaming stages (module-level: it runs in worker processes).
 
@@ -91,7 +74,7 @@ def stream_shard(task: dict) -> dict:
         return json.loads(marker.read_text())
     import_modules(task["modules"])  # worker processes start without the driver's custom stages
     stages = [build_stage(spec["stage"], _params(spec)) for spec in task["specs"]]
-    drops = _drop_log(task["output"])
+    drops = fresh_drop_log(task["output"])
     for stage in stages:
         stage.setup()
         stage.drops = drops
@@ -101,17 +84,17 @@ def stream_shard(task: dict) -> dict:
     raw = raw_inputs(task) if task["read_raw"] else []
     if raw and not stages and all(input_format(path) == "jsonl" for path, _ in raw):
         lines = (line for path, dataset in raw for line in record_lines(path, log, dataset, task["max_doc_bytes"]))
-        written = write_lines(location(task["output"]), _timed(lines, spent, 0), level)  # no Documents needed
+        written = write_lines(location(task["output"]), timed(lines, spent, 0), level)  # no Documents needed
     else:
         if raw:
             docs = (doc for path, dataset in raw
                     for doc in read_documents(path, log, dataset=dataset, max_doc_bytes=task["max_doc_bytes"]))
         else:
             docs = read_shard(location(task["input"]))
-        docs = _timed(docs, spent, 0)
+        docs = timed(docs, spent, 0)
         for slot, stage in enumerate(stages, start=1):
             assert isinstance(stage, StreamingStage)
-            docs = _timed(stage.process(docs), spent, slot)
+            docs = timed(stage.process(docs), spent, slot)
         written = write_shard(location(task["output"]), docs, level)
     drops.close()  # complete before the marker: a resumed run keeps it
     own = [spent[0]] + [spent[i] - spent[i - 1] for i in range(1, len(spent))]
@@ -126,23 +109,11 @@ def stream_shard(task: dict) -> dict:
     return result
 
 
-def raw_inputs(task: dict) -> list[tuple[Path, str | None]]:
-    """The raw input files a read task reads into its one shard, in order, with their datasets."""
-    return [(location(path), dataset) for path, dataset in task.get("group") or [(task["input"], task["dataset"])]]
-
-
-def _drop_log(output: str) -> DropLog:
-    """The drop log of the shard `output`, started afresh (an earlier attempt's is replaced)."""
-    path = log_path(output)
-    path.unlink(missing_ok=True)
-    return DropLog(path)
-
-
 def stream_tasks(specs: list[dict], inputs: list[tuple[Path, str | None]], phase_dir: Path, options: dict,
                  read_raw: bool, work_only: bool = False, suffix: str = SHARD_SUFFIX) -> list[dict]:
     """``stream_shard``'s task for every input shard of a streaming phase (outputs under ``phase_dir``,
     named shard-<index><suffix>). An input is (path, dataset), or a list of them: small raw files
-    read one after the other into one shard (curate.shards.coalesce_inputs)."""
+    read one after the other into one shard (curate.read.shards.coalesce_inputs)."""
     make_folder(phase_dir)
     groups = [entry if isinstance(entry, list) else [entry] for entry in inputs]
     return [{"specs": specs, "input": str(group[0][0]), "output": str(phase_dir / f"shard-{index:05d}{suffix}"),
@@ -175,41 +146,6 @@ def run_stream_phase(specs: list[dict], inputs: list[tuple[Path, str | None]], p
     tasks = stream_tasks(specs, inputs, phase_dir, options, read_raw, work_only)
     results = executor.map(stream_shard, tasks, desc=desc)
     return [location(t["output"]) for t in tasks], stream_totals(results, len(specs))
-
-
-def read_raw_documents(task: dict) -> Iterator[Document]:
-    """The documents of a read task (``stream_tasks`` with no stages, ``read_raw``, PLAIN_SUFFIX), for
-    a global stage that reads the raw inputs in its own first pass (``GlobalStage.reads_raw``): each
-    is written to the task's output shard as ``stream_shard`` writes it, with its drop log, and the
-    completion marker is written at the end, so the read's counters, a resumed run and later steps
-    see a finished read phase. An input read before (its marker and shard exist) is read from its
-    shard. The shard is plain JSONL: the stage reads it once more, to copy its kept lines, and
-    compressing it and reading it back cost more than its bytes on disk while the run lasts."""
-    output, marker = location(task["output"]), location(task["output"] + MARKER_SUFFIX)
-    if marker.exists() and output.exists():
-        yield from read_shard(output)
-        return
-    drops = _drop_log(task["output"])
-    log = RecordLog(strict=task["strict"], drops=drops)
-    spent = [0.0]
-    with ShardWriter(output, None) as writer:
-        for line, doc in _timed(_raw_items(task, log), spent, 0):
-            writer.write_line(line)
-            yield doc
-    drops.close()
-    write_json_atomic(marker, {"read": dict(log.counters), "stages": [], "errors": log.errors,
-                               "written": writer.count, "seconds": [round(spent[0], 6)]})
-
-
-def _raw_items(task: dict, log: RecordLog) -> Iterator[tuple[bytes, Document]]:
-    """(shard line, Document) of every good record of a raw input, as ``stream_shard`` would write them."""
-    for path, dataset in raw_inputs(task):
-        if input_format(path) == "jsonl":
-            for line, record in record_items(path, log, dataset, task["max_doc_bytes"]):
-                yield line, Document.from_json(record, record["id"])
-            continue
-        for doc in read_documents(path, log, dataset=dataset, max_doc_bytes=task["max_doc_bytes"]):
-            yield record_line(doc), doc
 
 
 def read_totals(tasks: list[dict]) -> dict:

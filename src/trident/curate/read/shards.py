@@ -3,13 +3,12 @@
 Readers never raise on a bad record: they report it to a `RecordLog` (file, position, reason),
 which counts it and, in strict mode, raises CurateError instead. Positions are 1-based line
 numbers for JSONL, byte offsets of the record (of its gzip member in a .warc.gz) for WARC, where a
-damaged record costs only itself (trident.curate.warc_reader).
+damaged record costs only itself (trident.curate.read.warc).
 """
 from __future__ import annotations
 
 import json
 import os
-from collections import Counter
 from pathlib import Path
 from typing import Iterator
 
@@ -17,8 +16,9 @@ import numpy as np
 import zstandard
 
 from trident.curate.document import CurateError, Document
-from trident.text.damage import is_damage, lost_key
-from trident.text.jsonl import DEFAULT_MAX_DOC_BYTES, LineResult, UnreadableFile, iter_jsonl, iter_raw_lines, line_result
+from trident.curate.read.record_log import RecordLog
+from trident.text.jsonl import (DEFAULT_MAX_DOC_BYTES, LineResult, UnreadableFile, iter_jsonl, iter_raw_lines,
+                                line_result)
 from trident.text.storage import is_remote, location, make_folder, open_write
 
 SHARD_SUFFIX = ".jsonl.zst"
@@ -29,7 +29,6 @@ FRAME_BYTES = 1 << 20  # uncompressed bytes per zstd frame of a written shard (w
 _BLOCK = 1 << 16  # line bytes handed to the compressor at once
 LEVEL, WORK_LEVEL = 3, 1  # zstd levels: published shards; shards only a later phase reads (2x faster to write)
 PLAIN_SUFFIX = ".jsonl"  # a work shard written without compression (ShardWriter level None)
-_MAX_LOGGED = 200  # error examples kept per log; all of them are counted
 _json_line = json.JSONEncoder(ensure_ascii=False).encode  # json.dumps(x, ensure_ascii=False), one encoder for all
 # The quick record path's JSON, in C and made once: json.loads wraps the scanner in whitespace checks
 # (done here as it does them), and JSONEncoder.encode builds a new C encoder for every line. That
@@ -44,29 +43,6 @@ _c_encoder = json.encoder.c_make_encoder and json.encoder.c_make_encoder(
 def _record_json(record: dict) -> str:
     """``_json_line(record)`` of a record parsed from JSON (no cycles), without a new encoder each time."""
     return "".join(_c_encoder(record, 0)) if _c_encoder else _json_line(record)
-
-
-class RecordLog:
-    """Counts what a reader saw ("in", "out", "dropped:<reason>", and for a damaged record also
-    "lost:<file>:<reason>", see trident.text.damage) and keeps bad-record examples."""
-
-    def __init__(self, strict: bool = False, drops=None) -> None:
-        self.strict = strict
-        self.counters: Counter = Counter()
-        self.errors: list[dict] = []
-        self.drops = drops  # a curate.droplog.DropLog: every dropped record, not only the examples
-
-    def bad(self, file: Path | str, position: int | str, reason: str, detail: str, dropped: bool = True) -> None:
-        """Report a bad record; counts `dropped:<reason>` (or `repaired:<reason>` when it was kept)."""
-        if self.strict:
-            raise CurateError(f"{file}: record at {position}: {reason}: {detail} (strict mode)")
-        self.counters[f"{'dropped' if dropped else 'repaired'}:{reason}"] += 1
-        if dropped and is_damage(reason):
-            self.counters[lost_key(file, reason)] += 1  # exact per file, beyond the examples kept
-        if dropped and self.drops is not None:
-            self.drops.add("", "", "read", reason, position=f"{file} {position}", detail=detail[:300])
-        if len(self.errors) < _MAX_LOGGED:
-            self.errors.append({"file": str(file), "position": position, "reason": reason, "detail": detail[:300]})
 
 
 def input_format(path: Path) -> str:
@@ -227,16 +203,16 @@ def _document(path: Path, result: LineResult, log: RecordLog) -> Document | None
     return doc
 
 
-# ---- WARC and HTML (trident.curate.warc_reader; imported for them only: warcio costs ~0.1 s) -----
+# ---- WARC and HTML (trident.curate.read.warc; imported for them only: warcio costs ~0.1 s) -----
 
 def _read_warc(path: Path, log: RecordLog, max_doc_bytes: int) -> Iterator[Document]:
-    from trident.curate.warc_reader import read_warc
+    from trident.curate.read.warc import read_warc
 
     yield from read_warc(path, log, max_doc_bytes)
 
 
 def _read_html(path: Path, log: RecordLog, max_doc_bytes: int) -> Iterator[Document]:
-    from trident.curate.warc_reader import decode_html
+    from trident.curate.read.warc import decode_html
 
     log.counters["in"] += 1
     body = path.read_bytes()

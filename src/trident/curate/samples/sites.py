@@ -1,5 +1,5 @@
 """Pages of web sites that share a template, with the truth: what the `site_lines` stage is
-measured on (`python -m trident.curate.sample_sites` prints precision and recall per setting).
+measured on (`python -m trident.curate.samples.sites` prints precision and recall per setting).
 
 Every host has a template, as extracted text shows it: the site's name and its menu items (one a
 line), a chapter navigation line shared by the pages of one section ("Prev Up Chapter 2. Queries
@@ -178,9 +178,9 @@ def score(corpus: SiteCorpus, output: list[Document], hosts: set[str] | None = N
 def measure(settings: list[dict], seed: int = 0, shards: int = 2) -> list[dict]:
     """Run site_lines with each settings dict on the default corpus (in ``shards`` shards, one
     process); per setting: score over the hosts with at least 10 pages, and over all."""
-    from trident.curate.executors import LocalExecutor
-    from trident.curate.shards import read_shard, write_shard
-    from trident.curate.site_lines import SiteLines
+    from trident.curate.run.executors import LocalExecutor
+    from trident.curate.read.shards import read_shard, write_shard
+    from trident.curate.filters.site_lines import SiteLines
 
     corpus = site_corpus(seed=seed)
     large = {host for host, n in corpus.host_pages.items() if n >= 10}

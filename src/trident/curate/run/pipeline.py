@@ -1,7 +1,7 @@
 """Curation pipelines: a YAML list of stages, run shard by shard on a local or Ray executor.
 
 The config (a preset name such as curate-cc, a YAML file, a mapping or a bare list of stages) is
-typed by trident.curate.settings.CurationConfig, which lists its keys and their defaults:
+typed by trident.curate.run.config.CurationConfig, which lists its keys and their defaults:
 
     dataset: cc
     workers: 4
@@ -29,27 +29,14 @@ from trident.config import ConfigError, parse_overrides, read_yaml, resolve_path
 from trident.config.typed import fill
 from trident.curate.document import CurateError, Document
 from trident.curate.droplog import check_logged, publish_logs
-from trident.curate.executors import make_executor
-from trident.curate.runner import (import_modules, read_totals, run_global_phase, run_stream_phase, split_phases,
-                                   stream_tasks, task_modules)
-from trident.curate.settings import (
-    NAME,
-    CurateConfigError,
-    CurationConfig,
-    apply_stage_overrides,
-    check_stage_entries,
-)
-from trident.curate.shards import PLAIN_SUFFIX, coalesce_inputs, input_format
-from trident.curate.stage import (
-    Executor,
-    GlobalStage,
-    Stage,
-    StreamingStage,
-    build_stage,
-    register_stage,
-    registered_stages,
-    stage_class,
-)
+from trident.curate.read.shards import PLAIN_SUFFIX, coalesce_inputs, input_format
+from trident.curate.run.config import (NAME, CurateConfigError, CurationConfig, apply_stage_overrides,
+                                       check_stage_entries)
+from trident.curate.run.executors import make_executor
+from trident.curate.run.phases import (import_modules, read_totals, run_global_phase, run_stream_phase, split_phases,
+                                       stream_tasks, task_modules)
+from trident.curate.run.registry import build_stage, registered_stages, stage_class
+from trident.curate.stage import Executor, GlobalStage, Stage, StreamingStage, register_stage
 from trident.data.output_folder import OutputFolderError, claim_output_folder, remove_own_outputs, write_marker
 from trident.data.output_lock import FolderLock
 from trident.text.atomic import write_json_atomic
@@ -258,7 +245,7 @@ def _run_claimed(cfg: CurationConfig, files: list[tuple[Path, str]], out_dir: Pa
 
 def _write_report_safely(stats: dict, out_dir: Path) -> None:
     """Write report.md; a report failure is logged as one line and never fails the finished run."""
-    from trident.curate import report
+    from trident.curate.run import report
 
     try:
         report.write_report(stats, out_dir)

@@ -2,7 +2,7 @@
 
 Steps (each a map over files, so no step needs more than one shard or partition in memory):
   1. per shard: every document normalised and shingle-hashed in compiled code
-     (trident.curate.shingle_kernel, the rules of trident.curate.minhash), its MinHash signature and
+     (trident.curate.dedup.kernels.loops, the rules of trident.curate.dedup.minhash), its MinHash signature and
      LSH band keys; (band, key, doc) records go to one file a shard, sorted into ``partitions`` by
      key; the normalised UTF-8 text, keep-priority fields and text sizes are kept for steps 3 to 5;
   2. per partition: documents sharing a (band, key) bucket become candidate pairs (the partition's
@@ -10,10 +10,10 @@ Steps (each a map over files, so no step needs more than one shard or partition 
   3. per batch of pairs: true Jaccard of the candidates' shingle sets, from shingle keys made
      again from their kept normalised text (only candidates' bytes are read: a byte per text byte
      on disk, where keeping every document's hashes wrote eight; a key is cheaper than a hash,
-     see shingle_kernel); pairs >= ``threshold`` are verified (a pair stops being compared once
+     see kernels/loops.py); pairs >= ``threshold`` are verified (a pair stops being compared once
      the rest of its shingles cannot lift it to the threshold: most candidates of long documents);
   4. here: connected components of the verified pairs (vectorised); in each component the best document by
-     ``trident.curate.dedup_shared.best_first`` is kept, the others dropped (``dropped:duplicate``);
+     ``trident.curate.dedup.keys.best_first`` is kept, the others dropped (``dropped:duplicate``);
   5. per shard: the kept lines are copied byte for byte (not decoded and encoded again).
 Counters: candidates (unique pairs), verified_pairs, components (of >= 2 documents),
 shared_buckets, no_shingles (empty texts, never bucketed), hist:cluster_size:<size>.
@@ -25,26 +25,19 @@ from pathlib import Path
 
 import numpy as np
 
-from trident.curate.components import component_labels, sorted_distinct, unique_pairs
-from trident.curate.dedup_shared import (
-    apply_drops_lines,
-    best_first,
-    concat_structured,
-    dataset_salt,
-    doc_keys,
-    priority_array,
-    priority_fields,
-    shard_documents,
-    split_keys,
-    stored_priorities,
-    validate_common,
-)
-from trident.curate.minhash import MinHasher, bucket_pairs
-from trident.curate.runner import read_raw_documents
+from trident.curate.dedup.components import cluster_size_bin, component_labels, sorted_distinct, unique_pairs
+from trident.curate.dedup.drop_rows import apply_drops_lines
+from trident.curate.dedup.fuzzy_distributed import run_distributed
+from trident.curate.dedup.keys import (best_first, dataset_salt, doc_keys, priority_array, priority_fields, split_keys,
+                                       stored_priorities, validate_common)
+from trident.curate.dedup.minhash import BUCKET_DTYPE, MinHasher, bucket_pairs
+from trident.curate.dedup.partitions import concat_structured
+from trident.curate.read.read_task import read_raw_documents
+from trident.curate.read.shard_lines import shard_documents
 from trident.curate.stage import Executor, GlobalStage, register_stage
-from trident.text.storage import is_remote, load_array, location, make_folder, open_read, open_write, remove_tree, save_array
+from trident.text.storage import (is_remote, load_array, location, make_folder, open_read, open_write, remove_tree,
+                                  save_array)
 
-_BUCKET_DTYPE = [("band", "u2"), ("key", "u8"), ("doc", "u8")]
 _SIGNATURE_CHARS = 1 << 20  # characters of text shingled and signed at once (their hashes: 8 bytes each)
 _VERIFY_BATCH = 50_000  # candidate pairs per verification task
 _VERIFY_BYTES = 1 << 21  # normalised text bytes a verification task hashes at once (<= 1 hash, 8 bytes, each)
@@ -56,7 +49,7 @@ def _signature_task(job: dict) -> dict:
     end}. Kept for the later steps: every document's normalised UTF-8 text (work/shingles/s<shard>.text)
     with its keep-priority fields (s<shard>.npz), and every row's text size (work/rows). With a "read"
     task the shard is read from the raw input, and written, in the same pass."""
-    from trident.curate.shingle_kernel import (band_keys, hashes_of_normalised, minhash_signatures, normalised_bytes,
+    from trident.curate.dedup.kernels.loops import (band_keys, hashes_of_normalised, minhash_signatures, normalised_bytes,
                                                utf8_texts)
 
     hasher = MinHasher(**job["minhash"])
@@ -76,7 +69,7 @@ def _signature_task(job: dict) -> dict:
         keys = band_keys(hasher, minhash_signatures(flat, offsets, hasher.multipliers)[signed])
         keys ^= np.array(salts, dtype=np.uint64)[signed][:, None]
         docs = doc_keys(shard, np.arange(len(fields) - len(batch), len(fields)))[signed]
-        records = np.empty(keys.size, dtype=_BUCKET_DTYPE)
+        records = np.empty(keys.size, dtype=BUCKET_DTYPE)
         records["band"] = np.tile(np.arange(hasher.bands), len(docs))
         records["key"] = keys.ravel()
         records["doc"] = np.repeat(docs, hasher.bands)
@@ -96,7 +89,7 @@ def _signature_task(job: dict) -> dict:
         if batch:
             flush(store)
     _save_shard_tables(work, shard, fields, lengths, sizes)
-    records = np.concatenate(chunks) if chunks else np.zeros(0, dtype=_BUCKET_DTYPE)
+    records = np.concatenate(chunks) if chunks else np.zeros(0, dtype=BUCKET_DTYPE)
     bounds = _save_buckets(records, job["partitions"], work / "buckets" / f"s{shard:06d}.npy")
     return {"no_shingles": counters["no_shingles"], "bounds": bounds}
 
@@ -178,7 +171,7 @@ def _verify_task(job: dict) -> np.ndarray:
     it for the others (their comparison stops once the threshold is out of reach): only the pairs'
     documents are gathered, shingle-hashed and compared, in pieces of at most _VERIFY_BYTES
     normalised bytes."""
-    from trident.curate.shingle_kernel import hashes_of_normalised, pair_jaccard
+    from trident.curate.dedup.kernels.loops import hashes_of_normalised, pair_jaccard
 
     pairs, shingle_dir, ngram, unit = job["pairs"], location(job["shingle_dir"]), job["ngram"], job["unit"]
     keys = sorted_distinct(pairs.ravel())
@@ -223,16 +216,11 @@ def _equal_cost_bounds(cost: np.ndarray, tasks: int) -> np.ndarray:
     return sorted_distinct(np.r_[0, cuts, len(cost)]).astype(np.int64)
 
 
-def cluster_size_bin(size: int) -> str:
-    """Histogram bin of a duplicate-cluster size: "02".."19", then "20+"."""
-    return "20+" if size >= 20 else f"{size:02d}"
-
-
 @register_stage("fuzzy_dedup")
 class FuzzyDedup(GlobalStage):
     """Drop near-duplicates: MinHash + LSH candidates, verified by Jaccard, one kept per component."""
 
-    worker_modules = ("trident.curate.shingle_kernel",)
+    worker_modules = ("trident.curate.dedup.kernels.loops",)
     reads_raw = True  # the signing map reads the raw inputs (see GlobalStage)
 
     def __init__(self, num_hashes: int = 100, bands: int = 10, ngram: int = 5, shingle: str = "char",
@@ -255,7 +243,6 @@ class FuzzyDedup(GlobalStage):
         """Dedup ``inputs`` into ``out_dir``; the module docstring lists the steps and counters."""
         out_dir = location(out_dir)
         if getattr(executor, "dedup_on_workers", False):  # Ray: no step gathers pairs on the driver
-            from trident.curate.dedup_distributed import run_distributed
             return run_distributed(self, inputs, out_dir, executor)
         work = out_dir / "_work_fuzzy_dedup"
         remove_tree(work)

@@ -1,7 +1,7 @@
 """WARC records (.warc, .warc.gz) as Documents, where damage costs only the damaged record.
 
 warcio parses each record's WARC header and HTTP block; the framing and resynchronisation are
-trident.curate.warc_stream's. Every response/resource record counts `in` and becomes a Document or
+trident.curate.read.warc_stream's. Every response/resource record counts `in` and becomes a Document or
 a `dropped:<reason>` with file and byte offset (of its gzip member in a .warc.gz, as in Common
 Crawl's index; of the record in a .warc):
   malformed_warc_record  the WARC header cannot be parsed, lacks a Content-Length, names an unknown
@@ -18,18 +18,16 @@ only after its record (and, in a .warc.gz, its member's CRC) checked out.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import Iterator
 
 from warcio.exceptions import ArchiveLoadFailed
 from warcio.recordloader import ArcWarcRecordLoader
 from warcio.statusandheaders import StatusAndHeadersParserException
 
 from trident.curate.document import Document
-from trident.curate.warc_stream import Damaged, DamagedMember, WarcStream
+from trident.curate.read.record_log import RecordLog
+from trident.curate.read.warc_stream import Damaged, DamagedMember, WarcStream
 from trident.text.storage import open_read
-
-if TYPE_CHECKING:
-    from trident.curate.shards import RecordLog
 
 WARC_TYPES = ("warcinfo", "response", "resource", "request", "metadata", "revisit", "conversion", "continuation")
 _DOCUMENT_TYPES = ("response", "resource")

@@ -1,7 +1,7 @@
 """Fuzzy dedup's inner loops as numba functions: shingle hashing over UTF-8 bytes, MinHash
-signatures, exact Jaccard of candidate pairs, LSH band keys. trident.curate.shingle_kernel is the
+signatures, exact Jaccard of candidate pairs, LSH band keys. trident.curate.dedup.kernels.loops is the
 module to call: it states what each loop computes and runs it from the ahead-of-time extension
-trident.curate.kernel_build makes of these functions (no numba import at run time) or, where none
+trident.curate.dedup.kernels.build makes of these functions (no numba import at run time) or, where none
 can be built, through numba's JIT (cache=True). Importing this module imports numba.
 """
 from __future__ import annotations

@@ -7,7 +7,7 @@ import re
 from typing import Callable
 
 from trident.curate.document import Document
-from trident.curate.extract_lists import Style, rescue
+from trident.curate.extract.lists import Style, rescue
 from trident.curate.stage import StreamingStage, register_stage
 
 # benchmarks/extract.py measured both on the sample WARCs and on generated pages (docs/curation.md):
@@ -31,7 +31,7 @@ class Extract(StreamingStage):
     `favor_precision` and `include_tables` are trafilatura's; `include_comments` applies to both.
     `keep_lists` / `keep_tables` (both backends): put back the article's lists / tables that carry
     prose (items with text beside their links, descriptive link sentences, API lists, parameter
-    tables) when the backend dropped them, navigation left out (trident.curate.extract_lists).
+    tables) when the backend dropped them, navigation left out (trident.curate.extract.lists).
     Drops, by reason:
     `non_200` (HTTP status other than 200), `non_html` (content type without "html"),
     `no_main_text` (nothing left after boilerplate removal, or fewer than `min_chars`),

@@ -1,4 +1,4 @@
-"""Fuzzy dedup's compiled loops (trident.curate.shingle_jit) as an ahead-of-time extension module,
+"""Fuzzy dedup's compiled loops (trident.curate.dedup.kernels.numba_loops) as an ahead-of-time extension module,
 so a process loads them in a millisecond instead of starting numba.
 
 Through numba's JIT, even with its on-disk cache, a process pays about 1.2 s of CPU before the first
@@ -11,7 +11,7 @@ C compiler; where it fails, the reason is kept beside it (`<name>.failed`, not r
 source or numba changes) and the loops run through numba's JIT: the same code, the same results.
 TRIDENT_KERNELS=jit skips the extension (TRIDENT_KERNELS=aot makes a failed build an error).
 
-    python -m trident.curate.kernel_build       builds (if needed) and prints the module's path
+    python -m trident.curate.dedup.kernels.build       builds (if needed) and prints the module's path
 """
 from __future__ import annotations
 
@@ -31,8 +31,8 @@ from trident.text.storage import cache_root
 log = logging.getLogger(__name__)
 MODE_ENV = "TRIDENT_KERNELS"
 MODES = ("auto", "aot", "jit")
-# Exported name (a shingle_jit function) -> its one signature: arrays C-contiguous, as the callers
-# in trident.curate.shingle_kernel pass them.
+# Exported name (a numba_loops function) -> its one signature: arrays C-contiguous, as the callers
+# in trident.curate.dedup.kernels.loops pass them.
 EXPORTS = {
     "xxh64_of": "u8(u1[::1])",
     "normalise_kernel": "Tuple((u1[:], i8[:], b1[:]))(u1[::1], i8[::1], b1[::1], i8[::1], i4[::1])",
@@ -88,7 +88,7 @@ def target_cpu() -> str:
 def module_name() -> str:
     """The extension's module name: a hash of what its machine code depends on."""
     digest = hashlib.sha256()
-    for part in (Path(__file__).with_name("shingle_jit.py").read_bytes(), repr(sorted(EXPORTS.items())).encode(),
+    for part in (Path(__file__).with_name("numba_loops.py").read_bytes(), repr(sorted(EXPORTS.items())).encode(),
                  _numba_fingerprint(), sys.version.encode(), platform.machine().encode(), platform.system().encode(),
                  target_cpu().encode()):
         digest.update(hashlib.sha256(part).digest())
@@ -120,15 +120,15 @@ def build(path: Path) -> None:
         warnings.simplefilter("ignore")  # pycc's pending-deprecation notice: the JIT stays the fallback
         from numba.pycc import CC
 
-        from trident.curate import shingle_jit
+        from trident.curate.dedup.kernels import numba_loops
 
     name = path.name.split(".")[0]
-    cc = CC(name, source_module=shingle_jit)
+    cc = CC(name, source_module=numba_loops)
     cc.output_dir = str(path.parent)
     cc.output_file = f".{path.name}.{os.getpid()}.tmp"
     cc.target_cpu = target_cpu()
     for function, signature in EXPORTS.items():
-        cc.export(function, signature)(getattr(shingle_jit, function).py_func)
+        cc.export(function, signature)(getattr(numba_loops, function).py_func)
     path.parent.mkdir(parents=True, exist_ok=True)
     cc.compile()
     os.replace(path.parent / cc.output_file, path)
@@ -139,8 +139,8 @@ def _build_in_child(path: Path) -> str | None:
     it worked, else the reason."""
     import subprocess  # here: only a build needs it, and every run imports this module
 
-    cmd = [sys.executable, "-m", "trident.curate.kernel_build", "--build", str(path)]
-    package_root = str(Path(__file__).resolve().parents[2])  # this trident, however it was found
+    cmd = [sys.executable, "-m", "trident.curate.dedup.kernels.build", "--build", str(path)]
+    package_root = str(Path(__file__).resolve().parents[4])  # this trident, however it was found
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=_BUILD_SECONDS, env=env)
@@ -198,13 +198,13 @@ def _built_module(mode: str) -> ModuleType | None:
 
 @functools.cache
 def kernels() -> ModuleType:
-    """The compiled loops, by the names of EXPORTS: the extension module, or trident.curate.shingle_jit."""
+    """The compiled loops, by the names of EXPORTS: the extension module, or trident.curate.dedup.kernels.numba_loops."""
     mode = _mode()
     module = None if mode == "jit" else aot_module(mode)
     if module is None:
-        from trident.curate import shingle_jit  # numba's JIT, with its on-disk cache
+        from trident.curate.dedup.kernels import numba_loops  # numba's JIT, with its on-disk cache
 
-        module = shingle_jit
+        module = numba_loops
     return module
 
 
@@ -214,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         build(Path(argv[1]))
         return 0
     if argv:
-        print("usage: python -m trident.curate.kernel_build", file=sys.stderr)
+        print("usage: python -m trident.curate.dedup.kernels.build", file=sys.stderr)
         return 2
     module = aot_module("aot")
     print(module.__file__)

@@ -18,7 +18,9 @@ from typing import Any
 
 import yaml
 
-from trident.curate.document import CurateError
+
+class BlendPlanError(ValueError):
+    """A blend sources file or plan that cannot be used; the message names the source or key."""
 
 
 def _tokens(source: dict) -> float:
@@ -29,31 +31,31 @@ def _tokens(source: dict) -> float:
     try:
         return float(IndexedDataset(source["prefix"]).num_tokens)
     except (OSError, ValueError) as err:
-        raise CurateError(f"blend source {source.get('name')!r}: no 'tokens' given and the indexed dataset "
+        raise BlendPlanError(f"blend source {source.get('name')!r}: no 'tokens' given and the indexed dataset "
                           f"'{source['prefix']}' cannot be read ({err})") from err
 
 
 def plan_blend(sources: list[dict], train_tokens: float) -> list[dict]:
     """Per source: name, prefix, tokens, weight (normalised), epochs; in the given order."""
     if train_tokens <= 0:
-        raise CurateError(f"train_tokens must be > 0, got {train_tokens}")
+        raise BlendPlanError(f"train_tokens must be > 0, got {train_tokens}")
     rows = []
     for index, source in enumerate(sources):
         name = source.get("name", f"sources[{index}]")
         if "prefix" not in source:
-            raise CurateError(f"blend source {name!r}: missing 'prefix' (the PREFIX of PREFIX.bin/.idx)")
+            raise BlendPlanError(f"blend source {name!r}: missing 'prefix' (the PREFIX of PREFIX.bin/.idx)")
         if ("weight" in source) == ("epochs" in source):
-            raise CurateError(f"blend source {name!r}: give exactly one of 'weight' or 'epochs'")
+            raise BlendPlanError(f"blend source {name!r}: give exactly one of 'weight' or 'epochs'")
         tokens = _tokens(source)
         if tokens <= 0:
-            raise CurateError(f"blend source {name!r}: tokens must be > 0, got {tokens}")
+            raise BlendPlanError(f"blend source {name!r}: tokens must be > 0, got {tokens}")
         weight = float(source["weight"]) if "weight" in source else float(source["epochs"]) * tokens / train_tokens
         if weight < 0:
-            raise CurateError(f"blend source {name!r}: weight/epochs must be >= 0")
+            raise BlendPlanError(f"blend source {name!r}: weight/epochs must be >= 0")
         rows.append({"name": name, "prefix": str(source["prefix"]), "tokens": tokens, "weight": weight})
     total = sum(r["weight"] for r in rows)
     if total <= 0:
-        raise CurateError("blend: all weights are 0")
+        raise BlendPlanError("blend: all weights are 0")
     for row in rows:
         row["weight"] = row["weight"] / total
         row["epochs"] = row["weight"] * train_tokens / row["tokens"]
@@ -70,7 +72,7 @@ def load_sources(path: Path | str) -> tuple[list[dict], float]:
     try:
         tree = yaml.safe_load(Path(path).read_text())
     except (OSError, yaml.YAMLError) as err:
-        raise CurateError(f"blend sources '{path}': {err}") from err
+        raise BlendPlanError(f"blend sources '{path}': {err}") from err
     if not isinstance(tree, dict) or not isinstance(tree.get("sources"), list) or "train_tokens" not in tree:
-        raise CurateError(f"blend sources '{path}': needs 'train_tokens' and a 'sources' list")
+        raise BlendPlanError(f"blend sources '{path}': needs 'train_tokens' and a 'sources' list")
     return tree["sources"], float(tree["train_tokens"])

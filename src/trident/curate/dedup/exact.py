@@ -1,7 +1,7 @@
 """Exact deduplication: documents whose normalised text is equal are duplicates.
 
-The fuzzy (MinHash) stage is in trident.curate.fuzzy_dedup; what both share (keep-priority,
-document keys, partition files, dropping rows) is in trident.curate.dedup_shared.
+The fuzzy (MinHash) stage is in trident.curate.dedup.fuzzy; what both share (keep-priority,
+document keys, partition files, dropping rows) is in trident.curate.dedup.drop_rows.
 
 Both dedup stages are map/reduce jobs over files, so no step holds more than one shard or one
 hash partition in memory:
@@ -27,19 +27,12 @@ from pathlib import Path
 import numpy as np
 import xxhash
 
-from trident.curate.dedup_shared import (
-    dataset_salt,
-    doc_key,
-    drop_files_task,
-    load_partition,
-    priority_array,
-    priority_fields,
-    save_partitioned,
-    split_keys,
-    validate_common,
-)
+from trident.curate.dedup.drop_rows import drop_files_task
+from trident.curate.dedup.keys import (dataset_salt, doc_key, priority_array, priority_fields, split_keys,
+                                       validate_common)
+from trident.curate.dedup.partitions import load_partition, save_partitioned
 from trident.curate.document import CurateError
-from trident.curate.shards import read_shard
+from trident.curate.read.shards import read_shard
 from trident.curate.stage import Executor, GlobalStage, output_paths, register_stage
 from trident.text.storage import location, remove_tree
 

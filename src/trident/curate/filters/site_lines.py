@@ -38,12 +38,12 @@ from urllib.parse import urlsplit
 import numpy as np
 import xxhash
 
-from trident.curate.dedup_shared import load_partition, save_partitioned
+from trident.curate.dedup.partitions import load_partition, save_partitioned
 from trident.curate.document import CurateError
 from trident.curate.droplog import DropLog, log_path
-from trident.curate.shards import read_shard, write_shard
-from trident.curate.site_shapes import (BODY, EDGES, STRONG, WEAK, anchor_key, find_anchors, find_shapes, page_records,
-                                         shape_flags, words)
+from trident.curate.filters.site_shapes import (BODY, EDGES, STRONG, WEAK, anchor_key, find_anchors, find_shapes,
+                                                page_records, shape_flags, words)
+from trident.curate.read.shards import read_shard, write_shard
 from trident.curate.stage import Executor, GlobalStage, output_paths, register_stage
 from trident.text.storage import location, remove_tree
 

@@ -10,7 +10,7 @@ work runs differs. Steps, each one ``executor.map``:
   3. shingles (per shard): shingle hashes and keep-priority fields of its candidate documents;
   4. verify (per shard): its pairs deduplicated, true Jaccard against one other shard's file at a
      time; pairs >= threshold become neighbour records, hash-partitioned by node;
-  5. components (per partition, repeated): large-star / small-star rounds (trident.curate.components)
+  5. components (per partition, repeated): large-star / small-star rounds (trident.curate.dedup.components)
      until the per-partition counts of unstable nodes sum to 0;
   6. labels (per partition): each node's component label (its smallest member), sent to its shard;
   7. join (per shard): labels joined with keep-priority fields, sent to a partition by label;
@@ -27,36 +27,19 @@ from pathlib import Path
 
 import numpy as np
 
-from trident.curate.components import (
-    both_directions,
-    large_star,
-    node_partition,
-    small_star,
-    star_labels,
-    unique_pairs,
-    unstable_nodes,
-)
-from trident.curate.dedup_shared import (
-    best_first,
-    dataset_salt,
-    doc_key,
-    drop_files_task,
-    load_partition,
-    priority_array,
-    priority_fields,
-    save_partitioned,
-    split_keys,
-    stored_priorities,
-)
+from trident.curate.dedup.components import (both_directions, cluster_size_bin, large_star, node_partition, small_star,
+                                             star_labels, unique_pairs, unstable_nodes)
+from trident.curate.dedup.drop_rows import drop_files_task
+from trident.curate.dedup.keys import (best_first, dataset_salt, doc_key, priority_array, priority_fields, split_keys,
+                                       stored_priorities)
+from trident.curate.dedup.minhash import BUCKET_DTYPE, MinHasher, bucket_pairs, jaccard
+from trident.curate.dedup.partitions import load_partition, save_partitioned
 from trident.curate.document import CurateError
-from trident.curate.fuzzy_dedup import cluster_size_bin
-from trident.curate.minhash import MinHasher, bucket_pairs, jaccard
-from trident.curate.shards import read_shard
+from trident.curate.read.shards import read_shard
 from trident.curate.stage import Executor, GlobalStage, output_paths
 from trident.text.storage import load_array, location, make_folder, remove_tree, save_array
 
 log = logging.getLogger(__name__)
-_BUCKET_DTYPE = [("band", "u2"), ("key", "u8"), ("doc", "u8")]
 _SIGNATURE_BATCH = 256  # documents whose shingles are held at once while signing
 _MAX_ROUNDS = 200  # large-star / small-star needs O(log^2 n) rounds; far more means a defect
 
@@ -69,7 +52,7 @@ def _sign_task(job: dict) -> Counter:
     def flush() -> None:
         docs, hashes, salts = zip(*batch)
         keys = hasher.band_keys(hasher.signatures_from_hashes(hashes)) ^ np.array(salts, np.uint64)[:, None]
-        records = np.empty(keys.size, dtype=_BUCKET_DTYPE)
+        records = np.empty(keys.size, dtype=BUCKET_DTYPE)
         records["band"] = np.tile(np.arange(hasher.bands), len(docs))
         records["key"], records["doc"] = keys.ravel(), np.repeat(np.array(docs, np.uint64), hasher.bands)
         chunks.append(records)

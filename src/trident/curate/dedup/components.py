@@ -136,3 +136,8 @@ def component_labels(pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if np.array_equal(lowered, labels):
             return nodes, labels
         labels = lowered
+
+
+def cluster_size_bin(size: int) -> str:
+    """Histogram bin of a duplicate-cluster size: "02".."19", then "20+"."""
+    return "20+" if size >= 20 else f"{size:02d}"

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trident.curate.dedup_shared import parse_document, shard_lines
 from trident.curate.droplog import SUFFIX, read_log
+from trident.curate.read.shard_lines import parse_document, shard_lines
 from trident.text.storage import location
 
 

@@ -1,0 +1,3 @@
+"""Fuzzy dedup's compiled loops: loops (the entry points, tested against dedup.minhash), numba_loops
+(the numba code), build (the ahead-of-time extension, `python -m trident.curate.dedup.kernels.build`).
+"""
