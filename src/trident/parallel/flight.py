@@ -22,6 +22,7 @@ from pathlib import Path
 
 from trident.text.atomic import write_json_atomic
 from trident.text.storage import location
+from trident.text.store_errors import from_a_store
 
 DEFAULT_EVENTS = 2000
 FIELDS = ("seq", "step", "op", "group", "peer", "microbatch", "chunk", "started", "ended", "failed")
@@ -81,8 +82,10 @@ class FlightRecorder:
                 if torch_trace is not None:
                     write_json_atomic(self.folder / f"torch_rank_{self.identity.get('rank', 0)}.json", torch_trace,
                                       separators=(",", ":"))
-        except OSError:
-            return None  # diagnosis must never be what kills a run
+        except Exception as error:  # diagnosis must never be what kills a run (a full disk, a store gone away)
+            if not (isinstance(error, OSError) or from_a_store(error)):
+                raise
+            return None
         return path
 
     def start_watchdog(self, stall_s: float) -> None:

@@ -62,6 +62,9 @@ def location(path) -> Path:
         return Path(text)
     from upath import UPath  # imported only when a URL is used
 
+    from trident.text.store_errors import quiet_cut_requests  # it imports this module
+
+    quiet_cut_requests()
     # no listing cache: other processes and machines write the objects a listing must see
     return UPath(text, use_listings_cache=False)
 

@@ -94,6 +94,28 @@ def store_operation(url, operation: str) -> Iterator[None]:
         raise converted from error
 
 
+_QUIET: list = []  # the fsspec event loop whose handler is installed
+
+
+def quiet_cut_requests() -> None:
+    """A request the store cut off also fails a helper task of aiohttp's that nobody awaits, which asyncio
+    prints as a traceback ("Task exception was never retrieved"); the operation that made the request
+    reports the failure as its one line, so fsspec's loop drops those (any other error is printed)."""
+    from fsspec.asyn import get_loop
+
+    loop = get_loop()
+    if loop in _QUIET:
+        return
+
+    def handler(loop, context) -> None:
+        error = context.get("exception")
+        if error is None or not from_a_store(error):
+            loop.default_exception_handler(context)
+
+    loop.set_exception_handler(handler)
+    _QUIET[:] = [loop]
+
+
 def urls_in(values: Iterable) -> list[str]:
     """Every remote URL in command-line values (`--out s3://b/run`, `data.paths=[s3://b/x,s3://c/y]`)."""
     found = []
