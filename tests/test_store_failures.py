@@ -79,3 +79,32 @@ def test_metrics_on_a_store_keep_the_lines_before_a_stall_through_a_sigkill(s3, 
     proc.wait(timeout=30)
     assert [r["step"] for r in read_metrics(f"{run}/metrics.jsonl")] == [1, 2, 3]
     assert not s3.fs.exists(f"{run}/metrics.jsonl") and len(s3.fs.ls(f"{run}/metrics.jsonl.parts")) >= 1  # parts
+
+
+def test_a_log_on_a_store_is_read_whole_in_parts_after_a_join_and_when_a_join_was_cut_short():
+    import fsspec
+
+    from trident.text.appended import AppendedObject, read_lines
+
+    memory, log = fsspec.filesystem("memory"), "memory://appended-test/metrics.jsonl"
+    writer = AppendedObject(log, interval_s=3600, append=False)  # no tick: uploads only when asked
+    for i in range(3):
+        writer.append(f"line {i}")
+    writer.upload()
+    writer.append("line 3")
+    writer.upload()
+    assert sorted(memory.ls("/appended-test/metrics.jsonl.parts", detail=False)) == [
+        "/appended-test/metrics.jsonl.parts/000000000000.jsonl", "/appended-test/metrics.jsonl.parts/000000000003.jsonl"]
+    assert read_lines(log) == [f"line {i}" for i in range(4)] and not memory.exists("/appended-test/metrics.jsonl")
+    writer.close()  # joined into the one object, parts removed
+    assert memory.cat_file("/appended-test/metrics.jsonl") == b"".join(f"line {i}\n".encode() for i in range(4))
+    assert not memory.exists("/appended-test/metrics.jsonl.parts")
+
+    resumed = AppendedObject(log, interval_s=3600, append=True)  # a resume appends after the 4 lines
+    resumed.append("line 4")
+    resumed.upload()
+    memory.pipe("/appended-test/metrics.jsonl.parts/000000000002.jsonl", b"line 2\nline 3\n")  # a join cut short
+    assert read_lines(log) == [f"line {i}" for i in range(5)]  # every line once
+    resumed.close()
+    assert read_lines(log) == [f"line {i}" for i in range(5)] and not memory.exists("/appended-test/metrics.jsonl.parts")
+    memory.rm("/appended-test", recursive=True)
