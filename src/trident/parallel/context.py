@@ -15,11 +15,12 @@ whatever the input dtype; the output is cast back.
 
 Causal balance. Chunk a sees chunk b fully when b < a, causally (lower triangle) when b == a, not at
 all when b > a. With chunks (r, 2N-1-r) against the block of rank j (chunks j, 2N-1-j):
-  * j == r: (r, r) causal, (2N-1-r, r) full, (2N-1-r, 2N-1-r) causal - two half blocks and a full one;
+  * j == r: (r, r) causal, (2N-1-r, r) full, (2N-1-r, 2N-1-r) causal: as chunk r comes before chunk
+            2N-1-r, that is the plain causal mask over the 2c local tokens, one causal block;
   * j <  r: both local chunks see chunk j fully and chunk 2N-1-j not at all: [2c x c] full;
   * j >  r: only chunk 2N-1-r sees anything, and sees both chunks fully:       [c x 2c] full.
-Every step is 2c^2 scores on every rank, so no rank waits for another (a plain split into N
-contiguous pieces would give rank N-1 2N-1 times the scores of rank 0).
+Every step is about 2c^2 scores on every rank (the first: half of (2c)^2), so no rank waits for another
+(a plain split into N contiguous pieces would give rank N-1 2N-1 times the scores of rank 0).
 
 Backward, also a ring. Each block's probabilities are recomputed from the saved final log-sum-exp:
 p = exp(s - l); with D = rowsum(dO * O): dV_b = p^T dO, dS = p * (dO V_b^T - D), dQ += dS K_b * scale,
@@ -85,13 +86,9 @@ def step_blocks(rank: int, source: int, cp: int, local_len: int, causal: bool) -
     """The blocks ring step with the K/V of CP rank `source` computes on CP rank `rank`: a list of
     (query rows, key rows, diagonal) with rows as slices of the local sequence; diagonal blocks are causal."""
     everything = slice(0, local_len)
-    if not causal:
-        return [(everything, everything, False)]
-    if cp == 1:
-        return [(everything, everything, True)]
+    if not causal or source == rank:  # own block: local order is global order, so the causal mask is local
+        return [(everything, everything, causal)]
     first, second = slice(0, local_len // 2), slice(local_len // 2, local_len)
-    if source == rank:
-        return [(first, first, True), (second, first, False), (second, second, True)]
     if source < rank:
         return [(everything, first, False)]
     return [(second, everything, False)]
