@@ -128,6 +128,11 @@ def test_chunks_round_trip(cp):
     assert sorted(torch.cat([rank_positions(seq, cp, r) for r in range(cp)]).tolist()) == list(range(seq))
 
 
+def test_without_context_parallelism_a_rank_holds_any_sequence_whole():
+    x = torch.arange(7)
+    assert split_for_rank(x, 0, 1, 0) is x and torch.equal(rank_positions(7, 1, 0), x)
+
+
 def test_a_sequence_that_does_not_cut_into_2n_chunks_is_refused():
     with pytest.raises(ValueError, match=r"sequence length 12 does not divide into 2 x cp = 8"):
         chunk_length(12, 4)

@@ -33,16 +33,21 @@ def rank_chunks(cp: int, rank: int) -> tuple[int, int]:
 
 def rank_positions(seq_len: int, cp: int, rank: int) -> torch.Tensor:
     """Global positions of the seq_len/cp tokens CP rank `rank` holds, in its local order (LongTensor)."""
-    length = chunk_length(seq_len, cp)
     first, second = rank_chunks(cp, rank)
+    if cp == 1:  # the whole sequence, of any length
+        return torch.arange(seq_len)
+    length = chunk_length(seq_len, cp)
     return torch.cat([torch.arange(first * length, (first + 1) * length),
                       torch.arange(second * length, (second + 1) * length)])
 
 
 def split_for_rank(x: torch.Tensor, dim: int, cp: int, rank: int) -> torch.Tensor:
-    """CP rank `rank`'s two chunks of the full-sequence tensor `x` along `dim`, concatenated."""
-    length = chunk_length(x.size(dim), cp)
+    """CP rank `rank`'s two chunks of the full-sequence tensor `x` along `dim`, concatenated
+    (`x` itself when cp is 1)."""
     first, second = rank_chunks(cp, rank)
+    if cp == 1:
+        return x
+    length = chunk_length(x.size(dim), cp)
     return torch.cat([x.narrow(dim, first * length, length), x.narrow(dim, second * length, length)], dim=dim)
 
 
