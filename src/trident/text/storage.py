@@ -24,7 +24,7 @@ import io
 import os
 import shutil
 import tempfile
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Iterator
 
@@ -49,6 +49,13 @@ def is_remote(path) -> bool:
     return protocol(path) not in LOCAL_PROTOCOLS
 
 
+def _store_call(path, operation: str):
+    """store_operation (a store's failure as one line, text/store_errors.py), imported when first used."""
+    from trident.text.store_errors import store_operation  # it imports this module
+
+    return store_operation(path, operation)
+
+
 def location(path) -> Path:
     """A Path for local paths (`file://` stripped), a UPath for any other fsspec URL. Raises
     UnsupportedLocation for a local path holding a URL scheme as a folder (`s3:/bucket/run`)."""
@@ -62,7 +69,7 @@ def location(path) -> Path:
         return Path(text)
     from upath import UPath  # imported only when a URL is used
 
-    from trident.text.store_errors import quiet_cut_requests  # it imports this module
+    from trident.text.store_kinds import quiet_cut_requests
 
     quiet_cut_requests()
     # no listing cache: other processes and machines write the objects a listing must see
@@ -150,7 +157,8 @@ class RangeReader:
         if not self.remote or not spans:
             return
         gets = merged_gets(spans, self.size)
-        blocks = self.path.fs.cat_ranges([self.path.path] * len(gets), [a for a, _ in gets], [b for _, b in gets])
+        with _store_call(self.path, f"reading {len(gets)} byte ranges"):
+            blocks = self.path.fs.cat_ranges([self.path.path] * len(gets), [a for a, _ in gets], [b for _, b in gets])
         self.bytes_read += sum(len(block) for block in blocks)
         views = [memoryview(block) for block in blocks]  # slices share the block's memory
         self.fetched = {}
@@ -158,6 +166,10 @@ class RangeReader:
             i = bisect.bisect_right(gets, (offset, float("inf"))) - 1
             start = offset - gets[i][0]
             self.fetched[(offset, length)] = views[i][start:start + min(length, self.size - offset)]
+
+    def _reading(self, length: int):
+        """A store's failure during this read as one line naming the object (nothing to add locally)."""
+        return _store_call(self.path, f"reading {length} bytes at {self.position}") if self.remote else nullcontext()
 
     def seek(self, offset: int) -> None:
         self.position = offset  # the handle is moved only when a read is not served from `fetched`
@@ -168,7 +180,8 @@ class RangeReader:
             data = bytes(data)
         else:
             self.handle.seek(self.position)
-            data = self.handle.read(length)
+            with self._reading(length):
+                data = self.handle.read(length)
             self.bytes_read += len(data)
         self.position += len(data)
         return data
@@ -178,7 +191,8 @@ class RangeReader:
         data = self.fetched.pop((self.position, len(view)), None)
         if data is None:
             self.handle.seek(self.position)
-            count = self.handle.readinto(view) or 0
+            with self._reading(len(view)):
+                count = self.handle.readinto(view) or 0
             self.bytes_read += count
         else:
             count = len(data)
@@ -208,8 +222,9 @@ class BlockCachedFile:
         if self.pid != os.getpid():  # a forked worker opens its own connection
             self.handle, self.pid = self.path.fs.open(self.path.path, "rb", block_size=self.block,
                                                       cache_type="blockcache"), os.getpid()
-        self.handle.seek(offset)
-        return self.handle.read(length)
+        with _store_call(self.path, f"reading {length} bytes at {offset}"):
+            self.handle.seek(offset)
+            return self.handle.read(length)
 
 
 def size(path) -> int:
@@ -239,7 +254,8 @@ def local_copy(path, folder: str) -> Path:
     if not target.exists():
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
-        path.fs.get_file(path.path, str(tmp))
+        with _store_call(path, f"copying into the local cache {target.parent}"):
+            path.fs.get_file(path.path, str(tmp))
         os.replace(tmp, target)
     return target
 
