@@ -49,7 +49,9 @@ def step_of(path: Path) -> int:
 
 
 def rank_tag(mesh) -> str:
-    return f"dp{mesh.dp_rank}-pp{mesh.pp_rank}-tp{mesh.tp_rank}"
+    """A rank's place in its layout, naming its files (cp only when the layout has context parallelism)."""
+    cp = f"-cp{mesh.cp_rank}" if mesh.cp > 1 else ""
+    return f"dp{mesh.dp_rank}-pp{mesh.pp_rank}{cp}-tp{mesh.tp_rank}"
 
 
 def model_file(mesh) -> str:

@@ -229,9 +229,22 @@ def _check_ranges(config: Config) -> None:
                  f"must be a list of non-negative ints (layers per stage), got {partition}")
 
 
-def _check_unbuilt(p: ParallelConfig) -> None:
-    """Keys whose machinery is being built (issue 53): refused until it lands, never silently ignored."""
-    _require(p.cp == 1, "parallel.cp", f"context parallelism is not built yet, got {p.cp}")
+def _check_context_parallel(config: Config) -> None:
+    """parallel.cp: every sequence cuts into 2 x cp equal chunks (each CP rank holds two, and with
+    sequence parallelism its seq_length / cp tokens split over tp), and nothing that needs whole
+    sequences on one rank (attention dropout's masks, in-training task scoring) is combined with it."""
+    m, p = config.model, config.parallel
+    if p.cp == 1:
+        return
+    _require(m.seq_length % (2 * p.cp) == 0, "parallel.cp", f"model.seq_length={m.seq_length} must be divisible by "
+             f"2 x cp = {2 * p.cp} (context parallelism cuts each sequence into 2 x cp load-balanced chunks)")
+    _require(not p.sequence_parallel or (m.seq_length // p.cp) % p.tp == 0, "parallel.sequence_parallel",
+             f"each CP rank's model.seq_length / cp = {m.seq_length // p.cp} tokens must be divisible by "
+             f"tp={p.tp} with sequence parallelism (parallel.cp={p.cp})")
+    _require(m.attention_dropout == 0, "model.attention_dropout", f"must be 0 with parallel.cp={p.cp}: "
+             f"ring attention has no attention dropout, got {m.attention_dropout}")
+    _require(not config.eval.tasks, "eval.tasks", f"in-training task scoring needs whole sequences on one rank: "
+             f"set parallel.cp=1 (got {p.cp}) or score the checkpoints with `trident eval` (any layout reads them)")
 
 
 def _check_dp_shard(p: ParallelConfig, dp: int | None) -> None:
@@ -269,18 +282,20 @@ def validate(config: Config, world_size: int | None = None) -> None:
     for problem in schedule.check(p.pp, p.virtual_stages):
         _refuse(problem)
     _refuse(schedule.checkpointing_problem(t.activation_checkpointing))
-    _check_unbuilt(p)
+    _check_context_parallel(config)
     if p.sequence_parallel:
         _require(m.seq_length % p.tp == 0, "parallel.sequence_parallel",
                  f"model.seq_length={m.seq_length} must be divisible by tp={p.tp}")
     dp = p.dp
     if world_size is not None:
-        model_parallel = p.tp * p.pp
-        _require(world_size % model_parallel == 0, "parallel.tp",
-                 f"world size {world_size} is not divisible by tp x pp = {model_parallel}")
+        model_parallel = p.tp * p.pp * p.cp
+        cp = " x cp" if p.cp > 1 else ""
+        _require(world_size % model_parallel == 0, "parallel.tp" if p.cp == 1 else "parallel.cp",
+                 f"world size {world_size} is not divisible by tp x pp{cp} = {model_parallel}")
         dp = dp or world_size // model_parallel
         _require(dp * model_parallel == world_size, "parallel.dp",
-                 f"dp x pp x tp = {dp} x {p.pp} x {p.tp} = {dp * model_parallel} != world size {world_size}")
+                 f"dp x pp{cp} x tp = {dp} x {p.pp}{f' x {p.cp}' if p.cp > 1 else ''} x {p.tp} = {dp * model_parallel} "
+                 f"!= world size {world_size}")
     _check_dp_shard(p, dp or None)
     dp = dp or 1
     granule = t.micro_batch_size * dp

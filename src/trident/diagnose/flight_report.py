@@ -144,7 +144,8 @@ def _first_to_stop(states: dict[int, RankState], missing: list[int]) -> tuple[in
 def _coordinates(dump: dict | None) -> str:
     if not dump:
         return ""
-    return f"dp {dump.get('dp_rank')} pp {dump.get('pp_rank')} tp {dump.get('tp_rank')}"
+    cp = f" cp {dump.get('cp_rank')}" if dump.get("cp", 1) > 1 else ""  # context parallelism's ring
+    return f"dp {dump.get('dp_rank')} pp {dump.get('pp_rank')}{cp} tp {dump.get('tp_rank')}"
 
 
 def format_report(verdict: dict) -> str:

@@ -23,6 +23,7 @@ from trident.config import ModelConfig
 from trident.model.init import init_parameters
 from trident.model.rope import apply_rotary
 from trident.parallel import tensor as T
+from trident.parallel.attention import self_attention, sequence_positions
 from trident.parallel.kv_heads import KeyValueLinear
 from trident.parallel.norms import build_norm
 from trident.parallel.sharding import mark
@@ -83,9 +84,7 @@ class Attention(nn.Module):
                 causal = False  # the single new query may attend to every cached position
             cache["k"], cache["v"] = k, v  # keys (rotated) and values of the key/value heads only
         dropout = self.dropout if self.training else 0.0
-        gqa = {"enable_gqa": True} if self.grouped else {}  # query head i reads key/value head i // group
-        with T.tp_split_rng(self.tp, q.device, active=dropout > 0):  # heads are split across TP
-            out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=causal, **gqa)
+        out = self_attention(q, k, v, self.tp, causal=causal, dropout=dropout, enable_gqa=self.grouped)
         return out.permute(2, 0, 1, 3).reshape(s, b, -1)
 
     def forward(self, x: torch.Tensor, cache: dict | None = None, selective: bool = False,
@@ -159,16 +158,18 @@ class Embedding(nn.Module):
     def forward(self, tokens: torch.Tensor, position_offset: int = 0,
                 positions: torch.Tensor | None = None) -> torch.Tensor:
         """`positions` [b, s]: each token's absolute position (rows of a batch may be at different
-        places in their sequences); without it, position_offset, position_offset + 1, ... for every row.
+        places in their sequences); without it, position_offset, position_offset + 1, ... for every row
+        (the layout's: a context-parallel rank's tokens are chunks of the sequence, parallel/attention.py).
         Only a learned table reads them here (rotary positions are applied in attention)."""
         b, s = tokens.shape
         x = self.word(tokens)
         if self.position is not None:
             if positions is None:
-                if position_offset + s > self.position.num_embeddings:
-                    raise ValueError(f"sequence of {position_offset + s} tokens exceeds model.seq_length="
-                                     f"{self.position.num_embeddings}")
-                positions = torch.arange(position_offset, position_offset + s, device=tokens.device)
+                end = position_offset + s * self.tp.cp.size  # CP: s is this rank's share of the sequence
+                if end > self.position.num_embeddings:
+                    raise ValueError(f"sequence of {end} tokens exceeds "
+                                     f"model.seq_length={self.position.num_embeddings}")
+                positions = sequence_positions(s, position_offset, self.tp, tokens.device)
             elif positions.shape != tokens.shape:
                 raise ValueError(f"positions {tuple(positions.shape)} must have the shape of tokens "
                                  f"{tuple(tokens.shape)}")
@@ -226,7 +227,7 @@ class GPT(nn.Module):
     def _rotary_positions(self, x: torch.Tensor, offset: int) -> torch.Tensor:
         """[1, s] from offset; s from the tokens [b, s], or from hidden states [s(/tp with SP), b, h]."""
         s = x.shape[1] if self.pre_process else x.shape[0] * (self.tp.size if self.tp.sequence_parallel else 1)
-        return torch.arange(offset, offset + s, device=x.device)[None]
+        return sequence_positions(s, offset, self.tp, x.device)[None]
 
     def _run_block(self, block: Block, x: torch.Tensor, cache, positions: torch.Tensor | None) -> torch.Tensor:
         if self.activation_checkpointing == "full" and self.training and cache is None:

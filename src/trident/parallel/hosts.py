@@ -24,9 +24,9 @@ def gather_hosts() -> list[str]:
     return hosts
 
 
-def tp_groups_across_hosts(hosts: list[str], dp: int, pp: int, tp: int) -> list[dict]:
+def tp_groups_across_hosts(hosts: list[str], dp: int, pp: int, tp: int, cp: int = 1) -> list[dict]:
     """The TP groups whose ranks are not all on one host, as {rank: host}."""
-    return [{rank: hosts[rank] for rank in ranks} for ranks in group_ranks(dp, pp, tp)["tp"]
+    return [{rank: hosts[rank] for rank in ranks} for ranks in group_ranks(dp, pp, tp, cp)["tp"]
             if len({hosts[rank] for rank in ranks}) > 1]
 
 
@@ -54,7 +54,7 @@ def check_tp_hosts(mesh, allowed: bool, log=print) -> list[str]:
     hosts = gather_hosts()
     if len(hosts) > 1:
         log(f"hosts: {describe_hosts(hosts)}")
-    split = tp_groups_across_hosts(hosts, mesh.dp, mesh.pp, mesh.tp)
+    split = tp_groups_across_hosts(hosts, mesh.dp, mesh.pp, mesh.tp, mesh.cp)
     if split and not allowed:
         shown = "; ".join(", ".join(f"rank {r} on {h}" for r, h in group.items()) for group in split[:3])
         raise ConfigError(f"parallel.tp={mesh.tp}: {len(split)} tensor-parallel group(s) span hosts ({shown}"

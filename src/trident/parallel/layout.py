@@ -32,6 +32,8 @@ class RankLayout:
     padded_vocab_size: int  # the embedding's rows: a multiple of make_vocab_size_divisible_by x tp
     chunk_layers: tuple[range, ...]  # this rank's global layer indices, one range per model chunk
     record: dict  # what a checkpoint stores; resuming under the same record continues the RNG streams
+    cp: int = 1  # context parallelism: each sequence split over cp ranks, seq_length / cp tokens per rank
+    cp_rank: int = 0
 
     @property
     def zero(self) -> bool:
@@ -44,8 +46,9 @@ class RankLayout:
         return sequence_split(self.tp, self.sequence_parallel)
 
     def activation_shape(self, seq_length: int, micro_batch: int) -> tuple[int, int, int]:
-        """[s, b, h] of the hidden states passed between stages for sequences of `seq_length`."""
-        return seq_length // self.sequence_split, micro_batch, self.hidden_size
+        """[s, b, h] of the hidden states passed between stages for sequences of `seq_length` (of which
+        a context-parallel rank holds seq_length / cp tokens)."""
+        return seq_length // self.cp // self.sequence_split, micro_batch, self.hidden_size
 
     def is_first_chunk(self, chunk: int) -> bool:
         return self.pp_rank == 0 and chunk == 0
@@ -61,6 +64,7 @@ def rank_layout(config, mesh) -> RankLayout:
     return RankLayout(tp=mesh.tp, pp=mesh.pp, dp=mesh.dp, world_size=mesh.world_size, tp_rank=mesh.tp_rank,
                       pp_rank=mesh.pp_rank, dp_rank=mesh.dp_rank, virtual_stages=p.virtual_stages,
                       schedule=p.schedule, sequence_parallel=sequence_split(mesh.tp, p.sequence_parallel) > 1,
-                      zero_stage=zero_in_effect(p.zero_stage, mesh.dp), seq_length=m.seq_length, hidden_size=m.hidden_size,
-                      micro_batch_size=config.train.micro_batch_size, padded_vocab_size=m.padded_vocab_size(mesh.tp),
-                      chunk_layers=tuple(chunks), record=layout_of(mesh))
+                      zero_stage=zero_in_effect(p.zero_stage, mesh.dp * mesh.cp), seq_length=m.seq_length,
+                      hidden_size=m.hidden_size, micro_batch_size=config.train.micro_batch_size,
+                      padded_vocab_size=m.padded_vocab_size(mesh.tp), chunk_layers=tuple(chunks),
+                      record=layout_of(mesh), cp=mesh.cp, cp_rank=mesh.cp_rank)

@@ -17,7 +17,8 @@ def sequence_split(tp: int, sequence_parallel: bool) -> int:
 
 def zero_in_effect(zero_stage: int, dp: int) -> int:
     """The ZeRO stage in effect: ZeRO shards (optimizer state; gradients too from stage 2; parameters
-    too at stage 3) only across more than one data-parallel replica, so it is 0 with dp = 1."""
+    too at stage 3) only across more than one rank of the gradient group (`dp`: dp x cp, the ranks
+    holding the same parameters), so it is 0 with dp x cp = 1."""
     return zero_stage if dp > 1 else 0
 
 

@@ -27,6 +27,7 @@ from torch._subclasses.fake_tensor import is_fake
 from trident.config import Config, ConfigError, ModelConfig
 from trident.model.gpt import GPT, TIED_EMBEDDING, build_model
 from trident.parallel import tensor as T
+from trident.parallel.context_chunks import split_for_rank
 from trident.parallel.data import all_reduce_coalesced
 from trident.parallel.layout import RankLayout, rank_layout
 from trident.parallel.optim import build_optimizer, clip_coefficient, global_grad_norm_squared, scale_
@@ -40,8 +41,9 @@ from trident.parallel.watch import watched
 
 
 def seed_streams(seed: int, mesh, device: torch.device, tp_rng: T.TPRandomState) -> None:
-    """Same stream on every TP rank of a stage (replicated dropout), a per-TP-rank one for split regions."""
-    stage_seed = seed + 100 * mesh.pp_rank
+    """Same stream on every TP rank of a stage (replicated dropout), a per-TP-rank one for split regions;
+    each CP rank its own (its tokens are other tokens of the sequence)."""
+    stage_seed = seed + 100 * mesh.pp_rank + 1_000_003 * mesh.cp_rank
     random.seed(stage_seed)
     np.random.seed(stage_seed % 2**32)
     torch.manual_seed(stage_seed)
@@ -142,8 +144,10 @@ class ParallelModel:
 
     # ---- micro-batches ---------------------------------------------------------------------------
     def forward_backward(self, micro_batches: list, loss_divisor: int) -> torch.Tensor:
-        """Sum over micro-batches of the mean token loss / loss_divisor; gradients accumulate in the
-        fp32 buffers. With pipeline stages the loss is non-zero on the last stage only. With dp > 1 a
+        """Sum over micro-batches of the mean token loss / loss_divisor (micro-batches x dp; a context-
+        parallel rank's mean over its share of the tokens is further divided by cp, so sums over the
+        gradient group dp x cp give the global mean); gradients accumulate in the fp32 buffers. With
+        pipeline stages the loss is non-zero on the last stage only. With dp > 1 a
         bucket's DP reduction starts as soon as its gradients are final (after their last micro-batch's
         backward, during the pipeline's drain); finalize_gradients waits for them."""
         if self.grad_buffers is not None:  # one accumulation per micro-batch
@@ -159,7 +163,11 @@ class ParallelModel:
     def forward_logits(self, token_batches: list[torch.Tensor], on_logits) -> None:
         """Each batch of token ids [b, s] through this rank's pipeline (pipelined across stages when
         there are several); the last stage calls on_logits(index, logits [b, s, V/tp]) per batch.
-        Every rank of a pipeline must pass batches of the same shapes (s a multiple of tp with SP)."""
+        Every rank of a pipeline must pass batches of the same shapes (s a multiple of tp with SP).
+        Whole sequences: at cp = 1 only (evaluation reads any checkpoint at cp = 1)."""
+        if self.layout.cp > 1:
+            raise ValueError(f"forward_logits scores whole sequences on one rank; this model is split over "
+                             f"parallel.cp={self.layout.cp} ranks: evaluate at parallel.cp=1")
         if self.executor is None:
             for index, ids in enumerate(token_batches):
                 with self.precision.autocast():
@@ -169,7 +177,13 @@ class ParallelModel:
         self.executor.run([(ids, None) for ids in token_batches], 1, backward=False, shapes=shapes,
                           on_output=on_logits)
 
+    def sequence_part(self, x: torch.Tensor, dim: int = 1) -> torch.Tensor:
+        """This rank's part of whole sequences `x` (tokens, labels, masks; sequence along `dim`): with
+        context parallelism its two load-balanced chunks (parallel/context_chunks.py), else all of it."""
+        return split_for_rank(x, dim, self.layout.cp, self.layout.cp_rank) if self.layout.cp > 1 else x
+
     def _run(self, micro_batches: list, loss_divisor: int, backward: bool) -> torch.Tensor:
+        loss_divisor *= self.layout.cp  # each CP rank's mean token loss is over 1/cp of the tokens
         if self.executor is not None:
             return self.executor.run(micro_batches, loss_divisor, self.scaler.scale, backward)
         total = torch.zeros((), device=self.device)
@@ -182,8 +196,8 @@ class ParallelModel:
         return total
 
     def reduce_loss(self, loss: torch.Tensor) -> torch.Tensor:
-        """Global-batch mean loss, on every rank (sum of the DP partial means, from the last stage)."""
-        for kind in ("pp", "dp"):
+        """Global-batch mean loss, on every rank (sum of the DP and CP partial means, from the last stage)."""
+        for kind in ("pp", "dp_cp"):
             if self.mesh.group(kind) is not None:
                 with watched(self.mesh.group(kind), "all_reduce loss"):
                     dist.all_reduce(loss, group=self.mesh.group(kind))
@@ -272,9 +286,9 @@ class ParallelModel:
         if self.layout.zero_stage == 3:
             pieces = owned_weight_pieces(self.named_params, self.param_buffers, primary=first_copy)
         else:
-            pieces = weight_pieces(self.named_params, primary=self.mesh.dp_rank == 0)
+            pieces = weight_pieces(self.named_params, primary=self.mesh.gradient[2] == 0)  # dp x cp hold copies
         if self.optimizer is not None:
-            owns_adam = (self.layout.zero and first_copy) or self.mesh.dp_rank == 0
+            owns_adam = (self.layout.zero and first_copy) or self.mesh.gradient[2] == 0
             pieces += adam_pieces(self.named_params, self.optimizer, primary=owns_adam)
             pieces.append(StatePiece("optimizer_steps", "trainer", value=self.optimizer.steps))
         pieces += rng_pieces(self.rng_states())

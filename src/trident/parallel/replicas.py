@@ -21,13 +21,14 @@ def digest(tensor: torch.Tensor) -> int:
 
 
 def replica_mismatches(named_params: list, mesh) -> list[dict]:
-    """Collective over the DP group: the parameters whose replicas differ, each as
-    {"param": name, "ranks": [global ranks at fault], "digests": {rank: hex}}. Empty when dp = 1."""
-    group = mesh.group("dp")
+    """Collective over the gradient group (dp x cp, the ranks holding the same parameters): the
+    parameters whose replicas differ, each as {"param": name, "ranks": [global ranks at fault],
+    "digests": {rank: hex}}. Empty when dp x cp = 1."""
+    group, size, _ = mesh.gradient
     if group is None:
         return []
     mine = [digest(param) for _, param in named_params]
-    gathered: list = [None] * mesh.dp
+    gathered: list = [None] * size
     with watched(group, "all_gather weight digests"):
         dist.all_gather_object(gathered, mine, group=group)
     ranks = dist.get_process_group_ranks(group)

@@ -1,11 +1,14 @@
 """Which tensor-parallel group a layer belongs to: the one object every TP layer, the sharding
-helpers and the TP RNG streams take (below all of them)."""
+helpers and the TP RNG streams take (below all of them). It also carries the layer's context-parallel
+group (`cp`), so attention finds its ring without the model knowing of ranks."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch.distributed as dist
+
+from trident.parallel.cp_context import NO_CP, CPContext
 
 
 @dataclass(frozen=True)
@@ -17,6 +20,7 @@ class TPContext:
     rank: int = 0
     sequence_parallel: bool = False
     rng: Any = field(default=None, compare=False)  # the model's TPRandomState (split-region dropout)
+    cp: CPContext = NO_CP  # the context-parallel group attention's ring runs over (parallel/attention.py)
 
     def __post_init__(self):
         if self.size > 1 and self.group is None:

@@ -49,8 +49,9 @@ class RunDiagnostics:
         self.injector = Injector.from_env(mesh.rank)
         self.recent: deque = deque(maxlen=SPIKE_WINDOW)
         FLIGHT.configure(location(out) / "debug" / "flight", mesh.rank,
-                         {"world_size": mesh.world_size, "dp": mesh.dp, "pp": mesh.pp, "tp": mesh.tp,
-                          "dp_rank": mesh.dp_rank, "pp_rank": mesh.pp_rank, "tp_rank": mesh.tp_rank},
+                         {"world_size": mesh.world_size, "dp": mesh.dp, "pp": mesh.pp, "cp": mesh.cp, "tp": mesh.tp,
+                          "dp_rank": mesh.dp_rank, "pp_rank": mesh.pp_rank, "cp_rank": mesh.cp_rank,
+                          "tp_rank": mesh.tp_rank},
                          self.cfg.flight_events)
         self.step = 0
         self.straggler_watch = StragglerWatch(self.cfg.straggler_pct, self.cfg.straggler_checks,

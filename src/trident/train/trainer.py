@@ -50,7 +50,7 @@ class Trainer:
             torch.set_num_threads(config.train.threads)
         self.device = rank_device(config.train.device)
         self.mesh = build_mesh(config.parallel.tp, config.parallel.pp, config.parallel.dp, config.parallel.timeout_s,
-                               config.parallel.dp_shard)
+                               config.parallel.dp_shard, cp=config.parallel.cp)
         self.log = log if self.mesh.rank == 0 else (lambda *a, **k: None)
         check_tp_hosts(self.mesh, config.parallel.allow_tp_across_hosts, self.log)
         if allocator.wanted(config.train.malloc_keep_freed, config.train.device):
@@ -110,14 +110,19 @@ class Trainer:
 
     # ---- one step ------------------------------------------------------------------------------
     def micro_batches(self, batch_size: int, dataset, start: int):
-        """This DP rank's micro-batches of the global batch [start, start + batch_size)."""
+        """This DP rank's micro-batches of the global batch [start, start + batch_size); a context-parallel
+        rank keeps only its chunks of each sequence (tokens and labels), cut on the host."""
         mesh, micro = self.mesh, self.config.train.micro_batch_size
         per_rank = batch_size // mesh.dp
         first = start + mesh.dp_rank * per_rank
         for offset in range(0, per_rank, micro):
             rows = np.stack([dataset[first + offset + i] for i in range(micro)]).astype(np.int64)
             check_token_ids(rows, self.model.layout.padded_vocab_size)  # on the host: the embedding skips it on accelerators
-            sample = torch.from_numpy(rows).to(self.device)
+            sample = torch.from_numpy(rows)
+            if mesh.cp > 1:
+                yield tuple(self.model.sequence_part(x).to(self.device) for x in (sample[:, :-1], sample[:, 1:]))
+                continue
+            sample = sample.to(self.device)
             yield sample[:, :-1], sample[:, 1:]
 
     def train_step(self) -> dict:
@@ -233,7 +238,8 @@ class Trainer:
             save_config(cfg, self.out / "config.yaml")
             self.log(f"MFU is measured against {describe_peak(self.device, self.precision.dtype, cfg.train.peak_tflops)}")
             self.log(f"model: {sum(math.prod(full_shape(p)) for _, p in self.model.named_params):,} parameters on stage 0; "
-                     f"layout dp={self.mesh.dp} pp={self.mesh.pp} tp={self.mesh.tp}; {cfg.train.steps} steps")
+                     f"layout dp={self.mesh.dp} pp={self.mesh.pp} "
+                     f"{f'cp={self.mesh.cp} ' if self.mesh.cp > 1 else ''}tp={self.mesh.tp}; {cfg.train.steps} steps")
         records, own = [], stops is None
         stops = StopRequests().install() if own else stops
         stops.interval_s, stops.log = cfg.checkpoint.save_interval_minutes * 60.0, self.log

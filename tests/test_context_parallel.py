@@ -1,0 +1,100 @@
+"""Context parallelism (`parallel.cp`, issue 53 item 1) in training: each sequence split over the CP
+ranks (two load-balanced chunks each), attention as parallel/context.py's ring. Every layout trains
+as one process does (losses, grad norms, weights; fp32, 4 steps over both ramp-up batch sizes): cp2
+with learned positions; Llama blocks (RoPE, GQA) under selective recompute; cp2 x tp2 with sequence
+parallelism under full recompute; cp2 x pp2 x dp2 at ZeRO-3 with the zero-bubble schedule (8 ranks).
+A cp2 checkpoint loads at cp1 x dp2 bit for bit and resumes there with the same losses, and
+evaluation (cp = 1) reads it. Layouts that cannot work exit 2 naming the keys."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from distributed import run_distributed
+from train_fixtures import (BASE, LLAMA, STOP, assert_matches, full_state, make_trainer, run_steps, tiny_config,
+                            train_full)
+from trident.checkpoint.reader import complete_checkpoints
+
+KINDS = ("weight", "exp_avg", "exp_avg_sq")
+SELECTIVE = [*LLAMA, "train.activation_checkpointing=selective"]
+SP_FULL = ["parallel.tp=2", "parallel.sequence_parallel=true", "train.activation_checkpointing=full"]
+EIGHT = ["parallel.pp=2", "parallel.dp=2", "parallel.zero_stage=3", "parallel.schedule=zb-h1"]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """One process, 4 steps (BASE: batches of 8 then 16 sequences), shared by every test here."""
+    return train_full(tiny_config(*BASE), tmp_path_factory.mktemp("single"))
+
+
+def _layout(rank, world, out_dir, overrides):
+    return train_full(tiny_config(*BASE, "parallel.cp=2", *overrides), f"{out_dir}/r{rank}")
+
+
+def _two_ranks(rank, world, out_dir):
+    """cp2 (GPT), cp2 (Llama, selective recompute); a cp2 checkpoint after STOP steps, its state, and
+    cp1 x dp2 loading it: that state, then its losses for the remaining steps."""
+    gpt = _layout(rank, world, f"{out_dir}/gpt", [])
+    llama = _layout(rank, world, f"{out_dir}/llama", SELECTIVE)
+    first, trainer = run_steps(["parallel.cp=2"], f"{out_dir}/save", stop=STOP, with_trainer=True)
+    saved = {kind: full_state(trainer, kind) for kind in KINDS}
+    path = str(complete_checkpoints(f"{out_dir}/save/ckpt")[-1])
+    resumed = make_trainer(tiny_config(*BASE, "parallel.dp=2", f"checkpoint.load={path}"), f"{out_dir}/dp2")
+    loaded = {kind: full_state(resumed, kind) for kind in KINDS}
+    rest = [resumed.train_step()["loss"] for _ in range(resumed.step, resumed.config.train.steps)]
+    return gpt, llama, saved, loaded, first + rest, path, resumed.mesh.cp
+
+
+@pytest.mark.timeout(300)
+def test_cp2_trains_as_one_process_and_its_checkpoint_resumes_at_cp1_dp2(tmp_path, reference):
+    ranks = run_distributed(_two_ranks, 2, str(tmp_path), timeout=290)
+    assert_matches([rank[0] for rank in ranks], reference)
+    assert_matches([rank[1] for rank in ranks], train_full(tiny_config(*BASE, *LLAMA), tmp_path / "llama"))
+    _, _, saved, loaded, losses, path, cp = ranks[0]
+    assert cp == 1
+    for kind in KINDS:  # cp2's state, read at cp1 x dp2, bit for bit
+        assert loaded[kind].keys() == saved[kind].keys()
+        for name, value in loaded[kind].items():
+            np.testing.assert_array_equal(value, saved[kind][name], err_msg=f"{kind} {name}")
+    np.testing.assert_allclose(losses, reference[0], rtol=1e-5)  # 2 steps at cp2, then 2 at cp1 x dp2
+    _evaluation_reads(path, saved["weight"])
+
+
+def _evaluation_reads(path: str, weights: dict) -> None:
+    """`trident eval`'s layout for a checkpoint (one process: cp = 1, whatever trained it) reads the
+    cp2 checkpoint: the saved weights."""
+    import torch
+
+    from trident.evaluate.parallel_lm import checkpoint_layout
+    from trident.parallel.mesh import build_mesh
+    from trident.parallel.parallelize import parallelize
+
+    reader, config = checkpoint_layout(path, [], 1)
+    model = parallelize(config, build_mesh(), torch.device("cpu"), optimizer=False)
+    model.load_pieces(reader, kinds=("weight",))
+    assert model.layout.cp == 1
+    for name, param in model.named_params:
+        np.testing.assert_array_equal(param.detach().numpy(), weights[name], err_msg=name)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("world,overrides", [(4, SP_FULL), (8, EIGHT)], ids=["cp2_tp2_sp_full", "cp2_pp2_dp2_zero3_zb"])
+def test_cp2_composes_with_tp_sp_pp_dp_zero3_as_one_process(tmp_path, reference, world, overrides):
+    assert_matches(run_distributed(_layout, world, str(tmp_path), overrides, timeout=290), reference)
+
+
+@pytest.mark.parametrize("overrides,keys,message", [
+    (["parallel.cp=3"], ["parallel.cp"], "divisible by 2 x cp = 6"),
+    (["parallel.cp=2", "model.attention_dropout=0.1"], ["model.attention_dropout"], "no attention dropout"),
+    (["parallel.cp=2", "parallel.tp=4", "parallel.sequence_parallel=true", "model.seq_length=36"],
+     ["parallel.sequence_parallel"], "18 tokens must be divisible by tp=4"),
+    (["parallel.cp=2", "eval.tasks=[lambada]"], ["eval.tasks"], "whole sequences on one rank"),
+    (["parallel.cp=3", "model.seq_length=36"], ["parallel.cp"], "not divisible by tp x pp x cp = 3"),
+    (["parallel.cp=2", "parallel.dp=4"], ["parallel.dp"], "dp x pp x cp x tp = 4 x 1 x 2 x 1 = 8 != world size 4"),
+])
+def test_a_cp_layout_that_cannot_work_exits_2_naming_the_keys(tmp_path, capsys, overrides, keys, message):
+    from trident.cli import main
+
+    assert main(["train", "tiny", *overrides, "--nproc", "4", "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert all(key in err for key in keys) and message in err and "Traceback" not in err, err
