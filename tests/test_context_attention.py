@@ -126,6 +126,8 @@ def test_mismatched_heads_need_enable_gqa():
     q, k, v, _ = _inputs(1, 4, 2, torch.float32)
     with pytest.raises(ValueError, match="enable_gqa"):
         ring_attention(q, k, v)
+    with pytest.raises(ValueError, match="share a dtype"):
+        ring_attention(q, k.double(), v.double(), enable_gqa=True)
 
 
 @pytest.mark.parametrize("cp", [1, 2, 3, 4])

@@ -98,6 +98,9 @@ def _check_shapes(q, k, v, enable_gqa: bool) -> None:
     if q.dim() != 4 or k.shape != v.shape or k.dim() != 4:
         raise ValueError(f"ring attention takes q [b, hq, s, d] and k, v [b, hkv, s, d] of one shape, "
                          f"got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
+    if len({q.dtype, k.dtype, v.dtype}) > 1 or len({q.device, k.device, v.device}) > 1:
+        raise ValueError(f"q, k, v must share a dtype and device, got {q.dtype}/{k.dtype}/{v.dtype} on "
+                         f"{q.device}/{k.device}/{v.device}")
     if (q.size(0), q.size(2), q.size(3)) != (k.size(0), k.size(2), k.size(3)):
         raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} differ in batch, length or head size")
     if q.size(1) != k.size(1) and not (enable_gqa and q.size(1) % k.size(1) == 0):
