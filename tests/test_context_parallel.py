@@ -98,3 +98,30 @@ def test_a_cp_layout_that_cannot_work_exits_2_naming_the_keys(tmp_path, capsys, 
     assert main(["train", "tiny", *overrides, "--nproc", "4", "--out", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err
     assert all(key in err for key in keys) and message in err and "Traceback" not in err, err
+
+
+def _train_corpus(rank, world, root, out):
+    from trident.config import load_config
+    from trident.train.trainer import Trainer
+
+    config = load_config("tiny", [f"data.paths=[{root}/data]", f"data.tokenizer={root}/tok.json", "parallel.cp=2",
+                                  "train.steps=3", "checkpoint.save_interval=2", "train.peak_tflops=1"])
+    Trainer(config, out, log=lambda *a: None).train()
+
+
+@pytest.mark.timeout(120)
+def test_one_process_replays_a_cp2_step_and_names_cp_when_it_cannot(tmp_path, capsys):
+    import json
+
+    from train_fixtures import tiny_corpus
+    from trident.cli import main
+
+    root = tiny_corpus(tmp_path)
+    run_distributed(_train_corpus, 2, str(root), str(root / "run"), timeout=110)
+    assert main(["replay", str(root / "run"), "--step", "3"]) == 2  # a cp2 run on one process, no layout given
+    err = capsys.readouterr().err
+    assert "cp=2" in err and "--nproc 2" in err and "parallel.cp=1" in err
+    assert main(["replay", str(root / "run"), "--step", "3", "parallel.cp=1", "--json"]) == 0  # from cp2's step 2
+    result = json.loads(capsys.readouterr().out)
+    assert result["layout"] == {"dp": 1, "pp": 1, "tp": 1} and result["same_samples"]
+    assert result["from_checkpoint"].endswith("step_0000002") and result["max_relative_difference"] < 1e-5

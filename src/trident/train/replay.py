@@ -40,9 +40,12 @@ def replay_config(run: Path, step: int, overrides: list[str], world: int):
         start = location(config.checkpoint.load)  # the run itself began from a checkpoint (e.g. fine-tuning)
     config.checkpoint.load = str(start) if start is not None else ""
     p = config.parallel
-    if p.dp * p.pp * p.tp not in (0, world) and not any(o.startswith("parallel.") for o in overrides):
-        raise ConfigError(f"the run used dp={p.dp} pp={p.pp} tp={p.tp}: replay it with --nproc {p.dp * p.pp * p.tp}, "
-                          f"or on {world} process(es) with e.g. parallel.dp=0 parallel.pp=1 parallel.tp=1")
+    model = p.pp * p.cp * p.tp
+    ranks = p.dp * model or model  # dp 0 (inferred): the run took any multiple of pp x cp x tp
+    if (world % model if p.dp == 0 else ranks != world) and not any(o.startswith("parallel.") for o in overrides):
+        cp, one_cp = (f" cp={p.cp}", " parallel.cp=1") if p.cp > 1 else ("", "")
+        raise ConfigError(f"the run used dp={p.dp} pp={p.pp}{cp} tp={p.tp}: replay it with --nproc {ranks}, "
+                          f"or on {world} process(es) with e.g. parallel.dp=0 parallel.pp=1{one_cp} parallel.tp=1")
     return config, start
 
 
@@ -67,7 +70,8 @@ def replay(run: str | Path, step: int, overrides: list[str] | None = None, log=p
             rows.append(_compare(record, logged.get(record["step"], {})))
     last = rows[-1]
     return {"run": str(run), "step": step, "from_checkpoint": str(start) if start else None,
-            "layout": {"dp": trainer.mesh.dp, "pp": trainer.mesh.pp, "tp": trainer.mesh.tp},
+            "layout": {"dp": trainer.mesh.dp, "pp": trainer.mesh.pp} | ({"cp": trainer.mesh.cp} if trainer.mesh.cp > 1
+                                                                         else {}) | {"tp": trainer.mesh.tp},
             "loss": last["loss"], "logged_loss": last["logged_loss"], "grad_norm": last["grad_norm"],
             "logged_grad_norm": last["logged_grad_norm"], "same_samples": last["same_samples"],
             "bit_exact": all(r["bit_exact"] for r in rows), "max_relative_difference": max(r["relative"] for r in rows),
