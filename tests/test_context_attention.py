@@ -116,8 +116,10 @@ def test_one_rank_is_plain_attention():
     q, k, v, weight = _inputs(1, 4, 2, torch.float32)
     expected = _reference(q, k, v, weight, True, True)
     leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    RING_TRAFFIC.reset()
     out = ring_attention(*leaves, enable_gqa=True)
     (out * weight).sum().backward()
+    assert (RING_TRAFFIC.forward_bytes, RING_TRAFFIC.backward_bytes) == (0, 0) == ring_attention_bytes(k.numel(), 4, 1)
     for got, want in zip([out.detach()] + [t.grad for t in leaves], expected):
         torch.testing.assert_close(got, want, **FP32)
 
