@@ -29,29 +29,16 @@ from pathlib import Path
 from typing import Iterator
 
 from trident.config.typed import ConfigError
-
-LOCAL_PROTOCOLS = ("", "file", "local")
-
+from trident.text.schemes import LOCAL_PROTOCOLS, is_remote, protocol  # noqa: F401 (public here too)
 
 class UnsupportedLocation(ConfigError):
     """A path trident cannot use where it was given: a URL where only a local path works, or a URL
     that a local path mangled."""
 
 
-def protocol(path) -> str:
-    """The URL scheme of `path` ('' for a plain local path)."""
-    text = os.fspath(path) if not hasattr(path, "protocol") else str(path)
-    return text.split("://", 1)[0] if "://" in text else ""
-
-
-def is_remote(path) -> bool:
-    """Whether `path` names an object in an fsspec filesystem other than the local disk."""
-    return protocol(path) not in LOCAL_PROTOCOLS
-
-
 def _store_call(path, operation: str):
     """store_operation (a store's failure as one line, text/store_errors.py), imported when first used."""
-    from trident.text.store_errors import store_operation  # it imports this module
+    from trident.text.store_kinds import store_operation
 
     return store_operation(path, operation)
 

@@ -9,27 +9,14 @@ anywhere else. A missing object is not a store failure: callers report those the
 from __future__ import annotations
 
 import re
-from contextlib import contextmanager
-from typing import Iterable, Iterator
+from typing import Iterable
 
 from trident.text.storage import is_remote, location, protocol
 from trident.text.store_kinds import (  # noqa: F401 (public here too)
-    EXIT_CODES, StoreError, failure_kind, from_a_store, store_error)
+    EXIT_CODES, StoreError, failure_kind, from_a_store, store_error, store_operation)
 
 BUCKET_PROTOCOLS = ("s3", "s3a", "gs", "gcs")  # stores whose first path part is a bucket that must exist
 _URL = re.compile(r"\b[a-z][a-z0-9+]*://[^\s,\]\['\"]+")
-
-
-@contextmanager
-def store_operation(url, operation: str) -> Iterator[None]:
-    """Run the block; a failure of the store behind a remote `url` is raised as a StoreError."""
-    try:
-        yield
-    except Exception as error:
-        converted = store_error(error, url, operation) if is_remote(url) else None
-        if converted is None or converted is error:
-            raise
-        raise converted from error
 
 
 def urls_in(values: Iterable) -> list[str]:

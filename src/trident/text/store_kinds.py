@@ -1,9 +1,13 @@
 """What kind of object-store failure an error is (a key of EXIT_CODES), the StoreError it becomes,
-and fsspec's event loop told to drop the tracebacks of requests a store cut off: below storage.py,
-which installs that handler, and store_errors.py, which wraps store operations."""
+store_operation (a block of store calls whose failure is raised as one), and fsspec's event loop told
+to drop the tracebacks of requests a store cut off: below storage.py, which uses both, and
+store_errors.py (bucket checks, URLs on a command line)."""
 from __future__ import annotations
 
+from contextlib import contextmanager
 from typing import Iterator
+
+from trident.text.schemes import is_remote
 
 # sysexits(3) codes: none is used by trident otherwise (0, 1, 2, 3, 4, 75, 130)
 EXIT_CODES = {"missing bucket": 66, "unreachable": 69, "failed": 74, "access denied": 77}
@@ -69,6 +73,18 @@ def store_error(error: BaseException, url: str, operation: str, bucket_call: boo
         return error
     kind = failure_kind(error, bucket_call)
     return StoreError(str(url), operation, kind, _cause(error)) if kind else None
+
+
+@contextmanager
+def store_operation(url, operation: str) -> Iterator[None]:
+    """Run the block; a failure of the store behind a remote `url` is raised as a StoreError."""
+    try:
+        yield
+    except Exception as error:
+        converted = store_error(error, url, operation) if is_remote(url) else None
+        if converted is None or converted is error:
+            raise
+        raise converted from error
 
 
 _QUIET: list = []  # the fsspec event loop whose handler is installed
