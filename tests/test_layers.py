@@ -140,6 +140,29 @@ def test_curate_top_level_stays_a_hall():
     top = sorted(path.name for path in (SRC / "curate").glob("*.py"))
     assert len(top) <= 12, f"curate/ has {len(top)} top-level modules: {top}"
 
+
+# curate/'s rooms, lowest first: a room imports only rooms before it (document, stage, droplog: "base")
+CURATE_ROOMS = ["base", "read", "extract", "dedup", "filters", "decontaminate", "run", "samples"]
+
+
+def test_curate_rooms_import_down():
+    def room(module: str) -> str | None:
+        parts = module.split(".")
+        if parts[:2] != ["trident", "curate"] or len(parts) < 3:
+            return None
+        return "base" if parts[2] in ("document", "stage", "droplog") else parts[2]
+
+    wrong = []
+    for module, targets in sorted(module_graph().items()):
+        here = room(module)
+        for target in sorted(targets):
+            there = room(target)
+            if here and there and here != there:
+                assert here in CURATE_ROOMS and there in CURATE_ROOMS, f"{module} or {target}: no room in CURATE_ROOMS"
+                if CURATE_ROOMS.index(there) > CURATE_ROOMS.index(here):
+                    wrong.append(f"{module} ({here}) imports {target} ({there})")
+    assert not wrong, "curate rooms importing up:\n" + "\n".join(wrong)
+
 def test_files_and_functions_stay_small():
     big = []
     for path in sorted(SRC.rglob("*.py")):
