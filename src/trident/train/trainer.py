@@ -31,6 +31,7 @@ from trident.parallel.sharding import full_shape
 from trident.parallel.token_ids import check_token_ids
 from trident.parallel.watch import failed_group
 from trident.text.storage import location, make_folder
+from trident.text.store_errors import StoreError
 from trident.train import allocator
 from trident.train.diagnostics import CorruptionError, RunDiagnostics
 from trident.train.downstream import DownstreamEval
@@ -371,4 +372,4 @@ def _tokenizer_json(source: str, tokenizer, out: Path) -> Path:
     return out / "tokenizer.json"
 
 
-OWN_ERRORS = (RankFailure, TrainError, CorruptionError, SaveError)  # pass through Trainer._guarded unchanged
+OWN_ERRORS = (RankFailure, TrainError, CorruptionError, SaveError, StoreError)  # through Trainer._guarded unchanged
