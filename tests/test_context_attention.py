@@ -117,7 +117,7 @@ def test_one_rank_is_plain_attention():
     expected = _reference(q, k, v, weight, True, True)
     leaves = [t.clone().requires_grad_() for t in (q, k, v)]
     RING_TRAFFIC.reset()
-    out = ring_attention(*leaves, enable_gqa=True)
+    out = ring_attention(*leaves, None, enable_gqa=True)
     (out * weight).sum().backward()
     assert (RING_TRAFFIC.forward_bytes, RING_TRAFFIC.backward_bytes) == (0, 0) == ring_attention_bytes(k.numel(), 4, 1)
     for got, want in zip([out.detach()] + [t.grad for t in leaves], expected):
@@ -127,9 +127,9 @@ def test_one_rank_is_plain_attention():
 def test_mismatched_heads_need_enable_gqa():
     q, k, v, _ = _inputs(1, 4, 2, torch.float32)
     with pytest.raises(ValueError, match="enable_gqa"):
-        ring_attention(q, k, v)
+        ring_attention(q, k, v, None)
     with pytest.raises(ValueError, match="share a dtype"):
-        ring_attention(q, k.double(), v.double(), enable_gqa=True)
+        ring_attention(q, k.double(), v.double(), None, enable_gqa=True)
 
 
 @pytest.mark.parametrize("cp", [1, 2, 3, 4])

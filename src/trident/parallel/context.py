@@ -70,11 +70,12 @@ def ring_attention_bytes(kv_numel: int, element_size: int, cp: int) -> tuple[int
 
 
 @torch.compiler.disable  # point-to-point exchanges and Python loops: run eagerly inside a compiled block
-def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group=None, *, causal: bool = True,
+def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group, *, causal: bool = True,
                    enable_gqa: bool = False, scale: float | None = None) -> torch.Tensor:
     """Attention of this CP rank's queries [b, hq, s_local, d] over the whole sequence's keys and values,
     whose local part k, v [b, hkv, s_local, d] holds this rank's chunks (r, 2N-1-r) in that order.
-    `group` is the CP process group (None: the default group). Equals F.scaled_dot_product_attention
+    `group` is the CP process group, always named (None: the default group; a ring of one without
+    torch.distributed). Equals F.scaled_dot_product_attention
     on the full sequence (is_causal=causal), cut back to this rank's tokens; differentiable."""
     _check_shapes(q, k, v, enable_gqa)
     ring = _Ring(group)
