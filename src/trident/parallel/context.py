@@ -75,8 +75,8 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group, *, 
     """Attention of this CP rank's queries [b, hq, s_local, d] over the whole sequence's keys and values,
     whose local part k, v [b, hkv, s_local, d] holds this rank's chunks (r, 2N-1-r) in that order.
     `group` is the CP process group, always named (None: the default group; a ring of one without
-    torch.distributed). Equals F.scaled_dot_product_attention
-    on the full sequence (is_causal=causal), cut back to this rank's tokens; differentiable."""
+    torch.distributed). Equals F.scaled_dot_product_attention on the full sequence (is_causal=causal),
+    cut back to this rank's tokens; differentiable."""
     _check_shapes(q, k, v, enable_gqa)
     ring = _Ring(group)
     if causal and ring.size > 1 and q.size(2) % 2:
@@ -118,6 +118,8 @@ class _Ring:
         distributed = dist.is_available() and dist.is_initialized()
         self.size = dist.get_world_size(group) if distributed else 1
         self.index = dist.get_rank(group) if distributed else 0
+        if self.index < 0:
+            raise ValueError(f"rank {dist.get_rank()} is not in the context-parallel group it was given")
         self.next, self.prev = (self.index + 1) % self.size, (self.index - 1) % self.size
         # the flight recorder and `trident diagnose` name peers by global rank
         self.prev_rank = dist.get_global_rank(group, self.prev) if distributed and group is not None else self.prev
