@@ -66,7 +66,7 @@ def plot(records: list[dict], out: Path, metric: str | None = None, title: str =
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m trident.train.eval_curves", description=__doc__.splitlines()[0])
-    parser.add_argument("metrics", type=Path, help="a run's metrics.jsonl")
+    parser.add_argument("metrics", help="a run's metrics.jsonl (a path or URL: read with its parts on a store)")
     parser.add_argument("out", type=Path, help="PNG to write")
     parser.add_argument("--metric", help="only these metrics, comma-separated (e.g. acc,acc_norm); "
                                          "default every one but perplexity")
