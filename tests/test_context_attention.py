@@ -99,6 +99,8 @@ def _ring_cases(rank: int, world: int, cases) -> list[dict]:
     if world == 4:  # two rings of two within four ranks, on non-neighbouring ranks: group-local peers
         groups = [dist.new_group([0, 2]), dist.new_group([1, 3])]
         results += [_ring_case(case, groups[rank % 2]) for case in cases[:2]]
+        with pytest.raises(ValueError, match=f"rank {rank} is not in the context-parallel group"):
+            ring_attention(*_inputs(2, 2, 2, torch.float32)[:3], groups[1 - rank % 2])
     return results
 
 
