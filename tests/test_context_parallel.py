@@ -125,3 +125,42 @@ def test_one_process_replays_a_cp2_step_and_names_cp_when_it_cannot(tmp_path, ca
     result = json.loads(capsys.readouterr().out)
     assert result["layout"] == {"dp": 1, "pp": 1, "tp": 1} and result["same_samples"]
     assert result["from_checkpoint"].endswith("step_0000002") and result["max_relative_difference"] < 1e-5
+
+
+HANG_S = 4  # parallel.timeout_s of the hang test
+
+
+def _hung_before_step(rank, world, out):
+    import os
+    import time
+    from pathlib import Path
+
+    from train_fixtures import VOCAB, RandomTokens
+    from trident.train.trainer import RankFailure, Trainer
+
+    os.environ["TRIDENT_INJECT"] = "rank=1,step=2,kind=hang"
+    config = tiny_config("parallel.cp=2", "train.steps=4", f"parallel.timeout_s={HANG_S}")
+    trainer = Trainer(config, out, datasets=(RandomTokens(32), None), vocab_size=VOCAB, log=lambda *a: None)
+    start = time.time()
+    try:
+        trainer.train()
+    except RankFailure:
+        hung_dump = Path(out) / "debug" / "flight" / "rank_1.json"
+        while not hung_dump.exists() and time.time() - start < 4 * HANG_S:
+            time.sleep(0.1)  # the hung rank's watchdog writes its own dump; keep it alive until then
+        return True
+    return False
+
+
+@pytest.mark.timeout(90)
+def test_diagnose_names_the_ring_step_a_cp_rank_waits_in(tmp_path, capsys):
+    import json
+
+    from trident.cli import main
+
+    run_distributed(_hung_before_step, 2, str(tmp_path), pg_timeout=HANG_S, timeout=60, expect_dead=(1,))
+    assert main(["diagnose", str(tmp_path), "--json"]) == 0
+    verdict = json.loads(capsys.readouterr().out)
+    assert verdict["first"]["rank"] == 1 and verdict["first"]["coordinates"] == "dp 0 pp 0 cp 1 tp 0"
+    waiting = {w["rank"]: w["event"] for w in verdict["waiting_on_first"]}
+    assert waiting[0]["op"].startswith("ring attention forward step") and waiting[0]["peer"] == 1
