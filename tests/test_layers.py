@@ -63,7 +63,8 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def module_graph() -> dict[str, set[str]]:
+@functools.lru_cache(maxsize=None)
+def module_graph() -> dict[str, frozenset[str]]:
     """Every module of src/trident and the modules it imports, at top level or inside a function, or
     names in a string (a registry's table of modules to import is an import all the same)."""
     paths = {module_name(path): path for path in sorted(SRC.rglob("*.py"))}
@@ -82,11 +83,11 @@ def module_graph() -> dict[str, set[str]]:
                     base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
                 names = [f"{base}.{alias.name}" for alias in node.names]
                 targets.update([name for name in names if name in paths] or [base])
-        graph[module] = {target for target in targets if target in paths and target != module}
+        graph[module] = frozenset(target for target in targets if target in paths and target != module)
     return graph
 
 
-def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+def import_circles(graph: dict[str, frozenset[str]]) -> list[list[str]]:
     """The strongly connected groups of more than one module (Tarjan), each sorted."""
     index, low, stack, on_stack, circles = {}, {}, [], set(), []
 
