@@ -176,7 +176,7 @@ def _ring_forward(ring: _Ring, q, kv, scale: float, causal: bool):
 
 def _ring_backward(ring: _Ring, q, kv, out, dout, lse, scale: float, causal: bool):
     """fp32 (dq [b, hq, s, d], dkv [2, b, hkv, s, d]) for this rank's queries and its own K/V."""
-    delta = (dout * out).sum(-1)
+    delta = None if uses_kernel(q) else (dout * out).sum(-1)  # the kernel computes its own
     dq = torch.zeros_like(q)
     arriving, grad_works = [None], []
     for step in range(ring.size):
@@ -203,7 +203,7 @@ def _block_gradients(ring: _Ring, step: int, saved: tuple, kv, dq, scale: float,
     for rows, cols, offset in block_tiles(ring.blocks(step, q.size(2), causal), kernel):
         dq_block, dk_block, dv_block = block_backward(
             q[..., rows, :], k[..., cols, :], v[..., cols, :], out[..., rows, :], dout[..., rows, :],
-            delta[..., rows], lse[..., rows], scale, offset, kernel)
+            None if kernel else delta[..., rows], lse[..., rows], scale, offset, kernel)
         dq[..., rows, :] += dq_block
         dkv[0, ..., cols, :] += dk_block
         dkv[1, ..., cols, :] += dv_block

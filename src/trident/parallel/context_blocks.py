@@ -66,11 +66,12 @@ def block_backward(q, k, v, out, dout, delta, lse, scale: float, offset: int | N
 
 
 def merge(out, lse, rows: slice, block_out, block_lse) -> None:
-    """Fold a block's partial (block_out, block_lse) into the running (out, lse) rows, in place."""
+    """Fold a block's partial (block_out, block_lse) into the running (out, lse) rows, in place (block_out
+    is scaled in place too: no temporaries the size of the output)."""
     old = lse[..., rows]
     new = torch.logaddexp(old, block_lse)  # finite: every block row sees at least one key
-    out[..., rows, :] = (out[..., rows, :] * torch.exp(old - new).unsqueeze(-1)
-                         + block_out * torch.exp(block_lse - new).unsqueeze(-1))
+    block_out.mul_(torch.exp(block_lse - new).unsqueeze(-1))
+    out[..., rows, :].mul_(torch.exp(old - new).unsqueeze(-1)).add_(block_out)
     lse[..., rows] = new
 
 
