@@ -63,8 +63,8 @@ def _cause(error: BaseException) -> str:
 def from_a_store(error: BaseException) -> bool:
     """Whether an object-store client raised `error` (or an error in its chain): a StoreError, botocore,
     aiohttp, s3fs, gcsfs."""
-    stores = ("botocore", "aiobotocore", "aiohttp", "s3fs", "gcsfs", "google")
-    return any(isinstance(e, StoreError) or type(e).__module__.split(".")[0] in stores for e in _chain(error))
+    stores = ("botocore.", "aiobotocore.", "aiohttp.", "s3fs.", "gcsfs.", "google.auth.", "google.api_core.")
+    return any(isinstance(e, StoreError) or f"{type(e).__module__}.".startswith(stores) for e in _chain(error))
 
 
 def store_error(error: BaseException, url: str, operation: str, bucket_call: bool = False) -> StoreError | None:
