@@ -2,10 +2,12 @@
 and cp=4 gloo rings the output and the q/k/v gradients equal F.scaled_dot_product_attention on the whole
 sequence (fp32, GQA, bf16, fp16, non-causal, recomputed, tiled); the bytes sent equal the formula; each
 ring step's wait is a flight-recorder event naming the rank received from; the chunk maps round-trip and
-every step's blocks are exactly the causal pairs."""
+every step's blocks are exactly the causal pairs. Where torch's own ring attention runs (its context
+parallelism's templated ring over its CPU flash kernel), ring_attention equals it too."""
 from __future__ import annotations
 
 import functools
+import types
 
 import pytest
 import torch
@@ -19,6 +21,15 @@ from trident.parallel.context_chunks import (chunk_length, join_rank_parts, rank
                                              split_for_rank)
 
 FP32 = {"rtol": 1e-5, "atol": 1e-6}
+try:  # torch's own ring attention, a private API of torch 2.x; compared with where it exists
+    from torch.distributed.tensor.experimental._context_parallel import _attention as _torch_cp
+
+    TORCH_RING = types.SimpleNamespace(forward=_torch_cp._templated_ring_attention,
+                                       backward=_torch_cp._templated_ring_attention_backward)
+except (ImportError, AttributeError):
+    TORCH_RING = None
+TORCH_CPU_FLASH = types.SimpleNamespace(forward=torch.ops.aten._scaled_dot_product_flash_attention_for_cpu,
+                                        backward=torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward)
 _SENT: list[int] = []  # bytes of each batch of sends a rank posts (filled in forked ranks)
 BF16 = {"rtol": 2e-2, "atol": 2e-2}
 FP16 = {"rtol": 2e-3, "atol": 2e-3}
@@ -85,6 +96,25 @@ def _ring_case(case, group=None) -> dict:
             + [f"ring attention backward step {i}/{cp}" in ops for i in range(1, cp + 1)]}  # the last: dK/dV home
 
 
+def _equals_torch_ring(rank: int, cp: int) -> None:
+    """torch's own ring attention (its context parallelism's _templated_ring_attention, head-tail load
+    balance = the same chunks) over torch's CPU flash kernel: the same output and gradients (GQA)."""
+    import torch.distributed as dist
+
+    q, k, v, weight = _inputs(cp, 4, 2, torch.float32, seed=1)
+    local = [split_for_rank(t, 2, cp, rank) for t in (q, k, v)]
+    dout = split_for_rank(weight, 2, cp, rank)
+    out, lse, *_ = TORCH_RING.forward(dist.group.WORLD, 2, TORCH_CPU_FLASH.forward, query=local[0], key=local[1],
+                                      value=local[2], is_causal=True, dropout_p=0.0)
+    grads = TORCH_RING.backward(dist.group.WORLD, 2, TORCH_CPU_FLASH.backward, dout, "grad_out", *local, out, lse,
+                                True, dropout_p=0.0)
+    leaves = [t.clone().requires_grad_() for t in local]
+    mine = ring_attention(*leaves, None, enable_gqa=True)
+    mine.backward(dout)
+    for got, want in zip([mine.detach()] + [t.grad for t in leaves], [out, *grads[:3]]):
+        torch.testing.assert_close(got, want, **FP32)
+
+
 def _ring_cases(rank: int, world: int, cases) -> list[dict]:
     import torch.distributed as dist
 
@@ -96,6 +126,8 @@ def _ring_cases(rank: int, world: int, cases) -> list[dict]:
 
     dist.batch_isend_irecv = counted  # in this forked rank only
     results = [_ring_case(case) for case in cases]
+    if TORCH_RING is not None:
+        _equals_torch_ring(rank, world)
     if world == 4:  # two rings of two within four ranks, on non-neighbouring ranks: group-local peers
         groups = [dist.new_group([0, 2]), dist.new_group([1, 3])]
         results += [_ring_case(case, groups[rank % 2]) for case in cases[:2]]
