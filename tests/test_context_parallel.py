@@ -3,8 +3,9 @@ ranks (two load-balanced chunks each), attention as parallel/context.py's ring. 
 as one process does (losses, grad norms, weights; fp32, 4 steps over both ramp-up batch sizes): cp2
 with learned positions; Llama blocks (RoPE, GQA) under selective recompute; cp2 x tp2 with sequence
 parallelism under full recompute; cp2 x pp2 x dp2 at ZeRO-3 with the zero-bubble schedule (8 ranks).
-A cp2 checkpoint loads at cp1 x dp2 bit for bit and resumes there with the same losses, and
-evaluation (cp = 1) reads it. Layouts that cannot work exit 2 naming the keys."""
+A cp2 ZeRO-3 checkpoint loads at cp1 x dp2 bit for bit and resumes there with the same losses, and
+evaluation (cp = 1) reads it; one process replays a cp2 step; diagnose names a hung CP rank's ring
+step. Layouts that cannot work exit 2 naming the keys."""
 from __future__ import annotations
 
 import numpy as np
@@ -32,11 +33,13 @@ def _layout(rank, world, out_dir, overrides):
 
 
 def _two_ranks(rank, world, out_dir):
-    """cp2 (GPT), cp2 (Llama, selective recompute); a cp2 checkpoint after STOP steps, its state, and
-    cp1 x dp2 loading it: that state, then its losses for the remaining steps."""
+    """cp2 (GPT), cp2 (Llama, selective recompute); a cp2 ZeRO-3 checkpoint after STOP steps, its state,
+    and cp1 x dp2 (ZeRO-0) loading it: that state, then its losses for the remaining steps."""
     gpt = _layout(rank, world, f"{out_dir}/gpt", [])
     llama = _layout(rank, world, f"{out_dir}/llama", SELECTIVE)
-    first, trainer = run_steps(["parallel.cp=2"], f"{out_dir}/save", stop=STOP, with_trainer=True)
+    # ZeRO-3 over the CP pair: each CP rank saves its own part of every weight and of Adam's state
+    first, trainer = run_steps(["parallel.cp=2", "parallel.zero_stage=3"], f"{out_dir}/save", stop=STOP,
+                               with_trainer=True)
     saved = {kind: full_state(trainer, kind) for kind in KINDS}
     path = str(complete_checkpoints(f"{out_dir}/save/ckpt")[-1])
     resumed = make_trainer(tiny_config(*BASE, "parallel.dp=2", f"checkpoint.load={path}"), f"{out_dir}/dp2")
