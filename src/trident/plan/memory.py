@@ -30,7 +30,7 @@ OVERLAPPED_SLACK = 1
 
 @dataclass(frozen=True)
 class Layout:
-    """One way to place the model on `tp * pp * dp` devices, with the knobs that change its cost."""
+    """One way to place the model on `tp * pp * cp * dp` devices, with the knobs that change its cost."""
     tp: int
     pp: int
     dp: int
@@ -44,10 +44,31 @@ class Layout:
     # bf16: 2 weights + 2 grads + 12 fp32 master, m, v); "fp32": an fp32 main-grad buffer, as
     # Megatron-LM and trident's trainer (parallel/data.py) keep: 18 bytes/param.
     grad_dtype: str = "param"
+    cp: int = 1  # context parallelism: each sequence split over cp ranks (ring attention)
+    dp_shard: int = 0  # hybrid sharding: ZeRO over groups of dp_shard gradient-group ranks; 0: all dp x cp
 
     @property
     def gpus(self) -> int:
-        return self.tp * self.pp * self.dp
+        return self.tp * self.pp * self.cp * self.dp
+
+    @property
+    def gradient_group(self) -> int:
+        """Ranks holding the same parameters and reducing their gradients together: dp x cp."""
+        return self.dp * self.cp
+
+    @property
+    def shard(self) -> int:
+        """Ranks ZeRO shards the state over (K): dp_shard, or the whole gradient group."""
+        return self.dp_shard or self.gradient_group
+
+    @property
+    def replicas(self) -> int:
+        """Copies of each ZeRO shard (hybrid sharding all-reduces the owned slices across them)."""
+        return self.gradient_group // self.shard
+
+    def local_seq(self, seq_length: int) -> int:
+        """Tokens of each sequence one rank holds: seq_length / cp."""
+        return seq_length // self.cp
 
     @property
     def sequence_split(self) -> int:
@@ -57,7 +78,7 @@ class Layout:
     @property
     def zero_effective(self) -> int:
         """The ZeRO stage in effect (the one asked for, 0 with one replica), as the trainer's RankLayout has it."""
-        return zero_in_effect(self.zero_stage, self.dp)
+        return zero_in_effect(self.zero_stage, self.gradient_group)
 
     @property
     def zero(self) -> bool:
@@ -67,17 +88,20 @@ class Layout:
     def label(self) -> str:
         extra = f" v{self.virtual_stages}" if self.virtual_stages > 1 else ""
         sp = "+sp" if self.sequence_parallel else ""
-        return (f"tp{self.tp}{sp} pp{self.pp} dp{self.dp} mb{self.micro_batch}{extra} "
-                f"ckpt={self.checkpointing} zero{self.zero_stage}")
+        cp = f" cp{self.cp}" if self.cp > 1 else ""
+        shard = f" shard{self.shard}" if self.zero_effective and self.replicas > 1 else ""
+        return (f"tp{self.tp}{sp} pp{self.pp}{cp} dp{self.dp} mb{self.micro_batch}{extra} "
+                f"ckpt={self.checkpointing} zero{self.zero_stage}{shard}")
 
     @classmethod
     def from_config(cls, config: Config, gpus: int, grad_dtype: str = "param") -> "Layout":
-        """The layout the config asks for on `gpus` devices (dp = gpus / (tp * pp) unless set)."""
+        """The layout the config asks for on `gpus` devices (dp = gpus / (tp * pp * cp) unless set)."""
         p, t = config.parallel, config.train
-        dp = p.dp or max(gpus // (p.tp * p.pp), 1)
+        dp = p.dp or max(gpus // (p.tp * p.pp * p.cp), 1)
         return cls(tp=p.tp, pp=p.pp, dp=dp, micro_batch=t.micro_batch_size, virtual_stages=p.virtual_stages,
                    checkpointing=t.activation_checkpointing, zero_stage=p.zero_stage,
-                   sequence_parallel=p.sequence_parallel, schedule=p.schedule, grad_dtype=grad_dtype)
+                   sequence_parallel=p.sequence_parallel, schedule=p.schedule, grad_dtype=grad_dtype,
+                   cp=p.cp, dp_shard=p.dp_shard)
 
 
 @dataclass
@@ -179,7 +203,7 @@ def layer_activation_bytes(config: Config, layout: Layout, mode: str, flash_atte
     full: only the block input is kept.
     """
     m, t = config.model, layout.tp
-    s, b, h, a, f = m.seq_length, layout.micro_batch, m.hidden_size, m.num_heads, m.ffn_size
+    s, b, h, a, f = layout.local_seq(m.seq_length), layout.micro_batch, m.hidden_size, m.num_heads, m.ffn_size
     e = element_bytes(config.train.precision)
     sbh = s * b * h
     # Replicated across TP ranks unless sequence parallelism splits them along the sequence.
@@ -231,9 +255,10 @@ def stage_memory(config: Config, layout: Layout, stage: int, flash_attention: bo
     weight_b, grad_b, state_b = state_bytes(t.precision, layout.grad_dtype)
     stage_in_effect = p.zero_effective
     weights, gradients, optimizer_full = params * weight_b, params * grad_b, params * state_b
-    optimizer = optimizer_full / p.dp if p.zero else optimizer_full
-    weights /= p.dp if stage_in_effect == 3 else 1  # ZeRO-3: the owned slice of the weights only
-    gradients /= p.dp if stage_in_effect >= 2 else 1  # ZeRO-2/3: the owned slice of the gradients only
+    # ZeRO shards over K = p.shard ranks (dp x cp, or dp_shard's groups under hybrid sharding)
+    optimizer = optimizer_full / p.shard if p.zero else optimizer_full
+    weights /= p.shard if stage_in_effect == 3 else 1  # ZeRO-3: the owned slice of the weights only
+    gradients /= p.shard if stage_in_effect >= 2 else 1  # ZeRO-2/3: the owned slice of the gradients only
     # trident's pipeline runs batched exchanges on NCCL, overlapped ones on gloo (the CPU)
     contract = "overlapped" if flash_attention and device == "cpu" else "batched"
     flight = in_flight(layout, stage, micro_batches(config, layout), contract)
@@ -244,24 +269,24 @@ def stage_memory(config: Config, layout: Layout, stage: int, flash_attention: bo
 
     activations, logits = activations_at(flight)
     e = element_bytes(t.precision)
-    sbh = config.model.seq_length * p.micro_batch * config.model.hidden_size
+    sbh = p.local_seq(config.model.seq_length) * p.micro_batch * config.model.hidden_size
     # send + receive buffers, activations forward and gradients backward
     p2p = 4 * e * sbh / p.sequence_split if p.pp > 1 else 0.0
     reduce = 0.0
-    if p.dp > 1 and p.grad_dtype == "param":
+    if p.gradient_group > 1 and p.grad_dtype == "param":
         # Separate reduce buckets, two in flight (DeepSpeed style). An fp32 main-grad buffer (Megatron,
         # trident) is all-reduced in place: its buckets are views, no extra memory.
         reduce = 2 * min(config.parallel.bucket_size_mb * 2**20, gradients)
     elif p.zero:
         # trident's ZeRO-1 reduce-scatter writes each bucket's 1/dp to a separate output (gloo must not
-        # alias input and output), and every bucket is in flight at once: 1/dp of the gradients.
-        reduce = gradients / p.dp
+        # alias input and output), and every bucket is in flight at once: 1/K of the gradients.
+        reduce = gradients / p.shard
     staging = gathered = 0.0
     if stage_in_effect >= 2:  # the staged buckets; after the backward, those still in flight (and stage
         # 2's owned weight slices copied for the all-gather after the update)
         staging, reduce = staging_bytes(config, layout, stage, micro_batches(config, layout), flight,
                                         lambda held: sum(activations_at(held)))
-        reduce = max(reduce, params * weight_b / p.dp if stage_in_effect == 2 else 0.0)
+        reduce = max(reduce, params * weight_b / p.shard if stage_in_effect == 2 else 0.0)
     if stage_in_effect == 3:
         gathered = gathered_bytes(config, layout, stage, weight_b)
     return MemoryBreakdown(weights=weights, gradients=gradients, optimizer=optimizer, activations=activations,
@@ -277,7 +302,8 @@ def paper_activation_bytes(config: Config, layout: Layout, stage: int, flight: f
     last stage the logits plus the fp32 copy the loss keeps."""
     m, p = config.model, layout
     e = element_bytes(config.train.precision)
-    sbh = m.seq_length * p.micro_batch * m.hidden_size
+    s = p.local_seq(m.seq_length)
+    sbh = s * p.micro_batch * m.hidden_size
     sp = p.sequence_split
     stored = stage_layers(config, layout)[stage] * layer_activation_bytes(config, layout, p.checkpointing) * flight
     if p.checkpointing == "full":
@@ -286,7 +312,7 @@ def paper_activation_bytes(config: Config, layout: Layout, stage: int, flight: f
     logits = 0.0
     if stage == p.pp - 1:
         stored += e * sbh / sp  # final LayerNorm input
-        logits = m.seq_length * p.micro_batch * m.padded_vocab_size(p.tp) / p.tp * (e + 4)
+        logits = s * p.micro_batch * m.padded_vocab_size(p.tp) / p.tp * (e + 4)
     return stored, logits
 
 

@@ -39,13 +39,16 @@ def memory_table(plan: Plan) -> Table:
     table.add_row("gradients", _gib(mem.gradients), "fp32" if layout.grad_dtype == "fp32" or not master
                   else "training precision")
     stage = layout.zero_effective
-    sharded = f"ZeRO-{stage} over dp={layout.dp}" if stage else "not sharded"
+    group = f"dp={layout.dp}" + (f" x cp={layout.cp}" if layout.cp > 1 else "")
+    over = f"shard groups of {layout.shard} ranks, {layout.replicas} replicas" if layout.replicas > 1 else group
+    sharded = f"ZeRO-{stage} over {over}" if stage else "not sharded"
     table.add_row("optimizer", _gib(mem.optimizer), ("fp32 master + " if master else "") + f"Adam m, v; {sharded}")
-    other = mem.optimizer_unsharded / layout.dp if not stage else mem.optimizer_unsharded
+    other = mem.optimizer_unsharded / layout.gradient_group if not stage else mem.optimizer_unsharded
     table.add_row("  (optimizer with ZeRO-1)" if not stage else "  (optimizer without ZeRO)",
                   _gib(other), "for comparison, not in the total")
     table.add_row("activations", _gib(mem.activations), f"checkpointing={layout.checkpointing}"
-                  + (", sequence parallel" if layout.sequence_parallel else ""))
+                  + (", sequence parallel" if layout.sequence_parallel else "")
+                  + (f", cp={layout.cp}: 1/{layout.cp} of each sequence, ring buffers" if layout.cp > 1 else ""))
     table.add_row("logits", _gib(mem.logits), "last stage: the loss's fp32 probabilities and working set")
     if stage >= 2:
         table.add_row("ZeRO working set", _gib(mem.staging + mem.gathered), "fp32 gradient buckets staged for their "
@@ -67,6 +70,7 @@ def time_table(plan: Plan, paper: tuple[float, float] | None) -> Table:
     table.add_column("note")
     rows = [("compute", t.compute, f"of which recompute {t.recompute:.2f} s"),
             ("TP collectives", t.tp_comm, ""), ("PP point-to-point", t.pp_comm, ""),
+            ("CP ring (exposed)", t.cp_comm, f"{t.cp_bytes / 2**30:.2f} GiB sent per rank" if t.cp_bytes else ""),
             ("pipeline bubble", t.bubble, f"{t.bubble_fraction:.1%} of the busy time"),
             ("DP gradient reduction", t.dp_comm, ""), ("optimizer step", t.optimizer, "")]
     for name, seconds, note in rows:
@@ -88,6 +92,8 @@ def print_plan(plan: Plan, config: Config, gpus: int, console: Console | None = 
     if plan.memory is not None:
         console.print(memory_table(plan))
         console.print(time_table(plan, paper_point(config, gpus, plan.hardware)))
+    if plan.needs_cp:
+        console.print(f"fits only with cp >= 2: at cp=1 (dp={plan.layout.gradient_group}) it does not fit")
     for reason in plan.reasons:
         console.print(f"[red]rejected:[/] {reason}")
 
@@ -96,26 +102,43 @@ def print_ranking(ranking: Ranking, top: int, by_mesh: bool, console: Console | 
                   current: int | None = None) -> None:
     console = console or _console()
     plans = ranking.best_per_mesh() if by_mesh else ranking.plans
-    what = "best layout of each (tp, pp, dp)" if by_mesh else "layouts"
+    what = "best layout of each (tp, pp, cp, dp)" if by_mesh else "layouts"
     table = Table(title=f"Top {min(top, len(plans))} {what} of {len(ranking.plans)} that fit "
                         f"({ranking.examined} examined)")
-    for name in ("#", "tp", "pp", "dp", "mb", "v", "ckpt", "zero", "sp", "GiB", "step s", "TFLOP/s", "MFU", "bubble"):
+    for name in ("#", "tp", "pp", "cp", "dp", "K", "mb", "v", "ckpt", "zero", "sp", "GiB", "step s", "TFLOP/s",
+                 "MFU", "bubble", "cp-only"):
         table.add_column(name, justify="right")
     for i, plan in enumerate(plans[:top], 1):
         lay, t = plan.layout, plan.time
-        table.add_row(str(i), str(lay.tp), str(lay.pp), str(lay.dp), str(lay.micro_batch), str(lay.virtual_stages),
-                      lay.checkpointing, str(lay.zero_stage), "y" if lay.sequence_parallel else "",
-                      f"{plan.memory.total / GIB:.1f}", f"{t.total:.2f}", f"{t.tflops_per_gpu:.1f}",
-                      f"{t.mfu:.1%}", f"{t.bubble_fraction:.1%}")
+        table.add_row(str(i), str(lay.tp), str(lay.pp), str(lay.cp), str(lay.dp), str(lay.shard) if lay.zero else "",
+                      str(lay.micro_batch), str(lay.virtual_stages), lay.checkpointing, str(lay.zero_stage),
+                      "y" if lay.sequence_parallel else "", f"{plan.memory.total / GIB:.1f}", f"{t.total:.2f}",
+                      f"{t.tflops_per_gpu:.1f}", f"{t.mfu:.1%}", f"{t.bubble_fraction:.1%}", "y" if plan.needs_cp else "")
     console.print(table)
+    for line in context_summary(ranking):
+        console.print(line)
     if current is not None:
         console.print(f"the config's own layout ranks #{current} of {len(ranking.plans)}")
-    rejected = Table(title="Rejected layouts by reason (mesh: counted once per (tp, pp, dp))")
+    rejected = Table(title="Rejected layouts by reason (mesh: counted once per (tp, pp, cp, dp))")
     rejected.add_column("count", justify="right")
     rejected.add_column("reason")
     for reason, count in ranking.rejected.most_common():
         rejected.add_row(str(count), reason)
     console.print(rejected)
+
+
+def context_summary(ranking: Ranking) -> list[str]:
+    """What context parallelism changes: layouts that fit only with cp >= 2, and the fastest of them."""
+    needing = [plan for plan in ranking.plans if plan.needs_cp]
+    if not needing:
+        return []
+    lines = [f"{len(needing)} of {len(ranking.plans)} fitting layouts fit only with cp >= 2 (K: ZeRO's shard group; "
+             "cp-only: the same layout at cp=1 does not fit)"]
+    if not any(plan.layout.cp == 1 for plan in ranking.plans):
+        lines.append("no layout fits without context parallelism")
+    fastest = needing[0]
+    lines.append(f"fastest that fits only with cp >= 2: {fastest.layout.label()}, {fastest.time.total:.2f} s a step")
+    return lines
 
 
 def plan_json(plan: Plan, config: Config, gpus: int) -> dict:
@@ -129,6 +152,8 @@ def plan_json(plan: Plan, config: Config, gpus: int) -> dict:
 def ranking_json(ranking: Ranking, top: int, by_mesh: bool, current: int | None = None) -> dict:
     plans = ranking.best_per_mesh() if by_mesh else ranking.plans
     return {"examined": ranking.examined, "fitting": len(ranking.plans), "config_layout_rank": current,
+            "fit_only_with_cp": sum(plan.needs_cp for plan in ranking.plans),
+            "fit_without_cp": sum(plan.layout.cp == 1 for plan in ranking.plans),
             "by_mesh": by_mesh, "plans": [p.to_dict() for p in plans[:top]],
             "rejected": dict(ranking.rejected.most_common())}
 

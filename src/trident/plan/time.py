@@ -17,6 +17,7 @@ from trident.hardware import Hardware
 from trident.parallel.layout_rules import dp_bytes_per_step
 from trident.plan.memory import (ADAM_MOMENT_BYTES, Layout, distinct_stages, element_bytes, micro_batches,
                                  stage_layers, stage_params, state_bytes)
+from trident.plan.ring import ring_cost
 
 
 def per_device(hardware: Hardware, gpus: int, gpus_per_node: int) -> Hardware:
@@ -81,7 +82,7 @@ def ring_time(nbytes: float, ranks: int, busbw_gbs: float, latency_us: float, fa
 def link(hardware: Hardware, span: int, gpus_per_node: int) -> tuple[float, float]:
     """(busbw GB/s, latency us) for a group whose ranks spread over `span` consecutive ranks.
 
-    Ranks are laid out dp x pp x tp with TP innermost (parallel/mesh.py): a group stays inside one
+    Ranks are laid out dp x pp x cp x tp with TP innermost (parallel/mesh.py): a group stays inside one
     node when its span fits a node; otherwise its ring crosses the inter-node fabric, the slowest hop.
     """
     if span <= gpus_per_node:
@@ -104,10 +105,13 @@ class TimeBreakdown:
     tflops_per_gpu: float = 0.0  # paper convention: F with recompute / (gpus * step time)
     mfu: float = 0.0  # model FLOPs (no recompute) / (gpus * step time * peak)
     slowest_stage: int = 0
+    cp_comm: float = 0.0  # context parallelism's ring exchanges not hidden by the attention compute
+    cp_bytes: float = 0.0  # bytes one rank of the slowest stage sends around its CP ring per step
 
     @property
     def total(self) -> float:
-        return self.compute + self.tp_comm + self.pp_comm + self.bubble + self.dp_comm + self.optimizer
+        return (self.compute + self.tp_comm + self.pp_comm + self.cp_comm + self.bubble + self.dp_comm
+                + self.optimizer)
 
     def to_dict(self) -> dict:
         return {**asdict(self), "total": self.total}
@@ -122,10 +126,12 @@ def stage_seconds(config: Config, layout: Layout, hardware: Hardware, gpus_per_n
     recompute = layers * recompute_flops(config, b, layout.checkpointing)
     if stage == layout.pp - 1:
         forward += head_forward_flops(config, b)
-    compute = 3 * forward / layout.tp / speed  # forward + backward (twice the forward)
-    recompute_s = recompute / layout.tp / speed
+    # forward + backward (twice the forward); a CP rank computes 1/cp of every sequence (balanced chunks)
+    compute = 3 * forward / (layout.tp * layout.cp) / speed
+    recompute_s = recompute / (layout.tp * layout.cp) / speed
 
-    act_bytes = element_bytes(config.train.precision) * m.seq_length * b * m.hidden_size
+    e = element_bytes(config.train.precision)
+    act_bytes = e * layout.local_seq(m.seq_length) * b * m.hidden_size
     bw, lat = link(hardware, layout.tp, gpus_per_node)
     # Megatron TP: two all-reduces forward and two backward per layer, two more when the layer is re-run.
     # (Sequence parallelism turns each into a reduce-scatter + all-gather: the same bytes on the wire.)
@@ -136,27 +142,46 @@ def stage_seconds(config: Config, layout: Layout, hardware: Hardware, gpus_per_n
     pp = 0.0
     if layout.pp > 1:
         sent = act_bytes / layout.sequence_split
-        bw, lat = link(hardware, layout.tp * layout.pp, gpus_per_node)
+        bw, lat = link(hardware, layout.tp * layout.cp * layout.pp, gpus_per_node)
         # Activations forward and gradients backward, once per model chunk the micro-batch passes here.
         pp = 2 * layout.virtual_stages * (sent / (bw * 1e9) + lat * 1e-6) * (1 - hardware.pp_overlap)
-    return {"compute": compute + recompute_s, "recompute": recompute_s, "tp": tp, "pp": pp}
+    bw, lat = link(hardware, layout.tp * layout.cp, gpus_per_node)  # a CP ring: cp ranks tp apart
+    ring = ring_cost(config, layout, e, speed, bw, lat)
+    return {"compute": compute + recompute_s, "recompute": recompute_s, "tp": tp, "pp": pp,
+            "cp": layers * ring.exposed_s, "cp_bytes": layers * (ring.forward_bytes + ring.backward_bytes)}
+
+
+def shard_span(layout: Layout) -> int:
+    """Consecutive ranks a ZeRO shard group spans: its K members are consecutive in the gradient group
+    (dp-major, cp-minor; parallel/hybrid.py), CP members tp apart, DP members pp x cp x tp apart."""
+    k = layout.shard
+    return k * layout.tp if k <= layout.cp else k // layout.cp * layout.pp * layout.cp * layout.tp
 
 
 def gradient_sync_seconds(config: Config, layout: Layout, hardware: Hardware, gpus_per_node: int) -> float:
-    """Data-parallel traffic of the largest stage (layout_rules.dp_bytes_per_step: the gradients'
-    reduction, and with ZeRO the weights' all-gathers; a reduce-scatter per micro-batch from stage 2,
-    two all-gathers per micro-batch at stage 3), plus the tied-embedding all-reduce."""
+    """Data-parallel traffic of the largest stage over the gradient group (dp x cp ranks;
+    layout_rules.dp_bytes_per_step: the gradients' reduction, and with ZeRO the weights' all-gathers; a
+    reduce-scatter per micro-batch from stage 2, two all-gathers per micro-batch at stage 3), plus the
+    tied-embedding all-reduce. Hybrid sharding (K < dp x cp): the ZeRO collectives inside the shard
+    group (its own link: a node's when it spans one), the owned 1/K all-reduced across the replicas."""
     weight_b, grad_b, _ = state_bytes(config.train.precision, layout.grad_dtype)
-    params = max(stage_params(config, layout, i) for i in distinct_stages(config, layout))
-    bw, lat = link(hardware, layout.gpus, gpus_per_node)
-    stage, micro = layout.zero_effective, micro_batches(config, layout)
-    sent = dp_bytes_per_step(stage, layout.dp, round(params), weight_b, micro, grad_b)
-    rings = {0: 2, 1: 1, 2: micro, 3: 3 * micro}[stage]  # rings of dp - 1 hops, one latency each (as ring_time)
-    seconds = 0.0 if layout.dp <= 1 else sent / (bw * 1e9) + rings * (layout.dp - 1) * lat * 1e-6
+    params = round(max(stage_params(config, layout, i) for i in distinct_stages(config, layout)))
+    stage, micro, group = layout.zero_effective, micro_batches(config, layout), layout.gradient_group
+    rings = {0: 2, 1: 1, 2: micro, 3: 3 * micro}[stage]  # rings of K - 1 hops, one latency each (as ring_time)
+    seconds = 0.0
+    if group > 1:
+        k = layout.shard if stage else group
+        inside = dp_bytes_per_step(stage, k, params, weight_b, micro, grad_b)
+        bw, lat = link(hardware, shard_span(layout) if stage else layout.gpus, gpus_per_node)
+        seconds = inside / (bw * 1e9) + rings * (k - 1) * lat * 1e-6
+        if stage and k < group:  # the replicas' all-reduce of the owned slices, across the cluster
+            across = dp_bytes_per_step(stage, group, params, weight_b, micro, grad_b, shard=k) - inside
+            bw, lat = link(hardware, layout.gpus, gpus_per_node)
+            seconds += across / (bw * 1e9) + 2 * (group // k - 1) * lat * 1e-6
     seconds *= 1 - hardware.dp_overlap
     if layout.pp > 1:  # first and last stage add their copies of the tied word embedding
         embedding = config.model.padded_vocab_size(layout.tp) * config.model.hidden_size / layout.tp * grad_b
-        bw, lat = link(hardware, layout.tp * layout.pp, gpus_per_node)
+        bw, lat = link(hardware, layout.tp * layout.cp * layout.pp, gpus_per_node)
         seconds += ring_time(embedding, 2, bw, lat)
     return seconds
 
@@ -165,7 +190,7 @@ def optimizer_seconds(config: Config, layout: Layout, hardware: Hardware) -> flo
     """Adam is bandwidth-bound: read gradient and state, write state and weights (per owned parameter)."""
     weight_b, grad_b, state_b = state_bytes(config.train.precision, layout.grad_dtype)
     params = max(stage_params(config, layout, i) for i in distinct_stages(config, layout))
-    owned = params / layout.dp if layout.zero else params
+    owned = params / layout.shard if layout.zero else params
     per_param = grad_b + 2 * state_b + weight_b * (1 if state_b > ADAM_MOMENT_BYTES else 2)  # fp32: w read too
     return owned * per_param / (hardware.hbm_gbs * 1e9)
 
@@ -175,14 +200,14 @@ def step_time(config: Config, layout: Layout, hardware: Hardware, gpus_per_node:
     micro = micro_batches(config, layout)
     kinds = distinct_stages(config, layout)  # representative rank -> ranks like it
     stages = {i: stage_seconds(config, layout, hardware, gpus_per_node, i) for i in kinds}
-    per_stage = {i: s["compute"] + s["tp"] + s["pp"] for i, s in stages.items()}
+    per_stage = {i: s["compute"] + s["tp"] + s["pp"] + s["cp"] for i, s in stages.items()}
     slowest = max(per_stage, key=lambda i: per_stage[i])
     worst = stages[slowest]
     total = sum(per_stage[i] * count for i, count in kinds.items())
     bubble = (total - per_stage[slowest]) / layout.virtual_stages
     breakdown = TimeBreakdown(
         compute=micro * worst["compute"], recompute=micro * worst["recompute"], tp_comm=micro * worst["tp"],
-        pp_comm=micro * worst["pp"], bubble=bubble,
+        pp_comm=micro * worst["pp"], cp_comm=micro * worst["cp"], cp_bytes=micro * worst["cp_bytes"], bubble=bubble,
         dp_comm=gradient_sync_seconds(config, layout, hardware, gpus_per_node),
         optimizer=optimizer_seconds(config, layout, hardware), micro_batches=micro,
         bubble_fraction=bubble / (micro * per_stage[slowest]), slowest_stage=slowest)

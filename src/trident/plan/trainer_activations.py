@@ -44,6 +44,7 @@ class Shape:
     norm: str = "layernorm"
     swiglu: bool = False
     rope: bool = False
+    cp: int = 1  # context parallelism: `s` is then this rank's seq_length / cp tokens (ring attention)
 
     @property
     def sbh(self) -> int:
@@ -64,11 +65,12 @@ def shape(config, layout, device: str) -> Shape:
     if device not in DEVICES:
         raise ValueError(f"device must be one of {', '.join(DEVICES)}, got {device!r}")
     m = config.model
-    return Shape(s=m.seq_length, b=layout.micro_batch, h=m.hidden_size, f=m.ffn_size, a=m.num_heads,
+    return Shape(s=layout.local_seq(m.seq_length), b=layout.micro_batch, h=m.hidden_size, f=m.ffn_size, a=m.num_heads,
                  vocab=m.padded_vocab_size(layout.tp), tp=layout.tp, sp=layout.sequence_split,
                  e=4 if config.train.precision == "fp32" else 2, device=device,
                  kv=max(m.kv_heads, layout.tp) / m.num_heads,  # fewer than tp: one replicated a rank
-                 grouped=m.kv_heads != m.num_heads, norm=m.norm, swiglu=m.mlp == "swiglu", rope=m.position == "rope")
+                 grouped=m.kv_heads != m.num_heads, norm=m.norm, swiglu=m.mlp == "swiglu", rope=m.position == "rope",
+                 cp=layout.cp)
 
 
 def layer_bytes(config, x: Shape, mode: str) -> float:
@@ -114,11 +116,28 @@ def backward_working_set(config, x: Shape, mode: str) -> float:
     e = x.e
     mlp = 2 if x.swiglu else 1  # SwiGLU: the gradients of both branches
     extra = e * x.sbh + mlp * e * x.s * x.b * x.f / x.tp + e * x.h * x.f / x.tp
+    if x.cp > 1:  # the ring's backward is the larger moment when its buffers outweigh the MLP's gradients
+        extra = max(extra, e * x.sbh + ring_working_set(x))
     if mode == "full":
         extra += layer_bytes(config, x, "none")
     elif mode == "selective" and math_attention(config, x):
         extra += math_attention_bytes(config, x)  # the recomputed attention core
     return extra
+
+
+def kv_block_bytes(x: Shape, element: int) -> float:
+    """One ring block: this rank's K and V ([b, hkv/t, s/cp, d] each) in `element`-byte elements."""
+    return 2 * element * x.sbh * x.kv / x.tp
+
+
+def ring_working_set(x: Shape) -> float:
+    """What ring attention's backward (parallel/context.py) holds beyond the kept tensors: two K/V
+    blocks in the ring (the one computing, the next arriving), two fp32 dK/dV blocks (this step's and
+    the sum travelling in), an fp32 copy of K/V, and fp32 query-sized tensors: dQ, plus the fp32
+    copies of Q, the output and its gradient in 16-bit training."""
+    query_sized = (4 if x.e < FP32 else 1) * FP32 * x.sbh / x.tp
+    fp32_kv = kv_block_bytes(x, FP32) if x.e < FP32 else 0.0
+    return 2 * kv_block_bytes(x, x.e) + 2 * kv_block_bytes(x, FP32) + fp32_kv + query_sized
 
 
 def first_stage_extra(x: Shape, mode: str) -> float:

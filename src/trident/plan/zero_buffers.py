@@ -8,7 +8,7 @@ torch), as parallel/data.py and parallel/param_gather.py allocate it:
   its backward, beside the block computing and the next block's all-gather.
 Buckets are cut by the trainer's own rule (parallel/buckets.py): parameters in reverse creation
 order, a bucket closed once it holds bucket_size_mb of fp32 gradient (a tied embedding copy alone; at
-stage 3 never across two units), each padded to a multiple of dp.
+stage 3 never across two units), each padded to a multiple of K.
 """
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ def buckets(config: Config, layout, stage: int) -> list[tuple[tuple, float]]:
     """(unit of its first parameter, padded elements) of each bucket of rank `stage`, in flat order."""
     keys, sizes, alone = zip(*reversed(rank_tensors(config, layout, stage)))
     units = list(keys) if layout.zero_effective == 3 else None  # ZeRO-3 gathers a unit's buckets alone
-    cuts, _ = cut_buckets(list(sizes), config.parallel.bucket_size_mb * 2**20, layout.dp, units, list(alone))
+    cuts, _ = cut_buckets(list(sizes), config.parallel.bucket_size_mb * 2**20, layout.shard, units, list(alone))
     return [(keys[cut.members[0]], cut.end - cut.start) for cut in cuts]
 
 
@@ -90,13 +90,17 @@ def staging_bytes(config: Config, layout, stage: int, micro_batches: int, flight
     beside the reductions still in flight from the backwards before it (the first: beside its first
     bucket filling); the highest of those sums, above the activation peak, is what staging adds."""
     order = completion_order(config, layout, stage)
-    launches = [4 * n * (1 + 1 / layout.dp) for n in order * max(micro_batches, 1)]  # across micro-batches
+    share = 4 * (1 + 1 / layout.shard)  # fp32 staging plus its 1/K output
+    launches = [share * n for n in order * max(micro_batches, 1)]  # across micro-batches
     peak = activations_at(flight)
     highest = peak + 4 * order[0]
+    held_bytes = {flight: peak}  # activations_at by micro-batches held (few distinct counts)
     for j in range(1, micro_batches):
         before = j * len(order)
         held = min(flight, micro_batches - j)
-        highest = max(highest, activations_at(held) + sum(launches[max(0, before - REDUCTIONS_IN_FLIGHT):before]))
+        if held not in held_bytes:
+            held_bytes[held] = activations_at(held)
+        highest = max(highest, held_bytes[held] + sum(launches[max(0, before - REDUCTIONS_IN_FLIGHT):before]))
     return highest - peak, sum(launches[-REDUCTIONS_IN_FLIGHT:])
 
 
