@@ -30,7 +30,7 @@ gradient is home. Backward sends (N-1) x 2 x |K| bytes of K/V plus N x 2 x |K|_f
 
 Blocks (parallel/context_blocks.py) are computed in fp32 by torch's CPU flash-attention kernel, which
 returns l_b and takes the final l back in its backward, or by plain matmuls on other devices; both are
-tested equal to SDPA. Recomputing under torch.utils.checkpoint runs the forward ring again (its bytes
+tested equal to SDPA, and to torch's own ring attention (torch.distributed.tensor.experimental). Recomputing under torch.utils.checkpoint runs the forward ring again (its bytes
 again). Grouped-query attention: query head i reads key/value head i // (hq / hkv), as SDPA's enable_gqa.
 Every wait on an exchange is a flight-recorder event ("ring attention forward step 2/4", peer: the
 global rank received from), so a hang's dump names the ring step and whom it waits for.
