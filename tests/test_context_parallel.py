@@ -33,10 +33,11 @@ def _layout(rank, world, out_dir, overrides):
 
 
 def _two_ranks(rank, world, out_dir):
-    """cp2 (GPT), cp2 (Llama, selective recompute); a cp2 ZeRO-3 checkpoint after STOP steps, its state,
+    """cp2 (GPT), cp2 (Llama, selective recompute), cp2 in bf16; a cp2 ZeRO-3 checkpoint after STOP steps, its state,
     and cp1 x dp2 (ZeRO-0) loading it: that state, then its losses for the remaining steps."""
     gpt = _layout(rank, world, f"{out_dir}/gpt", [])
     llama = _layout(rank, world, f"{out_dir}/llama", SELECTIVE)
+    bf16 = _layout(rank, world, f"{out_dir}/bf16", ["train.precision=bf16"])
     # ZeRO-3 over the CP pair: each CP rank saves its own part of every weight and of Adam's state
     first, trainer = run_steps(["parallel.cp=2", "parallel.zero_stage=3"], f"{out_dir}/save", stop=STOP,
                                with_trainer=True)
@@ -45,7 +46,7 @@ def _two_ranks(rank, world, out_dir):
     resumed = make_trainer(tiny_config(*BASE, "parallel.dp=2", f"checkpoint.load={path}"), f"{out_dir}/dp2")
     loaded = {kind: full_state(resumed, kind) for kind in KINDS}
     rest = [resumed.train_step()["loss"] for _ in range(resumed.step, resumed.config.train.steps)]
-    return gpt, llama, saved, loaded, first + rest, path, resumed.mesh.cp
+    return gpt, llama, saved, loaded, first + rest, path, resumed.mesh.cp, bf16
 
 
 @pytest.mark.timeout(300)
@@ -53,7 +54,10 @@ def test_cp2_trains_as_one_process_and_its_checkpoint_resumes_at_cp1_dp2(tmp_pat
     ranks = run_distributed(_two_ranks, 2, str(tmp_path), timeout=290)
     assert_matches([rank[0] for rank in ranks], reference)
     assert_matches([rank[1] for rank in ranks], train_full(tiny_config(*BASE, *LLAMA), tmp_path / "llama"))
-    _, _, saved, loaded, losses, path, cp = ranks[0]
+    _, _, saved, loaded, losses, path, cp, bf16 = ranks[0]
+    half = train_full(tiny_config(*BASE, "train.precision=bf16"), tmp_path / "bf16")  # bf16 rounds per layout
+    np.testing.assert_allclose(bf16[0], half[0], rtol=5e-4)  # measured 9e-5
+    np.testing.assert_allclose(bf16[3], half[3], rtol=1e-2)  # measured 2e-3 (grad norms)
     assert cp == 1
     for kind in KINDS:  # cp2's state, read at cp1 x dp2, bit for bit
         assert loaded[kind].keys() == saved[kind].keys()
