@@ -31,7 +31,7 @@ except (ImportError, AttributeError):
 TORCH_CPU_FLASH = types.SimpleNamespace(forward=torch.ops.aten._scaled_dot_product_flash_attention_for_cpu,
                                         backward=torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward)
 _SENT: list[int] = []  # bytes of each batch of sends a rank posts (filled in forked ranks)
-BF16 = {"rtol": 2e-2, "atol": 2e-2}
+BF16 = {"rtol": 8e-3, "atol": 8e-3}  # 2 bf16 ulps: the ring computes in fp32 and rounds once
 FP16 = {"rtol": 2e-3, "atol": 2e-3}
 # (name, query heads, key/value heads, dtype, causal, tolerance)
 CASES = [("fp32", 4, 4, torch.float32, True, FP32), ("gqa", 4, 2, torch.float32, True, FP32),
