@@ -27,6 +27,7 @@ from torch._subclasses.fake_tensor import is_fake
 from trident.config import Config, ConfigError, ModelConfig
 from trident.model.gpt import GPT, TIED_EMBEDDING, build_model
 from trident.parallel import tensor as T
+from trident.parallel.context import RING_TRAFFIC
 from trident.parallel.context_chunks import split_for_rank
 from trident.parallel.data import all_reduce_coalesced
 from trident.parallel.layout import RankLayout, rank_layout
@@ -207,6 +208,7 @@ class ParallelModel:
     def zero_grad(self) -> None:
         self.grad_buffers.zero_grad()
         self.param_buffers.sent_bytes = 0
+        RING_TRAFFIC.reset()
 
     def finalize_gradients(self) -> None:
         """Cross-rank gradient sums (losses were already divided by m x dp, so sums give the global
@@ -324,6 +326,12 @@ class ParallelModel:
     def dp_sent_bytes(self) -> int:
         """Bytes this rank sent in data-parallel collectives since the step began (ring algorithms)."""
         return self.grad_buffers.sent_bytes + self.param_buffers.sent_bytes
+
+    @property
+    def cp_sent_bytes(self) -> int:
+        """Bytes this rank sent around its context-parallel ring since the step began: ring attention's
+        K/V blocks and their fp32 gradients (docs/training.md, "Context parallelism")."""
+        return RING_TRAFFIC.forward_bytes + RING_TRAFFIC.backward_bytes
 
     def state_bytes(self) -> dict[str, int]:
         """Bytes of the tensors that live for the whole run: weights, fp32 gradients, optimizer state."""

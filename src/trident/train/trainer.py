@@ -144,6 +144,8 @@ class Trainer:
         self.consumed_tokens += batch_size * cfg.model.seq_length
         record = self._record(loss.item(), lr, grad_norm, batch_size, elapsed, overflow)
         record["dp_comm_bytes"] = model.dp_sent_bytes  # this rank's data-parallel traffic (docs/training.md)
+        if mesh.cp > 1:
+            record["cp_ring_bytes"] = model.cp_sent_bytes  # this rank's ring attention traffic (docs/training.md)
         # what `trident replay` needs to re-run this step: its global sample indices [start, start + count)
         record["samples"] = [self.consumed_samples - batch_size, batch_size]
         if recording:
