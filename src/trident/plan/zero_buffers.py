@@ -65,8 +65,22 @@ def rank_tensors(config: Config, layout, stage: int) -> list[tuple[tuple, float,
     return tensors
 
 
+_CUTS: dict[tuple, list] = {}  # buckets by what they depend on: a search costs thousands of layouts of one model
+
+
 def buckets(config: Config, layout, stage: int) -> list[tuple[tuple, float]]:
     """(unit of its first parameter, padded elements) of each bucket of rank `stage`, in flat order."""
+    p = config.parallel
+    key = (repr(config.model), repr(p.layer_partition), p.bucket_size_mb, layout.tp, layout.pp,
+           layout.virtual_stages, stage, layout.zero_effective == 3, layout.shard)
+    if key not in _CUTS:
+        if len(_CUTS) > 4096:
+            _CUTS.clear()
+        _CUTS[key] = _cut(config, layout, stage)
+    return _CUTS[key]
+
+
+def _cut(config: Config, layout, stage: int) -> list[tuple[tuple, float]]:
     keys, sizes, alone = zip(*reversed(rank_tensors(config, layout, stage)))
     units = list(keys) if layout.zero_effective == 3 else None  # ZeRO-3 gathers a unit's buckets alone
     cuts, _ = cut_buckets(list(sizes), config.parallel.bucket_size_mb * 2**20, layout.shard, units, list(alone))
