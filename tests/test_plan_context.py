@@ -14,6 +14,7 @@ from trident.plan.report import context_summary
 from trident.plan.ring import ring_attention_bytes, ring_cost
 from trident.plan.search import candidate_layouts, evaluate, rank_layouts
 from trident.plan.time import gradient_sync_seconds, step_time
+from trident.rehearse.run import rehearse
 
 GIB = 2**30
 
@@ -140,3 +141,20 @@ def test_at_2048_tokens_the_530b_fits_without_cp(a100):
     config = load_config("mtnlg-530b")
     plan = evaluate(config, Layout.from_config(config, 2240, "fp32"), a100, 2240, 8, True)
     assert plan.ok and not plan.needs_cp
+
+
+@pytest.mark.timeout(180)
+def test_a_cp_rank_of_the_530b_rehearses_within_10_percent_of_the_plan():
+    # the 530B preset at 8192 tokens on tp8 x pp35 x cp4 (1,120 ranks); 8 sequences a step keep it fast
+    config = load_config("mtnlg-530b", ["model.seq_length=8192", "parallel.cp=4", "train.global_batch_size=8",
+                                        "train.rampup_batch_size=null"])
+    config.validate(1120)
+    result = rehearse(config, 1120, [0])["ranks"][0]
+    measured, plan = result["measured"], result["plan"]
+    assert result["coordinates"]["cp"] == 0 and result["micro_batches"] == 8
+    for category in ("weights", "gradients", "optimizer", "activations", "buffers"):
+        assert measured[category] == pytest.approx(plan[category], rel=0.10), category
+    assert measured["peak"] == pytest.approx(plan["total"], rel=0.10)
+    # the activations are those of 2048 tokens a rank: a quarter of what the same rank holds at cp = 1
+    alone = stage_memory(config, replace(Layout.from_config(config, 1120, "fp32"), cp=1), 0, True, "cpu")
+    assert measured["activations"] < 0.3 * (alone.activations + alone.logits + alone.p2p_buffers)

@@ -26,7 +26,8 @@ def _print_rank(result: dict, capacity: float) -> None:
     from trident.rehearse.run import comparison_rows
 
     c = result["coordinates"]
-    print(f"\nrank {result['rank']} (dp {c['dp']}, pp {c['pp']}, tp {c['tp']}): {result['parameters']:,} parameters, "
+    cp = f", cp {c['cp']}" if "cp" in c else ""
+    print(f"\nrank {result['rank']} (dp {c['dp']}, pp {c['pp']}{cp}, tp {c['tp']}): {result['parameters']:,} parameters, "
           f"{result['micro_batches']} micro-batches, {result['seconds']:.1f} s, "
           f"{result['rss_peak_bytes'] / 2**30:.2f} GiB resident")
     print(f"  {'MiB':<12} {'measured':>10} {'plan':>10} {'ratio':>7}")
@@ -58,7 +59,8 @@ def run(args) -> int:
         return 2
     p = config.parallel
     if not args.json:
-        print(f"rehearsing tp{p.tp} x pp{p.pp} x dp{args.gpus // (p.tp * p.pp)} on {args.gpus} ranks "
+        cp = f" x cp{p.cp}" if p.cp > 1 else ""
+        print(f"rehearsing tp{p.tp} x pp{p.pp}{cp} x dp{args.gpus // (p.tp * p.pp * p.cp)} on {args.gpus} ranks "
               f"(fake process group, fake tensors; one full global batch of {config.train.global_batch_size})")
     show = None if args.json else (lambda result: _print_rank(result, hardware.usable_bytes))
     try:

@@ -38,16 +38,17 @@ CATEGORIES = ("weights", "gradients", "optimizer", "activations", "buffers")
 
 
 def default_ranks(config: Config) -> list[int]:
-    """The first rank of the first, a middle and the last pipeline stage (dp 0, tp 0)."""
-    pp, tp = config.parallel.pp, config.parallel.tp
-    return sorted({stage * tp for stage in (0, pp // 2, pp - 1)})
+    """The first rank of the first, a middle and the last pipeline stage (dp 0, cp 0, tp 0)."""
+    pp, tp, cp = config.parallel.pp, config.parallel.tp, config.parallel.cp
+    return sorted({stage * cp * tp for stage in (0, pp // 2, pp - 1)})
 
 
 def _batches(config: Config, mesh) -> tuple[list, int]:
-    """A full global batch's micro-batches for this DP rank (fake token ids), and the loss divisor."""
+    """A full global batch's micro-batches for this DP rank (fake token ids; a CP rank's seq_length / cp
+    of each sequence, as the data loader cuts them), and the loss divisor."""
     t, m = config.train, config.model
     micro = t.global_batch_size // (t.micro_batch_size * mesh.dp)
-    shape = (t.micro_batch_size, m.seq_length)
+    shape = (t.micro_batch_size, m.seq_length // mesh.cp)
     batch = [(torch.zeros(shape, dtype=torch.long), torch.zeros(shape, dtype=torch.long)) for _ in range(micro)]
     return batch, micro * mesh.dp
 
@@ -88,7 +89,8 @@ def measure(config: Config, mesh, steps: int = 1) -> dict:
         "activations": max(p["forward_backward"] for p in phases),
         "buffers": max(max(p["finalize"], p["step"]) for p in phases), "peak": peak}
     return {"rank": mesh.rank, "stage": mesh.pp_rank,
-            "coordinates": {"dp": mesh.dp_rank, "pp": mesh.pp_rank, "tp": mesh.tp_rank},
+            "coordinates": {"dp": mesh.dp_rank, "pp": mesh.pp_rank, "tp": mesh.tp_rank}
+            | ({"cp": mesh.cp_rank} if mesh.cp > 1 else {}),
             "parameters": sum(param.numel() for _, param in model.named_params), "micro_batches": len(batches),
             "measured": measured, "checkpoint_files": files}
 
@@ -103,7 +105,7 @@ def rehearse_rank(config: Config, world_size: int, rank: int, steps: int = 1) ->
     dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world_size)
     try:
         p = config.parallel
-        mesh = build_mesh(p.tp, p.pp, p.dp)
+        mesh = build_mesh(p.tp, p.pp, p.dp, dp_shard=p.dp_shard, cp=p.cp)
         with FakeTensorMode(allow_non_fake_inputs=True):  # RNG states stay real tensors
             result = measure(config, mesh, steps)
     finally:

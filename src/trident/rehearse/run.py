@@ -59,7 +59,8 @@ def rehearse(config: Config, world_size: int, ranks: list[int] | None = None, st
         for job in jobs:
             with context.Pool(1) as fresh:
                 results.append(finish(fresh.apply(_child, job)))
-    layout = {"world_size": world_size, "tp": p.tp, "pp": p.pp, "dp": world_size // (p.tp * p.pp),
+    layout = {"world_size": world_size, "tp": p.tp, "pp": p.pp, "cp": p.cp, "dp": world_size // (p.tp * p.pp * p.cp),
+              "dp_shard": p.dp_shard,
               "virtual_stages": p.virtual_stages, "schedule": p.schedule, "zero_stage": p.zero_stage,
               "micro_batch_size": config.train.micro_batch_size, "global_batch_size": config.train.global_batch_size,
               "activation_checkpointing": config.train.activation_checkpointing, "precision": config.train.precision}
