@@ -158,3 +158,16 @@ def test_a_cp_rank_of_the_530b_rehearses_within_10_percent_of_the_plan():
     # the activations are those of 2048 tokens a rank: a quarter of what the same rank holds at cp = 1
     alone = stage_memory(config, replace(Layout.from_config(config, 1120, "fp32"), cp=1), 0, True, "cpu")
     assert measured["activations"] < 0.3 * (alone.activations + alone.logits + alone.p2p_buffers)
+
+
+def test_launch_plans_and_passes_the_cp_layout(capsys):
+    from trident.cli import main
+
+    args = ["mtnlg-530b", "model.vocab_size=50257", "model.seq_length=32768", "parallel.tp=4", "parallel.cp=4"]
+    assert main(["launch", *args, "--nodes", "280", "--gpus-per-node", "8", "--out", "run", "--dry-run"]) == 0
+    script = capsys.readouterr().out
+    assert "# Plan (a100-80gb): tp4 pp35 cp4 dp4 mb1 ckpt=full zero1;" in script  # 2,240 = 4 x 35 x 4 x 4
+    assert "parallel.cp=4" in script.split("trident train", 1)[1]
+    # without cp the same job does not fit: launch refuses it before writing a script
+    assert main(["launch", *args[:-1], "--nodes", "280", "--gpus-per-node", "8", "--out", "run", "--dry-run"]) == 2
+    assert "needs" in capsys.readouterr().err

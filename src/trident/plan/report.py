@@ -134,10 +134,11 @@ def context_summary(ranking: Ranking) -> list[str]:
         return []
     lines = [f"{len(needing)} of {len(ranking.plans)} fitting layouts fit only with cp >= 2 (K: ZeRO's shard group; "
              "cp-only: the same layout at cp=1 does not fit)"]
-    if not any(plan.layout.cp == 1 for plan in ranking.plans):
-        lines.append("no layout fits without context parallelism")
     fastest = needing[0]
     lines.append(f"fastest that fits only with cp >= 2: {fastest.layout.label()}, {fastest.time.total:.2f} s a step")
+    alone = next((plan for plan in ranking.plans if plan.layout.cp == 1), None)
+    lines.append("no layout fits without context parallelism" if alone is None else
+                 f"fastest without context parallelism: {alone.layout.label()}, {alone.time.total:.2f} s a step")
     return lines
 
 
