@@ -39,13 +39,14 @@ def test_the_folder_the_script_prepared_is_one_train_accepts(tmp_path, capsys):
     """launch.sbatch, Slurm's log and NCCL's dump folder are in OUT before the first rank starts."""
     from trident.train.run_folder import claim_train_folder
     from trident.config import load_config
+    from trident.data.run_folder import RunFolder
 
     out = tmp_path / "run"
     assert main(["launch", *MTNLG, "--nodes", "280", "--gpus-per-node", "8", "--out", str(out)]) == 0
     (out / "slurm-123.out").write_text("")
     (out / "debug" / "nccl").mkdir(parents=True)
     config = load_config("mtnlg-530b", ["model.vocab_size=50257", "checkpoint.load=auto"])
-    claim_train_folder(config, out, overwrite=False, writer=True, rid="rdzv:123")  # no OutputFolderError
+    claim_train_folder(config, RunFolder(out, "train", "rdzv:123"), overwrite=False, writer=True)  # no OutputFolderError
 
 
 def test_multi_node_train_needs_a_rendezvous(tmp_path, capsys):

@@ -5,8 +5,9 @@ import json
 import pytest
 
 from trident.cli import main
-from trident.data.output_folder import (MARKER, OutputFolderError, claim_output_folder, read_marker, record_outputs,
-                                        start_outputs)
+from trident.data.output_folder import MARKER, OutputFolderError, claim_output_folder, read_marker
+from trident.data.output_lock import LOCK
+from trident.data.run_folder import RunFolder
 
 
 def test_a_folder_is_claimed_only_when_empty_resumed_or_overwritten(tmp_path):
@@ -16,15 +17,16 @@ def test_a_folder_is_claimed_only_when_empty_resumed_or_overwritten(tmp_path):
     with pytest.raises(OutputFolderError, match="files trident did not write: results.csv"):
         claim_output_folder(tmp_path / "old", "train", False)
     assert claim_output_folder(tmp_path / "old", "train", True) is None
-    before = start_outputs(tmp_path / "run", "demo", False)
-    (tmp_path / "run" / "report.md").write_text("first")
-    record_outputs(tmp_path / "run", "demo", before)
+    with RunFolder(tmp_path / "run", "demo") as folder:
+        folder.start_outputs(False)
+        (folder / "report.md").write_text("first")
+        folder.record_outputs()
     assert read_marker(tmp_path / "run") == {"command": "demo", "outputs": ["report.md"]}
     with pytest.raises(OutputFolderError, match="a trident demo run: report.md"):
-        start_outputs(tmp_path / "run", "demo", False)
+        RunFolder(tmp_path / "run", "demo").start_outputs(False)
     assert claim_output_folder(tmp_path / "run", "demo", False, same_run=lambda marker: True) is not None
     (tmp_path / "run" / "mine.txt").write_text("keep")
-    start_outputs(tmp_path / "run", "demo", True)  # removes only what the marker lists
+    RunFolder(tmp_path / "run", "demo").start_outputs(True)  # removes only what the marker lists
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == [MARKER, "mine.txt"]
 
 
@@ -39,3 +41,34 @@ def test_commands_refuse_a_folder_with_results_they_would_replace(tmp_path, caps
     assert main(["demo", "--out", str(out)]) == 2
     assert "not empty" in capsys.readouterr().err
     assert json.loads((out / "results.json").read_text()) == {}
+
+
+def writing_commands(tmp_path):
+    """Every command that writes, as (its command line, the path it writes, whether that is a prefix)."""
+    out, inputs = tmp_path / "out", tmp_path / "in.jsonl"
+    inputs.write_text(json.dumps({"text": "a document"}) + "\n")
+    return {
+        "train": (["train", "tiny", "--out", str(out)], out, False),
+        "curate": (["curate", "curate-cc", "--input", str(inputs), "--out", str(out)], out, False),
+        "run": (["run", str(tmp_path / "flow.yaml"), "--out", str(out)], out, False),
+        "demo": (["demo", "--out", str(out)], out, False),
+        "tokenize": (["tokenize", "--input", str(inputs), "--output-prefix", str(out / "data"), "--tokenizer",
+                      str(tmp_path / "tok")], out / "data", True),
+        "eval": (["eval", "--hf", str(tmp_path / "model"), "--tasks", "piqa", "--out", str(out)], out, False),
+        "export-hf": (["export-hf", str(tmp_path / "ckpt"), str(out)], out, False),
+        "data remove": (["data", "remove", "--prefix", str(tmp_path / "ds"), "--ids", str(inputs), "--out",
+                         str(out / "data")], out / "data", True),
+    }
+
+
+COMMANDS = ["train", "curate", "run", "demo", "tokenize", "eval", "export-hf", "data remove"]
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_writing_command_refuses_a_folder_another_live_run_holds(tmp_path, capsys, command):
+    argv, path, prefix = writing_commands(tmp_path)[command]
+    with RunFolder(path, "another", prefix=prefix):  # a live run of another id (this process) holds it
+        assert main(argv) == 2
+        assert "another trident run is writing into this folder" in capsys.readouterr().err
+        assert [p.name for p in (tmp_path / "out").iterdir()] == [f"{LOCK}.data" if prefix else LOCK]
+    assert not (tmp_path / "out").exists()  # the refused command wrote nothing; the lock took its folder away

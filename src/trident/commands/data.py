@@ -45,15 +45,18 @@ def run(args) -> int:
 
 def _remove(args) -> int:
     from trident.config import ConfigError
+    from trident.data.output_folder import OutputFolderError
+    from trident.data.run_folder import RunFolder
     from trident.data.takedown import TakedownError, remove_documents
     from trident.train.which import which_doc
 
     try:
-        report = remove_documents(args.prefix, args.ids, args.out)
+        with RunFolder(args.out, "data remove", prefix=True):  # one run per prefix at a time
+            report = remove_documents(args.prefix, args.ids, args.out)
         if args.run:  # which steps of a run read what was taken down
             report["run_steps"] = {doc: [s["step"] for s in which_doc(args.run, f"{args.prefix}:{doc}")["steps"]]
                                    for doc in report["removed_documents"]}
-    except (TakedownError, ConfigError) as error:
+    except (TakedownError, ConfigError, OutputFolderError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     if args.json:

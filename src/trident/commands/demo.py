@@ -35,7 +35,8 @@ def demo_flow(steps: int | None, max_docs: int | None, overrides: list[str]) -> 
 def run(args) -> int:
     from trident.config import ConfigError
     from trident.curate.document import CurateError
-    from trident.data.output_folder import OutputFolderError, record_outputs, start_outputs
+    from trident.data.output_folder import OutputFolderError
+    from trident.data.run_folder import RunFolder
     from trident.flow.run import run_flow
     from trident.commands.run import FLOW_FOLDER
     from trident.flow.spec import FlowError
@@ -43,15 +44,16 @@ def run(args) -> int:
 
     try:
         require_local(args.out, "--out", FLOW_FOLDER)
-        before = start_outputs(args.out, "demo", args.overwrite)
-        summary = run_flow(DEMO_FLOW, Path(args.out), demo_flow(args.steps, args.max_docs, args.overrides))
+        with RunFolder(args.out, "demo") as folder:  # a second demo or flow into OUT meanwhile exits 2
+            folder.start_outputs(args.overwrite)
+            summary = run_flow(DEMO_FLOW, folder.path, demo_flow(args.steps, args.max_docs, args.overrides))
+            folder.record_outputs()
     except (OutputFolderError, UnsupportedLocation) as err:  # e.g. --overwrite on a folder whose curated/ trident did not write
         print(f"trident demo: error: {err}", file=sys.stderr)
         return 2
     except (FlowError, CurateError) as err:
         print(f"trident demo: error: {err}", file=sys.stderr)
         return 2 if isinstance(err, ConfigError) else 1  # a config mistake fails at start, as trident run
-    record_outputs(args.out, "demo", before)
     if args.json:
         print(json.dumps(summary))
     return 0

@@ -80,7 +80,32 @@ def run(args) -> int:
     if args.hf and args.checkpoint and "=" in args.checkpoint:  # `--hf DIR parallel.tp=2`: no CKPT was meant
         args.overrides, args.checkpoint = [args.checkpoint, *args.overrides], None
     problem = _usage_problem(args)
-    problem, resume_from = (problem, None) if problem else _earlier_output(args)
+    if problem is not None:
+        print(f"trident eval: {problem}", file=sys.stderr)
+        return 2
+    if not args.out or not _holds_the_lock():
+        return _checked_run(args)
+    from trident.data.output_folder import OutputFolderError
+    from trident.data.run_folder import RunFolder
+
+    try:
+        with RunFolder(args.out, "eval"):  # before the earlier results are judged: one evaluation at a time
+            return _checked_run(args)
+    except OutputFolderError as error:  # another live run writes into --out
+        print(f"trident eval: {error}", file=sys.stderr)
+        return 2
+
+
+def _holds_the_lock() -> bool:
+    """The process that locks --out: the only one, the launcher of --nproc, or rank 0 of a hand-made torchrun."""
+    from trident.train.launch import LAUNCHED_ENV, under_torchrun
+
+    return not under_torchrun() or (os.environ.get("RANK") == "0" and LAUNCHED_ENV not in os.environ)
+
+
+def _checked_run(args) -> int:
+    """run() once the command line is sound and --out is locked."""
+    problem, resume_from = _earlier_output(args)
     problem = problem or _missing_model(args)  # before any task file is read
     if problem is not None:
         print(f"trident eval: {problem}", file=sys.stderr)

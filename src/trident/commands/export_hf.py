@@ -20,27 +20,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from trident.data.output_folder import OutputFolderError, record_outputs, start_outputs
+    from trident.data.output_folder import OutputFolderError
+    from trident.data.run_folder import RunFolder
+
+    try:
+        with RunFolder(args.out, "export-hf") as folder:  # a second export into OUT meanwhile exits 2
+            return _export(args, folder)
+    except OutputFolderError as err:
+        print(f"trident export-hf: error: {err}", file=sys.stderr)
+        return 2
+
+
+def _export(args, folder) -> int:
     from trident.infer.hf import TransformersMissing, verify_export
     from trident.infer.hf_export import export_hf
     from trident.text.storage import staged_folder
 
-    try:
-        before = start_outputs(args.out, "export-hf", args.overwrite)
-    except OutputFolderError as err:
-        print(f"trident export-hf: error: {err}", file=sys.stderr)
-        return 2
+    folder.start_outputs(args.overwrite)
     unverified = None
     try:
-        with staged_folder(args.out) as folder:  # safetensors and transformers want local files: uploaded at the end
-            summary = export_hf(args.checkpoint, folder, max_shard_bytes=int(args.max_shard_gb * 10**9)) | {
+        with staged_folder(folder.path) as staged:  # safetensors and transformers want local files: uploaded at the end
+            summary = export_hf(args.checkpoint, staged, max_shard_bytes=int(args.max_shard_gb * 10**9)) | {
                 "out": args.out}
             if args.verify:
                 try:
-                    summary["verify"] = verify_export(summary["checkpoint"], folder)
+                    summary["verify"] = verify_export(summary["checkpoint"], staged)
                 except TransformersMissing as err:
                     unverified = err  # the export itself is good: it is still written
-        record_outputs(args.out, "export-hf", before)
+        folder.record_outputs()
     except (OSError, KeyError, ValueError) as err:
         print(f"trident export-hf: error: {err}", file=sys.stderr)
         return 1

@@ -44,6 +44,8 @@ def run(args) -> int:
     from trident.config import ConfigError
     from trident.curate.document import CurateError
     from trident.data.output_folder import OutputFolderError
+    from trident.data.output_lock import FolderBusy, FolderLockLost
+    from trident.data.run_folder import RunFolder
     from trident.flow.run import run_flow
     from trident.flow.spec import FlowError
     from trident.text.storage import UnsupportedLocation, require_local
@@ -51,10 +53,11 @@ def run(args) -> int:
     try:
         require_local(args.flow, "FLOW", "a flow file is read from a local path")
         require_local(args.out, "--out", FLOW_FOLDER)
-        summary = run_flow(args.flow, args.out)
+        with RunFolder(args.out, "run"):  # a second flow into OUT meanwhile exits 2 (its stages skip by stamps)
+            summary = run_flow(args.flow, args.out)
     except (FlowError, CurateError, OutputFolderError, UnsupportedLocation) as error:
         print(f"trident run: error: {error}", file=sys.stderr)
-        return 2 if isinstance(error, ConfigError) else 1
+        return 2 if isinstance(error, (ConfigError, FolderBusy, FolderLockLost)) else 1
     if args.json:
         print(json.dumps(summary))
     return 0

@@ -8,7 +8,6 @@ import sys
 
 from trident.text.damage import damage_summary
 from trident.text.jsonl import DEFAULT_MAX_DOC_BYTES
-from trident.text.storage import location
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,11 +30,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
+    from trident.data.output_folder import OutputFolderError
+    from trident.data.run_folder import RunFolder
+
+    try:
+        with RunFolder(args.output_prefix, "tokenize", prefix=True) as prefix:  # one run per prefix at a time
+            return _tokenize(args, prefix)
+    except OutputFolderError as err:
+        print(f"trident tokenize: error: {err}", file=sys.stderr)
+        return 2
+
+
+def _tokenize(args, prefix) -> int:
     from trident.data.build import tokenize_files
     from trident.data.tokenize_jsonl import TokenizeError
 
     outputs = (f"{args.output_prefix}.{ext}" for ext in ("bin", "idx", "stats.json", "doc_lines.npy", "doc_ids.jsonl"))
-    existing = [p for p in outputs if location(p).exists()]
+    existing = [p for p in outputs if (prefix.folder / p.rsplit("/", 1)[-1]).exists()]
     if existing and not args.overwrite:  # an earlier dataset is never silently replaced
         print(f"trident tokenize: error: {existing[0]} already exists; choose another --output-prefix, "
               f"or pass --overwrite", file=sys.stderr)

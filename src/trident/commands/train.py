@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 
 
@@ -52,10 +53,16 @@ def _launch(args, rid: str) -> int:
     return failed["code"] if failed else code
 
 
+def _stop_on_lost_lock(message: str) -> None:
+    """The folder lock could not be kept: stop this run at its next step (as a stop signal does; the
+    launcher passes it to its ranks), so that it does not go on writing beside another run."""
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
 def run(args) -> int:
     from trident.config import ConfigError, load_config
     from trident.data.output_folder import OutputFolderError
-    from trident.data.output_lock import FolderLock
+    from trident.data.run_folder import RunFolder
     from trident.parallel.inject import ENV as INJECT_ENV, InjectError, parse
     from trident.text.store_errors import check_buckets, urls_in
     from trident.train.launch import under_torchrun
@@ -74,29 +81,47 @@ def run(args) -> int:
                                config.checkpoint.load]))
         config.validate(args.nproc if not under_torchrun() and args.nnodes == "1" else None)
         check_logger_folder(config, args.out)  # a URL --out with TensorBoard or W&B: refused before any rank starts
-        # one process stamps the folder: the launcher, or rank 0 of a torchrun started by hand
+        # one process per node holds the lock and stamps the folder: the launcher, or rank 0 of a torchrun
+        # started by hand; the nodes of one job share its run id, and so the lock
         writer = not under_torchrun() or (os.environ.get("RANK") == "0" and RUN_ID_ENV not in os.environ)
         rid = f"rdzv:{args.rdzv_id}" if launching and args.rdzv_id else run_id()  # the same on every node
+        folder = RunFolder(args.out, "train", rid, on_lost=_stop_on_lost_lock)
         # the lock first: a second run must not pass the folder check (or --overwrite it) while the first runs
-        lock = FolderLock(args.out, rid).acquire() if writer else None
+        held = folder.hold() if writer else None
         try:
-            claim_train_folder(config, args.out, args.overwrite, writer, rid)
+            claim_train_folder(config, folder, args.overwrite, writer)
         except OutputFolderError:
-            lock and lock.release()
+            held and held.release()
             raise
     except (ConfigError, OutputFolderError, InjectError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    if lock and lock.takeover_message():
-        print(lock.takeover_message(), file=sys.stderr)
+    if held and held.takeover_message():
+        print(held.takeover_message(), file=sys.stderr)
+    code = 1
     try:
-        return _launch(args, rid) if launching else _train(args, config)
+        code = _launch(args, rid) if launching else _train(args, config, folder)
     finally:
-        if lock:
-            lock.release()
+        if held:
+            held.release()
+    if held and held.lost():  # the heartbeat's ERROR line said why; the run stopped at its next step
+        print(f"error: {held.lost()}", file=sys.stderr)
+        return code or 2
+    return code
 
 
-def _train(args, config) -> int:
+def _leave_exit_marker(out: str, code: int, write_marker, name: str) -> None:
+    """OUT/exit.json for the launcher; none when OUT is on a store that went away (the line said so)."""
+    from trident.text.store_errors import from_a_store
+
+    try:
+        write_marker(out, {"code": code, "rank": int(os.environ.get("RANK", "0"))}, name)
+    except Exception as error:
+        if not from_a_store(error):
+            raise
+
+
+def _train(args, config, folder) -> int:
     """This process's rank (or the only process): train, and turn each way of ending into an exit code."""
     from trident.checkpoint.integrity import CheckpointError
     from trident.config import ConfigError
@@ -119,13 +144,13 @@ def _train(args, config) -> int:
     codes = [((StoreError,), None), ((ConfigError, TokenOutOfRange), 2), ((RankFailure,), 3), ((CorruptionError,), 4),
              ((TrainError, CheckpointError, SaveError, FileNotFoundError, TimeoutError), 1)]
     try:
-        trainer = Trainer(config, args.out)
+        trainer = Trainer(config, folder.path)
         records = trainer.train(stops)
     except tuple(kind for kinds, _ in codes for kind in kinds) as error:
         code = next(c for kinds, c in codes if isinstance(error, kinds)) or error.code
         print(f"error: {error}", file=sys.stderr)
         if under_torchrun():  # torchrun exits 1 for any failed rank: the launcher takes the code from here
-            write_marker(args.out, {"code": code, "rank": int(os.environ.get("RANK", "0"))}, EXIT_MARKER)
+            _leave_exit_marker(args.out, code, write_marker, EXIT_MARKER)
         return code
     except Preempted as stopped:
         # under torchrun a preempted rank exits 0, so that torchrun neither restarts nor reports it:

@@ -70,18 +70,3 @@ def remove_own_outputs(folder: str | Path, marker: dict | None, command: str, pa
             remove_tree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
             removed.append(path)
     return removed
-
-
-def start_outputs(folder: str | Path, command: str, overwrite: bool) -> set[str]:
-    """For commands without a resume: claim `folder`, remove what an earlier run of `command` there
-    recorded (with overwrite), stamp it. Returns the names already there (see record_outputs)."""
-    marker = claim_output_folder(folder, command, overwrite)
-    remove_own_outputs(folder, marker, command, list((marker or {}).get("outputs", [])))
-    write_marker(folder, {"command": command, "outputs": []})
-    return {p.name for p in location(folder).iterdir()}
-
-
-def record_outputs(folder: str | Path, command: str, before: set[str]) -> None:
-    """Stamp `folder` with what this run of `command` added to it (all that --overwrite may remove)."""
-    added = sorted(p.name for p in location(folder).iterdir() if p.name not in before and p.name != MARKER)
-    write_marker(folder, {"command": command, "outputs": added})

@@ -10,10 +10,9 @@ import json
 import os
 import socket
 import uuid
-from pathlib import Path
 
 from trident.config import Config
-from trident.data.output_folder import claim_output_folder, remove_own_outputs, write_marker
+from trident.data.run_folder import RunFolder
 
 RUN_ID_ENV = "TRIDENT_RUN_ID"
 # what `trident train` writes into its folder; --overwrite removes these when a marker says so
@@ -39,18 +38,17 @@ def resume_key(config: Config) -> dict:
     return json.loads(json.dumps({"model": config.to_dict()["model"], "data": config.to_dict()["data"]}))
 
 
-def claim_train_folder(config: Config, out: str | Path, overwrite: bool, writer: bool, rid: str) -> None:
-    """Raise OutputFolderError unless `out` is empty, this invocation's own (a restart), or a
+def claim_train_folder(config: Config, folder: RunFolder, overwrite: bool, writer: bool) -> None:
+    """Raise OutputFolderError unless `folder` is empty, this invocation's own (a restart), or a
     resume (checkpoint.load=auto, same model and data); `writer` (one process) stamps the folder and,
     with overwrite, removes the earlier trident run's outputs so load=auto cannot mix two runs."""
-    key = resume_key(config)
+    key, rid = resume_key(config), folder.run_id
     resuming = config.checkpoint.load == "auto"
-    marker = claim_output_folder(
-        out, "train", overwrite,
-        same_run=lambda m: m.get("run_id") == rid or (resuming and m.get("resume") == key),
+    marker = folder.claim(
+        overwrite, same_run=lambda m: m.get("run_id") == rid or (resuming and m.get("resume") == key),
         resume_hint="" if resuming else " and checkpoint.load is not auto (a resume)", prepared=PREPARED)
     if not writer:
         return
     if overwrite and (marker or {}).get("run_id") != rid:
-        remove_own_outputs(out, marker, "train", TRAIN_OUTPUTS)
-    write_marker(out, {"command": "train", "run_id": rid, "resume": key})
+        folder.remove_own(marker, TRAIN_OUTPUTS)
+    folder.stamp({"run_id": rid, "resume": key})
