@@ -71,9 +71,10 @@ def run(args: argparse.Namespace) -> int:
 
 def _curate(args: argparse.Namespace) -> int:
     from trident.curate.run.pipeline import run_pipeline
+    from trident.data.run_folder import RunFolder
     from trident.text.damage import damage_summary
 
-    stats = run_pipeline(args.target, list(args.input), args.out or "curated",
+    stats = run_pipeline(args.target, list(args.input), RunFolder(args.out or "curated", "curate"),
                          executor=args.executor, workers=args.workers, overrides=args.overrides,
                          overwrite=args.overwrite)
     if args.json:

@@ -30,7 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the final step's metrics as JSON")
 
 
-def _launch(args, rid: str) -> int:
+def _launch(args, folder) -> int:
     """The launching process: torchrun with this command's arguments; a stop on a signal (OUT/preempted.json
     written by this launch's ranks) is printed as one line and exits EXIT_PREEMPTED."""
     from trident.train.launch import relaunch_with_torchrun, torchrun_command
@@ -40,16 +40,16 @@ def _launch(args, rid: str) -> int:
     forwarded = ["train", args.config, *args.overrides, "--out", args.out] + (["--json"] if args.json else [])
     command = torchrun_command(args.nproc, forwarded, args.max_restarts, args.nnodes, args.rdzv_endpoint,
                                args.rdzv_id, args.rdzv_conf)
-    os.environ[RUN_ID_ENV] = rid  # every rank and restart of this launch shares the folder's run id
+    os.environ[RUN_ID_ENV] = folder.run_id  # every rank and restart of this launch shares the folder's run id
     try:
         code, started = relaunch_with_torchrun(command)
     finally:
         del os.environ[RUN_ID_ENV]
-    stopped = read_marker(args.out, since=started)
+    stopped = read_marker(folder.path, since=started)
     if stopped is not None:
         print(stop_message(stopped["signal"], stopped["step"], stopped["checkpoint"]), file=sys.stderr)
         return EXIT_PREEMPTED
-    failed = read_marker(args.out, since=started, name=EXIT_MARKER) if code else None
+    failed = read_marker(folder.path, since=started, name=EXIT_MARKER) if code else None
     return failed["code"] if failed else code
 
 
@@ -80,12 +80,12 @@ def run(args) -> int:
         check_buckets(urls_in([config.data.paths, config.data.tokenizer, config.checkpoint.dir,
                                config.checkpoint.load]))
         config.validate(args.nproc if not under_torchrun() and args.nnodes == "1" else None)
-        check_logger_folder(config, args.out)  # a URL --out with TensorBoard or W&B: refused before any rank starts
         # one process per node holds the lock and stamps the folder: the launcher, or rank 0 of a torchrun
         # started by hand; the nodes of one job share its run id, and so the lock
         writer = not under_torchrun() or (os.environ.get("RANK") == "0" and RUN_ID_ENV not in os.environ)
         rid = f"rdzv:{args.rdzv_id}" if launching and args.rdzv_id else run_id()  # the same on every node
-        folder = RunFolder(args.out, "train", rid, on_lost=_stop_on_lost_lock)
+        folder = RunFolder(args.out, "train", rid, on_lost=_stop_on_lost_lock)  # --out resolved here, once
+        check_logger_folder(config, str(folder))  # a URL --out with TensorBoard or W&B: refused before any rank
         # the lock first: a second run must not pass the folder check (or --overwrite it) while the first runs
         held = folder.hold() if writer else None
         try:
@@ -100,7 +100,7 @@ def run(args) -> int:
         print(held.takeover_message(), file=sys.stderr)
     code = 1
     try:
-        code = _launch(args, rid) if launching else _train(args, config, folder)
+        code = _launch(args, folder) if launching else _train(args, config, folder)
     finally:
         if held:
             held.release()

@@ -21,7 +21,6 @@ import dataclasses
 import json
 import logging
 import time
-import uuid
 from collections import Counter
 from pathlib import Path
 
@@ -37,8 +36,8 @@ from trident.curate.run.phases import (import_modules, read_totals, run_global_p
                                        stream_tasks, task_modules)
 from trident.curate.run.registry import build_stage, registered_stages, stage_class
 from trident.curate.stage import Executor, GlobalStage, Stage, StreamingStage, register_stage
-from trident.data.output_folder import OutputFolderError, claim_output_folder, remove_own_outputs, write_marker
-from trident.data.output_lock import FolderLock
+from trident.data.output_folder import OutputFolderError
+from trident.data.run_folder import RunFolder
 from trident.text.atomic import write_json_atomic
 from trident.text.storage import copy_file, fingerprint, location, make_folder, remove_tree, replace
 
@@ -151,16 +150,15 @@ def _prepare_work_dir(work: Path, fingerprint: dict) -> None:
     write_json_atomic(stamp, fingerprint)
 
 
-def _claim(out_dir: Path, work: Path, fingerprint: dict, overwrite: bool) -> None:
+def _claim(folder: RunFolder, work: Path, fingerprint: dict, overwrite: bool) -> None:
     """Check that this run may write into OUT (empty; its own interrupted run: OUT/work holds the same
     pipeline; or overwrite) and remove the outputs an earlier curate run listed in OUT's marker."""
     stamp = work / "pipeline.json"
     resumable = lambda marker: stamp.is_file() and json.loads(stamp.read_text()) == fingerprint
-    marker = claim_output_folder(out_dir, "curate", overwrite, same_run=resumable,
-                                 resume_hint=" and holds no interrupted run of the same pipeline and inputs")
-    own = list((marker or {}).get("outputs", [])) if (marker or {}).get("command") == "curate" else []
-    remove_own_outputs(out_dir, marker, "curate", own)
-    write_marker(out_dir, {"command": "curate", "outputs": []})
+    marker = folder.claim(overwrite, same_run=resumable,
+                          resume_hint=" and holds no interrupted run of the same pipeline and inputs")
+    folder.remove_own(marker, list((marker or {}).get("outputs", [])))
+    folder.stamp({"outputs": []})
 
 
 def _publish(shards: list[Path], out_dir: Path, keep_work: bool) -> list[Path]:
@@ -175,7 +173,8 @@ def _publish(shards: list[Path], out_dir: Path, keep_work: bool) -> list[Path]:
     return final
 
 
-def run_pipeline(config: str | Path | dict | list | CurationConfig, inputs: list[Path] | tuple = (), out_dir: Path | str = "curated",
+def run_pipeline(config: str | Path | dict | list | CurationConfig, inputs: list[Path] | tuple = (),
+                 out_dir: Path | str | RunFolder = "curated",
                  executor: str | None = None, workers: int | None = None, overrides: list[str] | tuple = (),
                  overwrite: bool = False) -> dict:
     """Run a curation pipeline over `inputs` (plus the config's own inputs) into `out_dir`:
@@ -193,18 +192,24 @@ def run_pipeline(config: str | Path | dict | list | CurationConfig, inputs: list
     except ConfigError as err:
         raise CurateConfigError(str(err)) from None
     files = _resolve_inputs(cfg, inputs)
-    out_dir = location(out_dir)
-    with FolderLock(out_dir, uuid.uuid4().hex) as lock:  # a second curate into OUT meanwhile exits 2
-        if lock.takeover_message():
-            log.warning("curate: %s", lock.takeover_message())
-        return _run_claimed(cfg, files, out_dir, overwrite)
+    folder = out_dir if isinstance(out_dir, RunFolder) else RunFolder(out_dir, "curate")
+    folder.hold()  # a second curate into OUT meanwhile exits 2
+    try:
+        if folder.takeover_message():
+            log.warning("curate: %s", folder.takeover_message())
+        stats = _run_claimed(cfg, files, folder, overwrite)
+    finally:
+        folder.release()
+    folder.lock.check()  # a lock lost during the run: its outputs may be mixed with another run's
+    return stats
 
 
-def _run_claimed(cfg: CurationConfig, files: list[tuple[Path, str]], out_dir: Path, overwrite: bool) -> dict:
+def _run_claimed(cfg: CurationConfig, files: list[tuple[Path, str]], folder: RunFolder, overwrite: bool) -> dict:
     """run_pipeline's work once OUT's lock is held."""
     groups, fingerprint = _read_groups(cfg, files)
+    out_dir = folder.path
     work = out_dir / "work"
-    _claim(out_dir, work, fingerprint, overwrite)
+    _claim(folder, work, fingerprint, overwrite)
     _prepare_work_dir(work, fingerprint)
     specs = [spec for spec in cfg.stages if spec.get("enabled", True)]
     options = {"strict": cfg.strict, "max_doc_bytes": cfg.max_doc_bytes, "modules": cfg.modules}
@@ -237,7 +242,7 @@ def _run_claimed(cfg: CurationConfig, files: list[tuple[Path, str]], out_dir: Pa
     charts = [name for name in REPORT_CHARTS if (out_dir / name).exists()]
     report = ["report.md"] if (out_dir / "report.md").exists() else []
     outputs = [p.name for p in final] + ["stats.json", "drops"] + report + charts
-    write_marker(out_dir, {"command": "curate", "outputs": outputs})
+    folder.stamp({"outputs": outputs})
     if problems:
         raise CurateError("accounting check failed (documents vanished uncounted): " + "; ".join(problems))
     return stats
