@@ -132,8 +132,8 @@ def context_summary(ranking: Ranking) -> list[str]:
     needing = [plan for plan in ranking.plans if plan.needs_cp]
     if not needing:
         return []
-    lines = [f"{len(needing)} of {len(ranking.plans)} fitting layouts fit only with cp >= 2 (K: ZeRO's shard group; "
-             "cp-only: the same layout at cp=1 does not fit)"]
+    lines = [f"{len(needing)} of {len(ranking.plans)} fitting layouts fit only with cp >= 2 "
+             "(cp-only: at cp=1 the same layout does not fit)"]
     fastest = needing[0]
     lines.append(f"fastest that fits only with cp >= 2: {fastest.layout.label()}, {fastest.time.total:.2f} s a step")
     alone = next((plan for plan in ranking.plans if plan.layout.cp == 1), None)
