@@ -1,5 +1,6 @@
 """trident plan with context parallelism (parallel.cp) and hybrid sharding (parallel.dp_shard): the
 formulas against hand computations, the search over both, and what it says about 32k-token sequences."""
+import json
 from dataclasses import replace
 
 import pytest
@@ -171,3 +172,16 @@ def test_launch_plans_and_passes_the_cp_layout(capsys):
     # without cp the same job does not fit: launch refuses it before writing a script
     assert main(["launch", *args[:-1], "--nodes", "280", "--gpus-per-node", "8", "--out", "run", "--dry-run"]) == 2
     assert "needs" in capsys.readouterr().err
+
+
+def test_plan_says_when_a_layout_fits_only_with_cp(capsys):
+    from trident.cli import main
+
+    args = ["plan", "mtnlg-530b", "model.seq_length=32768", "parallel.tp=4", "parallel.cp=4", "--gpus", "2240"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "tp4 pp35 cp4 dp4" in out and "CP ring (exposed)" in out
+    assert "fits only with cp >= 2: at cp=1 (dp=16) it does not fit" in out
+    assert main(args + ["--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["needs_cp"] and plan["layout"]["cp"] == 4 and plan["time"]["cp_bytes"] > 0
