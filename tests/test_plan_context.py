@@ -7,12 +7,11 @@ import pytest
 
 from trident.config import load_config
 from trident.hardware import load_hardware
-from trident.parallel.context import ring_attention_bytes as counted_ring_bytes
 from trident.parallel.layout_rules import dp_bytes_per_step
 from trident.plan import trainer_activations as acts
 from trident.plan.memory import Layout, memory_per_gpu, stage_memory
 from trident.plan.report import context_summary
-from trident.plan.ring import ring_attention_bytes, ring_cost
+from trident.plan.ring import ring_cost
 from trident.plan.search import candidate_layouts, evaluate, rank_layouts
 from trident.plan.time import gradient_sync_seconds, step_time
 from trident.rehearse.run import rehearse
@@ -28,11 +27,6 @@ def a100():
 @pytest.fixture(scope="module")
 def llama():
     return load_config("llama-7b")  # 32 layers, h 4096, 32 heads of 128, seq 4096, bf16
-
-
-@pytest.mark.parametrize("numel, element, cp", [(1000, 2, 2), (4096, 4, 4), (7, 2, 8), (12, 2, 1)])
-def test_ring_bytes_are_what_ring_attention_counts(numel, element, cp):
-    assert ring_attention_bytes(numel, element, cp) == counted_ring_bytes(numel, element, cp)
 
 
 def test_ring_traffic_and_its_overlap_by_hand(llama):

@@ -45,6 +45,7 @@ import torch.distributed as dist
 from torch.autograd.function import once_differentiable
 
 from trident.parallel.context_blocks import block_backward, block_forward, block_tiles, merge, uses_kernel
+from trident.parallel.layout_rules import ring_attention_bytes  # noqa: F401 (the formula RING_TRAFFIC counts)
 from trident.parallel.watch import watched
 
 
@@ -59,14 +60,6 @@ class RingTraffic:
 
 
 RING_TRAFFIC = RingTraffic()
-
-
-def ring_attention_bytes(kv_numel: int, element_size: int, cp: int) -> tuple[int, int]:
-    """(forward, backward) bytes one rank sends per ring_attention call, for one K block of `kv_numel`
-    elements of `element_size` bytes: K/V pass N-1 hops each way, fp32 dK/dV pass N hops (none on a
-    ring of one)."""
-    kv = 2 * kv_numel * element_size
-    return (cp - 1) * kv, (cp - 1) * kv + (cp * 2 * kv_numel * 4 if cp > 1 else 0)
 
 
 @torch.compiler.disable  # point-to-point exchanges and Python loops: run eagerly inside a compiled block

@@ -15,6 +15,14 @@ def sequence_split(tp: int, sequence_parallel: bool) -> int:
     return tp if sequence_parallel and tp > 1 else 1
 
 
+def ring_attention_bytes(kv_numel: float, element_size: int, cp: int) -> tuple[float, float]:
+    """(forward, backward) bytes one CP rank sends per ring-attention call (parallel/context.py), for one
+    K block of `kv_numel` elements of `element_size` bytes: K/V pass N-1 hops each way, fp32 dK/dV pass
+    N hops (nothing on a ring of one). The ring counts these (RING_TRAFFIC); the planner prices them."""
+    kv = 2 * kv_numel * element_size
+    return (cp - 1) * kv, (cp - 1) * kv + (cp * 2 * kv_numel * 4 if cp > 1 else 0)
+
+
 def zero_in_effect(zero_stage: int, dp: int) -> int:
     """The ZeRO stage in effect: ZeRO shards (optimizer state; gradients too from stage 2; parameters
     too at stage 3) only across more than one rank of the gradient group (`dp`: dp x cp, the ranks

@@ -15,15 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from trident.config import Config
+from trident.parallel.layout_rules import ring_attention_bytes
 
-FP32 = 4
-
-
-def ring_attention_bytes(kv_numel: float, element_size: int, cp: int) -> tuple[float, float]:
-    """(forward, backward) bytes one rank sends per ring-attention call for a K block of `kv_numel`
-    elements (the formula parallel/context.py's RING_TRAFFIC counts; nothing on a ring of one)."""
-    kv = 2 * kv_numel * element_size
-    return (cp - 1) * kv, (cp - 1) * kv + (cp * 2 * kv_numel * FP32 if cp > 1 else 0)
 
 
 def kv_block_elements(config: Config, layout) -> float:
