@@ -189,3 +189,18 @@ def test_typed_sections_lists_unions_and_rules_name_the_exact_key():
 @pytest.mark.parametrize("feature", [["train.compile=true"], ["eval.tasks=[lambada]", "eval.interval=10"]])
 def test_zero3_combines_with_compile_and_in_training_evaluation(feature):
     load_config("tiny", ["parallel.zero_stage=3", "parallel.dp=2", *feature]).validate(2)  # tests/test_zero3_features.py
+
+
+def test_dp_shard_counts_the_gradient_group_dp_x_cp(tmp_path, capsys):
+    """With cp > 1 gradients are reduced over dp x cp ranks (parallel/hybrid.py cuts that group), so
+    dp_shard must divide dp x cp, not dp; dp_shard = dp x cp is plain ZeRO, as 0 is."""
+    from trident.cli import main
+
+    cp2 = ["parallel.cp=2", "parallel.dp=2"]
+    load_config("tiny", [*cp2, "parallel.dp_shard=4"]).validate(4)  # the whole group: plain ZeRO, any stage
+    load_config("tiny", ["parallel.cp=2", "parallel.dp_shard=2", "parallel.zero_stage=2"]).validate(2)  # dp 1
+    assert main(["train", "tiny", *cp2, "parallel.dp_shard=3", "parallel.zero_stage=3", "--nproc", "4",
+                 "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert "parallel.dp_shard" in err and "3 does not divide parallel.dp x parallel.cp = 2 x 2 = 4" in err
+    assert "Traceback" not in err

@@ -29,7 +29,7 @@ class ParallelConfig:
     zero_stage: int = 0
     sequence_parallel: bool = False
     cp: int = 1  # context parallelism: each sequence split over cp ranks (ring attention)
-    dp_shard: int = 0  # ZeRO 2/3 shard over groups of dp_shard DP ranks, replicated across groups; 0: dp
+    dp_shard: int = 0  # ZeRO 1-3 shard over groups of dp_shard ranks of dp x cp, replicated across them; 0: all
     bucket_size_mb: float = 25.0
     overlap_grad_reduce: bool = True  # start each DP bucket's reduction once its gradients are final
     layer_partition: Optional[list] = None  # layers per (virtual) stage; None: balanced
@@ -248,11 +248,14 @@ def _check_context_parallel(config: Config) -> None:
 
 
 def _check_dp_shard(p: ParallelConfig, dp: int | None) -> None:
-    """Hybrid sharding: ZeRO over groups of dp_shard DP ranks, which divide dp (when it is known)."""
-    if p.dp_shard == 0 or p.dp_shard == dp:
+    """Hybrid sharding: ZeRO over groups of dp_shard members of the gradient group (dp x cp ranks,
+    parallel/hybrid.py), which divide it (when dp is known); dp_shard = dp x cp is plain ZeRO, as 0."""
+    group = dp * p.cp if dp else None
+    if p.dp_shard == 0 or p.dp_shard == group:
         return
-    _require(dp is None or dp % p.dp_shard == 0, "parallel.dp_shard",
-             f"{p.dp_shard} does not divide parallel.dp={dp}: ZeRO shards over groups of dp_shard DP ranks")
+    ranks = f"parallel.dp={dp}" if p.cp == 1 else f"parallel.dp x parallel.cp = {dp} x {p.cp} = {group}"
+    _require(group is None or group % p.dp_shard == 0, "parallel.dp_shard", f"{p.dp_shard} does not divide "
+             f"{ranks}: ZeRO shards over groups of dp_shard ranks of the gradient group (dp x cp)")
     _require(p.zero_stage >= 1, "parallel.dp_shard", f"{p.dp_shard} shards ZeRO's state, but "
              "parallel.zero_stage=0 shards nothing: set parallel.zero_stage to 1, 2 or 3, or dp_shard to 0")
 
