@@ -1,6 +1,7 @@
 """Data parallelism's gradients: fp32, in one flat buffer over flat_layout.py's layout (whole, or this
-rank's owned slices only), cut into buckets that are reduced across the DP group with one collective
-each, and sharded by ZeRO stage. The weights live in param_buffers.py; `flat_buffers` builds both.
+rank's owned slices only), cut into buckets that are reduced across the gradient group (dp x cp
+ranks, mesh.gradient) with one collective each, and sharded by ZeRO stage. The weights live in
+param_buffers.py; `flat_buffers` builds both.
 
 With `overlap=True` a bucket's reduction starts, asynchronously, as soon as every gradient in it is
 final. A gradient is final after its last accumulation of the step: `expect_accumulations(m)` says
@@ -8,8 +9,8 @@ that each parameter receives one per micro-batch (m in all), so the hooks count 
 stages this starts a chunk's buckets during that chunk's last backward, while the pipeline drains,
 and with interleaved schedules each chunk's buckets start when that chunk is done. Parameters named
 `alone` (the tied embedding, whose two stage copies are summed after the DP reduction) get a bucket of
-their own, so that their owned slices line up on both stages. DP rank r owns the r-th 1/dp of every
-bucket. What a rank keeps, by `stage` (ZeRO, in effect):
+their own, so that their owned slices line up on both stages. Member r of the layout's group (size
+G) owns the r-th 1/G of every bucket. What a rank keeps, by `stage` (ZeRO, in effect):
   0  full parameters and full fp32 gradients; each bucket is all-reduced (every rank owns all of it);
   1  the same buffers; each bucket is reduce-scattered into the owned slice and the updated
      parameters are all-gathered after the step (param_buffers.py; the optimizer state is sharded: zero.py);
@@ -18,7 +19,7 @@ bucket. What a rank keeps, by `stage` (ZeRO, in effect):
      as every parameter of the bucket has added to it (at most MAX_IN_FLIGHT buckets in flight);
   3  as 2, and only the owned slice of the parameters too (param_buffers.py): once a bucket's
      gradients are staged, `on_released` (param_gather.py's) drops its gathered weights.
-Under hybrid sharding (hybrid.py) the layout's group is a shard group of K DP ranks, and the owned
+Under hybrid sharding (hybrid.py) the layout's group is a shard group of K of those ranks, and the owned
 gradient slices are then all-reduced across the `replicas` of this rank's shards once a step (`reduce`).
 The reductions are the same collectives on the same data whether they overlap the backward or not,
 so both give bit-identical results. `sent_bytes` counts this rank's gradient traffic since zero_grad.

@@ -24,11 +24,11 @@ def no_weight_decay(name: str, param: nn.Parameter) -> bool:
 def build_optimizer(named_params: list, config: Config, mesh, zero_stage: int, counted: dict[int, bool],
                     alone: list = (), unit_of: dict | None = None
                     ) -> tuple[ParamBuffers, GradBuffers, DistributedAdam]:
-    """Flat weight and gradient buffers over `named_params` (bucketed for DP, `alone` parameters in
-    buckets of their own, never across two units of `unit_of`; with dp > 1 and
-    parallel.overlap_grad_reduce each bucket's reduction overlaps the backward once its gradients are
-    final) and AdamW over the ranges this rank
-    owns (1/dp of each bucket with ZeRO, `zero_stage` in effect); `counted` says, by id(param), which
+    """Flat weight and gradient buffers over `named_params` (bucketed for the gradient group dp x cp,
+    `alone` parameters in buckets of their own, never across two units of `unit_of`; with dp x cp > 1
+    and parallel.overlap_grad_reduce each bucket's reduction overlaps the backward once its gradients
+    are final) and AdamW over the ranges this rank owns (with ZeRO, `zero_stage` in effect, 1/G of each
+    bucket: G = dp x cp, or parallel.dp_shard's shard group); `counted` says, by id(param), which
     parameters this rank counts in the global gradient norm."""
     p, t = config.parallel, config.train
     gradient = mesh.gradient  # the group the gradients are reduced over: dp x cp
@@ -44,7 +44,7 @@ def build_optimizer(named_params: list, config: Config, mesh, zero_stage: int, c
 
 def global_grad_norm_squared(optimizer: DistributedAdam, mesh, zero: bool) -> torch.Tensor:
     """Squared L2 norm of the whole model's gradient (0-d), identical on every rank. With ZeRO each
-    DP rank holds a disjoint part, so the sum runs over the world (under hybrid sharding the first
+    rank of the gradient group holds a disjoint part, so the sum runs over the world (under hybrid sharding the first
     replica of each shard counts it); otherwise over one model replica."""
     total = optimizer.grad_norm_squared()
     if zero and optimizer.layout.replicas.rank > 0:

@@ -148,8 +148,8 @@ class ParallelModel:
         """Sum over micro-batches of the mean token loss / loss_divisor (micro-batches x dp; a context-
         parallel rank's mean over its share of the tokens is further divided by cp, so sums over the
         gradient group dp x cp give the global mean); gradients accumulate in the fp32 buffers. With
-        pipeline stages the loss is non-zero on the last stage only. With dp > 1 a
-        bucket's DP reduction starts as soon as its gradients are final (after their last micro-batch's
+        pipeline stages the loss is non-zero on the last stage only. With dp x cp > 1 a bucket's
+        gradient reduction starts as soon as its gradients are final (after their last micro-batch's
         backward, during the pipeline's drain); finalize_gradients waits for them."""
         if self.grad_buffers is not None:  # one accumulation per micro-batch
             self.grad_buffers.expect_accumulations(len(micro_batches))
@@ -211,11 +211,11 @@ class ParallelModel:
         RING_TRAFFIC.reset()
 
     def finalize_gradients(self) -> None:
-        """Cross-rank gradient sums (losses were already divided by m x dp, so sums give the global
-        mean): the DP buckets, then, on the owned slices, the tied embedding over its two pipeline
-        stages and TP-partial gradients (sequence-parallel norms, replicated key/value heads) over
-        TP (TP peers share a buffer layout, and the tied embedding has a bucket of its own on both
-        stages, so their owned slices line up)."""
+        """Cross-rank gradient sums (losses were already divided by m x dp x cp, so sums give
+        the global mean): the buckets over the gradient group dp x cp, then, on the owned slices,
+        the tied embedding over its two pipeline stages and TP-partial gradients (sequence-parallel
+        norms, replicated key/value heads) over TP (TP peers share a buffer layout, and the tied
+        embedding has a bucket of its own on both stages, so their owned slices line up)."""
         mesh = self.mesh
         self.grad_buffers.reduce()
         if _tied_across_stages(self.config, mesh) and (mesh.is_first_stage or mesh.is_last_stage):
@@ -280,10 +280,10 @@ class ParallelModel:
 
     def state_pieces(self) -> list[StatePiece]:
         """This rank's whole state as records: weights, owned Adam ranges, RNG streams, loss scaler
-        and optimizer step count. Weights are primary on DP rank 0 only (at ZeRO-3 each rank's owned
-        part of them on every rank); Adam state with ZeRO on every rank (each owns a disjoint part),
-        without it on DP rank 0 (the others are replicas). Under hybrid sharding only the first
-        replica group's owned parts are primary."""
+        and optimizer step count. Weights are primary on the gradient group's first rank only (at ZeRO-3
+        each rank's owned part of them on every rank); Adam state with ZeRO on every rank (each owns a
+        disjoint part), without it on the gradient group's first rank (the others are replicas).
+        Under hybrid sharding only the first replica group's owned parts are primary."""
         first_copy = self.optimizer is None or self.optimizer.layout.replicas.rank == 0  # of a shard (hybrid sharding)
         if self.layout.zero_stage == 3:
             pieces = owned_weight_pieces(self.named_params, self.param_buffers, primary=first_copy)
@@ -312,7 +312,7 @@ class ParallelModel:
             self.optimizer.steps = int(piece.value)
 
     def replica_weights(self) -> list[tuple[str, torch.Tensor]]:
-        """(name, tensor) of what every DP replica holds identically (digested to catch silent
+        """(name, tensor) of what every replica in the gradient group holds identically (digested to catch silent
         corruption): the parameters, or nothing at ZeRO-3, where each rank holds only its own part."""
         return [] if self.layout.zero_stage == 3 else list(self.named_params)
 

@@ -53,8 +53,8 @@ def weight_pieces(named_params: list, primary: bool = True) -> list[StatePiece]:
 
 def owned_weight_pieces(named_params: list, weights, primary: bool = True) -> list[StatePiece]:
     """ZeRO-3: per parameter, the part of its flattened (TP-local) tensor this rank owns, a view of the
-    owned weights (`weights`: a ParamBuffers); every DP rank's part is primary (the parts are disjoint), except under
-    hybrid sharding, where only the first copy of a shard is (`primary`)."""
+    owned weights (`weights`: a ParamBuffers); every part is primary (the gradient group's parts are
+    disjoint), except under hybrid sharding, where only the first copy of a shard is (`primary`)."""
     pieces = []
     for name, param in named_params:
         a, b = weights.layout.owned_slice(param)

@@ -1,8 +1,8 @@
 """AdamW over data parallelism's flat buffers (param_buffers.py, data.py), with its state sharded over
-DP (ZeRO-1 and up).
+the gradient group dp x cp, or a shard group of it (ZeRO-1 and up).
 
-Each rank updates only the flat ranges it owns (all of them without ZeRO, 1/dp of each bucket at
-ZeRO stage 1, 2 or 3: the buffers hand it the owned slices of the parameters and reduced gradients,
+Each rank updates only the flat ranges it owns (all of them without ZeRO, 1/G of each bucket at
+ZeRO stage 1, 2 or 3, over G ranks: the buffers hand it the owned slices of the parameters and reduced gradients,
 views of full buffers or of owned-only ones, whatever the stage), keeping for those ranges the fp32
 master weights (a separate copy only when the model trains in bf16/fp16) and Adam's m and v; which
 sub-ranges are decayed and which count in the global gradient norm is kept as (start, end) segments.
