@@ -43,7 +43,8 @@ def _worker(rank, world, seq, repeats, how):
     import torch.distributed as dist
     import torch.nn.functional as F
 
-    from trident.parallel.context import RING_TRAFFIC, ring_attention, ring_attention_bytes
+    from trident.parallel.context import RING_TRAFFIC, ring_attention
+    from trident.parallel.layout_rules import ring_attention_bytes
     from trident.parallel.context_chunks import split_for_rank
     from trident.parallel.flight import FLIGHT
 

@@ -16,9 +16,10 @@ from torch.utils.checkpoint import checkpoint
 
 from distributed import run_distributed
 from trident.parallel import context_blocks
-from trident.parallel.context import RING_TRAFFIC, ring_attention, ring_attention_bytes, step_blocks
+from trident.parallel.context import RING_TRAFFIC, ring_attention, step_blocks
 from trident.parallel.context_chunks import (chunk_length, join_rank_parts, rank_chunks, rank_positions,
                                              split_for_rank)
+from trident.parallel.layout_rules import ring_attention_bytes
 
 FP32 = {"rtol": 1e-5, "atol": 1e-6}
 try:  # torch's own ring attention, a private API of torch 2.x; compared with where it exists
@@ -202,7 +203,7 @@ def test_each_step_computes_exactly_the_causal_pairs_and_every_rank_as_much(cp):
             source = (rank - step) % cp
             qpos, kpos = rank_positions(seq, cp, rank), rank_positions(seq, cp, source)
             computed = torch.zeros(local, local, dtype=torch.int64)
-            for rows, cols, diagonal in step_blocks(rank, source, cp, local, causal=True):
+            for rows, cols, diagonal in step_blocks(rank, source, local, causal=True):
                 block = torch.ones(rows.stop - rows.start, cols.stop - cols.start, dtype=torch.int64)
                 computed[rows, cols] += block.tril() if diagonal else block
             assert torch.equal(computed, (qpos[:, None] >= kpos[None, :]).long())  # each visible pair once

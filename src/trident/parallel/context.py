@@ -30,8 +30,8 @@ gradient is home. Backward sends (N-1) x 2 x |K| bytes of K/V plus N x 2 x |K|_f
 
 Blocks (parallel/context_blocks.py) are computed in fp32 by torch's CPU flash-attention kernel, which
 returns l_b and takes the final l back in its backward, or by plain matmuls on other devices; both are
-tested equal to SDPA, and to torch's own ring attention (torch.distributed.tensor.experimental). Recomputing under torch.utils.checkpoint runs the forward ring again (its bytes
-again). Grouped-query attention: query head i reads key/value head i // (hq / hkv), as SDPA's enable_gqa.
+tested equal to SDPA, and to torch's own ring attention (torch.distributed.tensor.experimental).
+Recomputing under torch.utils.checkpoint runs the forward ring again (its bytes again). Grouped-query attention: query head i reads key/value head i // (hq / hkv), as SDPA's enable_gqa.
 Every wait on an exchange is a flight-recorder event ("ring attention forward step 2/4", peer: the
 global rank received from), so a hang's dump names the ring step and whom it waits for.
 """
@@ -45,18 +45,23 @@ import torch.distributed as dist
 from torch.autograd.function import once_differentiable
 
 from trident.parallel.context_blocks import block_backward, block_forward, block_tiles, merge, uses_kernel
-from trident.parallel.layout_rules import ring_attention_bytes  # noqa: F401 (the formula RING_TRAFFIC counts)
 from trident.parallel.watch import watched
 
 
 @dataclass
 class RingTraffic:
-    """Bytes this process has sent around context-parallel rings, by pass; reset() between measurements."""
+    """Bytes this process has sent around context-parallel rings, by pass (== layout_rules.ring_attention_bytes);
+    reset() between measurements."""
     forward_bytes: int = 0
     backward_bytes: int = 0
 
     def reset(self) -> None:
         self.forward_bytes = self.backward_bytes = 0
+
+    def add(self, phase: str, tensor: torch.Tensor) -> None:
+        """Count `tensor` as sent in `phase` ("forward" or "backward")."""
+        name = f"{phase}_bytes"
+        setattr(self, name, getattr(self, name) + tensor.numel() * tensor.element_size())
 
 
 RING_TRAFFIC = RingTraffic()
@@ -77,7 +82,7 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group, *, 
     return _RingAttention.apply(q, k, v, ring, causal, 1.0 / math.sqrt(q.size(-1)) if scale is None else scale)
 
 
-def step_blocks(rank: int, source: int, cp: int, local_len: int, causal: bool) -> list[tuple]:
+def step_blocks(rank: int, source: int, local_len: int, causal: bool) -> list[tuple]:
     """The blocks ring step with the K/V of CP rank `source` computes on CP rank `rank`: a list of
     (query rows, key rows, diagonal) with rows as slices of the local sequence; diagonal blocks are causal."""
     everything = slice(0, local_len)
@@ -123,7 +128,7 @@ class _Ring:
 
     def blocks(self, step: int, local_len: int, causal: bool) -> list[tuple]:
         """The (query rows, key rows, diagonal) blocks of ring step `step` on this rank (step_blocks)."""
-        return step_blocks(self.index, self.source(step), self.size, local_len, causal)
+        return step_blocks(self.index, self.source(step), local_len, causal)
 
     def post(self, tensors: list[torch.Tensor], phase: str, first_tag: int = 0) -> tuple[list, list]:
         """Send each tensor to the next rank and receive its like from the previous one (not waited);
@@ -136,8 +141,7 @@ class _Ring:
         for tag, (tensor, buffer) in enumerate(zip(tensors, received), start=first_tag):
             ops += [dist.P2POp(dist.isend, tensor, group=self.group, group_peer=self.next, tag=tag),
                     dist.P2POp(dist.irecv, buffer, group=self.group, group_peer=self.prev, tag=tag)]
-            setattr(RING_TRAFFIC, f"{phase}_bytes",
-                    getattr(RING_TRAFFIC, f"{phase}_bytes") + tensor.numel() * tensor.element_size())
+            RING_TRAFFIC.add(phase, tensor)
         with watched(self.group):  # an error names the CP group
             return received, dist.batch_isend_irecv(ops)
 

@@ -32,13 +32,9 @@ def rank_chunks(cp: int, rank: int) -> tuple[int, int]:
 
 
 def rank_positions(seq_len: int, cp: int, rank: int) -> torch.Tensor:
-    """Global positions of the seq_len/cp tokens CP rank `rank` holds, in its local order (LongTensor)."""
-    first, second = rank_chunks(cp, rank)
-    if cp == 1:  # the whole sequence, of any length
-        return torch.arange(seq_len)
-    length = chunk_length(seq_len, cp)
-    return torch.cat([torch.arange(first * length, (first + 1) * length),
-                      torch.arange(second * length, (second + 1) * length)])
+    """Global positions of the seq_len/cp tokens CP rank `rank` holds, in its local order (LongTensor;
+    at cp = 1 the whole sequence, of any length)."""
+    return split_for_rank(torch.arange(seq_len), 0, cp, rank)
 
 
 def split_for_rank(x: torch.Tensor, dim: int, cp: int, rank: int) -> torch.Tensor:
