@@ -23,11 +23,11 @@ def ring_attention_bytes(kv_numel: float, element_size: int, cp: int) -> tuple[f
     return (cp - 1) * kv, (cp - 1) * kv + (cp * 2 * kv_numel * 4 if cp > 1 else 0)
 
 
-def zero_in_effect(zero_stage: int, dp: int) -> int:
+def zero_in_effect(zero_stage: int, gradient_group: int) -> int:
     """The ZeRO stage in effect: ZeRO shards (optimizer state; gradients too from stage 2; parameters
-    too at stage 3) only across more than one rank of the gradient group (`dp`: dp x cp, the ranks
-    holding the same parameters), so it is 0 with dp x cp = 1."""
-    return zero_stage if dp > 1 else 0
+    too at stage 3) only across more than one rank of the gradient group (dp x cp, the ranks holding
+    the same parameters), so it is 0 with dp x cp = 1."""
+    return zero_stage if gradient_group > 1 else 0
 
 
 @lru_cache(maxsize=4096)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from trident.checkpoint.reader import complete_checkpoints
 from trident.config import ConfigError, load_config
+from trident.parallel.mesh import layout_of
 from trident.text.appended import log_exists
 from trident.text.storage import location
 
@@ -70,8 +71,7 @@ def replay(run: str | Path, step: int, overrides: list[str] | None = None, log=p
             rows.append(_compare(record, logged.get(record["step"], {})))
     last = rows[-1]
     return {"run": str(run), "step": step, "from_checkpoint": str(start) if start else None,
-            "layout": {"dp": trainer.mesh.dp, "pp": trainer.mesh.pp} | ({"cp": trainer.mesh.cp} if trainer.mesh.cp > 1
-                                                                         else {}) | {"tp": trainer.mesh.tp},
+            "layout": {k: v for k, v in layout_of(trainer.mesh).items() if k != "world_size"},  # cp when > 1
             "loss": last["loss"], "logged_loss": last["logged_loss"], "grad_norm": last["grad_norm"],
             "logged_grad_norm": last["logged_grad_norm"], "same_samples": last["same_samples"],
             "bit_exact": all(r["bit_exact"] for r in rows), "max_relative_difference": max(r["relative"] for r in rows),
