@@ -204,7 +204,8 @@ class FolderLock:
                 if self._try_claim():
                     break
             else:
-                raise FolderBusy(f"{self.folder}: could not take the folder's lock {LOCK} (another run keeps taking it)")
+                raise FolderBusy(f"{self.folder}: could not take the folder's lock {self.dir.name} "
+                                 f"(another run keeps taking it)")
         except BaseException:
             self._delete(self.mine)
             raise

@@ -14,8 +14,7 @@ import uuid
 from pathlib import Path
 from typing import Callable
 
-from trident.data.output_folder import claim_output_folder, read_marker, remove_own_outputs, write_marker
-from trident.data.output_folder import MARKER
+from trident.data.output_folder import MARKER, claim_output_folder, read_marker, remove_own_outputs, write_marker
 from trident.data.output_lock import LOCK, FolderLock
 from trident.text.storage import location
 

@@ -35,10 +35,13 @@ def folder(out: Path, source: Source) -> Path:
     return out / "decontaminated" / source.name
 
 
+def _shards(root: Path) -> list[Path]:
+    return sorted(root.glob("shard-*.jsonl.zst"))
+
+
 def training_shards(flow: Flow, out: Path, source: Source) -> list[Path]:
     """The shards the tokenizer and tokenize stages read: decontaminated with eval.heldout, else curated."""
-    root = folder(out, source) if flow.eval.heldout else out / "curated" / source.name
-    return sorted(root.glob("shard-*.jsonl.zst"))
+    return _shards(folder(out, source) if flow.eval.heldout else out / "curated" / source.name)
 
 
 def decontaminate(flow: Flow, out: Path, source: Source, resume: bool) -> dict:
@@ -47,9 +50,8 @@ def decontaminate(flow: Flow, out: Path, source: Source, resume: bool) -> dict:
 
     settings = flow.curate_of(source)
     stage = {"stage": "decontaminate", "tasks": [{"name": TASK, "path": str(documents_file(out)), "fields": ["text"]}]}
-    shards = sorted((out / "curated" / source.name).glob("shard-*.jsonl.zst"))
-    stats = run_pipeline({"stages": [stage], "progress": settings.progress}, shards, folder(out, source),
-                         workers=settings.workers, overwrite=not resume)
+    stats = run_pipeline({"stages": [stage], "progress": settings.progress}, _shards(out / "curated" / source.name),
+                         folder(out, source), workers=settings.workers, overwrite=not resume)
     print(f"{source.name}: {summary(stats)}", flush=True)
     return stats
 
