@@ -2,8 +2,8 @@
 rank owns: the layout the weights (param_buffers.py) and the fp32 gradients (data.py) share.
 
 Parameters are laid out in reverse order (the order backward finishes them) and cut into buckets by
-buckets.py's rule, each padded to a multiple of the group ZeRO shards over (the DP group, or a shard
-group of it under hybrid sharding, hybrid.py); member r of that group owns the r-th 1/size of every
+buckets.py's rule, each padded to a multiple of the group ZeRO shards over (the gradient group dp x cp, or a
+shard group of it under hybrid sharding, hybrid.py); member r of that group owns the r-th 1/size of every
 bucket with ZeRO (`shard`), all of it without. A buffer holds the whole flat range or, compact, only
 the owned slices one after another (`shard_start`).
 """

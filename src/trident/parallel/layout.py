@@ -37,7 +37,7 @@ class RankLayout:
 
     @property
     def zero(self) -> bool:
-        """The optimizer state is sharded over DP (ZeRO stage 1 or higher in effect)."""
+        """The optimizer state is sharded over the gradient group dp x cp (ZeRO stage 1 or higher in effect)."""
         return self.zero_stage >= 1
 
     @property

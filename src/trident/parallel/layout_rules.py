@@ -41,7 +41,7 @@ def stage_layer_counts(num_layers: int, pp: int, virtual_stages: int = 1,
 
 
 # ZeRO stages 2 and 3: gradient reduce-scatters in flight before the oldest is waited for (parallel/data.py;
-# each holds its bucket's fp32 staging buffer and 1/dp output: the bound on that memory the planner counts)
+# each holds its bucket's fp32 staging buffer and 1/G output: the bound on that memory the planner counts)
 REDUCTIONS_IN_FLIGHT = 2
 
 

@@ -16,7 +16,7 @@ reads) as views of the gathered buffer: a saved-tensors hook stores such a tenso
 so nothing keeps a forward's gathered weights alive. Activation checkpointing recomputes a block
 inside its backward, while it is gathered: hooks that run inside a backward (autograd's graph task
 is set) neither release nor post anything. Every decision depends only on the model's structure,
-so every DP rank issues the same all-gathers in the same order.
+so every rank of the shard group issues the same all-gathers in the same order.
 """
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """Silent-corruption check: data-parallel replicas of every parameter shard must be bit-identical
 (each replica applies the same reduced gradients, or all-gathers the same ZeRO-1 update). Each rank
-hashes its shards (xxh64 of the bytes); only the digests cross the DP group. A replica whose digest
-differs from the others' (the odd one out; with dp = 2 both are named) is reported with the parameter.
+hashes its shards (xxh64 of the bytes); only the digests cross the gradient group (dp x cp ranks,
+which hold the same parameters). A replica whose digest differs from the others' (the odd one out;
+with two replicas both are named) is reported with the parameter.
 """
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ def replica_mismatches(named_params: list, mesh) -> list[dict]:
 
 
 def agree_on_findings(findings: list[dict], mesh, device: torch.device) -> list[dict]:
-    """Collective over the world: every rank's findings, so all ranks stop together (each DP group
+    """Collective over the world: every rank's findings, so all ranks stop together (each gradient group
     checked only its own shards). One flag all-reduce; the findings travel only when there are some."""
     if mesh.world_size == 1:
         return findings

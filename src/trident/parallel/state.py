@@ -10,9 +10,9 @@ of the owned flat ranges, so filling them is the load). Kinds:
   master, exp_avg, exp_avg_sq the fp32 Adam state of the flat range `flat` of that shard
   rng                         one RNG stream of this rank (a state tensor, by stream name)
   scaler, trainer             JSON values: the loss scaler's state, the optimizer's step count
-`primary` is False on a piece that an identical replica on another rank also holds (weights on DP
-ranks > 0 below ZeRO-3; Adam state on DP ranks > 0 without ZeRO): a save writes it once, a load fills
-every copy.
+`primary` is False on a piece that an identical replica on another rank also holds (weights on all
+but the gradient group's first rank below ZeRO-3; Adam state there too without ZeRO; under hybrid
+sharding, owned parts on all but a shard's first replica): a save writes it once, a load fills every copy.
 """
 from __future__ import annotations
 
