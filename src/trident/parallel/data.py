@@ -8,7 +8,7 @@ final. A gradient is final after its last accumulation of the step: `expect_accu
 that each parameter receives one per micro-batch (m in all), so the hooks count them. With pipeline
 stages this starts a chunk's buckets during that chunk's last backward, while the pipeline drains,
 and with interleaved schedules each chunk's buckets start when that chunk is done. Parameters named
-`alone` (the tied embedding, whose two stage copies are summed after the DP reduction) get a bucket of
+`alone` (the tied embedding, whose two stage copies are summed after the gradient reduction) get a bucket of
 their own, so that their owned slices line up on both stages. Member r of the layout's group (size
 G) owns the r-th 1/G of every bucket. What a rank keeps, by `stage` (ZeRO, in effect):
   0  full parameters and full fp32 gradients; each bucket is all-reduced (every rank owns all of it);
@@ -173,7 +173,7 @@ class GradBuffers:
             self.recorder.add("reduce", index, 0, launched, self.recorder.now())
 
     def reduce(self) -> None:
-        """Finish the DP reduction of every bucket (those not started during backward start now)."""
+        """Finish the gradient reduction of every bucket (those not started during backward start now)."""
         if self.stage >= 2:
             for bucket in self.buckets:
                 if bucket.staging is not None:

@@ -43,7 +43,7 @@ def add_hybrid_groups(mesh, gradient_groups: list[list[int]], shard: int, timeou
     if shard in (0, size):
         return
     if shard < 0 or size % shard:
-        raise ValueError(f"parallel.dp_shard={shard} does not divide the data-parallel degree {size}")
+        raise ValueError(f"parallel.dp_shard={shard} does not divide the gradient group's {size} ranks (dp x cp)")
     for kind, all_ranks in hybrid_group_ranks(gradient_groups, shard).items():
         for ranks in all_ranks:
             group = (dist.new_group(ranks, timeout=timeout, group_desc=f"{kind} group (ranks {ranks})")
