@@ -94,7 +94,3 @@ def rng_pieces(states: dict[str, torch.Tensor]) -> list[StatePiece]:
 
 def by_kind(pieces: list[StatePiece], *kinds: str) -> list[StatePiece]:
     return [piece for piece in pieces if piece.kind in kinds]
-
-
-def value_of(pieces: list[StatePiece], kind: str, name: str) -> Any:
-    return next(piece.value for piece in pieces if piece.kind == kind and piece.name == name)
