@@ -12,7 +12,7 @@ typed by trident.curate.run.config.CurationConfig, which lists its keys and thei
 
 Overrides are `key=value` (value parsed as YAML, by trident.config's one parser): top-level keys
 (`workers=4`), or `stages.<name or index>.<param>=value` (`stages.min_length.min_tokens=64`).
-Stage base classes and the registry live in trident.curate.stage and are re-exported here.
+Stage base classes live in trident.curate.stage, the registry of stage names in run/registry.py.
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from pathlib import Path
 
 from trident.config import ConfigError, parse_overrides, read_yaml, resolve_path
 from trident.config.typed import fill
-from trident.curate.document import CurateError, Document
+from trident.curate.document import CurateError
 from trident.curate.droplog import check_logged, publish_logs
 from trident.curate.read.shards import PLAIN_SUFFIX, coalesce_inputs, input_format
 from trident.curate.run.config import (NAME, CurateConfigError, CurationConfig, apply_stage_overrides,
@@ -34,18 +34,13 @@ from trident.curate.run.config import (NAME, CurateConfigError, CurationConfig, 
 from trident.curate.run.executors import make_executor
 from trident.curate.run.phases import (import_modules, read_totals, run_global_phase, run_stream_phase, split_phases,
                                        stream_tasks, task_modules)
-from trident.curate.run.registry import build_stage, registered_stages, stage_class
-from trident.curate.stage import Executor, GlobalStage, Stage, StreamingStage, register_stage
+from trident.curate.run.registry import build_stage, stage_class
 from trident.data.output_folder import OutputFolderError
 from trident.data.run_folder import RunFolder
 from trident.text.atomic import write_json_atomic
 from trident.text.storage import copy_file, fingerprint, location, make_folder, remove_tree, replace
 
-__all__ = [
-    "CurateError", "Document", "Executor", "GlobalStage", "Stage", "StreamingStage",
-    "build_stage", "register_stage", "registered_stages", "stage_class",
-    "CurationConfig", "load_pipeline_config", "run_pipeline", "check_accounting",
-]
+__all__ = ["CurationConfig", "load_pipeline_config", "run_pipeline", "check_accounting"]
 
 REPORT_CHARTS = ("funnel.png", "quality_scores.png", "cluster_sizes.png")  # what write_report may draw
 log = logging.getLogger(__name__)
