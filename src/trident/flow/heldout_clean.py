@@ -16,6 +16,8 @@ from pathlib import Path
 
 from trident.flow.spec import Flow, Source
 
+FREQUENT_DOCS = 10  # a 13-gram in this many documents of one source is common language, not a leak
+
 TASK = "heldout"  # the name the held-out documents carry as the stage's one task
 
 
@@ -49,7 +51,7 @@ def decontaminate(flow: Flow, out: Path, source: Source, resume: bool) -> dict:
     from trident.curate.run.pipeline import run_pipeline
 
     settings = flow.curate_of(source)
-    stage = {"stage": "decontaminate", "tasks": [{"name": TASK, "path": str(documents_file(out)), "fields": ["text"]}]}
+    stage = {"stage": "decontaminate", "frequent_docs": FREQUENT_DOCS, "tasks": [{"name": TASK, "path": str(documents_file(out)), "fields": ["text"]}]}
     stats = run_pipeline({"stages": [stage], "progress": settings.progress}, _shards(out / "curated" / source.name),
                          folder(out, source), workers=settings.workers, overwrite=not resume)
     print(f"{source.name}: {summary(stats)}", flush=True)
@@ -69,7 +71,7 @@ def summary(stats: dict) -> str:
     c = counts(stats)
     return (f"{c['touched']} of {c['in']} documents held held-out 13-grams: {c['cut']} cut ({c['spans']} spans "
             f"removed), {c['dropped']} dropped; {c['out']} documents left; {c['frequent']} held-out 13-grams "
-            f"kept as common language (in >= 10 documents)")
+            f"kept as common language (in >= {FREQUENT_DOCS} documents)")
 
 
 def report_section(flow: Flow, out: Path, done: set[str]) -> str | None:

@@ -28,12 +28,7 @@ STAGE_MODULES = tuple(dict.fromkeys(BUILTIN_STAGES.values()))  # every module th
 
 def _import_stage_modules() -> None:
     for module in STAGE_MODULES:
-        try:
-            importlib.import_module(module)
-        except ModuleNotFoundError as err:
-            # Only a module that does not exist yet is tolerated; a broken import inside it is not.
-            if err.name != module:
-                raise
+        importlib.import_module(module)
 
 
 def stage_class(name: str) -> type[Stage]:
