@@ -9,6 +9,7 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 
 from trident.text.storage import UnsupportedLocation, location, require_local
 
@@ -84,13 +85,13 @@ def run(args) -> int:
         print(f"trident eval: {problem}", file=sys.stderr)
         return 2
     if not args.out or not _holds_the_lock():
-        return _checked_run(args)
+        return _checked_run(args, location(args.out) if args.out else None)
     from trident.data.output_folder import OutputFolderError
     from trident.data.run_folder import RunFolder
 
     try:
-        with RunFolder(args.out, "eval"):  # before the earlier results are judged: one evaluation at a time
-            return _checked_run(args)
+        with RunFolder(args.out, "eval") as folder:  # before the earlier results are judged: one at a time
+            return _checked_run(args, folder.path)  # --out resolved once, by the RunFolder
     except OutputFolderError as error:  # another live run writes into --out
         print(f"trident eval: {error}", file=sys.stderr)
         return 2
@@ -103,15 +104,15 @@ def _holds_the_lock() -> bool:
     return not under_torchrun() or (os.environ.get("RANK") == "0" and LAUNCHED_ENV not in os.environ)
 
 
-def _checked_run(args) -> int:
-    """run() once the command line is sound and --out is locked."""
-    problem, resume_from = _earlier_output(args)
+def _checked_run(args, out: Path | None) -> int:
+    """run() once the command line is sound and --out is locked (`out`: --out resolved)."""
+    problem, resume_from = _earlier_output(args, out)
     problem = problem or _missing_model(args)  # before any task file is read
     if problem is not None:
         print(f"trident eval: {problem}", file=sys.stderr)
         return 2
     if args.checkpoint is not None and (args.nproc > 1 or args.overrides or _world_size() > 1):
-        return _run_parallel(args, resume_from)
+        return _run_parallel(args, out, resume_from)
 
     def load():
         from trident.evaluate.lm import load_hf, load_trident
@@ -121,7 +122,7 @@ def _checked_run(args) -> int:
         return load_trident(args.checkpoint, batch_size=args.batch_size, device=args.device,
                             tokenizer_path=args.tokenizer, dtype=args.dtype)
 
-    code, results = _evaluate(args, load, args.out, resume_from, report_errors=True)
+    code, results = _evaluate(args, load, out, resume_from, report_errors=True)
     if results is not None:
         _report(args, results)
     return code
@@ -169,7 +170,7 @@ def _missing_model(args) -> str | None:
     return None
 
 
-def _earlier_output(args) -> tuple[str | None, str | None]:
+def _earlier_output(args, out: Path | None) -> tuple[str | None, Path | None]:
     """(problem, folder to resume from): a partial results.json is resumed, a finished one never replaced."""
     from trident.evaluate import resume
     from trident.evaluate.preflight import PreflightError
@@ -177,19 +178,19 @@ def _earlier_output(args) -> tuple[str | None, str | None]:
     if not args.out or args.overwrite:
         return None, None
     try:
-        earlier = resume.read_results(args.out)
+        earlier = resume.read_results(out)
     except PreflightError as error:
         return str(error), None
     if resume.is_partial(earlier):
-        return None, args.out
-    found = [name for name in ("results.json", "samples") if (location(args.out) / name).exists()]
+        return None, out
+    found = [name for name in ("results.json", "samples") if (out / name).exists()]
     if found:  # an earlier evaluation's results are never silently replaced
         return (f"{args.out} already holds {' and '.join(found)} of an earlier evaluation; "
                 f"choose another --out, or pass --overwrite"), None
     return None, None
 
 
-def _evaluate(args, load, out: str | None, resume_from: str | None, report_errors: bool) -> tuple[int, dict | None]:
+def _evaluate(args, load, out: Path | None, resume_from: Path | None, report_errors: bool) -> tuple[int, dict | None]:
     """(exit code, results): 2 when a check before scoring failed, 1 when scoring failed."""
     from trident.evaluate.harness import run_evaluation
     from trident.evaluate.preflight import PreflightError
@@ -243,7 +244,7 @@ def forwarded_argv(args) -> list[str]:
     return argv
 
 
-def _run_parallel(args, resume_from: str | None) -> int:
+def _run_parallel(args, out: Path | None, resume_from: Path | None) -> int:
     """Check the layout, start the ranks (unless torchrun already did), evaluate in lock step."""
     from trident.config import ConfigError
     from trident.evaluate.parallel_lm import checkpoint_layout, load_parallel
@@ -267,7 +268,7 @@ def _run_parallel(args, resume_from: str | None) -> int:
 
     # every rank resumes alike (lock step); only rank 0 writes. Anything not caught propagates without
     # a barrier: the rank exits and torchrun stops the others
-    code, results = _evaluate(args, load, args.out if rank == 0 else None, resume_from, report_errors=rank == 0)
+    code, results = _evaluate(args, load, out if rank == 0 else None, resume_from, report_errors=rank == 0)
     shutdown_distributed()
     if rank == 0 and results is not None:
         _report(args, results)
