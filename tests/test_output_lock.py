@@ -5,6 +5,7 @@ import json
 import logging
 import multiprocessing
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -17,6 +18,7 @@ from train_fixtures import kill_all, start, tiny_corpus, train_command, wait_for
 from trident.cli import main
 from trident.data import output_lock
 from trident.data.output_lock import LOCK, FolderBusy, FolderLock, FolderLockLost
+from trident.train.launch import free_port
 
 FORK = multiprocessing.get_context("fork")
 HOST = socket.gethostname()
@@ -188,25 +190,43 @@ def test_a_heartbeat_that_fails_is_reported_to_the_run(tmp_path, monkeypatch, ca
     taken.release()
 
 
-@pytest.mark.timeout(90)
+@pytest.mark.timeout(120)
 def test_two_trainings_into_one_folder(tmp_path, capsys):
-    corpus, out = tiny_corpus(tmp_path), tmp_path / "run"
-    first = start(train_command(corpus, out, "train.steps=100000", "checkpoint.save_interval=0"))
+    """A two-node job (two launchers, one rendezvous) holds OUT with one record per node; another run is
+    refused naming a holder, also after one node is lost (SIGKILL: its record names a dead pid) while the
+    other still runs; when the last node ends, a new run takes OUT over, naming the lost node."""
+    corpus, out, port = tiny_corpus(tmp_path), tmp_path / "run", free_port()
+
+    def node(hosts_store, **env):
+        nodes = ("--nnodes", "2", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "job-7",
+                 "--rdzv-conf", f"is_host={str(hosts_store).lower()}")  # the node that stays hosts the store
+        return start(train_command(corpus, out, "train.steps=100000", extra=nodes), **env)
+
+    # the staying node's rank stops making progress at step 2 (whichever rank it is): the job runs on
+    stays = node(True, TRIDENT_INJECT="rank=0,step=2,kind=hang;rank=1,step=2,kind=hang")
+    lost = node(False)
     try:
-        wait_for_steps(out, 1, first)
-        started = time.time()
-        assert main(train_command(corpus, out, "train.steps=2")[3:]) == 2
-        assert time.time() - started < 5  # at once, before any model is built
+        wait_for_steps(out, 1, stays)
+        held = records(out).values()
+        assert sorted(r["pid"] for r in held) == sorted([stays.pid, lost.pid])
+        assert {r["run_id"] for r in held} == {"rdzv:job-7"} and {r["host"] for r in held} == {HOST}
+        assert main(train_command(corpus, out, "train.steps=2")[3:]) == 2  # at once, before any model is built
         err = capsys.readouterr().err
-        assert f"{out}: another trident run is writing into this folder (host {HOST}, pid {first.pid}" in err
-        lines = len((out / "metrics.jsonl").read_text().splitlines())
-        os.killpg(first.pid, signal.SIGKILL)  # its lock stays behind, naming a dead pid
-        first.wait(10)
-        assert [r["pid"] for r in records(out).values()] == [first.pid]
+        assert re.search(f"{re.escape(str(out))}: another trident run is writing into this folder \\(host {HOST}, "
+                         f"pid ({stays.pid}|{lost.pid}), run rdzv:job-7, started", err), err
+        os.killpg(lost.pid, signal.SIGKILL)  # a node lost: its launcher (torchrun and rank die with it)
+        lost.wait(10)
+        assert lost.pid in [r["pid"] for r in records(out).values()]  # its record stays, naming a dead pid
+        assert main(train_command(corpus, out, "train.steps=2")[3:]) == 2  # the other node still holds OUT
+        assert f"(host {HOST}, pid {stays.pid}, run rdzv:job-7" in capsys.readouterr().err
+        while stays.poll() is None:  # the last node ends: Ctrl-C twice stops its ranks without saving
+            os.kill(stays.pid, signal.SIGINT)
+            time.sleep(0.1)
+        assert [r["pid"] for r in records(out).values()] == [lost.pid]  # the ended node left; the lost one did not
         assert main(train_command(corpus, out, "train.steps=2", extra=("--overwrite",))[3:]) == 0
         err = capsys.readouterr().err
-        assert f"{out}: took over the lock of a run that is no longer running (host {HOST}, pid {first.pid}" in err
-        assert len((out / "metrics.jsonl").read_text().splitlines()) == 2 and lines >= 1
+        assert f"{out}: took over the lock of a run that is no longer running (host {HOST}, pid {lost.pid}" in err
+        assert len((out / "metrics.jsonl").read_text().splitlines()) == 2
         assert not (out / LOCK).exists()  # released at the end of the run
     finally:
         kill_all(str(out))
