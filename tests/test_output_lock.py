@@ -197,13 +197,14 @@ def test_two_trainings_into_one_folder(tmp_path, capsys):
     other still runs; when the last node ends, a new run takes OUT over, naming the lost node."""
     corpus, out, port = tiny_corpus(tmp_path), tmp_path / "run", free_port()
 
-    def node(hosts_store, **env):
+    def node(hosts_store, *extra, **env):
         nodes = ("--nnodes", "2", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "job-7",
-                 "--rdzv-conf", f"is_host={str(hosts_store).lower()}")  # the node that stays hosts the store
+                 "--rdzv-conf", f"is_host={str(hosts_store).lower()}", *extra)  # the node that stays hosts the store
         return start(train_command(corpus, out, "train.steps=100000", extra=nodes), **env)
 
-    # the staying node's rank stops making progress at step 2 (whichever rank it is): the job runs on
-    stays = node(True, TRIDENT_INJECT="rank=0,step=2,kind=hang;rank=1,step=2,kind=hang")
+    # the staying node's rank stops making progress at step 2 (whichever rank it is): the job runs on; had
+    # the loss reached that rank in a collective of step 1, its node would wait in a new rendezvous round
+    stays = node(True, "--max-restarts", "1", TRIDENT_INJECT="rank=0,step=2,kind=hang;rank=1,step=2,kind=hang")
     lost = node(False)
     try:
         wait_for_steps(out, 1, stays)
