@@ -86,15 +86,10 @@ def run(args) -> int:
         return 2
     if not args.out or not _holds_the_lock():
         return _checked_run(args, location(args.out) if args.out else None)
-    from trident.data.output_folder import OutputFolderError
-    from trident.data.run_folder import RunFolder
+    from trident.data.run_folder import run_in_folder
 
-    try:
-        with RunFolder(args.out, "eval") as folder:  # before the earlier results are judged: one at a time
-            return _checked_run(args, folder.path)  # --out resolved once, by the RunFolder
-    except OutputFolderError as error:  # another live run writes into --out
-        print(f"trident eval: {error}", file=sys.stderr)
-        return 2
+    # locked before the earlier results are judged: one at a time; --out resolved once, by the RunFolder
+    return run_in_folder(args.out, "eval", lambda folder: _checked_run(args, folder.path))
 
 
 def _holds_the_lock() -> bool:

@@ -20,15 +20,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from trident.data.output_folder import OutputFolderError
-    from trident.data.run_folder import RunFolder
+    from trident.data.run_folder import run_in_folder
 
-    try:
-        with RunFolder(args.out, "export-hf") as folder:  # a second export into OUT meanwhile exits 2
-            return _export(args, folder)
-    except OutputFolderError as err:
-        print(f"trident export-hf: error: {err}", file=sys.stderr)
-        return 2
+    return run_in_folder(args.out, "export-hf", lambda folder: _export(args, folder))  # a second export exits 2
 
 
 def _export(args, folder) -> int:

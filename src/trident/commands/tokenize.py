@@ -30,15 +30,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from trident.data.output_folder import OutputFolderError
-    from trident.data.run_folder import RunFolder
+    from trident.data.run_folder import run_in_folder
 
-    try:
-        with RunFolder(args.output_prefix, "tokenize", prefix=True) as prefix:  # one run per prefix at a time
-            return _tokenize(args, prefix)
-    except OutputFolderError as err:
-        print(f"trident tokenize: error: {err}", file=sys.stderr)
-        return 2
+    # one run per prefix at a time
+    return run_in_folder(args.output_prefix, "tokenize", lambda prefix: _tokenize(args, prefix), prefix=True)
 
 
 def _tokenize(args, prefix) -> int:

@@ -14,7 +14,8 @@ import uuid
 from pathlib import Path
 from typing import Callable
 
-from trident.data.output_folder import MARKER, claim_output_folder, read_marker, remove_own_outputs, write_marker
+from trident.data.output_folder import (MARKER, OutputFolderError, claim_output_folder, read_marker, remove_own_outputs,
+                                        write_marker)
 from trident.data.output_lock import LOCK, FolderLock
 from trident.text.storage import location
 
@@ -95,3 +96,14 @@ class RunFolder:
         added = sorted(p.name for p in self.path.iterdir() if p.name not in self._before and p.name != MARKER
                        and not p.name.startswith(LOCK))
         self.stamp({"outputs": added})
+
+
+def run_in_folder(given: str | Path, command: str, work: Callable[[RunFolder], int], prefix: bool = False) -> int:
+    """`trident COMMAND`'s exit code: work(folder) holding RunFolder(given, command), or 2 printing the
+    error when the folder is refused (another live run holds it, or it is not this command's to write)."""
+    try:
+        with RunFolder(given, command, prefix=prefix) as folder:
+            return work(folder)
+    except OutputFolderError as error:
+        print(f"trident {command}: error: {error}", file=sys.stderr)
+        return 2
