@@ -66,7 +66,7 @@ def test_the_launcher_starts_torchrun_without_loading_torch(tmp_path):
 import sys, time
 import trident.train.launch as launch
 seen = []
-launch.relaunch_with_torchrun = lambda command: (seen.append(command), (0, time.time()))[1]
+launch.relaunch_with_torchrun = lambda command, failures=None: (seen.append(command), (0, time.time()))[1]
 from trident.cli import main
 code = main(["train", "tiny", "parallel.dp=2", "--nproc", "2", "--out", {str(tmp_path / 'run')!r}])
 assert code == 0 and "torch.distributed.run" in seen[0], (code, seen)

@@ -69,6 +69,22 @@ def test_store_failures_are_one_line_and_a_run_resumes_once_the_store_is_back(s3
 
 
 @pytest.mark.timeout(180)
+def test_a_store_that_goes_away_under_the_launcher_ends_in_its_line_and_code(s3, tmp_path):
+    run = s3.url("launched/run")
+    proc = start(train_command(tiny_corpus(tmp_path), run, *FAST, "train.steps=6", "train.micro_batch_size=1", nproc=2),
+                 TRIDENT_INJECT="rank=0,step=3,kind=slow:1.5", **NO_RETRY)
+    _wait_for(lambda: "step      3 |" in proc.stdout.readline(), proc, "step 3")
+    s3.pause()  # during step 4: the ranks' exit marker on the store is gone with it
+    try:
+        code, lines, _ = _finish(proc)
+    finally:
+        s3.restart()
+    assert code == EXIT_CODES["unreachable"] and not any("Traceback" in line for line in lines), (code, lines)
+    assert lines[-1].startswith(f"error: {run}/checkpoints/step_0000004: rank ") and ": unreachable (" in lines[-1]
+    assert not any("peer" in line or "ChildFailedError" in line for line in lines), lines  # only the failure's line
+
+
+@pytest.mark.timeout(180)
 def test_metrics_on_a_store_keep_the_lines_before_a_stall_through_a_sigkill(s3, tmp_path):
     corpus = tiny_corpus(tmp_path)
     run = s3.url("stall/run")

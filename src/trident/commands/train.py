@@ -32,8 +32,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _launch(args, folder) -> int:
     """The launching process: torchrun with this command's arguments; a stop on a signal (OUT/preempted.json
-    written by this launch's ranks) is printed as one line and exits EXIT_PREEMPTED."""
-    from trident.train.launch import relaunch_with_torchrun, torchrun_command
+    written by this launch's ranks) is printed as one line and exits EXIT_PREEMPTED; a rank's store failure
+    (recorded in a local folder) as that rank's one line, with its kind's exit code."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from trident.train.launch import first_failure, relaunch_with_torchrun, torchrun_command
     from trident.train.preemption import EXIT_MARKER, EXIT_PREEMPTED, read_marker, stop_message
     from trident.train.run_folder import RUN_ID_ENV
 
@@ -41,10 +46,17 @@ def _launch(args, folder) -> int:
     command = torchrun_command(args.nproc, forwarded, args.max_restarts, args.nnodes, args.rdzv_endpoint,
                                args.rdzv_id, args.rdzv_conf)
     os.environ[RUN_ID_ENV] = folder.run_id  # every rank and restart of this launch shares the folder's run id
+    # local, as OUT may be on a store that went away; not with restarts, whose next attempt may go on
+    failures = Path(tempfile.mkdtemp(prefix="trident-failures-")) if not args.max_restarts else None
     try:
-        code, started = relaunch_with_torchrun(command)
+        code, started = relaunch_with_torchrun(command, failures)
+        failed = first_failure(failures) if code and failures else None
     finally:
         del os.environ[RUN_ID_ENV]
+        failures and shutil.rmtree(failures, ignore_errors=True)
+    if failed is not None:  # a store failure: its one line, once, and its kind's code
+        print(failed["line"], file=sys.stderr)
+        return failed["code"]
     stopped = read_marker(folder.path, since=started)
     if stopped is not None:
         print(stop_message(stopped["signal"], stopped["step"], stopped["checkpoint"]), file=sys.stderr)
@@ -128,7 +140,8 @@ def _train(args, config, folder) -> int:
     from trident.checkpoint.writer import SaveError
     from trident.parallel.token_ids import TokenOutOfRange
     from trident.train import allocator
-    from trident.train.launch import LAUNCHED_ENV, init_distributed, shutdown_distributed, under_torchrun
+    from trident.train.launch import (LAUNCHED_ENV, init_distributed, leave_failure, shutdown_distributed,
+                                      under_torchrun)
     from trident.train.diagnostics import CorruptionError
     from trident.train.preemption import (EXIT_MARKER, EXIT_PREEMPTED, Preempted, StopRequests, resume_command,
                                           write_marker)
@@ -148,7 +161,9 @@ def _train(args, config, folder) -> int:
         records = trainer.train(stops)
     except tuple(kind for kinds, _ in codes for kind in kinds) as error:
         code = next(c for kinds, c in codes if isinstance(error, kinds)) or error.code
-        print(f"error: {error}", file=sys.stderr)
+        # a store failure under the launcher: the launcher prints the line (its ranks' stderr stops here)
+        if not (isinstance(error, StoreError) and leave_failure(f"error: {error}", code)):
+            print(f"error: {error}", file=sys.stderr)
         if under_torchrun():  # torchrun exits 1 for any failed rank: the launcher takes the code from here
             _leave_exit_marker(args.out, code, write_marker, EXIT_MARKER)
         return code

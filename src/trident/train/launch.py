@@ -3,11 +3,13 @@ started by torchrun (or a single process) initialises torch.distributed from the
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -55,16 +57,23 @@ def _torchrun_has(option: str) -> bool:
     return f'"{option}"' in run_py.read_text()
 
 
-def relaunch_with_torchrun(command: list[str]) -> tuple[int, float]:
+def relaunch_with_torchrun(command: list[str], failures: Path | None = None) -> tuple[int, float]:
     """Run torchrun `command` and return (its exit code, the launch time). The launcher's SIGTERM,
     SIGUSR1 and SIGINT go to the ranks themselves, which stop together after saving; torchrun, in a
     session of its own, sees them exit and ends. torchrun (and through it every rank) dies with the
-    launcher, so no child outlives it; a second Ctrl-C stops the ranks without saving."""
+    launcher, so no child outlives it; a second Ctrl-C stops the ranks without saving. With `failures`
+    (a local folder, FAILURES_ENV to the ranks) stderr is passed on until a rank leaves a record there:
+    the launcher then prints that rank's one line instead of the peers' and torchrun's."""
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")  # one thread a rank: N ranks share the cores
     env[LAUNCHED_ENV] = "1"
+    if failures is not None:
+        env[FAILURES_ENV] = str(failures)
     started = time.time()
-    proc = subprocess.Popen(command, env=env, start_new_session=True, preexec_fn=_torchrun_preexec)
+    proc = subprocess.Popen(command, env=env, start_new_session=True, preexec_fn=_torchrun_preexec,
+                            stderr=subprocess.PIPE if failures is not None else None)
+    relay = failures is not None and threading.Thread(target=_pass_stderr, args=(proc, failures), daemon=True)
+    relay and relay.start()
     interrupts = [0]
 
     def forward(signum, frame):
@@ -77,13 +86,42 @@ def relaunch_with_torchrun(command: list[str]) -> tuple[int, float]:
 
     previous = {sig: signal.signal(sig, forward) for sig in STOP_SIGNALS}
     try:
-        return proc.wait(), started
+        code = proc.wait()
+        relay and relay.join(timeout=5)  # the ranks' last lines (they ended with torchrun)
+        return code, started
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 
 
 LAUNCHED_ENV = "TRIDENT_LAUNCHER"  # set for ranks started by `trident train --nproc`: it prints the stop line
+FAILURES_ENV = "TRIDENT_FAILURES"  # a local folder where a rank that met a known failure leaves its line and code
+
+
+def leave_failure(line: str, code: int) -> bool:
+    """Under a launcher: this rank's failure line and exit code in its local folder (False elsewhere)."""
+    if FAILURES_ENV not in os.environ:
+        return False
+    folder, rank = Path(os.environ[FAILURES_ENV]), os.environ.get("RANK", "0")
+    record = json.dumps({"line": line, "code": code, "rank": int(rank), "written_at": time.time()})
+    (folder / f".rank{rank}").write_text(record)
+    (folder / f".rank{rank}").rename(folder / f"rank{rank}.json")  # whole or absent for the launcher
+    return True
+
+
+def first_failure(failures: Path) -> dict | None:
+    """The earliest record a rank left in `failures` (the failure the others then met), if any."""
+    records = [json.loads(path.read_text()) for path in failures.glob("rank*.json")]
+    return min(records, key=lambda record: record["written_at"], default=None)
+
+
+def _pass_stderr(proc: subprocess.Popen, failures: Path) -> None:
+    """torchrun's (and its ranks') stderr to the launcher's, until a rank's failure record appears: what
+    follows (the peers' lines, torchrun's summary) repeats that failure, which the launcher prints once."""
+    fd = proc.stderr.fileno()
+    while chunk := os.read(fd, 65536):
+        if not any(failures.glob("rank*.json")):
+            os.write(sys.stderr.fileno(), chunk)
 
 
 def _torchrun_preexec() -> None:
