@@ -124,12 +124,12 @@ def run(args) -> int:
 
 def _leave_exit_marker(out: str, code: int, write_marker, name: str) -> None:
     """OUT/exit.json for the launcher; none when OUT is on a store that went away (the line said so)."""
-    from trident.text.store_errors import from_a_store
+    from trident.text.store_errors import store_failure_or
 
     try:
         write_marker(out, {"code": code, "rank": int(os.environ.get("RANK", "0"))}, name)
     except Exception as error:
-        if not from_a_store(error):
+        if not store_failure_or(error):
             raise
 
 

@@ -33,7 +33,7 @@ from typing import Callable
 
 from trident.data.output_folder import OWN_PREFIX, OutputFolderError
 from trident.text.storage import is_remote, location
-from trident.text.store_errors import from_a_store
+from trident.text.store_errors import store_failure_or
 
 LOCK = f"{OWN_PREFIX}lock"  # the lock folder in OUT
 HEARTBEAT_S = 10.0
@@ -315,7 +315,7 @@ class FolderLock:
                 if self._made_folder and not any(self.folder.iterdir()):
                     self.folder.rmdir()  # a run that wrote nothing leaves no folder it made for its lock
         except Exception as error:  # a store that went away: the run's own error says so; the lock goes stale
-            if not from_a_store(error) and not isinstance(error, OSError):
+            if not store_failure_or(error, OSError):
                 raise
 
     def takeover_message(self) -> str | None:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from trident.text.atomic import write_json_atomic
 from trident.text.storage import location
-from trident.text.store_errors import from_a_store
+from trident.text.store_errors import store_failure_or
 
 DEFAULT_EVENTS = 2000
 FIELDS = ("seq", "step", "op", "group", "peer", "microbatch", "chunk", "started", "ended", "failed")
@@ -83,7 +83,7 @@ class FlightRecorder:
                     write_json_atomic(self.folder / f"torch_rank_{self.identity.get('rank', 0)}.json", torch_trace,
                                       separators=(",", ":"))
         except Exception as error:  # diagnosis must never be what kills a run (a full disk, a store gone away)
-            if not (isinstance(error, OSError) or from_a_store(error)):
+            if not store_failure_or(error, OSError):
                 raise
             return None
         return path

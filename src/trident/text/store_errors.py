@@ -13,7 +13,7 @@ from typing import Iterable
 
 from trident.text.storage import is_remote, location, protocol
 from trident.text.store_kinds import (  # noqa: F401 (public here too)
-    EXIT_CODES, StoreError, failure_kind, from_a_store, store_error, store_operation)
+    EXIT_CODES, StoreError, failure_kind, from_a_store, store_error, store_failure_or, store_operation)
 
 BUCKET_PROTOCOLS = ("s3", "s3a", "gs", "gcs")  # stores whose first path part is a bucket that must exist
 _URL = re.compile(r"\b[a-z][a-z0-9+]*://[^\s,\]\['\"]+")

@@ -67,6 +67,12 @@ def from_a_store(error: BaseException) -> bool:
     return any(isinstance(e, StoreError) or f"{type(e).__module__}.".startswith(stores) for e in _chain(error))
 
 
+def store_failure_or(error: BaseException, *kinds: type) -> bool:
+    """Whether `error` is an object store's failure or one of `kinds` (e.g. OSError: a full disk): what a
+    side write or read (a diagnostic dump, a marker, a lock's release) lets pass; anything else is raised."""
+    return isinstance(error, kinds) or from_a_store(error)
+
+
 def store_error(error: BaseException, url: str, operation: str, bucket_call: bool = False) -> StoreError | None:
     """`error` as a StoreError of `url` and `operation` (itself when it already is one), or None."""
     if isinstance(error, StoreError):

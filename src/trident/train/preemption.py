@@ -19,7 +19,7 @@ from pathlib import Path
 
 from trident.text.atomic import write_json_atomic
 from trident.text.storage import location
-from trident.text.store_errors import from_a_store
+from trident.text.store_errors import store_failure_or
 
 EXIT_PREEMPTED = 75  # sysexits' EX_TEMPFAIL: stopped on request after saving; run again to resume
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
@@ -104,7 +104,7 @@ def read_marker(out: Path, since: float, name: str = MARKER) -> dict | None:
     try:
         record = json.loads((location(out) / name).read_text())
     except Exception as error:  # none, unreadable, or on a store that went away (the run said so in its line)
-        if not (isinstance(error, (OSError, ValueError)) or from_a_store(error)):
+        if not store_failure_or(error, OSError, ValueError):
             raise
         return None
     return record if record.get("written_at", 0) >= since else None
