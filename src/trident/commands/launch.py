@@ -78,11 +78,6 @@ def _problems(config, args) -> list[str]:
     if args.gpus_per_node % config.parallel.tp and not config.parallel.allow_tp_across_hosts:
         problems.append(f"parallel.tp={config.parallel.tp} does not divide --gpus-per-node {args.gpus_per_node}: "
                         f"tensor-parallel groups would span nodes (set parallel.allow_tp_across_hosts=true if meant)")
-    block = config.parallel.cp * config.parallel.tp  # a CP group's ranks lie tp apart inside this block
-    if config.parallel.cp > 1 and args.gpus_per_node % block and not config.parallel.allow_cp_across_hosts:
-        problems.append(f"parallel.cp={config.parallel.cp} x parallel.tp={config.parallel.tp} = {block} does not "
-                        f"divide --gpus-per-node {args.gpus_per_node}: context-parallel groups would span nodes "
-                        f"(set parallel.allow_cp_across_hosts=true if meant)")
     if config.model.vocab_size <= 0:
         problems.append("model.vocab_size is 0 (filled from the tokenizer at train time); the plan needs it: "
                         "add model.vocab_size=50257 (or your tokenizer's size)")
