@@ -36,7 +36,6 @@ class ParallelConfig:
     backend: str = "auto"  # auto | gloo | nccl
     timeout_s: int = 600  # a rank that waits this long on a dead or hung peer exits with an error
     allow_tp_across_hosts: bool = False  # a TP group spanning hosts is refused at start unless this is set
-    allow_cp_across_hosts: bool = False  # a CP group spanning hosts is refused at start unless this is set
 
 
 @dataclass

@@ -1,11 +1,8 @@
-"""Which host every rank runs on, and the rule that a tensor-parallel or context-parallel group stays
-on one host.
+"""Which host every rank runs on, and the rule that a tensor-parallel group stays on one host.
 
-TP exchanges activations several times per layer and CP's ring exchanges K/V blocks every layer:
-across hosts (InfiniBand instead of NVLink) a 530B step slows by an order of magnitude, so a layout
-that would do it is refused at start unless `parallel.allow_tp_across_hosts` (or
-`parallel.allow_cp_across_hosts`) says it is meant (a layout mistake, not a slow run discovered later).
-With both groups on one host the whole TP x CP block of a rank is on one host.
+TP exchanges activations several times per layer: across hosts (InfiniBand instead of NVLink) a
+530B step slows by an order of magnitude, so a layout that would do it is refused at start unless
+`parallel.allow_tp_across_hosts` says it is meant (a layout mistake, not a slow run discovered later).
 """
 from __future__ import annotations
 
@@ -27,13 +24,9 @@ def gather_hosts() -> list[str]:
     return hosts
 
 
-# The groups that must stay on one host, and the block size that must divide the processes per host.
-_KINDS = {"tp": ("tensor-parallel", "tp"), "cp": ("context-parallel", "cp x tp")}
-
-
-def groups_across_hosts(hosts: list[str], kind: str, dp: int, pp: int, tp: int, cp: int = 1) -> list[dict]:
-    """The groups of `kind` ("tp" or "cp") whose ranks are not all on one host, as {rank: host}."""
-    return [{rank: hosts[rank] for rank in ranks} for ranks in group_ranks(dp, pp, tp, cp).get(kind, [])
+def tp_groups_across_hosts(hosts: list[str], dp: int, pp: int, tp: int, cp: int = 1) -> list[dict]:
+    """The TP groups whose ranks are not all on one host, as {rank: host}."""
+    return [{rank: hosts[rank] for rank in ranks} for ranks in group_ranks(dp, pp, tp, cp)["tp"]
             if len({hosts[rank] for rank in ranks}) > 1]
 
 
@@ -55,19 +48,16 @@ def _ranges(ranks: list[int]) -> str:
     return ",".join(spans)
 
 
-def check_hosts(mesh, parallel, log=print) -> list[str]:
+def check_tp_hosts(mesh, allowed: bool, log=print) -> list[str]:
     """Collective: report the hosts (rank 0 logs one line) and raise ConfigError naming the ranks and
-    hosts of a TP or CP group that spans hosts, unless `parallel.allow_<kind>_across_hosts`. Returns
-    the hosts in rank order."""
+    hosts of a TP group that spans hosts, unless `allowed`. Returns the hosts in rank order."""
     hosts = gather_hosts()
     if len(hosts) > 1:
         log(f"hosts: {describe_hosts(hosts)}")
-    for kind, (name, block) in _KINDS.items():
-        split = groups_across_hosts(hosts, kind, mesh.dp, mesh.pp, mesh.tp, mesh.cp)
-        key = f"allow_{kind}_across_hosts"
-        if split and not getattr(parallel, key):
-            shown = "; ".join(", ".join(f"rank {r} on {h}" for r, h in group.items()) for group in split[:3])
-            raise ConfigError(f"parallel.{kind}={getattr(mesh, kind)}: {len(split)} {name} group(s) span hosts "
-                              f"({shown}{'; ...' if len(split) > 3 else ''}); make {block} divide the "
-                              f"processes per host, or set parallel.{key}=true if this is meant")
+    split = tp_groups_across_hosts(hosts, mesh.dp, mesh.pp, mesh.tp, mesh.cp)
+    if split and not allowed:
+        shown = "; ".join(", ".join(f"rank {r} on {h}" for r, h in group.items()) for group in split[:3])
+        raise ConfigError(f"parallel.tp={mesh.tp}: {len(split)} tensor-parallel group(s) span hosts ({shown}"
+                          f"{'; ...' if len(split) > 3 else ''}); make tp divide the processes per host, or set "
+                          f"parallel.allow_tp_across_hosts=true if this is meant")
     return hosts

@@ -23,7 +23,7 @@ from trident.config import Config, ConfigError, save_config
 from trident.data.lineage import batch_documents
 from trident.flops import block_weights, model_flops
 from trident.hardware import describe_peak, peak_tflops
-from trident.parallel.hosts import check_hosts
+from trident.parallel.hosts import check_tp_hosts
 from trident.parallel.mesh import barrier, build_mesh, rank_device
 from trident.parallel.parallelize import ParallelModel, parallelize
 from trident.parallel.precision import Precision
@@ -53,7 +53,7 @@ class Trainer:
         self.mesh = build_mesh(config.parallel.tp, config.parallel.pp, config.parallel.dp, config.parallel.timeout_s,
                                config.parallel.dp_shard, cp=config.parallel.cp)
         self.log = log if self.mesh.rank == 0 else (lambda *a, **k: None)
-        check_hosts(self.mesh, config.parallel, self.log)
+        check_tp_hosts(self.mesh, config.parallel.allow_tp_across_hosts, self.log)
         if allocator.wanted(config.train.malloc_keep_freed, config.train.device):
             self.log(allocator.keep_freed_memory())  # again if `trident train` did it first: the same values
         self.schedule = TrainSchedule(config.train, config.model.seq_length)
