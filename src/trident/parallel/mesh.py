@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from datetime import timedelta
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.distributed as dist
@@ -54,6 +54,13 @@ def group_ranks(dp: int, pp: int, tp: int, cp: int = 1) -> dict[str, list[list[i
     return groups
 
 
+class GradientGroup(NamedTuple):
+    """The ranks that hold the same parameters and sum their gradients (dp x cp): group, size, place."""
+    group: Any
+    size: int
+    rank: int
+
+
 @dataclass
 class Mesh:
     dp: int = 1
@@ -86,10 +93,10 @@ class Mesh:
         return coordinates(self.rank, self.pp, self.tp, self.cp)[3]
 
     @property
-    def gradient(self) -> tuple[Any, int, int]:
+    def gradient(self) -> GradientGroup:
         """(group, size, this rank's place) of the ranks that hold the same parameters and sum their
         gradients: dp x cp (a CP rank saw only its chunks of each sequence)."""
-        return self.group("dp_cp"), self.dp * self.cp, self.dp_rank * self.cp + self.cp_rank
+        return GradientGroup(self.group("dp_cp"), self.dp * self.cp, self.dp_rank * self.cp + self.cp_rank)
 
     @property
     def is_first_stage(self) -> bool:

@@ -34,7 +34,7 @@ def build_optimizer(named_params: list, config: Config, mesh, zero_stage: int, c
     gradient = mesh.gradient  # the group the gradients are reduced over: dp x cp
     group, size, place, replicas = zero_groups(mesh, zero_stage, gradient)  # parallel.dp_shard: a shard group of it
     params, grads = flat_buffers(named_params, group, size, place, int(p.bucket_size_mb * 2**20), stage=zero_stage,
-                                 overlap=gradient[1] > 1 and p.overlap_grad_reduce, timeout_s=p.timeout_s, alone=alone,
+                                 overlap=gradient.size > 1 and p.overlap_grad_reduce, timeout_s=p.timeout_s, alone=alone,
                                  unit_of=unit_of, replicas=replicas)
     decay = {id(param): not no_weight_decay(name, param) for name, param in named_params}
     optimizer = DistributedAdam(params, grads, decay, counted, t.lr, (t.adam_beta1, t.adam_beta2), t.adam_eps,

@@ -288,9 +288,9 @@ class ParallelModel:
         if self.layout.zero_stage == 3:
             pieces = owned_weight_pieces(self.named_params, self.param_buffers, primary=first_copy)
         else:
-            pieces = weight_pieces(self.named_params, primary=self.mesh.gradient[2] == 0)  # dp x cp hold copies
+            pieces = weight_pieces(self.named_params, primary=self.mesh.gradient.rank == 0)  # dp x cp hold copies
         if self.optimizer is not None:
-            owns_adam = (self.layout.zero and first_copy) or self.mesh.gradient[2] == 0
+            owns_adam = (self.layout.zero and first_copy) or self.mesh.gradient.rank == 0
             pieces += adam_pieces(self.named_params, self.optimizer, primary=owns_adam)
             pieces.append(StatePiece("optimizer_steps", "trainer", value=self.optimizer.steps))
         pieces += rng_pieces(self.rng_states())
