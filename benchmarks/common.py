@@ -77,16 +77,18 @@ class Timer:
         self.cpu = time.process_time() - self.cpu0
 
 
-def matmul_peak_tflops(dtype, device: str = "cpu", size: int = 1024, seconds: float = 2.0) -> dict:
-    """The MFU denominator, {"wall": ..., "cpu": ...} TFLOP/s: a known GPU's peak (both), else this
-    CPU's sustained size^3 matmul rate now with the current thread count, per wall second and per
-    CPU second of this process (the latter unaffected by other jobs taking the cores)."""
+def matmul_peak_tflops(dtype, device: str = "cpu", size: int = 1024, seconds: float = 2.0,
+                       configured: float = 0.0) -> dict:
+    """The MFU denominator, {"wall": ..., "cpu": ...} TFLOP/s: a known GPU's peak (both; `configured`
+    for a GPU not in trident.hardware.GPU_PEAKS), else this CPU's sustained size^3 matmul rate now
+    with the current thread count, per wall second and per CPU second of this process (the latter
+    unaffected by other jobs taking the cores)."""
     import torch
 
     from trident.hardware import peak_tflops
 
     if device == "cuda":
-        value = peak_tflops(torch.device("cuda"), dtype)
+        value = peak_tflops(torch.device("cuda"), dtype, configured)
         return {"wall": value, "cpu": value}
     a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
     best = {"wall": 0.0, "cpu": 0.0}

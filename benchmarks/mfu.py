@@ -12,10 +12,15 @@ work-rate figure.
 
 GPU (--device cuda, not runnable on this machine): the 1.3B config (gpt-1.3b) at seq 2048, bf16,
 MFU by wall clock (the trainer synchronises the device each step) against the card's dense bf16
-peak (trident.hardware.KNOWN_PEAKS; target >= 55% on an H100/H200-class card, beside MT-NLG's ~40%
-on A100). benchmarks/gpu.sh runs it (30 timed steps) and rehearses the same case (GPU_CASE).
+peak (trident.hardware.GPU_PEAKS, by the exact name the driver reports; an unknown card is refused:
+give --peak-tflops; target >= 55% on an H100/H200-class card, beside MT-NLG's ~40% on A100).
+benchmarks/gpu.sh runs it (30 timed steps) and rehearses the same case (GPU_CASE).
 
-    python benchmarks/mfu.py [--quick] [--compile] [--threads N] [--device cpu|cuda]
+FLOPs are counted by trident.flops' convention (CONVENTION below, docs/training.md#mfu), printed
+with the results. With --compile, "compiled" says how many blocks torch.compile wraps (the trainer
+wraps each block's forward) and how many graphs dynamo compiled during the run.
+
+    python benchmarks/mfu.py [--quick] [--compile] [--threads N] [--device cpu|cuda] [--peak-tflops T]
 """
 from __future__ import annotations
 
@@ -45,26 +50,35 @@ def build_trainer(preset: str, overrides: list[str], out: str):
     return config, trainer
 
 
-def compiled(trainer) -> bool:
-    """Whether any module of the model was wrapped by torch.compile (module.compile() or torch.compile)."""
-    return any(getattr(mod, "_compiled_call_impl", None) is not None or hasattr(mod, "_orig_mod")
-               for chunk in trainer.model.chunks for mod in chunk.modules())
+CONVENTION = ("model FLOPs (trident.flops): 2 per multiply-add, forward + backward = 3 forwards, attention's "
+              "s x s products whole (no causal halving), the output head forward + backward once, "
+              "activation recomputation not counted")
+
+
+def compiled(trainer) -> dict:
+    """Blocks torch.compile wraps, and graphs dynamo has compiled in this process so far."""
+    from torch._dynamo.utils import counters
+
+    from trident.parallel.parallelize import compiled_blocks
+
+    return {"blocks": compiled_blocks(trainer.model.chunks), "graphs": counters["stats"]["unique_graphs"]}
 
 
 def flops_per_step(config) -> float:
-    from trident.flops import model_flops
+    from trident.flops import block_weights, model_flops
 
     m = config.model
     return model_flops(config.train.global_batch_size, m.seq_length, m.num_layers, m.hidden_size,
-                       m.padded_vocab_size())
+                       m.padded_vocab_size(), block_weights(m))
 
 
-def run_case(name: str, preset: str, overrides: list[str], steps: int, warmup: int, device: str) -> dict:
+def run_case(name: str, preset: str, overrides: list[str], steps: int, warmup: int, device: str,
+             peak_tflops: float = 0.0) -> dict:
     """Train `warmup + steps` steps; medians of the timed ones, MFU by both clocks."""
     with tempfile.TemporaryDirectory() as out:
         config, trainer = build_trainer(preset, overrides + [f"train.device={device}"], out)
         dtype = torch.float32 if config.train.precision == "fp32" else torch.bfloat16
-        peaks = [matmul_peak_tflops(dtype, device)]
+        peaks = [matmul_peak_tflops(dtype, device, configured=peak_tflops)]
         walls, cpus, losses = [], [], []
         for index in range(warmup + steps):
             with Timer() as timer:
@@ -73,7 +87,7 @@ def run_case(name: str, preset: str, overrides: list[str], steps: int, warmup: i
             if index >= warmup:
                 walls.append(timer.wall)
                 cpus.append(timer.cpu)
-        peaks.append(matmul_peak_tflops(dtype, device))
+        peaks.append(matmul_peak_tflops(dtype, device, configured=peak_tflops))
         applied = compiled(trainer)
         peak_bytes = record["peak_memory_bytes"]
     flops = flops_per_step(config)
@@ -95,6 +109,15 @@ def run_case(name: str, preset: str, overrides: list[str], steps: int, warmup: i
     return result
 
 
+def compile_column(result: dict) -> str:
+    if not result["compile_requested"]:
+        return "no"
+    applied = result["compile_applied"]
+    if not applied["blocks"]:
+        return "requested, NOT applied"
+    return f"yes: {applied['blocks']} blocks, {applied['graphs']} graphs"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="seq 256 for the MFU case, fewer steps")
@@ -103,6 +126,8 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=1, help="torch threads on CPU (default 1)")
     parser.add_argument("--steps", type=int, default=0, help="timed steps per case (default 2, quick 1)")
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    parser.add_argument("--peak-tflops", type=float, default=0.0,
+                        help="the device's dense bf16 (fp32 runs: fp32) TFLOP/s, for a GPU not in trident's table")
     args = parser.parse_args()
     steps, warmup = args.steps or (1 if args.quick else 2), 1
     threads = [f"train.threads={args.threads}"] if args.device == "cpu" else []
@@ -113,7 +138,7 @@ def main() -> int:
         for comp in compile_modes:
             results.append(run_case(f"1.3B bf16{' compile' if comp else ''}", "gpt-1.3b",
                                     GPU_CASE + [f"train.compile={str(comp).lower()}"],
-                                    steps, warmup, "cuda"))
+                                    steps, warmup, "cuda", args.peak_tflops))
     else:
         model = CPU_QUICK if args.quick else CPU_MODEL
         for comp in compile_modes:
@@ -128,12 +153,13 @@ def main() -> int:
                                                                 f"train.compile={str(comp).lower()}"],
                                         steps, warmup, "cpu"))
     rows = [[r["case"], f"{r['layers']}x{r['hidden']}, s={r['seq']}", r["precision"],
-             ("yes" if r["compile_applied"] else "requested, NOT applied") if r["compile_requested"] else "no",
+             compile_column(r),
              r["wall_s"], r["cpu_s"], r["tokens_per_s"], r["tokens_per_cpu_s"], f"{r['mfu_cpu']:.1%}",
              f"{r['mfu_wall']:.1%}", f"{r['peak_tflops']['cpu'] * 1e3:.1f}"] for r in results]
     print_table(f"MFU on {args.device} ({steps} timed steps after {warmup} warm-up; medians)",
                 ["case", "model", "precision", "compiled", "wall s", "CPU s", "tok/s", "tok/CPU-s", "MFU (CPU)",
                  "MFU (wall)", "peak GFLOP/CPU-s"], rows)
+    print(f"FLOPs: {CONVENTION}")
     ratios = {}
     for comp in compile_modes:
         suffix = " compile" if comp else ""
@@ -145,7 +171,8 @@ def main() -> int:
                 "cpu": pair["fp32"]["cpu_s"] / pair["bf16"]["cpu_s"]}
     for key, value in ratios.items():
         print(f"{key}: {value['cpu']:.3f}x by CPU time, {value['wall']:.3f}x by wall time (target >= 1.5x)")
-    emit_json("mfu", {"device": args.device, "threads": args.threads, "results": results, "ratios": ratios})
+    emit_json("mfu", {"device": args.device, "threads": args.threads, "results": results, "ratios": ratios,
+                      "flops_convention": CONVENTION})
     return 0
 
 

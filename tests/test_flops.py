@@ -27,14 +27,20 @@ def test_formula_with_recomputation_is_the_hand_count(batch, seq, layers, hidden
     assert iteration_flops(batch, seq, layers, hidden, vocab, recompute=True) == pytest.approx(expected, rel=1e-12)
 
 
-def test_model_flops_are_three_quarters_of_the_recomputed_count():
-    """The paper's convention: no recomputation is 3/4 of F, the head included."""
-    full = hand_count(2, 8, 3, 16, 64, forwards_per_layer=4)
-    assert model_flops(2, 8, 3, 16, 64) == pytest.approx(0.75 * full, rel=1e-12)
-    assert model_flops(2, 8, 3, 16, 64) == iteration_flops(2, 8, 3, 16, 64, recompute=False)
-    # Counted without recomputation the layers take exactly 3/4; only the head differs.
-    layers_only = hand_count(2, 8, 3, 16, 64, 3) - 3 * matmul(16, 16, 64)
-    assert layers_only == 0.75 * (full - 3 * matmul(16, 16, 64))
+@pytest.mark.parametrize("batch,seq,layers,hidden,vocab",
+                         [(2, 8, 3, 16, 64), (1, 1024, 12, 768, 50304), (4, 2048, 105, 20480, 51200)])
+def test_model_flops_count_the_head_once_forward_and_backward(batch, seq, layers, hidden, vocab):
+    """MFU's count: the layers forward and backward (three forwards), the head forward and backward,
+    never scaled by recomputation (which re-runs the layers only): not 3/4 of the recomputed count."""
+    expected = hand_count(batch, seq, layers, hidden, vocab, forwards_per_layer=3)
+    assert model_flops(batch, seq, layers, hidden, vocab) == pytest.approx(expected, rel=1e-12)
+    assert model_flops(batch, seq, layers, hidden, vocab) == iteration_flops(batch, seq, layers, hidden, vocab,
+                                                                             recompute=False)
+    head = 3 * matmul(batch * seq, hidden, vocab)
+    recomputed = iteration_flops(batch, seq, layers, hidden, vocab, recompute=True)
+    assert recomputed - model_flops(batch, seq, layers, hidden, vocab) == pytest.approx(
+        (expected - head) / 3, rel=1e-12)  # one more forward of the layers, the head's count unchanged
+    assert model_flops(batch, seq, layers, hidden, vocab) > 0.75 * recomputed  # the old count shrank the head
 
 
 def test_mfu_never_passes_100_percent_when_the_start_up_peak_was_measured_under_load(tmp_path):

@@ -17,11 +17,67 @@ import yaml
 
 PROFILE_FILE = Path(__file__).parent / "hardware.yaml"
 
-# Dense bf16 peak TFLOP/s by CUDA device name (vendor datasheets, no sparsity): the MFU denominator
-# of a training run, also for cards that have no full profile in hardware.yaml.
-KNOWN_PEAKS = {"A100": 312.0, "H100": 989.0, "H200": 989.0, "H800": 989.0, "A10": 125.0, "L4": 121.0,
-               "V100": 125.0, "4090": 165.0, "B200": 2250.0, "GB200": 2500.0}
 
+@dataclass(frozen=True)
+class GpuPeak:
+    """One product's datasheet peaks per GPU, TFLOP/s: dense 16-bit tensor-core matmul (bf16, fp32
+    accumulate; no sparsity) and plain fp32 (torch's default on CUDA: TF32 off for matmuls)."""
+    product: str
+    bf16: float
+    fp32: float
+    names: tuple[str, ...]  # torch.cuda.get_device_name() of this product, exactly
+
+
+# The MFU denominator of a training run, by the exact name the driver reports (never a substring:
+# an H100 PCIe is not an H100 SXM, a GB200 not a B200, an A10G not an A10). Figures from the vendor
+# datasheets, dense (half the "with sparsity" figure); docs/training.md#mfu names the sources.
+GPU_PEAKS = (
+    GpuPeak("H100 SXM", 989.5, 67.0, ("NVIDIA H100 80GB HBM3", "NVIDIA H100 SXM5 80GB")),
+    GpuPeak("H100 PCIe", 756.5, 51.0, ("NVIDIA H100 PCIe",)),
+    GpuPeak("H100 NVL", 835.5, 60.0, ("NVIDIA H100 NVL",)),
+    GpuPeak("H200 SXM", 989.5, 67.0, ("NVIDIA H200",)),
+    GpuPeak("H200 NVL", 835.5, 60.0, ("NVIDIA H200 NVL",)),
+    GpuPeak("GH200", 989.5, 67.0, ("NVIDIA GH200 480GB", "NVIDIA GH200 144G HBM3e")),
+    GpuPeak("H800 SXM", 989.5, 67.0, ("NVIDIA H800",)),
+    GpuPeak("H800 PCIe", 756.5, 51.0, ("NVIDIA H800 PCIe",)),
+    GpuPeak("H20", 148.0, 44.0, ("NVIDIA H20",)),
+    GpuPeak("B200", 2250.0, 75.0, ("NVIDIA B200",)),
+    GpuPeak("GB200", 2500.0, 80.0, ("NVIDIA GB200",)),
+    GpuPeak("A100 SXM 40GB", 312.0, 19.5, ("NVIDIA A100-SXM4-40GB",)),
+    GpuPeak("A100 SXM 80GB", 312.0, 19.5, ("NVIDIA A100-SXM4-80GB", "NVIDIA A100-SXM-80GB")),
+    GpuPeak("A100 PCIe 40GB", 312.0, 19.5, ("NVIDIA A100-PCIE-40GB",)),
+    GpuPeak("A100 PCIe 80GB", 312.0, 19.5, ("NVIDIA A100 80GB PCIe",)),
+    GpuPeak("A800 SXM 80GB", 312.0, 19.5, ("NVIDIA A800-SXM4-80GB",)),
+    GpuPeak("A800 PCIe 80GB", 312.0, 19.5, ("NVIDIA A800 80GB PCIe",)),
+    GpuPeak("A10", 125.0, 31.2, ("NVIDIA A10",)),
+    GpuPeak("A10G", 70.0, 31.5, ("NVIDIA A10G",)),  # AWS's part: no NVIDIA datasheet, AWS's figure
+    GpuPeak("L4", 121.0, 30.3, ("NVIDIA L4",)),
+    GpuPeak("L40S", 362.05, 91.6, ("NVIDIA L40S",)),
+    GpuPeak("L40", 181.05, 90.5, ("NVIDIA L40",)),
+    GpuPeak("V100 SXM2", 125.0, 15.7, ("Tesla V100-SXM2-16GB", "Tesla V100-SXM2-32GB")),  # fp16: no bf16 units
+    GpuPeak("V100 PCIe", 112.0, 14.0, ("Tesla V100-PCIE-16GB", "Tesla V100-PCIE-32GB")),
+    GpuPeak("RTX 4090", 165.2, 82.6, ("NVIDIA GeForce RTX 4090",)),
+)
+
+
+class UnknownGpuError(ValueError):
+    """A GPU whose name is not in GPU_PEAKS: its MFU would be a guess, so its peak must be given."""
+
+
+def _plain(name: str) -> str:
+    return " ".join(name.split()).casefold()
+
+
+def gpu_peak(name: str) -> GpuPeak:
+    """The GPU_PEAKS entry whose names hold `name` exactly (case and spacing aside)."""
+    for entry in GPU_PEAKS:
+        if _plain(name) in map(_plain, entry.names):
+            return entry
+    raise UnknownGpuError(
+        f"GPU '{name}' has no known peak (trident.hardware.GPU_PEAKS matches exact product names, so a "
+        f"variant is never given another's figure): set train.peak_tflops (benchmarks/mfu.py: "
+        f"--peak-tflops) to its dense bf16 TFLOP/s per GPU from its datasheet (its fp32 figure when "
+        f"train.precision=fp32); known: {', '.join(entry.product for entry in GPU_PEAKS)}")
 
 @dataclass
 class Hardware:
@@ -126,27 +182,36 @@ def describe_peak(device, dtype, configured: float = 0.0) -> str:
     """Which peak MFU divides by, and where it comes from (for the run's first console line)."""
     value = peak_tflops(device, dtype, configured)
     if configured > 0:
-        return f"{value:.3g} TFLOP/s from train.peak_tflops"
+        return f"{value:.4g} TFLOP/s from train.peak_tflops"
     if device.type == "cuda":
-        return f"{value:.3g} TFLOP/s, the known peak of this GPU" if value else "no known peak for this GPU (MFU 0)"
+        import torch
+
+        entry = gpu_peak(torch.cuda.get_device_name(device))
+        kind = "fp32" if dtype == torch.float32 else "dense bf16"
+        return f"{value:.4g} TFLOP/s, the {kind} datasheet peak of an {entry.product}"
     return (f"{value:.3g} TFLOP/s, this CPU's matmul peak measured once at start (best of 7 trials; "
             f"set train.peak_tflops to fix it)")
 
 
 def peak_tflops(device, dtype, configured: float = 0.0) -> float:
     """Per-device peak of a torch.device in a torch.dtype: the configured value, else a known GPU's
-    bf16 peak (1/16 of it in fp32), else measured on CPU; 0.0 for an unknown GPU."""
+    datasheet peak (UnknownGpuError for a GPU not in GPU_PEAKS), else measured on CPU."""
     if configured > 0:
         return configured
     import torch
 
     if device.type == "cuda":
-        name = torch.cuda.get_device_name(device)
-        for key, value in KNOWN_PEAKS.items():
-            if key in name:
-                return value if dtype != torch.float32 else value / 16.0  # fp32 without TF32: ~1/16
-        return 0.0
+        entry = gpu_peak(torch.cuda.get_device_name(device))
+        return entry.fp32 if dtype == torch.float32 else entry.bf16
     return measured_cpu_peak_tflops(dtype)
+
+
+def refuse_unknown_gpu(device, configured: float = 0.0) -> None:
+    """UnknownGpuError at start for a GPU with no known peak and none configured (cheap: no measuring)."""
+    if configured <= 0 and device.type == "cuda":
+        import torch
+
+        gpu_peak(torch.cuda.get_device_name(device))
 
 
 def clean_process_context(preload: tuple[str, ...] = ()):

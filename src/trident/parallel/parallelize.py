@@ -71,6 +71,13 @@ def build_model_chunks(model: ModelConfig, layout: RankLayout, tp: T.TPContext, 
     return chunks
 
 
+def compiled_blocks(chunks: list) -> int:
+    """How many blocks run under torch.compile: build_model_chunks wraps each block's forward (an
+    instance attribute), not the module, so the module-level marks of torch.compile are absent."""
+    return sum(hasattr(vars(block).get("forward"), "_torchdynamo_orig_callable")
+               for chunk in chunks for block in chunk.blocks.values())
+
+
 def counts_towards_norm(name: str, param: torch.nn.Parameter, is_first_stage: bool) -> bool:
     """Each parameter counted once across the model-parallel group: TP shards all count (they are
     disjoint), TP-replicated parameters only on TP rank 0, and the tied word embedding only on the

@@ -22,7 +22,7 @@ from trident.checkpoint.writer import CheckpointWriter, SaveError
 from trident.config import Config, ConfigError, save_config
 from trident.data.lineage import batch_documents
 from trident.flops import block_weights, model_flops
-from trident.hardware import describe_peak, peak_tflops
+from trident.hardware import UnknownGpuError, describe_peak, peak_tflops, refuse_unknown_gpu
 from trident.parallel.hosts import check_tp_hosts
 from trident.parallel.mesh import barrier, build_mesh, rank_device
 from trident.parallel.parallelize import ParallelModel, parallelize
@@ -50,6 +50,10 @@ class Trainer:
         if config.train.threads:
             torch.set_num_threads(config.train.threads)
         self.device = rank_device(config.train.device)
+        try:  # an unknown GPU's MFU would be a guess: refused before any work, its peak asked for
+            refuse_unknown_gpu(self.device, config.train.peak_tflops)
+        except UnknownGpuError as error:
+            raise ConfigError(str(error)) from None
         self.mesh = build_mesh(config.parallel.tp, config.parallel.pp, config.parallel.dp, config.parallel.timeout_s,
                                config.parallel.dp_shard, cp=config.parallel.cp)
         self.log = log if self.mesh.rank == 0 else (lambda *a, **k: None)
