@@ -121,9 +121,10 @@ def test_import_round_trip_has_identical_logits_and_trains_on(trained_checkpoint
 
 
 @torch.no_grad()
-@pytest.mark.parametrize("activation,trident_activation", [("gelu", "gelu"), ("gelu_new", "gelu_tanh")])
+@pytest.mark.parametrize("activation,trident_activation", [("gelu", "gelu"), ("gelu_new", "gelu_new"),
+                                                           ("gelu_pytorch_tanh", "gelu_tanh")])
 def test_model_made_by_transformers_imports_exactly(tmp_path, activation, trident_activation):
-    # gelu_new is original GPT-2's tanh approximation: imported as model.activation=gelu_tanh, exact
+    # each HF activation is kept by name (gelu_new and gelu_pytorch_tanh round differently) and goes back as it came
     hf_config = transformers.GPT2Config(vocab_size=77, n_positions=24, n_embd=48, n_layer=2, n_head=3, n_inner=96,
                                         activation_function=activation, layer_norm_epsilon=1e-6,
                                         resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
@@ -141,7 +142,7 @@ def test_model_made_by_transformers_imports_exactly(tmp_path, activation, triden
     torch.testing.assert_close(model(tokens)[..., :77], hf_model(input_ids=tokens).logits, rtol=0, atol=1e-5)
     export_hf(tmp_path / "ckpt", tmp_path / "back")  # and out again, with the activation it came in with
     back = transformers.GPT2LMHeadModel.from_pretrained(str(tmp_path / "back")).eval()
-    assert back.config.activation_function == {"gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh"}[trident_activation]
+    assert back.config.activation_function == activation
     torch.testing.assert_close(back(input_ids=tokens).logits, hf_model(input_ids=tokens).logits, rtol=0, atol=1e-5)
 
 
@@ -220,7 +221,7 @@ def test_bad_model_folders_are_refused(exported, tmp_path):
         import_hf(relu, tmp_path / "x3")
     other = copy("t5")  # Llama folders import too (tests/test_llama_hf.py); other architectures do not
     _edit_config(other, model_type="t5")
-    with pytest.raises(ValueError, match="model_type.*only GPT-2 .gpt2. and Llama"):
+    with pytest.raises(ValueError, match="model_type.*imports gpt2, llama, mistral, qwen2"):
         import_hf(other, tmp_path / "x5")
     wrong = copy("wrong_shape")
     _edit_config(wrong, n_positions=64)

@@ -139,7 +139,8 @@ def _edit(folder, **changes):
 def test_unsupported_llama_folders_and_models_are_refused(tmp_path):
     _llama(tmp_path)
     cases = [({"hidden_act": "gelu"}, "hidden_act"),
-             ({"rope_parameters": {"rope_type": "llama3", "rope_theta": 5e5, "factor": 8.0}}, "rope_parameters"),
+             ({"rope_parameters": {"rope_type": "llama3", "rope_theta": 5e5, "factor": 8.0}}, "low_freq_factor"),
+             ({"rope_parameters": {"rope_type": "yarn", "rope_theta": 5e5, "factor": 8.0}}, "rope_parameters"),
              ({"attention_bias": True}, "mlp_bias"),
              ({"head_dim": 16}, "head_dim"),
              ({"num_key_value_heads": 3}, "model.num_kv_heads")]
@@ -150,8 +151,8 @@ def test_unsupported_llama_folders_and_models_are_refused(tmp_path):
         _llama(tmp_path)  # fresh folder for the next case
     # a model no Hugging Face architecture computes (rotary positions with LayerNorm) is not exported
     from trident.config import load_config
-    from trident.infer.hf_export import hf_family
+    from trident.infer.hf_config import family_of
 
     mixed = load_config("llama-tiny", ["model.norm=layernorm"]).model
     with pytest.raises(ValueError, match="norm=layernorm"):
-        hf_family(mixed)
+        family_of(mixed)

@@ -13,6 +13,7 @@ Layout of ROOT/step_0000100/ (format version 2):
                                         per file: size and digest; the format version
   trainer_state.json                    step, consumed samples/tokens, scaler, config, layout,
                                         the format version (rank 0)
+  tokenizer.json, ... (MODEL_FILES)     the model's tokenizer and Hugging Face side files, when it has them
   COMPLETE                              written last; a folder without it is never loaded
 ROOT/latest names the newest step folder (a convenience for people and scripts).
 Nothing is pickled: tensors are safetensors, the rest is JSON.
@@ -37,6 +38,11 @@ COMPLETE = "COMPLETE"
 LATEST = "latest"
 TRAINER_STATE = "trainer_state.json"
 TOKENIZER = "tokenizer.json"
+# The files that describe a model besides its tensors, carried byte for byte from the checkpoint a run
+# starts from into each checkpoint it writes, and shipped by export-hf: the model's tokenizer and, for
+# a Hugging Face import, its own config.json (kept as hf_config.json) and tokenizer side files.
+MODEL_FILES = (TOKENIZER, "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
+               "generation_config.json", "vocab.json", "merges.txt", "hf_config.json")
 
 
 def step_dir(root: Path, step: int) -> Path:

@@ -144,6 +144,8 @@ CHOICES = {
 RANGES = {
     "positive": ("model.num_layers", "model.hidden_size", "model.num_heads", "model.seq_length",
                  "model.make_vocab_size_divisible_by", "model.layernorm_epsilon", "model.rope_theta",
+                 "model.rope_scaling_factor", "model.rope_low_freq_factor", "model.rope_high_freq_factor",
+                 "model.rope_original_max_positions",
                  "parallel.tp", "parallel.pp", "parallel.cp",
                  "parallel.virtual_stages", "parallel.bucket_size_mb", "parallel.timeout_s", "train.steps",
                  "train.global_batch_size", "train.micro_batch_size", "train.lr", "train.adam_eps",
@@ -151,6 +153,7 @@ RANGES = {
                  "train.loss_scale_hysteresis", "logging.log_interval", "logging.metrics_upload_s",
                  "diagnostics.straggler_checks"),
     "non-negative": ("model.vocab_size", "model.ffn_hidden_size", "model.init_std", "model.num_kv_heads",
+                     "model.max_positions", "model.sliding_window",
                      "parallel.dp", "parallel.dp_shard",
                      "data.split_seed", "data.index_workers", "train.min_lr", "train.warmup_tokens",
                      "train.decay_tokens",

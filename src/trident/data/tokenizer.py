@@ -2,7 +2,12 @@
 
 Byte-level means every string round-trips: text is mapped to bytes, bytes to 256 printable
 symbols, and BPE merges those, so no input is ever "unknown". `<|endoftext|>` is the special
-token that separates documents (Megatron's EOD).
+token that separates documents (Megatron's EOD); a Hugging Face model's tokenizer (any tokenizer.json:
+Llama's, Qwen's, ...) separates them with its own end-of-text token, the `eos_token` of the
+tokenizer_config.json beside it.
+
+`fingerprint()` names a tokenizer by what decides its ids (model type, vocabulary, merges, added
+and special tokens), so datasets, models and exports can be checked to share one.
 """
 from __future__ import annotations
 
@@ -19,6 +24,7 @@ from trident.text.storage import local_copy, location, make_folder, staged_folde
 
 EOD_TOKEN = "<|endoftext|>"
 TOKENIZER_FILE = "tokenizer.json"
+TOKENIZER_CONFIG = "tokenizer_config.json"  # Hugging Face's: special tokens, chat template
 
 
 def _byte_level(tokenizer: HFTokenizer) -> HFTokenizer:
@@ -31,14 +37,14 @@ def _byte_level(tokenizer: HFTokenizer) -> HFTokenizer:
 class Tokenizer:
     """A loaded tokenizer. `vocab_size` counts the special tokens; `eod_id` is `<|endoftext|>`."""
 
-    def __init__(self, hf: HFTokenizer, source: str = ""):
+    def __init__(self, hf: HFTokenizer, source: str = "", eod_token: str = EOD_TOKEN):
         self.hf = hf
         self.source = source
-        eod = hf.token_to_id(EOD_TOKEN)
+        eod = hf.token_to_id(eod_token)
         if eod is None:
-            raise ValueError(f"{source or 'tokenizer'}: has no {EOD_TOKEN} token, which trident "
+            raise ValueError(f"{source or 'tokenizer'}: has no {eod_token} token, which trident "
                              f"uses to separate documents; retrain with `trident tokenizer train`")
-        self.eod_id = int(eod)
+        self.eod_id, self.eod_token = int(eod), eod_token
 
     @classmethod
     def load(cls, path) -> "Tokenizer":
@@ -61,7 +67,7 @@ class Tokenizer:
             hf = HFTokenizer.from_str(path.read_text(encoding="utf-8"))
         except Exception as err:  # the Rust side raises a bare Exception on parse errors
             raise ValueError(f"{path}: not a valid Hugging Face tokenizer.json ({err})") from err
-        return cls(hf, source=str(path))
+        return cls(hf, source=str(path), eod_token=end_of_text_token(path.parent))
 
     @classmethod
     def from_gpt2_files(cls, vocab_json, merges_txt) -> "Tokenizer":
@@ -74,6 +80,16 @@ class Tokenizer:
         # GPT-2's vocab.json already holds <|endoftext|> (id 50256); then this only marks it special
         hf.add_special_tokens([EOD_TOKEN])
         return cls(hf, source=str(vocab_json))
+
+    def fingerprint(self) -> str:
+        """sha256 of what decides the ids: model type, vocabulary, merges, added and special tokens
+        (whitespace and key order of the file do not count)."""
+        tree = json.loads(self.hf.to_str())
+        model = tree.get("model") or {}
+        decisive = {"type": model.get("type"), "vocab": model.get("vocab"), "merges": model.get("merges"),
+                    "added_tokens": [(t.get("id"), t.get("content"), t.get("special"))
+                                     for t in tree.get("added_tokens") or []], "eod": self.eod_token}
+        return hashlib.sha256(json.dumps(decisive, sort_keys=True).encode()).hexdigest()
 
     def sha256(self) -> str:
         """Digest of the tokenizer's full definition: equal digests encode text identically."""
@@ -107,6 +123,20 @@ class Tokenizer:
         with staged_folder(directory) as folder:  # the BPE model writes local files only
             vocab, merges = self.hf.model.save(str(folder))
         return location(directory) / Path(vocab).name, location(directory) / Path(merges).name
+
+
+def end_of_text_token(folder) -> str:
+    """The token that ends a text for the tokenizer in `folder`: its tokenizer_config.json's eos_token
+    (Hugging Face models), else trident's <|endoftext|>."""
+    config_file = location(folder) / TOKENIZER_CONFIG
+    if not config_file.is_file():
+        return EOD_TOKEN
+    try:
+        eos = json.loads(config_file.read_text(encoding="utf-8")).get("eos_token")
+    except (ValueError, AttributeError) as err:
+        raise ValueError(f"{config_file}: not a valid tokenizer_config.json ({err})") from None
+    eos = eos.get("content") if isinstance(eos, dict) else eos
+    return eos if isinstance(eos, str) and eos else EOD_TOKEN
 
 
 def train_tokenizer(files: list, vocab_size: int, out, json_key: str = "text",

@@ -14,6 +14,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Callable
 
+from trident.infer.generate import sampling_bias
 from trident.infer.plan import MAX_TOP_LOGPROBS, RowSpec, StepOutput, build_plan
 
 
@@ -28,6 +29,10 @@ class Request:
     top_n: int = 0  # alternatives to report per token (0..MAX_TOP_LOGPROBS)
     echo: bool = False  # score the prompt's own tokens too
     stop_at_eod: bool = True
+    stop_ids: frozenset[int] = frozenset()  # more end tokens (a chat model's own eos), obeyed as eod is
+    presence_penalty: float = 0.0  # the OpenAI penalties and logit_bias (trident.infer.generate.sampling_bias)
+    frequency_penalty: float = 0.0
+    logit_bias: dict[int, float] = field(default_factory=dict)
     on_token: Callable[["Request", int], bool] | None = None
     on_done: Callable[["Request"], None] | None = None
     # filled in as it runs
@@ -38,6 +43,7 @@ class Request:
     prompt_tops: list[list[tuple[int, float]]] = field(default_factory=list)
     finish_reason: str | None = None  # length | stop | cancelled | error
     cancelled: bool = False
+    counts: Counter[int] = field(default_factory=Counter)  # generated tokens, kept only under penalties
 
     def __post_init__(self):
         if not self.prompt_ids:
@@ -64,7 +70,7 @@ class Scheduler:
         self.finished: Counter[str] = Counter()  # requests by finish reason
 
     def submit(self, request: Request) -> None:
-        if len(request.prompt_ids) + max(request.max_new_tokens, 1) > self.engine.seq_length:
+        if len(request.prompt_ids) + request.max_new_tokens > self.engine.seq_length:  # 0 new: scoring only
             raise ValueError(f"prompt of {len(request.prompt_ids)} tokens + max_tokens {request.max_new_tokens} "
                              f"exceeds the context of {self.engine.seq_length} tokens")
         self.incoming.put(request)
@@ -104,8 +110,12 @@ class Scheduler:
                 self._finish(slot, request, "cancelled")
 
     def _row(self, slot: int, request: Request, tokens: list[int], start: int, fresh: bool) -> RowSpec:
+        bias = ()
+        if request.logit_bias or request.presence_penalty or request.frequency_penalty:
+            bias = tuple(sampling_bias(request.counts, request.presence_penalty, request.frequency_penalty,
+                                       request.logit_bias).items())
         return RowSpec(slot, tokens, start, request.temperature, request.top_k, request.top_p, request.seed or 0,
-                       fresh, echo=fresh and request.echo, top_n=request.top_n)
+                       fresh, echo=fresh and request.echo, top_n=request.top_n, bias=bias)
 
     def _prefill(self, joining: dict[int, Request]) -> None:
         rows = [self._row(slot, r, list(r.prompt_ids), 0, True) for slot, r in joining.items()]
@@ -138,10 +148,12 @@ class Scheduler:
 
     def _accept(self, slot: int, request: Request, out: StepOutput, b: int) -> None:
         token = out.token(b)
-        if request.stop_at_eod and token == self.eod_id:
+        if request.stop_at_eod and (token == self.eod_id or token in request.stop_ids):
             self._finish(slot, request, "stop")
             return
         request.new_ids.append(token)
+        if request.presence_penalty or request.frequency_penalty:
+            request.counts[token] += 1
         request.logprobs.append(out.logprob(b))
         request.tops.append(out.top(b, request.top_n))
         stop = request.on_token(request, token) if request.on_token is not None else False

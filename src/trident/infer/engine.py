@@ -20,7 +20,7 @@ from contextlib import nullcontext
 import torch
 import torch.distributed as dist
 
-from trident.infer.generate import sample_next
+from trident.infer.generate import apply_bias, sample_next
 from trident.infer.kv_cache import SlotCache, StepRows
 from trident.infer.plan import LONG_COLUMNS, Plan, StepOutput
 from trident.parallel.mesh import Mesh
@@ -85,17 +85,17 @@ class Engine:
     def follow(self) -> None:
         """Followers: run every plan rank 0 broadcasts until it says stop."""
         while True:
-            header = self._broadcast(torch.zeros(3, dtype=torch.long), 0)
+            header = self._broadcast(torch.zeros(4, dtype=torch.long), 0)
             if int(header[0]) == STOP:
                 return
-            rows, width = int(header[1]), int(header[2])
+            rows, width, bias_width = int(header[1]), int(header[2]), int(header[3])
             longs = self._broadcast(torch.zeros(rows, len(LONG_COLUMNS) + 2 * width, dtype=torch.long), 0)
-            floats = self._broadcast(torch.zeros(rows, 2, dtype=torch.float64), 0)
+            floats = self._broadcast(torch.zeros(rows, 2 + 2 * bias_width, dtype=torch.float64), 0)
             self._run(Plan(longs, floats), None)
 
     def stop_followers(self) -> None:
         if self.world > 1:
-            self._broadcast(torch.tensor([STOP, 0, 0], dtype=torch.long), 0)
+            self._broadcast(torch.tensor([STOP, 0, 0, 0], dtype=torch.long), 0)
 
     def _send_plan(self, plan: Plan) -> None:
         for tensor in (plan.header(), plan.longs, plan.floats):
@@ -163,7 +163,7 @@ class Engine:
             logits = logits[torch.arange(b, device=logits.device), lasts][:, None]
             targets = torch.zeros(b, 1, dtype=torch.long, device=logits.device)
             at = torch.zeros(b, dtype=torch.long, device=logits.device)
-        if choose is not None or plan.any_sampled or plan.top_n > 1 or self.tp.size == 1:
+        if choose is not None or plan.any_sampled or plan.any_bias or plan.top_n > 1 or self.tp.size == 1:
             return self._choose_gathered(plan, logits, targets, at, choose)  # with one TP rank, nothing to gather
         return self._choose_vocab_parallel(plan, logits, targets, at)
 
@@ -188,6 +188,8 @@ class Engine:
         full, targets, at = full.cpu(), targets.cpu(), at.cpu()
         rows = torch.arange(plan.rows)
         last_logits = full[rows, at]  # [b, V]
+        if plan.any_bias:  # penalties and logit_bias steer the choice; reported logprobs stay the model's
+            last_logits = apply_bias(last_logits, plan.bias_ids, plan.bias_values)
         if choose is not None:
             chosen = choose(last_logits).cpu()
         elif not plan.any_sampled:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 
 import torch
@@ -64,6 +65,24 @@ def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> t
         drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
         out = out.masked_fill(drop, float("-inf"))
     return out
+
+
+def sampling_bias(counts: Counter, presence_penalty: float = 0.0, frequency_penalty: float = 0.0,
+                  logit_bias: dict[int, float] | None = None) -> dict[int, float]:
+    """What to add to each token's logit before choosing, as the OpenAI API defines its penalties:
+    logit[j] + logit_bias[j] - counts[j] * frequency_penalty - (counts[j] > 0) * presence_penalty,
+    counts[j] being how often token j was generated so far (the prompt does not count)."""
+    bias = dict(logit_bias or {})
+    if presence_penalty or frequency_penalty:
+        for token, count in counts.items():
+            if count > 0:
+                bias[token] = bias.get(token, 0.0) - count * frequency_penalty - presence_penalty
+    return bias
+
+
+def apply_bias(logits: torch.Tensor, ids: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """logits [b, V] plus values [b, k] at ids [b, k] (a new tensor; padding entries are id 0 with 0.0)."""
+    return logits.scatter_add(-1, ids.to(logits.device), values.to(logits.device, logits.dtype))
 
 
 def sample_next(logits: torch.Tensor, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,

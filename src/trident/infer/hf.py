@@ -20,12 +20,10 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-from trident.infer.hf_llama import (check_llama_config, is_llama, llama_from_hf, llama_tensors,
-                                    trident_config_from_llama)
+from trident.infer.hf_config import HF_CONFIG, model_type, trident_config
+from trident.infer.hf_llama import llama_from_hf, llama_tensors
 from trident.text.storage import location, require_local
 
-EXACT_GELU = "gelu"
-TANH_GELUS = ("gelu_new", "gelu_pytorch_tanh", "gelu_fast")
 WEIGHTS_FILE = "model.safetensors"
 WEIGHTS_INDEX = "model.safetensors.index.json"
 SAMPLE_TEXT = ("The quick brown fox jumps over the lazy dog. It was the best of times, it was the worst of "
@@ -119,27 +117,6 @@ def _read_hf_config(hf_dir: Path) -> dict:
     return config
 
 
-def check_gpt2_config(config: dict, source: Path) -> None:
-    """Refuse configs whose model trident's GPT would not compute exactly, naming the key."""
-    def refuse(key, why):
-        raise ValueError(f"{source}: config key '{key}' = {config.get(key)!r}: {why}")
-
-    if config.get("model_type", "gpt2") != "gpt2":
-        refuse("model_type", "only GPT-2 (gpt2) and Llama (llama) models can be imported")
-    for key in ("n_embd", "n_layer", "n_head", "n_positions", "vocab_size"):
-        if not isinstance(config.get(key), int) or config[key] <= 0:
-            refuse(key, "must be a positive integer")
-    act = config.get("activation_function", "gelu_new")
-    if act != EXACT_GELU and act not in TANH_GELUS:
-        refuse("activation_function", f"trident's MLP is GeLU: {EXACT_GELU} (exact) or one of {', '.join(TANH_GELUS)}")
-    if not config.get("scale_attn_weights", True):
-        refuse("scale_attn_weights", "trident always scales attention by 1/sqrt(head_dim)")
-    if config.get("scale_attn_by_inverse_layer_idx", False):
-        refuse("scale_attn_by_inverse_layer_idx", "trident does not scale attention by layer index")
-    if config.get("add_cross_attention", False):
-        refuse("add_cross_attention", "trident's GPT is decoder-only, without cross-attention")
-
-
 def _weight_files(hf_dir: Path) -> list[Path]:
     if (hf_dir / WEIGHTS_FILE).is_file():
         return [hf_dir / WEIGHTS_FILE]
@@ -181,10 +158,13 @@ def _expected_shape(kind: str, trident_shape: tuple, vocab: int) -> tuple:
 
 def import_hf(hf_dir: str | Path, out_dir: str | Path, pad_vocab_multiple: int | None = None,
               seed: int = 1234) -> dict:
-    """Write a single-process trident checkpoint (OUT/step_0000000/) from a GPT-2 or Llama model folder.
+    """Write a single-process trident checkpoint (OUT/step_0000000/) from a GPT-2, Llama, Mistral or
+    Qwen2 model folder.
 
-    The folder needs config.json and model.safetensors (or a sharded index); tokenizer files, when
-    present, are carried over. Returns a summary (checkpoint path, sizes, notes)."""
+    The folder needs config.json and model.safetensors (or a sharded index). The checkpoint keeps the
+    complete model config (its trainer state) and the model's own files, byte for byte: tokenizer.json,
+    tokenizer_config.json (special tokens, chat template), chat_template.jinja, config.json (as
+    hf_config.json). Returns a summary (checkpoint path, sizes, notes)."""
     from trident.checkpoint.reader import complete_checkpoints
     from trident.checkpoint.writer import save_checkpoint
     from trident.parallel.mesh import Mesh
@@ -193,29 +173,40 @@ def import_hf(hf_dir: str | Path, out_dir: str | Path, pad_vocab_multiple: int |
     require_local(hf_dir, "hf_dir", "safetensors maps local files; `trident import-hf` copies a folder on a store first")
     hf_dir, out = location(hf_dir), location(out_dir)  # the checkpoint may go to a store
     hf = _read_hf_config(hf_dir)
-    llama = hf.get("model_type") == "llama"
-    (check_llama_config if llama else check_gpt2_config)(hf, hf_dir / "config.json")
+    family = model_type(hf, hf_dir / "config.json")
     if complete_checkpoints(out):
         raise FileExistsError(f"{out} already holds checkpoints; import into an empty folder")
     notes = []
-    config = (trident_config_from_llama if llama else _trident_config)(hf, pad_vocab_multiple, seed)
+    config = trident_config(hf, hf_dir / "config.json", pad_vocab_multiple, seed)
     m = config.model
-    tensors = read_hf_tensors(hf_dir, "model." if llama else "transformer.")
+    if m.seq_length < m.positions:
+        notes.append(f"trains on sequences of model.seq_length={m.seq_length} tokens, shorter than the model's "
+                     f"{m.positions} positions, to stay inside its attention window of {m.sliding_window}")
+    tensors = read_hf_tensors(hf_dir, "transformer." if family == "gpt2" else "model.")
     model = parallelize(config, Mesh(), torch.device("cpu"))  # one process: fresh Adam state, seeded streams
     params = dict(model.named_params)
     with torch.no_grad():
-        (_load_llama if llama else _load_gpt2)(m, params, tensors, hf, hf_dir)
-
-    tokenizer = _load_tokenizer(hf_dir, m.vocab_size, notes)
-    state = _imported_trainer_state(config, hf_dir)
+        (_load_gpt2 if family == "gpt2" else _load_llama)(m, params, tensors, hf, hf_dir)
     with tempfile.TemporaryDirectory() as tmp:
-        extra = None
-        if tokenizer is not None:
-            extra = {"tokenizer.json": tokenizer.save(Path(tmp) / "tokenizer.json")}
+        extra = _model_files(hf_dir, Path(tmp), m.vocab_size, notes)
+        state = _imported_trainer_state(config, hf_dir, family)
         path = save_checkpoint(out, 0, model.state_pieces(), state, Mesh(), keep_last=0, extra_files=extra)
-    return {"hf_dir": str(hf_dir), "checkpoint": str(path), "vocab_size": m.vocab_size,
+    return {"hf_dir": str(hf_dir), "checkpoint": str(path), "model_type": family, "vocab_size": m.vocab_size,
             "padded_vocab_size": m.padded_vocab_size(), "parameters": sum(p.numel() for p in params.values()),
-            "tokenizer": tokenizer is not None, "notes": notes}
+            "tokenizer": "tokenizer.json" in extra, "notes": notes}
+
+
+def _model_files(hf_dir: Path, tmp: Path, vocab: int, notes: list[str]) -> dict[str, Path]:
+    """The files that travel with the weights (checkpoint/format.MODEL_FILES): the folder's own, byte for
+    byte; a tokenizer.json converted from GPT-2's vocab.json + merges.txt when it has only those."""
+    from trident.checkpoint.format import MODEL_FILES
+
+    files = {name: hf_dir / name for name in MODEL_FILES if (hf_dir / name).is_file()}
+    files[HF_CONFIG] = hf_dir / "config.json"
+    tokenizer = _load_tokenizer(hf_dir, vocab, notes)
+    if tokenizer is not None and "tokenizer.json" not in files:
+        files["tokenizer.json"] = tokenizer.save(tmp / "tokenizer.json")
+    return files
 
 
 def _load_gpt2(m, params: dict, tensors: dict, hf: dict, hf_dir: Path) -> None:
@@ -253,34 +244,12 @@ def _check_shape(tensor: torch.Tensor, hf_name: str, want: tuple, hf_dir: Path) 
                          f"config.json implies {list(want)}")
 
 
-def _trident_config(hf: dict, pad_vocab_multiple: int | None, seed: int):
-    """The trident Config (validated for one process) whose model is the GPT-2 config.json's."""
-    from trident.config import Config
-
-    hints = (hf.get("trident") or {}).get("model", {})
-    config = Config()
-    m = config.model
-    m.num_layers, m.hidden_size, m.num_heads = hf["n_layer"], hf["n_embd"], hf["n_head"]
-    m.seq_length, m.vocab_size = hf["n_positions"], hf["vocab_size"]
-    m.ffn_hidden_size = hf.get("n_inner") or 0
-    m.layernorm_epsilon = float(hf.get("layer_norm_epsilon", 1e-5))
-    m.hidden_dropout = float(hf.get("resid_pdrop", 0.0))
-    m.attention_dropout = float(hf.get("attn_pdrop", 0.0))
-    m.make_vocab_size_divisible_by = pad_vocab_multiple or hints.get("make_vocab_size_divisible_by", 128)
-    m.init_std = float(hints.get("init_std", 0.0))
-    # original GPT-2 (gelu_new) used the tanh approximation: trident computes the same function
-    m.activation = "gelu" if hf.get("activation_function", "gelu_new") == EXACT_GELU else "gelu_tanh"
-    config.train.seed = seed
-    return config.validate(1)
-
-
-def _imported_trainer_state(config, hf_dir: Path) -> dict:
+def _imported_trainer_state(config, hf_dir: Path, family: str) -> dict:
     """The trainer's counters of a run that has not taken a step (the model's pieces add the rest)."""
     from trident.checkpoint.format import build_trainer_state
 
     return build_trainer_state(step=0, consumed_samples=0, consumed_tokens=0, config=config,
-                               imported_from={"hf_dir": str(hf_dir.resolve()),
-                                              "model_type": "llama" if is_llama(config.model) else "gpt2"})
+                               imported_from={"hf_dir": str(hf_dir.resolve()), "model_type": family})
 
 
 def _check_tied_head(tensors: dict, hf: dict, hf_dir: Path, embedding: str) -> None:

@@ -18,28 +18,22 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from trident.infer.hf import EXACT_GELU, WEIGHTS_FILE, WEIGHTS_INDEX, name_map, to_gpt2
-from trident.infer.hf_llama import is_llama, llama_config, llama_tensors
+from trident.checkpoint.format import MODEL_FILES
+from trident.infer.hf import WEIGHTS_FILE, WEIGHTS_INDEX, name_map, to_gpt2
+from trident.infer.hf_config import HF_CONFIG, family_of, hf_config
+from trident.infer.hf_llama import llama_tensors
 from trident.text.storage import location, make_folder, require_local
 
 MAX_SHARD_BYTES = 5 * 10**9
-ACTIVATIONS = {"gelu": EXACT_GELU, "gelu_tanh": "gelu_pytorch_tanh"}  # torch's tanh GeLU, bit for bit
 
 
-def gpt2_config(model_cfg, vocab_size: int, eod_id: int | None) -> dict:
-    """config.json for transformers.GPT2Config describing trident's model exactly."""
-    return {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": vocab_size,
-            "n_positions": model_cfg.seq_length, "n_ctx": model_cfg.seq_length, "n_embd": model_cfg.hidden_size,
-            "n_layer": model_cfg.num_layers, "n_head": model_cfg.num_heads,
-            "n_inner": model_cfg.ffn_hidden_size or None, "activation_function": ACTIVATIONS[model_cfg.activation],
-            "resid_pdrop": model_cfg.hidden_dropout, "embd_pdrop": model_cfg.hidden_dropout,
-            "attn_pdrop": model_cfg.attention_dropout, "layer_norm_epsilon": model_cfg.layernorm_epsilon,
-            "initializer_range": model_cfg.std, "scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False,
-            "reorder_and_upcast_attn": False, "tie_word_embeddings": True, "use_cache": True,
-            "bos_token_id": eod_id, "eos_token_id": eod_id, "torch_dtype": "float32", "dtype": "float32",
-            # lets import-hf rebuild the same trident config (vocab padding, init) on the way back
-            "trident": {"model": {"make_vocab_size_divisible_by": model_cfg.make_vocab_size_divisible_by,
-                                  "init_std": model_cfg.init_std}}}
+def _copy_model_files(ckpt: Path, out: Path) -> list[str]:
+    """The model's own tokenizer and side files, byte for byte (a Hugging Face import's: its tokenizer
+    is shipped as it came, never rebuilt)."""
+    names = [name for name in MODEL_FILES if name != HF_CONFIG and (ckpt / name).is_file()]
+    for name in names:
+        (out / name).write_bytes((ckpt / name).read_bytes())
+    return names
 
 
 def _write_tokenizer(tokenizer, out: Path, seq_length: int) -> list[str]:
@@ -93,21 +87,6 @@ def _gpt2_tensors(cfg, vocab: int) -> list[tuple[str, str, Callable]]:
             for trident, hf, kind in name_map(cfg.num_layers)]
 
 
-def hf_family(cfg) -> str:
-    """Which transformers architecture computes this model: gpt2 or llama (else a ValueError naming the keys)."""
-    if is_llama(cfg):
-        return "llama"
-    gpt2 = (cfg.position, cfg.norm, cfg.mlp, cfg.bias, cfg.tie_embeddings, cfg.kv_heads) == (
-        "learned", "layernorm", "gelu", True, True, cfg.num_heads)
-    if gpt2:
-        return "gpt2"
-    raise ValueError("no Hugging Face architecture computes this model: GPT-2 needs model.position=learned, "
-                     "norm=layernorm, mlp=gelu, bias=true, tie_embeddings=true, num_kv_heads=num_heads; Llama needs "
-                     f"position=rope, norm=rmsnorm, mlp=swiglu (this model: position={cfg.position}, "
-                     f"norm={cfg.norm}, mlp={cfg.mlp}, bias={cfg.bias}, tie_embeddings={cfg.tie_embeddings}, "
-                     f"num_kv_heads={cfg.kv_heads})")
-
-
 def _write_shards(reader, entries: list, out: Path, max_shard_bytes: int) -> tuple[list[str], int]:
     """Every HF tensor of `entries` (HF name, trident name, conversion) into its shard; (file names,
     parameter count). Sizes come from converting empty (meta) tensors of the checkpoint's shapes."""
@@ -136,8 +115,8 @@ def _write_shards(reader, entries: list, out: Path, max_shard_bytes: int) -> tup
 
 
 def export_hf(ckpt_path: str | Path, out_dir: str | Path, max_shard_bytes: int = MAX_SHARD_BYTES) -> dict:
-    """Write OUT/config.json + the weights (+ tokenizer files) for transformers' GPT2LMHeadModel or
-    LlamaForCausalLM (hf_family).
+    """Write OUT/config.json + the weights (+ tokenizer files) for transformers' GPT2LMHeadModel,
+    LlamaForCausalLM, MistralForCausalLM or Qwen2ForCausalLM (hf_config.family_of).
 
     `ckpt_path` is a checkpoint folder of any parallel layout, or a folder of them (newest used).
     Returns a summary: files written, vocabulary sizes, parameter count."""
@@ -148,12 +127,13 @@ def export_hf(ckpt_path: str | Path, out_dir: str | Path, max_shard_bytes: int =
     cfg = config_from_dict(reader.state["config"]).model
     tokenizer_file = reader.path / "tokenizer.json"
     tokenizer = Tokenizer.load(tokenizer_file) if tokenizer_file.exists() else None
-    vocab = tokenizer.vocab_size if tokenizer is not None else cfg.vocab_size
+    vocab = cfg.vocab_size or (tokenizer.vocab_size if tokenizer is not None else 0)
     padded = reader.full_shape("embedding.word.weight")[0]
-    if not 0 < vocab <= padded:
-        raise ValueError(f"{reader.path}: vocabulary of {vocab} tokens does not fit the embedding's {padded} rows")
-    family = hf_family(cfg)
-    entries = llama_tensors(cfg, vocab) if family == "llama" else _gpt2_tensors(cfg, vocab)
+    if not 0 < vocab <= padded or (tokenizer is not None and tokenizer.vocab_size > vocab):
+        raise ValueError(f"{reader.path}: vocabulary of {vocab} tokens (tokenizer: "
+                         f"{tokenizer.vocab_size if tokenizer else 'none'}) does not fit the embedding's {padded} rows")
+    family = family_of(cfg)
+    entries = _gpt2_tensors(cfg, vocab) if family == "gpt2" else llama_tensors(cfg, vocab)
     unexpected = sorted(set(reader.names()) - {t for _, t, _ in entries})
     if unexpected:
         raise ValueError(f"{reader.path}: tensors a {family} model has no place for: {', '.join(unexpected[:5])}")
@@ -161,10 +141,13 @@ def export_hf(ckpt_path: str | Path, out_dir: str | Path, max_shard_bytes: int =
     out = make_folder(out_dir)
     files, parameters = _write_shards(reader, entries, out, max_shard_bytes)
     eod = tokenizer.eod_id if tokenizer is not None else None
-    hf_config = llama_config(cfg, vocab, eod) if family == "llama" else gpt2_config(cfg, vocab, eod)
-    (out / "config.json").write_text(json.dumps(hf_config, indent=1))
+    original = reader.path / HF_CONFIG
+    original = json.loads(original.read_text()) if original.is_file() else None
+    (out / "config.json").write_text(json.dumps(hf_config(cfg, vocab, eod, original), indent=1))
     files = ["config.json", *files]
-    if tokenizer is not None:
+    if (reader.path / "tokenizer_config.json").is_file():  # a Hugging Face model's own tokenizer files
+        files += _copy_model_files(reader.path, out)
+    elif tokenizer is not None:
         files += _write_tokenizer(tokenizer, out, cfg.seq_length)
     return {"checkpoint": str(reader.path), "out": str(out), "files": files, "vocab_size": vocab,
             "padded_vocab_size": padded, "dropped_padding_rows": padded - vocab, "parameters": parameters,

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-MAX_TOP_LOGPROBS = 5  # as the OpenAI completions API caps `logprobs`
+MAX_TOP_LOGPROBS = 20  # as the OpenAI chat API caps `top_logprobs` (completions' `logprobs` stops at 5)
 LONG_COLUMNS = ("slot", "last", "echo", "top_n", "top_k", "seed", "fresh")
 
 
@@ -27,12 +27,13 @@ class RowSpec:
     fresh: bool = False  # first pass of this sequence: (re)seed its sampling generator
     echo: bool = False  # also score every fed token (prompt log-probabilities)
     top_n: int = 0  # alternatives reported per token
+    bias: tuple[tuple[int, float], ...] = ()  # (token id, value) added to the logits before choosing
 
 
 @dataclass
 class Plan:
     longs: torch.Tensor  # [b, len(LONG_COLUMNS) + 2 w]: the columns, then tokens, then positions
-    floats: torch.Tensor  # [b, 2]: temperature, top_p
+    floats: torch.Tensor  # [b, 2 + 2 k]: temperature, top_p, then k bias ids and k bias values (0-padded)
 
     @property
     def rows(self) -> int:
@@ -57,6 +58,16 @@ class Plan:
         self.any_echo = bool(self.column("echo").any())
         self.top_n = int(self.column("top_n").max())
         self.any_sampled = bool((self.floats[:, 0] > 0).any())
+        self.bias_width = (self.floats.shape[1] - 2) // 2
+        self.any_bias = self.bias_width > 0
+
+    @property
+    def bias_ids(self) -> torch.Tensor:
+        return self.floats[:, 2: 2 + self.bias_width].long()
+
+    @property
+    def bias_values(self) -> torch.Tensor:
+        return self.floats[:, 2 + self.bias_width:]
 
     @property
     def out_width(self) -> int:
@@ -64,7 +75,7 @@ class Plan:
         return self.width if self.any_echo else 1
 
     def header(self) -> torch.Tensor:
-        return torch.tensor([0, self.rows, self.width], dtype=torch.long)
+        return torch.tensor([0, self.rows, self.width, self.bias_width], dtype=torch.long)
 
 
 def build_plan(rows: list[RowSpec], seq_length: int, pad_id: int, multiple: int = 1) -> Plan:
@@ -74,6 +85,7 @@ def build_plan(rows: list[RowSpec], seq_length: int, pad_id: int, multiple: int 
         raise ValueError("a plan needs at least one row")
     width = max(len(r.tokens) for r in rows)
     width = -(-width // multiple) * multiple
+    bias_width = max(len(r.bias) for r in rows)
     longs, floats = [], []
     for row in rows:
         if not row.tokens or row.start + len(row.tokens) > seq_length:
@@ -83,7 +95,8 @@ def build_plan(rows: list[RowSpec], seq_length: int, pad_id: int, multiple: int 
         tokens = row.tokens + [pad_id] * (width - len(row.tokens))
         positions = [min(p, seq_length - 1) for p in range(row.start, row.start + width)]
         longs.append(columns + tokens + positions)
-        floats.append([row.temperature, row.top_p])
+        pad = [0] * (bias_width - len(row.bias))  # id 0 + 0.0 changes nothing
+        floats.append([row.temperature, row.top_p, *(t for t, _ in row.bias), *pad, *(v for _, v in row.bias), *pad])
     longs, floats = torch.tensor(longs, dtype=torch.long), torch.tensor(floats, dtype=torch.float64)
     return Plan(longs, floats)
 

@@ -12,6 +12,7 @@ the given dtype and device (torch.nn's `device=`, `dtype=`), so nothing is built
 """
 from __future__ import annotations
 
+import math
 from functools import partial
 
 import torch
@@ -21,7 +22,7 @@ from torch.utils.checkpoint import checkpoint
 
 from trident.config import ModelConfig
 from trident.model.init import init_parameters
-from trident.model.rope import apply_rotary
+from trident.model.rope import Rotary, apply_rotary
 from trident.parallel import tensor as T
 from trident.parallel.attention import self_attention, sequence_positions
 from trident.parallel.kv_heads import KeyValueLinear
@@ -39,14 +40,15 @@ class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig, tp: T.TPContext, device=None, dtype=None):
         super().__init__()
         factory = {"bias": cfg.bias, "tp": tp, "device": device, "dtype": dtype}
+        projection = factory | {"bias": cfg.bias or cfg.qkv_bias}  # Qwen2: biases on q, k and v only
         self.head_dim, self.grouped = cfg.head_dim, cfg.kv_heads != cfg.num_heads
         if self.grouped:
-            self.q = T.ColumnParallelLinear(cfg.hidden_size, cfg.hidden_size, **factory)
-            self.kv = KeyValueLinear(cfg.hidden_size, cfg.kv_heads, cfg.head_dim, **factory)
+            self.q = T.ColumnParallelLinear(cfg.hidden_size, cfg.hidden_size, **projection)
+            self.kv = KeyValueLinear(cfg.hidden_size, cfg.kv_heads, cfg.head_dim, **projection)
         else:  # QKV rows are ordered (head, q|k|v, head_dim) so a contiguous row slice holds whole heads.
-            self.qkv = T.ColumnParallelLinear(cfg.hidden_size, 3 * cfg.hidden_size, **factory)
+            self.qkv = T.ColumnParallelLinear(cfg.hidden_size, 3 * cfg.hidden_size, **projection)
         self.proj = T.RowParallelLinear(cfg.hidden_size, cfg.hidden_size, **factory)
-        self.rope_theta = cfg.rope_theta if cfg.position == "rope" else None
+        self.rotary = Rotary.of(cfg) if cfg.position == "rope" else None
         self.dropout = cfg.attention_dropout
         self.tp = tp
 
@@ -71,8 +73,8 @@ class Attention(nn.Module):
         (trident.infer.kv_cache.LayerCache: prompts of different lengths, rows joining mid-batch).
         Either caches keys after their rotation, with this rank's key/value heads only."""
         b, _, s, _ = q.shape
-        if self.rope_theta is not None:
-            q, k = apply_rotary(q, k, positions, self.rope_theta)
+        if self.rotary is not None:
+            q, k = apply_rotary(q, k, positions, self.rotary)
         if cache is not None and not isinstance(cache, dict):
             return cache.attend(q, k, v).permute(2, 0, 1, 3).reshape(s, b, -1)
         causal = True
@@ -98,6 +100,14 @@ class Attention(nn.Module):
         return self.proj(out)
 
 
+def gelu_new(x: torch.Tensor) -> torch.Tensor:
+    """GeLU's tanh approximation written out as original GPT-2 (and HF's gelu_new) computes it."""
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+
+
+GELUS = {"gelu": F.gelu, "gelu_tanh": partial(F.gelu, approximate="tanh"), "gelu_new": gelu_new}
+
+
 class MLP(nn.Module):
     """fc2(gelu(fc1 x)) (model.mlp=gelu), or fc2(silu(gate x) * fc1 x) (swiglu, Shazeer 2020)."""
 
@@ -109,14 +119,14 @@ class MLP(nn.Module):
             self.gate = T.ColumnParallelLinear(cfg.hidden_size, cfg.ffn_size, **factory)
         self.fc1 = T.ColumnParallelLinear(cfg.hidden_size, cfg.ffn_size, **factory)
         self.fc2 = T.RowParallelLinear(cfg.ffn_size, cfg.hidden_size, **factory)
-        self.approximate = "tanh" if cfg.activation == "gelu_tanh" else "none"
+        self.activation = GELUS[cfg.activation]
         self.tp = tp
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.swiglu:
             x = T.column_parallel_input(x, self.tp)  # one all-gather (SP) for both projections
             return self.fc2(F.silu(self.gate(x, gathered=True)) * self.fc1(x, gathered=True))
-        return self.fc2(F.gelu(self.fc1(x), approximate=self.approximate))
+        return self.fc2(self.activation(self.fc1(x)))
 
 
 class Block(nn.Module):
@@ -149,8 +159,8 @@ class Embedding(nn.Module):
         self.word = T.VocabParallelEmbedding(vocab_size, cfg.hidden_size, tp, device=device, dtype=dtype)
         self.position = None
         if positions:  # an empty table: init_parameters gives the values (nn.Embedding would draw its own)
-            table = torch.empty(cfg.seq_length, cfg.hidden_size, device=device, dtype=dtype)
-            self.position = nn.Embedding(cfg.seq_length, cfg.hidden_size, _weight=table)
+            table = torch.empty(cfg.positions, cfg.hidden_size, device=device, dtype=dtype)
+            self.position = nn.Embedding(cfg.positions, cfg.hidden_size, _weight=table)
             mark(self.position.weight, None, tp)
         self.dropout = cfg.hidden_dropout
         self.tp = tp
@@ -168,7 +178,7 @@ class Embedding(nn.Module):
                 end = position_offset + s * self.tp.cp.size  # CP: s is this rank's share of the sequence
                 if end > self.position.num_embeddings:
                     raise ValueError(f"sequence of {end} tokens exceeds "
-                                     f"model.seq_length={self.position.num_embeddings}")
+                                     f"the model's {self.position.num_embeddings} positions")
                 positions = sequence_positions(s, position_offset, self.tp, tokens.device)
             elif positions.shape != tokens.shape:
                 raise ValueError(f"positions {tuple(positions.shape)} must have the shape of tokens "
