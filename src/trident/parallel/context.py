@@ -28,23 +28,28 @@ dK_b = dS^T Q * scale. A block's dK/dV (fp32) follow it around the ring: each ra
 the sum arriving from the previous rank (received while it computed) and sends it on; after N hops the
 gradient is home. Backward sends (N-1) x 2 x |K| bytes of K/V plus N x 2 x |K|_fp32 of dK/dV per rank.
 
-Blocks (parallel/context_blocks.py) are computed in fp32 by torch's CPU flash-attention kernel, which
-returns l_b and takes the final l back in its backward, or by plain matmuls on other devices; both are
-tested equal to SDPA, and to torch's own ring attention (torch.distributed.tensor.experimental).
-Recomputing under torch.utils.checkpoint runs the forward ring again (its bytes again). Grouped-query attention: query head i reads key/value head i // (hq / hkv), as SDPA's enable_gqa.
+Blocks (parallel/context_blocks.py) are computed by torch's fused attention kernels, which return l_b
+and take the final l back in their backward (CPU flash in fp32 on CPU; flash or memory-efficient
+attention on CUDA, in the input dtype with fp32 accumulation), or by plain fp32 matmuls elsewhere; they are
+tested equal to SDPA, and to torch's own ring attention (torch.distributed.tensor.experimental). The ring
+switches autocast off inside, forward and backward: under bf16 autocast the matmul path's scores were
+rounded to bf16 before their log-sum-exp while its backward recomputed them in fp32 (issue 59).
+Recomputing under torch.utils.checkpoint runs the forward ring again (its bytes again). Grouped-query
+attention: query head i reads key/value head i // (hq / hkv), as SDPA's enable_gqa.
 Every wait on an exchange is a flight-recorder event ("ring attention forward step 2/4", peer: the
 global rank received from), so a hang's dump names the ring step and whom it waits for.
 """
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 from torch.autograd.function import once_differentiable
 
-from trident.parallel.context_blocks import block_backward, block_forward, block_tiles, merge, uses_kernel
+from trident.parallel.context_blocks import block_backward, block_dtype, block_forward, block_kernel, block_tiles, merge
 from trident.parallel.watch import watched
 
 
@@ -155,14 +160,14 @@ class _Ring:
                 work.wait()
 
 
-def _ring_forward(ring: _Ring, q, kv, scale: float, causal: bool):
-    """fp32 (out [b, hq, s, d], lse [b, hq, s]) of this rank's fp32 queries against every rank's kv."""
-    out = torch.zeros_like(q)
-    lse = torch.full(q.shape[:-1], -math.inf, dtype=q.dtype, device=q.device)
-    kernel = uses_kernel(q)
+def _ring_forward(ring: _Ring, q, kv, scale: float, causal: bool, kernel: str | None):
+    """fp32 (out [b, hq, s, d], lse [b, hq, s]) of this rank's queries (in the blocks' dtype) against
+    every rank's kv."""
+    out = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+    lse = torch.full(q.shape[:-1], -math.inf, dtype=torch.float32, device=q.device)
     for step in range(ring.size):
         pending, works = ring.post([kv], "forward") if step < ring.size - 1 else ([kv], [])
-        k, v = kv.float().unbind(0)
+        k, v = kv.to(q.dtype).unbind(0)
         for rows, cols, offset in block_tiles(ring.blocks(step, q.size(2), causal), kernel):
             merge(out, lse, rows, *block_forward(q[..., rows, :], k[..., cols, :], v[..., cols, :], scale, offset,
                                                  kernel))
@@ -171,14 +176,15 @@ def _ring_forward(ring: _Ring, q, kv, scale: float, causal: bool):
     return out, lse
 
 
-def _ring_backward(ring: _Ring, q, kv, out, dout, lse, scale: float, causal: bool):
-    """fp32 (dq [b, hq, s, d], dkv [2, b, hkv, s, d]) for this rank's queries and its own K/V."""
-    delta = None if uses_kernel(q) else (dout * out).sum(-1)  # the kernel computes its own
-    dq = torch.zeros_like(q)
+def _ring_backward(ring: _Ring, q, kv, out, dout, lse, scale: float, causal: bool, kernel: str | None):
+    """fp32 (dq [b, hq, s, d], dkv [2, b, hkv, s, d]) for this rank's queries and its own K/V; q, out and
+    dout in the blocks' dtype."""
+    delta = None if kernel else (dout * out).sum(-1)  # a kernel computes its own
+    dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
     arriving, grad_works = [None], []
     for step in range(ring.size):
         pending, works = ring.post([kv], "backward") if step < ring.size - 1 else ([kv], [])
-        dkv = _block_gradients(ring, step, (q, out, dout, delta, lse), kv, dq, scale, causal)
+        dkv = _block_gradients(ring, step, (q, out, dout, delta, lse), kv, dq, scale, (causal, kernel))
         ring.wait(grad_works, "backward", step)  # the block's dK/dV so far, received during the compute
         if arriving[0] is not None:
             dkv += arriving[0]
@@ -190,12 +196,12 @@ def _ring_backward(ring: _Ring, q, kv, out, dout, lse, scale: float, causal: boo
     return dq, arriving[0]
 
 
-def _block_gradients(ring: _Ring, step: int, saved: tuple, kv, dq, scale: float, causal: bool):
+def _block_gradients(ring: _Ring, step: int, saved: tuple, kv, dq, scale: float, mask: tuple):
     """This step's dK/dV of the K/V block held (fp32 [2, b, hkv, s, d]); adds its dQ part into dq.
-    `saved`: (q, out, dout, delta, lse) of this rank's queries."""
+    `saved`: (q, out, dout, delta, lse) of this rank's queries; `mask`: (causal, kernel)."""
     q, out, dout, delta, lse = saved
-    kernel = uses_kernel(q)
-    k, v = kv.float().unbind(0)
+    causal, kernel = mask
+    k, v = kv.to(q.dtype).unbind(0)
     dkv = torch.zeros(kv.shape, dtype=torch.float32, device=kv.device)
     for rows, cols, offset in block_tiles(ring.blocks(step, q.size(2), causal), kernel):
         dq_block, dk_block, dv_block = block_backward(
@@ -207,19 +213,29 @@ def _block_gradients(ring: _Ring, step: int, saved: tuple, kv, dq, scale: float,
     return dkv
 
 
+def _without_autocast(device: torch.device):
+    """The ring picks its blocks' dtypes itself (block_dtype), forward and backward alike."""
+    return torch.autocast(device.type, enabled=False) if torch.amp.is_autocast_available(device.type) else nullcontext()
+
+
 class _RingAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, ring: _Ring, causal: bool, scale: float):
-        out, lse = _ring_forward(ring, q.float(), torch.stack([k, v]).contiguous(), scale, causal)
+        kernel = block_kernel(q)
+        with _without_autocast(q.device):
+            out, lse = _ring_forward(ring, q.to(block_dtype(q, kernel)), torch.stack([k, v]).contiguous(), scale,
+                                     causal, kernel)
         out = out.to(q.dtype)
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.ring, ctx.causal, ctx.scale = ring, causal, scale
+        ctx.ring, ctx.causal, ctx.scale, ctx.kernel = ring, causal, scale, kernel
         return out
 
     @staticmethod
     @once_differentiable
     def backward(ctx, dout):
         q, k, v, out, lse = ctx.saved_tensors
-        dq, dkv = _ring_backward(ctx.ring, q.float(), torch.stack([k, v]).contiguous(), out.float(), dout.float(),
-                                 lse, ctx.scale, ctx.causal)
+        dtype = block_dtype(q, ctx.kernel)
+        with _without_autocast(q.device):
+            dq, dkv = _ring_backward(ctx.ring, q.to(dtype), torch.stack([k, v]).contiguous(), out.to(dtype),
+                                     dout.to(dtype), lse, ctx.scale, ctx.causal, ctx.kernel)
         return dq.to(q.dtype), dkv[0].to(k.dtype), dkv[1].to(v.dtype), None, None, None

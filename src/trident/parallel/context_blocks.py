@@ -1,11 +1,13 @@
 """One block of ring attention (parallel/context.py): queries [b, hq, m, d] against one rank's keys and
-values [b, hkv, n, d], all fp32, forward (partial output and its log-sum-exp) and backward (the block's
-dQ, dK, dV, from the final output and log-sum-exp), and the merge of a partial into the running result.
+values [b, hkv, n, d], forward (partial output and its fp32 log-sum-exp) and backward (the block's dQ, dK,
+dV, from the final output and log-sum-exp), and the merge of a partial into the running fp32 result.
 
-Two implementations of the same math, tested equal: torch's CPU flash-attention kernel, which returns the
-log-sum-exp and takes it back in its backward (used on CPU: fast, never holds a whole score matrix), and
-plain matmuls in tiles of QUERY_TILE query rows (any device; the definition, in the module docstring
-of context.py). Query head i reads key/value head i // (hq / hkv) in both.
+Two implementations of the same math, tested equal: torch's fused attention kernels, which return the
+log-sum-exp and take it back in their backward (parallel/context_kernels.py: CPU flash on CPU, flash or
+memory-efficient attention on CUDA; never hold a whole score matrix), and plain matmuls in fp32 tiles of
+QUERY_TILE query rows (any other device; the definition, in the module docstring of context.py). Query
+head i reads key/value head i // (hq / hkv) in both. block_dtype says what a block computes in: fp32,
+except in the CUDA kernels (the input dtype, fp32 accumulation inside).
 """
 from __future__ import annotations
 
@@ -13,17 +15,28 @@ import math
 
 import torch
 
-USE_CPU_KERNEL = True  # torch's flash kernel on CPU tensors; the matmul path elsewhere (and in its tests)
+from trident.parallel.context_kernels import cuda_kernel, kernel_backward, kernel_forward
+
+USE_CPU_KERNEL = True  # torch's flash kernel on CPU tensors (False: the matmul path, as in its tests)
+USE_CUDA_KERNELS = True  # flash / memory-efficient attention on CUDA tensors (False: the matmul path)
 QUERY_TILE = 512  # query rows per matmul score tile: its transient fp32 buffer is [b, hq, QUERY_TILE, keys]
-_FORWARD = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
-_BACKWARD = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
 
 
-def uses_kernel(q: torch.Tensor) -> bool:
-    return USE_CPU_KERNEL and q.device.type == "cpu"
+def block_kernel(q: torch.Tensor) -> str | None:
+    """The fused kernel that computes this ring's blocks ("cpu", "flash", "efficient"), None for matmuls."""
+    if q.device.type == "cpu":
+        return "cpu" if USE_CPU_KERNEL else None
+    if q.device.type == "cuda" and USE_CUDA_KERNELS:
+        return cuda_kernel(q)
+    return None
 
 
-def block_tiles(blocks: list[tuple], kernel: bool):
+def block_dtype(q: torch.Tensor, kernel: str | None) -> torch.dtype:
+    """The dtype the ring hands its blocks: the input's in a CUDA kernel (fp32 accumulation inside), else fp32."""
+    return q.dtype if kernel in ("flash", "efficient") else torch.float32
+
+
+def block_tiles(blocks: list[tuple], kernel: str | None):
     """(query rows, key rows, offset) for each (query rows, key rows, diagonal) block. offset is None in a
     fully visible block; in a diagonal (causal) one it is the piece's first row there: row i sees keys up
     to offset + i, so the piece needs no key past its last row. The kernel takes whole blocks (offset 0);
@@ -40,10 +53,10 @@ def block_tiles(blocks: list[tuple], kernel: bool):
                 yield slice(start, stop), cols, None
 
 
-def block_forward(q, k, v, scale: float, offset: int | None, kernel: bool):
-    """(output [b, hq, m, d], log-sum-exp [b, hq, m]) of q over this block's keys alone."""
+def block_forward(q, k, v, scale: float, offset: int | None, kernel: str | None):
+    """(output [b, hq, m, d], fp32 log-sum-exp [b, hq, m]) of q over this block's keys alone."""
     if kernel:
-        return _FORWARD(q, k, v, 0.0, offset is not None, scale=scale)
+        return kernel_forward(kernel, q, k, v, scale, offset is not None)
     grouped = _grouped(q, k)
     scores = _scores(grouped, k, scale, offset)
     lse = torch.logsumexp(scores, dim=-1)
@@ -51,11 +64,11 @@ def block_forward(q, k, v, scale: float, offset: int | None, kernel: bool):
     return out.reshape(q.shape), lse.reshape(q.shape[:-1])
 
 
-def block_backward(q, k, v, out, dout, delta, lse, scale: float, offset: int | None, kernel: bool):
+def block_backward(q, k, v, out, dout, delta, lse, scale: float, offset: int | None, kernel: str | None):
     """(dQ, dK, dV) of this block, from the final output `out`, its log-sum-exp `lse` and
-    delta = rowsum(dout * out) (the kernel computes delta itself)."""
+    delta = rowsum(dout * out) (a kernel computes delta itself)."""
     if kernel:
-        return _BACKWARD(dout, q, k, v, out, lse, 0.0, offset is not None, scale=scale)
+        return kernel_backward(kernel, q, k, v, out, dout, lse, scale, offset is not None)
     grouped, dout5 = _grouped(q, k), _grouped(dout, k)
     probs = torch.exp(_scores(grouped, k, scale, offset) - _grouped(lse.unsqueeze(-1), k))
     dv = torch.matmul(probs.transpose(-1, -2), dout5).sum(2)
@@ -66,8 +79,9 @@ def block_backward(q, k, v, out, dout, delta, lse, scale: float, offset: int | N
 
 
 def merge(out, lse, rows: slice, block_out, block_lse) -> None:
-    """Fold a block's partial (block_out, block_lse) into the running (out, lse) rows, in place (block_out
-    is scaled in place too: no temporaries the size of the output)."""
+    """Fold a block's partial (block_out, block_lse) into the running fp32 (out, lse) rows, in place (an
+    fp32 block_out is scaled in place too: no temporaries the size of the output)."""
+    block_out = block_out.float()  # a CUDA kernel's partial is in the input dtype
     old = lse[..., rows]
     new = torch.logaddexp(old, block_lse)  # finite: every block row sees at least one key
     block_out.mul_(torch.exp(block_lse - new).unsqueeze(-1))
