@@ -30,6 +30,7 @@ from trident.parallel import tensor as T
 from trident.parallel.context import RING_TRAFFIC
 from trident.parallel.context_chunks import split_for_rank
 from trident.parallel.data import all_reduce_coalesced
+from trident.parallel.device_clock import clock_for
 from trident.parallel.layout import RankLayout, rank_layout
 from trident.parallel.optim import build_optimizer, clip_coefficient, global_grad_norm_squared, scale_
 from trident.parallel.param_gather import ParamGather, unit_keys
@@ -124,7 +125,7 @@ def parallelize(config: Config, mesh, device: torch.device, precision: Precision
 def _build_executor(layout: RankLayout, mesh, chunks: list[GPT], precision: Precision):
     shape = layout.activation_shape(layout.seq_length, layout.micro_batch_size)
     return PipelineExecutor(chunks, mesh, layout.schedule, shape, precision.dtype, precision.device,
-                            precision.autocast, recorder=TimelineRecorder(mesh.pp_rank))
+                            precision.autocast, recorder=TimelineRecorder(mesh.pp_rank, clock_for(precision.device)))
 
 
 class ParallelModel:

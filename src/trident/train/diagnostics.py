@@ -10,6 +10,7 @@ import time
 from collections import deque
 from pathlib import Path
 
+from trident.parallel.device_clock import CudaClock, HostClock, clock_for
 from trident.parallel.flight import FLIGHT
 from trident.parallel.inject import Injector
 from trident.parallel.replicas import agree_on_findings, replica_mismatches
@@ -25,25 +26,33 @@ class CorruptionError(RuntimeError):
 
 
 class PhaseClock:
-    """Seconds of each phase of ParallelModel.train_step (forward_backward, finalize, step)."""
+    """Seconds of each phase of ParallelModel.train_step (forward_backward, finalize, step), on the
+    device's clock (parallel/device_clock.py): marks while the step runs, read once after it."""
 
-    def __init__(self):
-        self.times: dict[str, float] = {}
-        self.last = 0.0
+    def __init__(self, clock: HostClock | CudaClock | None = None):
+        self.clock = clock or HostClock()
+        self.marks: list[tuple[str, object]] = []
 
     def start(self) -> None:
-        self.times, self.last = {}, time.perf_counter()
+        self.clock.start()
+        self.marks = []
 
     def mark(self, phase: str) -> None:
-        now = time.perf_counter()
-        self.times[phase], self.last = now - self.last, now
+        self.marks.append((phase, self.clock.mark()))
+
+    @property
+    def times(self) -> dict[str, float]:
+        """Each phase's seconds (on CUDA: waits for the device once)."""
+        self.clock.settle()
+        ends = [(phase, self.clock.seconds(mark)) for phase, mark in self.marks]
+        return {phase: end - before for (phase, end), before in zip(ends, [0.0] + [e for _, e in ends])}
 
 
 class RunDiagnostics:
     def __init__(self, config, mesh, model, out: Path, device, log=print):
         self.cfg, self.mesh, self.model, self.device, self.log = config.diagnostics, mesh, model, device, log
         self.parallel, self.out = config.parallel, out
-        self.phases, self.boxes = PhaseClock(), None
+        self.phases, self.boxes = PhaseClock(clock_for(device)), None
         # a rank stalled a little longer than the collectives' timeout: its peers have dumped by then
         self.stall_s = 1.25 * config.parallel.timeout_s
         self.injector = Injector.from_env(mesh.rank)

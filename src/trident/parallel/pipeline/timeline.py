@@ -3,8 +3,9 @@
 A Timeline is a list of boxes (stage, kind, micro-batch, chunk, start, end). `simulate.simulate`
 produces one from a schedule; a TimelineRecorder handed to the executor measures one rank's boxes of
 a real step (every compute instruction, every transfer from its post to the end of its wait, every
-wait that blocked; seconds since a barrier all stages pass). Both are measured (and drawn, by
-`draw.draw_timeline`) the same way, so measured and simulated bubbles are comparable.
+wait that blocked; seconds since a barrier all stages pass), on the device's clock: CUDA events on
+CUDA (the host's clock would time when kernels are queued), perf_counter on CPU. Both are measured
+(and drawn, by `draw.draw_timeline`) the same way, so measured and simulated bubbles are comparable.
 
 Bubble fraction (the measured counterpart of (pp - 1) / (m * v)): the idle time summed over
 stages, divided by the compute time summed over stages, where a stage is idle whenever it is
@@ -15,12 +16,12 @@ not computing between the first start and the last end of the step. Waiting for 
 from __future__ import annotations
 
 import json
-import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
+from trident.parallel.device_clock import CudaClock, HostClock
 from trident.text.storage import location
 
 KINDS = ("forward", "backward", "weight", "comm", "send", "recv", "reduce")
@@ -123,37 +124,50 @@ class TimelineRecorder:
     """Measures one rank's boxes of a real step. `start()` right after a barrier that all pipeline
     ranks pass together (it is the shared time origin), then wrap each instruction in
     `record(kind, microbatch, chunk)`; `stop()` ends the step and returns its boxes. Gather every
-    rank's boxes and build a Timeline from them."""
+    rank's boxes and build a Timeline from them.
 
-    def __init__(self, stage: int, clock: Callable[[], float] = time.perf_counter):
-        self.stage, self.clock = stage, clock
-        self.origin: float | None = None
-        self.boxes: list[Box] = []
+    `clock` (parallel/device_clock.py: clock_for(device)) times the work where it runs: CUDA events on
+    CUDA, read once when the step stops; the host clock on CPU. A plain function is taken as a host
+    clock's reading."""
+
+    def __init__(self, stage: int, clock: HostClock | CudaClock | Callable[[], float] | None = None):
+        self.stage = stage
+        self.clock = HostClock(clock) if callable(clock) else (clock or HostClock())
+        self.marked: list[tuple] | None = None  # (kind, microbatch, chunk, start mark, end mark) this step
 
     @property
     def recording(self) -> bool:
         """True between start() and stop()."""
-        return self.origin is not None
+        return self.marked is not None
 
     def start(self) -> None:
-        self.origin, self.boxes = self.clock(), []
+        self.clock.start()
+        self.marked = []
+
+    @property
+    def boxes(self) -> list[Box]:
+        """This step's boxes so far, times in seconds since start() (on CUDA: waits for the device)."""
+        self.clock.settle()
+        seconds = self.clock.seconds
+        return [Box(self.stage, kind, mb, chunk, seconds(a), seconds(b)) for kind, mb, chunk, a, b in self.marked or []]
 
     def stop(self) -> list[Box]:
         """End this step's recording; its boxes, times in seconds since start()."""
-        self.origin = None
-        return self.boxes
+        boxes = self.boxes
+        self.marked = None
+        return boxes
 
-    def now(self) -> float:
-        """Seconds since start() (an error before it)."""
-        if self.origin is None:
+    def now(self):
+        """A mark of this moment on the recorder's clock (an error before start()), for add()."""
+        if self.marked is None:
             raise RuntimeError("TimelineRecorder used before start(): no time origin for this step")
-        return self.clock() - self.origin
+        return self.clock.mark()
 
-    def add(self, kind: str, microbatch: int, chunk: int, start: float, end: float) -> None:
-        """Add a box whose times (from now()) were taken elsewhere, e.g. a transfer's post and completion."""
+    def add(self, kind: str, microbatch: int, chunk: int, start, end) -> None:
+        """Add a box between two marks taken elsewhere (now()), e.g. a transfer's post and completion."""
         if kind not in KINDS:
             raise ValueError(f"unknown timeline box kind {kind!r}; expected one of {', '.join(KINDS)}")
-        self.boxes.append(Box(self.stage, kind, microbatch, chunk, start, end))
+        self.marked.append((kind, microbatch, chunk, start, end))
 
     @contextmanager
     def record(self, kind: str, microbatch: int, chunk: int) -> Iterator[None]:
