@@ -1,12 +1,15 @@
 """`trident serve` as its clients see it, on one server for the module (a free 127.0.0.1 port):
 the `openai` package (plain and streamed) and curl get single-process greedy text; 64 concurrent
-clients x 8 requests are all answered, none lost or mixed up; bad requests get a 400 naming the
-field and the server keeps serving; a client gone mid-stream frees its slot."""
+clients x 8 requests are all answered, none lost or mixed up; every error is the OpenAI JSON error
+object with its status (unknown path, wrong method, each field's bad value, an over-long prompt, a
+model without a chat template) and the server keeps serving; /metrics and /health; a client gone
+mid-stream frees its slot."""
 from __future__ import annotations
 
 import asyncio
 import json
 import random
+import re
 import socket
 import subprocess
 import time
@@ -89,7 +92,7 @@ def test_echo_logprobs_score_the_prompt_as_one_process(server, checkpoint):
     assert body["choices"][0]["text"].startswith(tokenizer.decode(ids))
 
 
-BAD = [
+BAD = [  # (body, the field the 400 names)
     (b'{"prompt": "x", ', "body"),
     (b'["not", "an", "object"]', "body"),
     ({"prompt": "x", "max_tokens": "5"}, "max_tokens"),
@@ -105,20 +108,116 @@ BAD = [
     ({"prompt": "x", "logprobs": 9}, "logprobs"),
     ({"prompt": "x", "stream": "yes"}, "stream"),
     ({"prompt": "x", "stop": ["a", ""]}, "stop"),
-    ({"prompt": "x", "n": 2}, "n"),
-    ({"prompt": "x", "frequency_penalty": 1}, "frequency_penalty"),
+    ({"prompt": "x", "n": 0}, "n"),
+    ({"prompt": "x", "n": 2, "best_of": 1}, "best_of"),
+    ({"prompt": "x", "best_of": 3, "stream": True}, "best_of"),
+    ({"prompt": "x", "frequency_penalty": 3}, "frequency_penalty"),
+    ({"prompt": "x", "presence_penalty": "a"}, "presence_penalty"),
+    ({"prompt": "x", "logit_bias": {"abc": 1}}, "logit_bias"),
+    ({"prompt": "x", "logit_bias": {"5": 101}}, "logit_bias"),
+    ({"prompt": "x", "logit_bias": {"100000": 1}}, "logit_bias"),
+    ({"prompt": "x", "suffix": "def"}, "suffix"),
+    ({"prompt": "x", "stream_options": {"include_usage": True}}, "stream_options"),
+    ({"prompt": "x", "stream": True, "stream_options": {"include_usage": 1}}, "stream_options.include_usage"),
+    ({"prompt": "x", "seed": "x"}, "seed"),
+    ({"prompt": "x", "user": 5}, "user"),
+    ({"prompt": "x", "best_of": 17}, "best_of"),
+    ({"prompt": "x", "frobnicate": 1}, "frobnicate"),
     ({"max_tokens": 3}, "prompt"),
 ]
 
 
+def _json_error(status: int, kind: str, answer) -> dict:
+    assert kind.startswith("application/json"), (status, kind, answer)
+    assert set(answer["error"]) == {"message", "type", "param", "code"}, answer
+    return answer["error"]
+
+
 @pytest.mark.timeout(60)
-def test_bad_requests_get_400_naming_the_field_and_serving_goes_on(server, reference):
+def test_every_error_is_the_openai_json_object_and_serving_goes_on(server, reference):
     for body, field in BAD:
-        status, answer = server.post("/v1/completions", body)
-        assert status == 400, (body, answer)
-        assert answer["error"]["param"] == field and field in answer["error"]["message"], (body, answer)
+        status, kind, answer = server.raw("POST", "/v1/completions", body if isinstance(body, bytes) else
+                                          json.dumps(body).encode())
+        error = _json_error(status, kind, answer)
+        assert status == 400 and error["type"] == "invalid_request_error", (body, answer)
+        assert error["param"] == field and field in error["message"], (body, answer)
+    for method, path, status in [("GET", "/v1/nothing", 404), ("POST", "/v1/chat/complete", 404),
+                                 ("GET", "/v1/completions", 405), ("POST", "/v1/models", 405),
+                                 ("DELETE", "/v1/chat/completions", 405)]:
+        got, kind, answer = server.raw(method, path, b"{}" if method == "POST" else None)
+        error = _json_error(got, kind, answer)
+        assert got == status and path in error["message"], (method, path, answer)
+    long = {"prompt": "x " * 400, "max_tokens": 4}  # 400 tokens, 384 of context
+    status, kind, answer = server.raw("POST", "/v1/completions", json.dumps(long).encode())
+    error = _json_error(status, kind, answer)
+    assert status == 400 and error["code"] == "context_length_exceeded" and error["param"] == "prompt"
+    assert "context length is 384 tokens" in error["message"] and "shorten it to at most 383" in error["message"]
+    assert "max_length=384" in error["message"]  # how lm-evaluation-harness users make it fit
+    chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+    status, kind, answer = server.raw("POST", "/v1/chat/completions", json.dumps(chat).encode())
+    error = _json_error(status, kind, answer)
+    assert status == 400 and "no chat template" in error["message"] and "--chat-template" in error["message"]
     status, answer = server.post("/v1/completions", {"prompt": PROMPTS[2], "max_tokens": MAX_TOKENS, "temperature": 0})
     assert status == 200 and answer["choices"][0]["text"] == reference[PROMPTS[2]]
+
+
+@pytest.mark.timeout(60)
+def test_openai_client_gets_errors_it_can_read(server):
+    import openai
+
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+    with pytest.raises(openai.BadRequestError, match="--chat-template"):
+        client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}])
+    with pytest.raises(openai.BadRequestError, match="context length is 384"):
+        client.completions.create(model="tiny", prompt="x " * 400, max_tokens=1)
+    with pytest.raises(openai.NotFoundError, match="no route POST /v1/embeddings"):
+        client.embeddings.create(model="tiny", input="hi")
+
+
+_SAMPLE = re.compile(r'^([a-z_:][a-z0-9_:]*)(\{[a-z_]+="[^"]*"(,[a-z_]+="[^"]*")*\})? (-?[0-9.e+-]+|\+Inf|NaN)$')
+
+
+def _prometheus(text: str) -> dict[str, float]:
+    """Samples of the Prometheus text format, each line checked against its grammar."""
+    samples, typed = {}, set()
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            name, kind = line.split()[2:4]
+            assert kind in ("counter", "gauge", "histogram"), line
+            typed.add(name)
+        elif line and not line.startswith("# HELP "):
+            match = _SAMPLE.match(line)
+            assert match, line
+            assert any(match.group(1).startswith(name) for name in typed), line
+            samples[line.rsplit(" ", 1)[0]] = float(match.group(4))
+    return samples
+
+
+@pytest.mark.timeout(60)
+def test_metrics_count_requests_tokens_and_first_tokens(server):
+    import urllib.request
+
+    before = _prometheus(urllib.request.urlopen(server.url + "/metrics", timeout=10).read().decode())
+    status, answer = server.post("/v1/completions", {"prompt": ["The", "A"], "max_tokens": 5, "temperature": 0,
+                                                     "ignore_eos": True})
+    assert status == 200
+    server.raw("GET", "/v1/nothing")
+    with urllib.request.urlopen(server.url + "/metrics", timeout=10) as response:
+        assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        after = _prometheus(response.read().decode())
+
+    def grew(sample: str) -> float:
+        return after[sample] - before.get(sample, 0.0)
+
+    assert grew('trident_serve_requests_total{route="/v1/completions",status="200"}') == 1
+    assert grew('trident_serve_requests_total{route="other",status="404"}') == 1
+    assert grew("trident_serve_prompt_tokens_total") == answer["usage"]["prompt_tokens"]
+    assert grew("trident_serve_generation_tokens_total") == 10
+    assert grew("trident_serve_time_to_first_token_seconds_count") == 1
+    assert after['trident_serve_time_to_first_token_seconds_bucket{le="+Inf"}'] == \
+        after["trident_serve_time_to_first_token_seconds_count"]
+    assert after["trident_serve_requests_waiting"] == 0 and after["trident_serve_slots"] == 16
+    assert server.get("/health")["status"] == "ok"
 
 
 async def _client(url: str, jobs: list[tuple[int, str]], seen: list) -> None:

@@ -1,42 +1,60 @@
-"""One prompt of a completion request, between the HTTP handler (asyncio) and the engine thread.
+"""One generated sequence (one choice) of a request, between the HTTP handler (asyncio) and the
+engine thread.
 
 The engine thread calls `_on_token` / `_on_done`; they only update plain fields and wake the
 handler through its event loop (`call_soon_threadsafe`), so no lock is needed. Stop sequences are
 matched on the decoded text: generation stops at the first token whose text completes one, and the
 text is cut before it. While streaming, text that could still turn into a stop sequence (or an
-unfinished UTF-8 character) is held back until it cannot.
+unfinished UTF-8 character) is held back until it cannot. How a choice is written out (completions'
+`text`, chat's `message` / `delta`) is each API's own (serve/protocol.py, serve/chat.py).
 """
 from __future__ import annotations
 
 import asyncio
+import time
+from dataclasses import dataclass
 
 from trident.infer.batching import Request
-from trident.serve.protocol import Completion, logprobs_block
+from trident.serve.fields import Sampling
 
 REPLACEMENT = "\ufffd"  # what a byte-level decode shows for an unfinished multi-byte character
 
 
+@dataclass
+class Piece:
+    """What a stream sends next for one choice: new text, generated tokens [first, last), and
+    whether it is the choice's first piece (which carries an echoed prompt) or its last."""
+    text: str
+    first: int
+    last: int
+    opening: bool
+    final: bool
+
+
 class Job:
-    def __init__(self, loop: asyncio.AbstractEventLoop, tokenizer, index: int, ids: list[int], text: str | None,
-                 completion: Completion):
-        self.loop, self.tokenizer, self.index = loop, tokenizer, index
+    def __init__(self, loop: asyncio.AbstractEventLoop, tokenizer, ids: list[int], text: str | None,
+                 sampling: Sampling, seed: int | None, stop_ids: frozenset[int] = frozenset()):
+        self.loop, self.tokenizer = loop, tokenizer
         self.prompt_text = tokenizer.decode(ids) if text is None else text
-        self.stops = completion.stop
-        self.top_n = completion.logprobs
-        self.echo = completion.echo
-        self.streaming = completion.stream
+        self.stops, self.top_n, self.echo = sampling.stop, sampling.logprobs, sampling.echo
+        self.streaming = sampling.stream
         self.changed = asyncio.Event()
         self.finished = asyncio.Event()
         self.text = ""  # the continuation so far, cut at a stop sequence
         self.sent_chars = self.sent_tokens = 0
-        self.started = False  # the first streamed chunk (which carries an echoed prompt) is out
-        self.request = Request(list(ids), completion.max_tokens, completion.temperature, completion.top_k,
-                               completion.top_p, completion.seed, top_n=completion.logprobs or 0,
-                               echo=completion.echo, stop_at_eod=not completion.ignore_eos,
+        self.started = False  # the first streamed piece (which carries an echoed prompt) is out
+        self.created, self.first_token_at = time.monotonic(), None
+        self.request = Request(list(ids), sampling.max_tokens, sampling.temperature, sampling.top_k, sampling.top_p,
+                               seed, top_n=sampling.logprobs or 0, echo=sampling.echo,
+                               stop_at_eod=not sampling.ignore_eos, stop_ids=stop_ids,
+                               presence_penalty=sampling.presence_penalty,
+                               frequency_penalty=sampling.frequency_penalty, logit_bias=sampling.logit_bias,
                                on_token=self._on_token, on_done=self._on_done)
 
     # ---- engine thread --------------------------------------------------------------------------
     def _on_token(self, request: Request, token: int) -> bool:
+        if self.first_token_at is None:
+            self.first_token_at = time.monotonic()
         if not (self.stops or self.streaming):  # nothing to decide or send before the end
             return False
         text = self.tokenizer.decode(request.new_ids)
@@ -77,6 +95,10 @@ class Job:
             kept += 1
         return kept
 
+    def cumulative_logprob(self) -> float:
+        """The model's log-probability of the kept tokens (how best_of ranks sequences)."""
+        return sum(self.request.logprobs[: self.kept_tokens()])
+
     def safe_text(self) -> str:
         """The text that can be streamed now (all of it once done)."""
         text = self.text
@@ -91,38 +113,23 @@ class Job:
         safe = text[: len(text) - hold]
         return safe.rstrip(REPLACEMENT)
 
-    def logprobs(self, first: int, last: int, include_prompt: bool) -> dict | None:
-        """The logprobs object for generated tokens [first, last) (and the prompt's, when echoing)."""
-        if self.top_n is None:
-            return None
-        r = self.request
-        ids, lps, tops = r.new_ids[first:last], r.logprobs[first:last], r.tops[first:last]
-        offset = len(self.prompt_text) if self.echo else 0
-        offset += len(self.tokenizer.decode(r.new_ids[:first])) if first else 0
-        if include_prompt:
-            ids, lps, tops = list(r.prompt_ids) + ids, r.prompt_logprobs + lps, r.prompt_tops + tops
-            offset = 0
-        return logprobs_block(self.tokenizer, ids, lps, tops, offset)
-
-    def choice(self) -> dict:
-        """The whole choice of a plain (not streamed) response."""
-        text = (self.prompt_text if self.echo else "") + self.text
-        return {"text": text, "index": self.index, "logprobs": self.logprobs(0, self.kept_tokens(), self.echo),
-                "finish_reason": self.finish_reason}
-
-    def next_chunk(self) -> dict | None:
-        """The streamed choice delta since the last one (None when there is nothing new to send)."""
-        first_chunk = not self.started
+    def take(self) -> Piece | None:
+        """The streamed piece since the last one (None when there is nothing new to send)."""
+        opening = not self.started
         text = self.safe_text()
         tokens = self.kept_tokens() if self.done else len(self.request.new_ids)
         delta = text[self.sent_chars:]
-        if self.echo and first_chunk:
-            delta = self.prompt_text + delta
-        final = self.done
-        if not delta and not final:  # tokens whose text is held back go out with the next text
+        if not delta and not self.done and not (opening and self.echo):  # held-back tokens go with the next text
             return None
         self.started = True
-        logprobs = self.logprobs(self.sent_tokens, tokens, self.echo and first_chunk)
+        piece = Piece(delta, self.sent_tokens, tokens, opening, self.done)
         self.sent_chars, self.sent_tokens = len(text), tokens
-        return {"text": delta, "index": self.index, "logprobs": logprobs,
-                "finish_reason": self.finish_reason if final else None}
+        return piece
+
+    def token_entries(self, first: int, last: int, prompt: bool = False) -> tuple[list, list, list]:
+        """(ids, logprobs, top alternatives) of generated tokens [first, last), after the prompt's when asked."""
+        r = self.request
+        ids, lps, tops = r.new_ids[first:last], r.logprobs[first:last], r.tops[first:last]
+        if prompt:
+            ids, lps, tops = list(r.prompt_ids) + ids, r.prompt_logprobs + lps, r.prompt_tops + tops
+        return ids, lps, tops

@@ -14,6 +14,8 @@ import torch.distributed as dist
 from trident.evaluate.parallel_lm import load_parallel
 from trident.infer.engine import Engine
 from trident.serve.app import build_app, run_app
+from trident.serve.chat_template import ChatTemplate
+from trident.text.storage import location
 from trident.serve.worker import EngineLoop
 
 log = logging.getLogger("trident.serve")
@@ -31,6 +33,7 @@ class ServeOptions:
     dtype: str = "fp32"
     tokenizer: str | None = None
     shutdown_timeout: float = 60.0
+    chat_template: str | None = None  # a jinja2 file; default: the checkpoint's own template
 
 
 def load_engine(options: ServeOptions) -> tuple[Engine, object, dict]:
@@ -39,6 +42,22 @@ def load_engine(options: ServeOptions) -> tuple[Engine, object, dict]:
                        tokenizer_path=options.tokenizer, dtype=options.dtype)
     engine = Engine.from_parallel(lm.model, lm.vocab_size, slots=options.max_batch)
     return engine, lm.codec, lm.describe()
+
+
+def end_tokens(template: ChatTemplate, tokenizer) -> set[int]:
+    """The chat template's eos_token, when it is one token other than <|endoftext|>: generation ends there too."""
+    ids = tokenizer.encode(template.special["eos_token"])
+    return set(ids) if len(ids) == 1 and ids[0] != tokenizer.eod_id else set()
+
+
+def _log_to_stderr() -> None:
+    """The server's own log lines (users, disconnects, internal errors with their tracebacks) on stderr."""
+    logger = logging.getLogger("trident.serve")
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("trident serve: %(levelname)s %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
 
 
 def serve(options: ServeOptions) -> int:
@@ -51,8 +70,10 @@ def serve(options: ServeOptions) -> int:
         engine.follow()
         return 0
     name = options.model_name or info["name"]
+    _log_to_stderr()
+    template = ChatTemplate.load(location(info["checkpoint"]), options.chat_template)
     loop = EngineLoop(engine, tokenizer.eod_id).start()
-    app = build_app(loop, tokenizer, name, engine.seq_length)
+    app = build_app(loop, tokenizer, name, engine.seq_length, template, end_tokens(template, tokenizer))
     layout = info.get("parallel", {})
 
     def ready() -> None:
