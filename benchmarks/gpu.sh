@@ -8,7 +8,10 @@
 #   3. memory: that run's peak (torch.cuda.max_memory_allocated) beside `trident rehearse`'s
 #      measured and planned peaks for the same config (mfu.py's GPU_CASE overrides);
 #   4. kernels: the attention kernel (flash/memory-efficient, not the math fallback) and the AdamW
-#      kernel (fused) of one training step (benchmarks/gpu_kernels.py).
+#      kernel (fused) of one training step (benchmarks/gpu_kernels.py);
+#   5. ring: context parallelism's ring attention with its CUDA blocks (flash MHA/GQA, memory-efficient,
+#      the fp32 matmuls) against SDPA under bf16 autocast, forward and backward, a cp4 ring as threads
+#      of one process (NCCL takes one rank per GPU): tests/test_context_kernels.py, errors printed.
 # Each step runs under a timeout; a failed step is reported and the later ones still run. Everything
 # printed goes to stdout and to ${OUT:-/tmp}/gpu-report.txt. Exit status 0 only if every step passed;
 # 1 at once on a machine without CUDA.
@@ -94,6 +97,7 @@ main() {
     # shellcheck disable=SC2086  # one word per override
     step rehearse 90 python -m trident rehearse gpt-1.3b $overrides --gpus 1 --ranks 0 --json
     step kernels 60 python benchmarks/gpu_kernels.py --device cuda
+    step ring 120 python -m pytest -q -p no:cacheprovider -rP tests/test_context_kernels.py
 
     echo
     echo "=== summary"

@@ -160,7 +160,7 @@ class _Ring:
                 work.wait()
 
 
-def _ring_forward(ring: _Ring, q, kv, scale: float, causal: bool, kernel: str | None):
+def _forward_steps(ring: _Ring, q, kv, scale: float, causal: bool, kernel: str | None):
     """fp32 (out [b, hq, s, d], lse [b, hq, s]) of this rank's queries (in the blocks' dtype) against
     every rank's kv."""
     out = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
@@ -176,7 +176,7 @@ def _ring_forward(ring: _Ring, q, kv, scale: float, causal: bool, kernel: str | 
     return out, lse
 
 
-def _ring_backward(ring: _Ring, q, kv, out, dout, lse, scale: float, causal: bool, kernel: str | None):
+def _backward_steps(ring: _Ring, q, kv, out, dout, lse, scale: float, causal: bool, kernel: str | None):
     """fp32 (dq [b, hq, s, d], dkv [2, b, hkv, s, d]) for this rank's queries and its own K/V; q, out and
     dout in the blocks' dtype."""
     delta = None if kernel else (dout * out).sum(-1)  # a kernel computes its own
@@ -218,14 +218,30 @@ def _without_autocast(device: torch.device):
     return torch.autocast(device.type, enabled=False) if torch.amp.is_autocast_available(device.type) else nullcontext()
 
 
+def ring_forward(ring, q, k, v, causal: bool, scale: float):
+    """(out in q's dtype, fp32 lse, the blocks' kernel) of the ring's forward, whatever autocast surrounds
+    it. `ring`: a _Ring, or anything with its size, source, blocks, post and wait (tests/ring_fixtures.py)."""
+    kernel = block_kernel(q)
+    with _without_autocast(q.device):
+        out, lse = _forward_steps(ring, q.to(block_dtype(q, kernel)), torch.stack([k, v]).contiguous(), scale,
+                                  causal, kernel)
+    return out.to(q.dtype), lse, kernel
+
+
+def ring_backward(ring, saved: tuple, dout, causal: bool, scale: float, kernel: str | None):
+    """(dq, dk, dv) in the inputs' dtypes from ring_forward's `saved` (q, k, v, out, lse) and dout."""
+    q, k, v, out, lse = saved
+    dtype = block_dtype(q, kernel)
+    with _without_autocast(q.device):
+        dq, dkv = _backward_steps(ring, q.to(dtype), torch.stack([k, v]).contiguous(), out.to(dtype), dout.to(dtype),
+                                  lse, scale, causal, kernel)
+    return dq.to(q.dtype), dkv[0].to(k.dtype), dkv[1].to(v.dtype)
+
+
 class _RingAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, ring: _Ring, causal: bool, scale: float):
-        kernel = block_kernel(q)
-        with _without_autocast(q.device):
-            out, lse = _ring_forward(ring, q.to(block_dtype(q, kernel)), torch.stack([k, v]).contiguous(), scale,
-                                     causal, kernel)
-        out = out.to(q.dtype)
+        out, lse, kernel = ring_forward(ring, q, k, v, causal, scale)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.ring, ctx.causal, ctx.scale, ctx.kernel = ring, causal, scale, kernel
         return out
@@ -233,9 +249,4 @@ class _RingAttention(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, dout):
-        q, k, v, out, lse = ctx.saved_tensors
-        dtype = block_dtype(q, ctx.kernel)
-        with _without_autocast(q.device):
-            dq, dkv = _ring_backward(ctx.ring, q.to(dtype), torch.stack([k, v]).contiguous(), out.to(dtype),
-                                     dout.to(dtype), lse, ctx.scale, ctx.causal, ctx.kernel)
-        return dq.to(q.dtype), dkv[0].to(k.dtype), dkv[1].to(v.dtype), None, None, None
+        return *ring_backward(ctx.ring, ctx.saved_tensors, dout, ctx.causal, ctx.scale, ctx.kernel), None, None, None
