@@ -112,11 +112,12 @@ def test_priority_order_source_then_quality_then_length_then_id():
     records = priority_array(rows, np.arange(len(docs), dtype=np.uint64))
     order = [docs[i].id for i in best_first(records)]
     assert order == ["wiki-long", "wiki-a", "wiki-b", "books-hq", "books-lq-long", "books-noq", "cc-long"]
-    table = {"keys": records["key"], **{name: records[name] for name in ("rank", "quality", "length", "id")}}
+    names = ("share", "rank", "quality", "length", "id", "language")
+    table = {"keys": records["key"], **{name: records[name] for name in names}}
     member = np.arange(len(docs)) % 2 == 0  # as read back from a shard table: the same records
     assert stored_priorities(table, member).tobytes() == priority_array(
         [r for r, m in zip(rows, member) if m], records["key"][member]).tobytes()
-    assert math.isnan(priority_fields(Document("q", "t", {"quality_score": "high"}), [], "dataset")[1])
+    assert math.isnan(priority_fields(Document("q", "t", {"quality_score": "high"}), [], "dataset")[2])
 
 
 # ---- exact dedup stage -----------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """A shard written again without its dropped rows (exact dedup, fuzzy dedup, site lines): kept lines
-copied byte for byte, dropped ones decoded only for the drop log.
+copied byte for byte, dropped ones decoded only for the drop log. A duplicate's record names the
+copy kept in its place and their similarity: {"kept": ID, "similarity": 0.83}.
 """
 from __future__ import annotations
 
@@ -18,10 +19,30 @@ from trident.curate.stage import Executor, GlobalStage, output_paths
 from trident.text.compressed import open_binary
 from trident.text.storage import load_array, location
 
+KEPT_LANGUAGE = "duplicates_of_language:"  # counter prefix: duplicates dropped, by their kept copy's language
 
-def copy_without(src: str, dst: str, drop: set[int], reason: str, stage: str) -> Counter:
+
+def drop_records(keys: np.ndarray, kept_ids: np.ndarray, similarity: np.ndarray) -> np.ndarray:
+    """Structured (key, kept, similarity) records: the dropped documents, the id of the copy each
+    one was dropped for and the Jaccard of the two (1.0 for exact copies)."""
+    kept_ids = np.asarray(kept_ids, dtype=str)
+    out = np.empty(len(keys), dtype=[("key", "u8"), ("kept", f"U{max(kept_ids.dtype.itemsize // 4, 1)}"),
+                                     ("similarity", "f4")])
+    out["key"], out["kept"], out["similarity"] = keys, kept_ids, similarity
+    return out
+
+
+def row_notes(records: np.ndarray) -> dict[int, dict]:
+    """{row: {"kept": id, "similarity": s}} of ``drop_records`` of one shard: the drop log's extra fields."""
+    rows = split_keys(records["key"])[1].tolist()
+    return {row: {"kept": kept, "similarity": round(float(similarity), 4)}
+            for row, kept, similarity in zip(rows, records["kept"].tolist(), records["similarity"].tolist())}
+
+
+def copy_without(src: str, dst: str, drop: set[int] | dict[int, dict], reason: str, stage: str) -> Counter:
     """Copy shard ``src`` to ``dst`` without the rows in ``drop`` (counted as ``dropped:<reason>``
-    and written to ``dst``'s drop log)."""
+    and written to ``dst``'s drop log, with ``drop[row]``'s fields when it is a dict)."""
+    notes = drop if isinstance(drop, dict) else {}
     counters: Counter = Counter()
 
     def kept(drops: DropLog):
@@ -30,7 +51,7 @@ def copy_without(src: str, dst: str, drop: set[int], reason: str, stage: str) ->
             counters["bytes_in"] += doc.nbytes
             if row in drop:
                 counters[f"dropped:{reason}"] += 1
-                drops.add(doc.id, str(doc.meta.get("url", "")), stage, reason)
+                drops.add(doc.id, str(doc.meta.get("url", "")), stage, reason, **notes.get(row, {}))
                 continue
             counters["out"] += 1
             counters["bytes_out"] += doc.nbytes
@@ -56,7 +77,7 @@ def drop_files_task(job: dict) -> Counter:
     """Shard ``job["src"]`` copied to ``job["dst"]`` without the rows its drop files list (files
     under WORK/drops/s<shard>/, written worker to worker by ``job["stage"]``'s last reduce step)."""
     dropped = load_partition(location(job["work"]) / "drops" / f"s{job['shard']:06d}")
-    rows = set() if dropped is None else set(split_keys(dropped)[1].tolist())
+    rows = {} if dropped is None else row_notes(dropped) if dropped.dtype.names else set(split_keys(dropped)[1].tolist())
     return copy_without(job["src"], job["dst"], rows, "duplicate", job["stage"])
 
 
@@ -88,7 +109,8 @@ def _filter_whole(src: Path, writer: ShardWriter, drops: DropLog, data: bytes, e
     starts = np.r_[0, ends[:-1]]
     for row in np.flatnonzero(drop).tolist():  # row r is line r + 1: a shard read whole has no blank line
         doc = parse_document(src, row + 1, data[starts[row] : ends[row] - 1])
-        drops.add(doc.id, str(doc.meta.get("url", "")), job["stage"], job["reason"])
+        note = job.get("notes", {}).get(row, {})
+        drops.add(doc.id, str(doc.meta.get("url", "")), job["stage"], job["reason"], **note)
     view = memoryview(data)
     edges = np.flatnonzero(np.diff(np.r_[0, (~drop).view(np.int8), 0])).tolist()  # kept runs: start, stop, ...
     for first, stop in zip(edges[0::2], edges[1::2]):
@@ -105,7 +127,8 @@ def _filter_line_by_line(src: Path, writer: ShardWriter, drops: DropLog, drop: n
             writer.write_line(data)
         elif row < len(drop):  # only dropped lines are decoded, for the log
             doc = parse_document(src, number, data)
-            drops.add(doc.id, str(doc.meta.get("url", "")), job["stage"], job["reason"])
+            note = job.get("notes", {}).get(row, {})
+            drops.add(doc.id, str(doc.meta.get("url", "")), job["stage"], job["reason"], **note)
         rows += 1
     return rows
 
@@ -135,12 +158,20 @@ def filter_lines_task(job: dict) -> Counter:
 
 def apply_drops_lines(stage: GlobalStage, inputs: list[Path], out_dir: Path, executor: Executor,
                       dropped: np.ndarray, reason: str, sizes_dir: Path) -> list[Path]:
-    """Write the shards without the `dropped` document keys, copying kept lines as they are, and add
-    their counters to ``stage.counters``; ``sizes_dir`` holds s<shard>.npy row sizes."""
+    """Write the shards without the `dropped` document keys (or ``drop_records``: their drop log
+    records then name the kept copies), copying kept lines as they are, and add their counters to
+    ``stage.counters``; ``sizes_dir`` holds s<shard>.npy row sizes."""
     outputs = output_paths(inputs, out_dir)
-    rows = drop_lists(dropped, len(inputs))
-    jobs = [{"src": str(i), "dst": str(o), "drop": r, "reason": reason, "stage": stage.name,
-             "sizes": str(sizes_dir / f"s{k:06d}.npy")} for k, (i, o, r) in enumerate(zip(inputs, outputs, rows))]
+    keys = dropped["key"] if dropped.dtype.names else dropped
+    rows = drop_lists(keys, len(inputs))
+    notes: list[dict] = [{} for _ in inputs]
+    if dropped.dtype.names:
+        shards = split_keys(keys)[0]
+        for shard in np.unique(shards).tolist():
+            notes[shard] = row_notes(dropped[shards == shard])
+    jobs = [{"src": str(i), "dst": str(o), "drop": r, "reason": reason, "stage": stage.name, "notes": n,
+             "sizes": str(sizes_dir / f"s{k:06d}.npy")}
+            for k, (i, o, r, n) in enumerate(zip(inputs, outputs, rows, notes))]
     for counters in executor.map(filter_lines_task, jobs, desc=f"{stage.name}: write"):
         stage.counters.update(counters)
     return outputs

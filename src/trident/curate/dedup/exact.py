@@ -27,9 +27,9 @@ from pathlib import Path
 import numpy as np
 import xxhash
 
-from trident.curate.dedup.drop_rows import drop_files_task
-from trident.curate.dedup.keys import (dataset_salt, doc_key, priority_array, priority_fields, split_keys,
-                                       validate_common)
+from trident.curate.dedup.drop_rows import KEPT_LANGUAGE, drop_files_task, drop_records
+from trident.curate.dedup.keys import (KEEP_KEYS, dataset_salt, doc_key, keep_sort_keys, priority_array,
+                                       priority_fields, split_keys, validate_common)
 from trident.curate.dedup.partitions import load_partition, save_partitioned
 from trident.curate.document import CurateError
 from trident.curate.read.shards import read_shard
@@ -67,35 +67,38 @@ def _exact_hash_task(job: dict) -> int:
     return len(rows)
 
 
-def _exact_group_task(job: dict) -> tuple[int, int]:
-    """Reduce step: one partition's doc keys to drop, written to drops/s<shard>/ by their shard;
-    returns (documents dropped, duplicate groups)."""
+def _exact_group_task(job: dict) -> Counter:
+    """Reduce step: one partition's dropped documents, each with its kept copy's id, written to
+    drops/s<shard>/ by their shard; returns counts: "chosen" (documents dropped), "duplicate_groups"
+    and the dropped documents by their kept copy's language (KEPT_LANGUAGE<code>)."""
     work = location(job["work"])
     records = load_partition(work / f"p{job['part']:06d}")
     if records is None:
-        return 0, 0
-    quality_key = np.where(np.isnan(records["quality"]), np.inf, -records["quality"])
-    order = np.lexsort((records["key"], records["id"], -records["length"], quality_key,
-                        records["rank"], records["lo"], records["hi"]))
+        return Counter()
+    order = np.lexsort(keep_sort_keys(records, job["keep"])[::-1] + [records["lo"], records["hi"]])
     records = records[order]
     same = (records["hi"][1:] == records["hi"][:-1]) & (records["lo"][1:] == records["lo"][:-1])
     first_of_group = np.r_[True, ~same]
     groups = int(np.count_nonzero(first_of_group[:-1] & same)) if len(records) > 1 else 0
-    dropped = records["key"][~first_of_group]
-    save_partitioned(dropped, split_keys(dropped)[0], work / "drops", "s", f"p{job['part']:06d}")
-    return len(dropped), groups
+    kept = np.maximum.accumulate(np.where(first_of_group, np.arange(len(records)), 0))[~first_of_group]
+    dropped = drop_records(records["key"][~first_of_group], records["id"][kept], np.ones(len(kept), np.float32))
+    save_partitioned(dropped, split_keys(dropped["key"])[0], work / "drops", "s", f"p{job['part']:06d}")
+    found = Counter(f"{KEPT_LANGUAGE}{code}" for code in records["language"][kept].tolist() if code)
+    return found + Counter({"chosen": len(dropped), "duplicate_groups": groups})
 
 
 @register_stage("exact_dedup")
 class ExactDedup(GlobalStage):
-    """Drop documents whose normalised text equals a higher-priority document's (``dropped:duplicate``)."""
+    """Drop documents whose normalised text equals a higher-priority document's (``dropped:duplicate``;
+    the record names the kept copy, similarity 1.0); ``keep`` orders the copies (dedup.keys)."""
 
     def __init__(self, priority: list[str] | None = None, priority_field: str = "dataset",
-                 scope: str = "global", partitions: int = 16) -> None:
-        priority = [] if priority is None else priority
-        validate_common(priority, priority_field, scope, partitions)
-        super().__init__(priority=priority, priority_field=priority_field, scope=scope, partitions=partitions)
-        self.priority, self.priority_field = priority, priority_field
+                 scope: str = "global", partitions: int = 16, keep: list[str] | None = None) -> None:
+        priority, keep = [] if priority is None else priority, list(KEEP_KEYS) if keep is None else keep
+        validate_common(priority, priority_field, scope, partitions, keep)
+        super().__init__(priority=priority, priority_field=priority_field, scope=scope, partitions=partitions,
+                         keep=keep)
+        self.priority, self.priority_field, self.keep = priority, priority_field, keep
         self.scope, self.partitions = scope, partitions
 
     def run(self, inputs: list[Path], out_dir: Path, executor: Executor) -> list[Path]:
@@ -107,18 +110,19 @@ class ExactDedup(GlobalStage):
                  "scope": self.scope, "priority": self.priority, "priority_field": self.priority_field}
                 for i, p in enumerate(inputs)]
         executor.map(_exact_hash_task, jobs, desc="exact_dedup: hash")
-        parts = [{"work": str(work), "part": p} for p in range(self.partitions)]
+        parts = [{"work": str(work), "part": p, "keep": self.keep} for p in range(self.partitions)]
         grouped = executor.map(_exact_group_task, parts, desc="exact_dedup: group")
-        self.counters["duplicate_groups"] += sum(groups for _, groups in grouped)
+        chosen = sum(grouped, Counter())
+        self.counters["duplicate_groups"] += chosen.pop("duplicate_groups", 0)  # 0 too: a run without copies
+        self.counters.update({name: n for name, n in chosen.items() if name != "chosen"})
         outputs = output_paths(inputs, out_dir)
         writes = [{"work": str(work), "shard": i, "src": str(src), "dst": str(dst), "stage": self.name}
                   for i, (src, dst) in enumerate(zip(inputs, outputs))]
         written = Counter()
         for found in executor.map(drop_files_task, writes, desc="exact_dedup: write"):
             written.update(found)
-        chosen = sum(n for n, _ in grouped)
-        if written["dropped:duplicate"] != chosen:  # drop files lost between workers (e.g. unshared storage)
-            raise CurateError(f"exact_dedup: {chosen} documents chosen to drop, "
+        if written["dropped:duplicate"] != chosen["chosen"]:  # drop files lost between workers (e.g. unshared storage)
+            raise CurateError(f"exact_dedup: {chosen['chosen']} documents chosen to drop, "
                               f"{written['dropped:duplicate']} dropped (work files in {work})")
         self.counters.update(written)
         remove_tree(work)

@@ -13,10 +13,13 @@ Steps (each a map over files, so no step needs more than one shard or partition 
      see kernels/loops.py); pairs >= ``threshold`` are verified (a pair stops being compared once
      the rest of its shingles cannot lift it to the threshold: most candidates of long documents);
   4. here: connected components of the verified pairs (vectorised); in each component the best document by
-     ``trident.curate.dedup.keys.best_first`` is kept, the others dropped (``dropped:duplicate``);
+     ``trident.curate.dedup.keys.best_first`` (the stage's ``keep`` order) is kept, the others dropped
+     (``dropped:duplicate``), each drop record naming the kept copy and the Jaccard of the two (from
+     step 3 when they were a candidate pair, else computed for that pair alone);
   5. per shard: the kept lines are copied byte for byte (not decoded and encoded again).
 Counters: candidates (unique pairs), verified_pairs, components (of >= 2 documents),
-shared_buckets, no_shingles (empty texts, never bucketed), hist:cluster_size:<size>.
+shared_buckets, no_shingles (empty texts, never bucketed), hist:cluster_size:<size>,
+duplicates_of_language:<code> (duplicates dropped, by their kept copy's meta "language").
 """
 from __future__ import annotations
 
@@ -26,10 +29,10 @@ from pathlib import Path
 import numpy as np
 
 from trident.curate.dedup.components import cluster_size_bin, component_labels, sorted_distinct, unique_pairs
-from trident.curate.dedup.drop_rows import apply_drops_lines
+from trident.curate.dedup.drop_rows import KEPT_LANGUAGE, apply_drops_lines, drop_records
 from trident.curate.dedup.fuzzy_distributed import run_distributed
-from trident.curate.dedup.keys import (best_first, dataset_salt, doc_keys, priority_array, priority_fields, split_keys,
-                                       stored_priorities, validate_common)
+from trident.curate.dedup.keys import (KEEP_KEYS, best_first, dataset_salt, doc_keys, priority_array, priority_fields,
+                                       split_keys, stored_priorities, validate_common)
 from trident.curate.dedup.minhash import BUCKET_DTYPE, MinHasher, bucket_pairs
 from trident.curate.dedup.partitions import concat_structured
 from trident.curate.read.read_task import read_raw_documents
@@ -226,17 +229,18 @@ class FuzzyDedup(GlobalStage):
     def __init__(self, num_hashes: int = 100, bands: int = 10, ngram: int = 5, shingle: str = "char",
                  seed: int = 1, threshold: float = 0.7, priority: list[str] | None = None,
                  priority_field: str = "dataset", scope: str = "global", partitions: int = 16,
-                 all_pairs_up_to: int = 32) -> None:
-        priority = [] if priority is None else priority
-        validate_common(priority, priority_field, scope, partitions)
+                 all_pairs_up_to: int = 32, keep: list[str] | None = None) -> None:
+        priority, keep = [] if priority is None else priority, list(KEEP_KEYS) if keep is None else keep
+        validate_common(priority, priority_field, scope, partitions, keep)
         if not isinstance(threshold, (int, float)) or not 0.0 < threshold <= 1.0:
             raise ValueError(f"threshold must be a Jaccard value in (0, 1], got {threshold!r}")
         self.minhash = {"num_hashes": num_hashes, "bands": bands, "ngram": ngram, "unit": shingle, "seed": seed}
         MinHasher(**self.minhash)  # validates the MinHash parameters now, not inside a worker
         super().__init__(**self.minhash, threshold=threshold, priority=priority,
                          priority_field=priority_field, scope=scope, partitions=partitions,
-                         all_pairs_up_to=all_pairs_up_to)
+                         all_pairs_up_to=all_pairs_up_to, keep=keep)
         self.threshold, self.priority, self.priority_field = float(threshold), priority, priority_field
+        self.keep = keep
         self.scope, self.partitions, self.all_pairs_up_to = scope, partitions, all_pairs_up_to
 
     def run(self, inputs: list[Path], out_dir: Path, executor: Executor) -> list[Path]:
@@ -248,9 +252,9 @@ class FuzzyDedup(GlobalStage):
         remove_tree(work)
         pairs = self._candidates(inputs, work, executor)
         similarity = self._verify(inputs, pairs, work, executor)
-        verified = pairs[similarity >= self.threshold]
-        self.counters["verified_pairs"] += len(verified)
-        dropped = self._choose_drops(verified, work / "shingles")
+        verified = similarity >= self.threshold
+        self.counters["verified_pairs"] += int(verified.sum())
+        dropped = self._choose_drops(pairs[verified], similarity[verified], work / "shingles")
         outputs = apply_drops_lines(self, inputs, out_dir, executor, dropped, "duplicate", work / "rows")
         remove_tree(work)
         return outputs
@@ -296,22 +300,41 @@ class FuzzyDedup(GlobalStage):
         similarity[order] = np.concatenate(executor.map(_verify_task, jobs, desc="fuzzy_dedup: verify"))
         return similarity
 
-    def _choose_drops(self, verified: np.ndarray, shingle_dir: Path) -> np.ndarray:
-        """Components of the verified pairs; every member but each component's best one is dropped."""
+    def _choose_drops(self, verified: np.ndarray, similarity: np.ndarray, shingle_dir: Path) -> np.ndarray:
+        """Components of the verified pairs; every member but each component's best one is dropped:
+        ``drop_records`` naming the kept copy and the Jaccard of the two."""
         if len(verified) == 0:
-            return np.zeros(0, dtype=np.uint64)
+            return drop_records(np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=str), np.zeros(0, np.float32))
         nodes, labels = component_labels(verified)
         prio = self._priorities(nodes, shingle_dir)
         prio = prio[np.searchsorted(prio["key"], nodes)]  # row i is nodes[i]'s
-        order = best_first(prio)
+        order = best_first(prio, self.keep)
         order = order[np.argsort(labels[order], kind="stable")]  # by component, best first
         grouped = labels[order]
         starts = np.flatnonzero(np.r_[True, grouped[1:] != grouped[:-1]])
-        sizes, counts = np.unique(np.diff(np.r_[starts, len(grouped)]), return_counts=True)
+        sizes = np.diff(np.r_[starts, len(grouped)])
         self.counters["components"] += len(starts)
-        for size, count in zip(sizes.tolist(), counts.tolist()):
+        for size, count in zip(*(values.tolist() for values in np.unique(sizes, return_counts=True))):
             self.counters[f"hist:cluster_size:{cluster_size_bin(size)}"] += count
-        return prio["key"][np.delete(order, starts)]
+        kept = np.delete(np.repeat(order[starts], sizes), starts)  # each dropped member's component's best
+        dropped = np.delete(order, starts)
+        self.counters.update(f"{KEPT_LANGUAGE}{code}" for code in prio["language"][kept].tolist() if code)
+        pairs = np.stack([prio["key"][dropped], prio["key"][kept]], axis=1)
+        return drop_records(pairs[:, 0], prio["id"][kept], self._kept_similarity(pairs, verified, similarity,
+                                                                                  shingle_dir))
+
+    def _kept_similarity(self, pairs: np.ndarray, verified: np.ndarray, similarity: np.ndarray,
+                         shingle_dir: Path) -> np.ndarray:
+        """Jaccard of each (dropped, kept) pair: the verified one where the two were compared, else
+        computed now (a member of a chain A-B-C compared with B only)."""
+        known = {pair: value for pair, value in zip(map(tuple, np.sort(verified, axis=1).tolist()), similarity.tolist())}
+        wanted = [tuple(pair) for pair in np.sort(pairs, axis=1).tolist()]
+        out = np.array([known.get(pair, np.nan) for pair in wanted], dtype=np.float32)
+        missing = np.flatnonzero(np.isnan(out))
+        if len(missing):
+            out[missing] = _verify_task({"pairs": pairs[missing], "shingle_dir": str(shingle_dir), "threshold": 0.0,
+                                         "ngram": self.minhash["ngram"], "unit": self.minhash["unit"]})
+        return out
 
     @staticmethod
     def _priorities(keys: np.ndarray, shingle_dir: Path) -> np.ndarray:

@@ -14,8 +14,10 @@ work runs differs. Steps, each one ``executor.map``:
      until the per-partition counts of unstable nodes sum to 0;
   6. labels (per partition): each node's component label (its smallest member), sent to its shard;
   7. join (per shard): labels joined with keep-priority fields, sent to a partition by label;
-  8. choose (per partition): every component's best document kept, the rest sent to their shard;
-  9. write (per shard): the shard copied without its dropped rows.
+  8. choose (per partition): every component's best document kept, the rest sent to their shard
+     with the key and id of their kept copy;
+  9. similarity (per shard): the Jaccard of each dropped document and its kept copy, for its record;
+ 10. write (per shard): the shard copied without its dropped rows.
 The driver holds the job lists (O(shards + partitions)) and the returned counters, never pairs,
 edges or per-document labels.
 """
@@ -29,7 +31,7 @@ import numpy as np
 
 from trident.curate.dedup.components import (both_directions, cluster_size_bin, large_star, node_partition, small_star,
                                              star_labels, unique_pairs, unstable_nodes)
-from trident.curate.dedup.drop_rows import drop_files_task
+from trident.curate.dedup.drop_rows import KEPT_LANGUAGE, drop_files_task, drop_records
 from trident.curate.dedup.keys import (best_first, dataset_salt, doc_key, priority_array, priority_fields, split_keys,
                                        stored_priorities)
 from trident.curate.dedup.minhash import BUCKET_DTYPE, MinHasher, bucket_pairs, jaccard
@@ -182,21 +184,48 @@ def _join_task(job: dict) -> None:
 
 def _choose_task(job: dict) -> Counter:
     """Every component of one label partition keeps its ``best_first`` document; the others are
-    sent to their shard's drop list. Counts components and their sizes."""
+    sent to their shard's pending list with their kept copy's key and id. Counts components, their
+    sizes and the dropped documents by their kept copy's language."""
     work, counters = location(job["work"]), Counter()
     records = load_partition(work / "groups" / f"p{job['part']:06d}")
     if records is None:
         return counters
-    order = best_first(records)
+    order = best_first(records, job["keep"])
     order = order[np.argsort(records["label"][order], kind="stable")]  # by component, best first
     labels = records["label"][order]
     starts = np.flatnonzero(np.r_[True, labels[1:] != labels[:-1]])
-    for size in np.diff(np.r_[starts, len(labels)]).tolist():
+    sizes = np.diff(np.r_[starts, len(labels)])
+    for size in sizes.tolist():
         counters["components"] += 1
         counters[f"hist:cluster_size:{cluster_size_bin(size)}"] += 1
-    dropped = records["key"][np.delete(order, starts)]
-    save_partitioned(dropped, split_keys(dropped)[0], work / "drops", "s", f"p{job['part']:06d}")
+    kept = np.delete(np.repeat(order[starts], sizes), starts)
+    counters.update(f"{KEPT_LANGUAGE}{code}" for code in records["language"][kept].tolist() if code)
+    pending = np.empty(len(kept), dtype=[("key", "u8"), ("kept_key", "u8"), ("kept", records["id"].dtype)])
+    pending["key"], pending["kept_key"], pending["kept"] = records["key"][np.delete(order, starts)], \
+        records["key"][kept], records["id"][kept]
+    save_partitioned(pending, split_keys(pending["key"])[0], work / "pending", "s", f"p{job['part']:06d}")
     return counters
+
+
+def _similarity_task(job: dict) -> None:
+    """The Jaccard of each of one shard's dropped documents and its kept copy (one other shard's
+    shingle file in memory at a time), saved as ``drop_records`` for the write step."""
+    work, shard = location(job["work"]), job["shard"]
+    pending = load_partition(work / "pending" / f"s{shard:06d}")
+    if pending is None:
+        return
+    keys_a, offsets_a, flat_a = _load_shingles(work, shard)
+    kept_shard = split_keys(pending["kept_key"])[0]
+    similarity = np.zeros(len(pending), dtype=np.float32)
+    for other in np.unique(kept_shard).tolist():
+        keys_b, offsets_b, flat_b = (keys_a, offsets_a, flat_a) if other == shard else _load_shingles(work, other)
+        chosen = np.flatnonzero(kept_shard == other)
+        ia = np.searchsorted(keys_a, pending["key"][chosen])
+        ib = np.searchsorted(keys_b, pending["kept_key"][chosen])
+        similarity[chosen] = [jaccard(flat_a[offsets_a[i]:offsets_a[i + 1]], flat_b[offsets_b[j]:offsets_b[j + 1]])
+                              for i, j in zip(ia.tolist(), ib.tolist())]
+    save_partitioned(drop_records(pending["key"], pending["kept"], similarity), np.full(len(pending), shard),
+                     work / "drops", "s", f"s{shard:06d}")
 
 
 def run_distributed(stage: GlobalStage, inputs: list[Path], out_dir: Path, executor: Executor) -> list[Path]:
@@ -225,8 +254,9 @@ def run_distributed(stage: GlobalStage, inputs: list[Path], out_dir: Path, execu
     final_round = _converge(parts, work, executor)
     executor.map(_label_task, [{**j, "round": final_round} for j in parts], desc="fuzzy_dedup: labels")
     executor.map(_join_task, shards, desc="fuzzy_dedup: join")
-    for found in executor.map(_choose_task, parts, desc="fuzzy_dedup: choose"):
+    for found in executor.map(_choose_task, [{**j, "keep": stage.keep} for j in parts], desc="fuzzy_dedup: choose"):
         counters.update(found)
+    executor.map(_similarity_task, shards, desc="fuzzy_dedup: similarity")
     outputs = output_paths(inputs, out_dir)
     jobs = [{**j, "src": str(i), "dst": str(o), "stage": stage.name} for j, i, o in zip(shards, inputs, outputs)]
     for found in executor.map(drop_files_task, jobs, desc="fuzzy_dedup: write"):

@@ -118,10 +118,22 @@ def _other_counters(stats: dict) -> list[str]:
     lines = []
     for stage in stats["stages"]:
         extra = {k: v for k, v in stage["counters"].items()
-                 if k not in ("in", "out", "bytes_in", "bytes_out") and not k.startswith(("dropped:", "hist:", LOST_PREFIX))
-                 and v}
+                 if k not in ("in", "out", "bytes_in", "bytes_out") and v
+                 and not k.startswith(("dropped:", "hist:", "duplicates_of_language:", LOST_PREFIX))}
         if extra:
             lines.append(f"- **{stage['name']}**: " + ", ".join(f"{k} {v}" for k, v in extra.items()))
+    return lines
+
+
+def _duplicates_by_language(stats: dict) -> list[str]:
+    """One line per dedup stage: its dropped copies by the language of the copy each was dropped
+    for (counters duplicates_of_language:<code>), most first."""
+    lines = []
+    for stage in stats["stages"]:
+        found = {k.split(":", 1)[1]: v for k, v in stage["counters"].items() if k.startswith("duplicates_of_language:")}
+        if found:
+            counts = ", ".join(f"{code} {n}" for code, n in sorted(found.items(), key=lambda kv: (-kv[1], kv[0])))
+            lines.append(f"- **{stage['name']}**: {counts}")
     return lines
 
 
@@ -155,6 +167,9 @@ def write_report(stats: dict, out_dir: Path) -> Path:
     damaged = damage_summary(stats["stages"][0]["counters"]) if stats["stages"] else []
     if damaged:
         lines += ["", "## Damaged input files", ""] + [f"- {_cell(line, 300)}" for line in damaged]
+    by_language = _duplicates_by_language(stats)
+    if by_language:
+        lines += ["", "## Duplicates by the language of the copy kept", ""] + by_language
     other = _other_counters(stats)
     if other:
         lines += ["", "## Other counters", ""] + other
