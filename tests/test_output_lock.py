@@ -16,7 +16,7 @@ import pytest
 
 from train_fixtures import kill_all, start, tiny_corpus, train_command, wait_for_steps
 from trident.cli import main
-from trident.data import output_lock
+from trident.data import lock_records, output_lock, processes
 from trident.data.output_lock import LOCK, FolderBusy, FolderLock, FolderLockLost
 from trident.train.launch import free_port
 
@@ -29,9 +29,10 @@ def records(folder):
 
 
 def plant(folder, run_id, host, pid, beat=0, gen=1):
-    """A lock as a run left it: its claim and one node record."""
+    """A lock as a run left it: its claim and one node record (this machine's when `host` is this host's)."""
     (folder / LOCK).mkdir(parents=True, exist_ok=True)
-    held = {"host": host, "pid": pid, "run_id": run_id, "started": 0}
+    machine = processes.machine() if host == HOST else f"another-machine-{host}"
+    held = {"host": host, "machine": machine, "pid": pid, "run_id": run_id, "started": 0}
     (folder / LOCK / f"claim-{gen}.json").write_text(json.dumps(held))
     (folder / LOCK / f"node-{host}-{pid}-0.json").write_text(json.dumps(held | {"beat": beat, "gen": gen}))
 
@@ -141,8 +142,8 @@ def test_a_local_pid_is_judged_before_any_heartbeat(tmp_path):
 
 
 def test_another_hosts_record_is_judged_by_whether_it_changes(tmp_path, monkeypatch):
-    monkeypatch.setattr(output_lock, "STALE_AFTER_S", 0.4)
-    monkeypatch.setattr(output_lock, "POLL_S", 0.02)
+    monkeypatch.setattr(lock_records, "STALE_AFTER_S", 0.4)
+    monkeypatch.setattr(lock_records, "POLL_S", 0.02)
     plant(tmp_path, "old", "node-7", 1, beat=5)  # its clock says nothing: no time field is read
     lock = FolderLock(tmp_path, "new").acquire()
     assert "took over the lock of a run that is no longer running (host node-7, pid 1, run old" in lock.takeover_message()
@@ -168,7 +169,7 @@ def test_another_hosts_record_is_judged_by_whether_it_changes(tmp_path, monkeypa
 
 def test_a_heartbeat_that_fails_is_reported_to_the_run(tmp_path, monkeypatch, caplog):
     monkeypatch.setattr(output_lock, "HEARTBEAT_S", 0.02)
-    monkeypatch.setattr(output_lock, "STALE_AFTER_S", 0.2)
+    monkeypatch.setattr(lock_records, "STALE_AFTER_S", 0.2)
     told = []
     lock = FolderLock(tmp_path, "run-a", on_lost=told.append).acquire()
     (tmp_path / LOCK).rename(tmp_path / "moved")

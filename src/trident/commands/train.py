@@ -4,7 +4,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import sys
 
 
@@ -65,12 +64,6 @@ def _launch(args, folder) -> int:
     return failed["code"] if failed else code
 
 
-def _stop_on_lost_lock(message: str) -> None:
-    """The folder lock could not be kept: stop this run at its next step (as a stop signal does; the
-    launcher passes it to its ranks), so that it does not go on writing beside another run."""
-    os.kill(os.getpid(), signal.SIGTERM)
-
-
 def run(args) -> int:
     from trident.config import ConfigError, load_config
     from trident.data.output_folder import OutputFolderError
@@ -96,7 +89,8 @@ def run(args) -> int:
         # started by hand; the nodes of one job share its run id, and so the lock
         writer = not under_torchrun() or (os.environ.get("RANK") == "0" and RUN_ID_ENV not in os.environ)
         rid = f"rdzv:{args.rdzv_id}" if launching and args.rdzv_id else run_id()  # the same on every node
-        folder = RunFolder(args.out, "train", rid, on_lost=_stop_on_lost_lock)  # --out resolved here, once
+        # --out resolved here, once; a lost lock ends the run at once (no checkpoint, no preempted.json), exit 2
+        folder = RunFolder(args.out, "train", rid)
         check_logger_folder(config, str(folder))  # a URL --out with TensorBoard or W&B: refused before any rank
         # the lock first: a second run must not pass the folder check (or --overwrite it) while the first runs
         held = folder.hold() if writer else None
@@ -116,9 +110,6 @@ def run(args) -> int:
     finally:
         if held:
             held.release()
-    if held and held.lost():  # the heartbeat's ERROR line said why; the run stopped at its next step
-        print(f"error: {held.lost()}", file=sys.stderr)
-        return code or 2
     return code
 
 

@@ -9,6 +9,8 @@ folder: runs writing other prefixes there go on side by side.
 """
 from __future__ import annotations
 
+import os
+import signal
 import sys
 import uuid
 from pathlib import Path
@@ -17,12 +19,29 @@ from typing import Callable
 from trident.data.output_folder import (MARKER, OutputFolderError, claim_output_folder, read_marker, remove_own_outputs,
                                         write_marker)
 from trident.data.output_lock import LOCK, FolderLock
+from trident.data.processes import child_processes
 from trident.text.storage import location
+
+EXIT_LOCK_LOST = 2  # docs/bad-input.md: a lost lock ends the run at once, like a folder refused at start
+
+
+def stop_at_once(command: str, message: str) -> None:
+    """The lock is lost: end this process and its children now, so nothing more is written into a folder
+    another run may hold (no checkpoint, no marker, no clean-up that writes there)."""
+    print(f"trident {command}: error: {message}; stopped at once, writing nothing more there",
+          file=sys.stderr, flush=True)
+    for child in child_processes(os.getpid()):
+        try:
+            os.kill(child, signal.SIGKILL)  # torchrun's ranks die with it (PDEATHSIG), pool workers here
+        except ProcessLookupError:
+            continue
+    os._exit(EXIT_LOCK_LOST)
 
 
 class RunFolder:
     """`with RunFolder(out, "export-hf") as folder:` holds OUT's lock for the block (FolderBusy when
-    another live run holds it; FolderLockLost at the end when the lock could not be kept)."""
+    another live run holds it or a folder around it). When the lock is lost meanwhile, `on_lost(message)`
+    is called (default: stop_at_once)."""
 
     def __init__(self, given: str | Path, command: str, run_id: str | None = None, prefix: bool = False,
                  on_lost: Callable[[str], None] | None = None) -> None:
@@ -30,8 +49,9 @@ class RunFolder:
         self.path = location(given)  # the one place the user's path becomes a Path (or a UPath for a URL)
         self.folder = self.path.parent if prefix else self.path
         self.run_id = run_id or uuid.uuid4().hex
+        stop = on_lost or (lambda message: stop_at_once(command, message))
         self.lock = FolderLock(self.folder, self.run_id, name=f"{LOCK}.{self.path.name}" if prefix else LOCK,
-                               on_lost=on_lost)
+                               on_lost=stop)
         self._before: set[str] = set()
 
     def __truediv__(self, name: str) -> Path:
@@ -77,8 +97,13 @@ class RunFolder:
         return claim_output_folder(self.path, self.command, overwrite, same_run, resume_hint, prepared)
 
     def remove_own(self, marker: dict | None, patterns: list[str]) -> list[Path]:
-        """Delete the outputs an earlier run of this command recorded (only with its marker)."""
-        return remove_own_outputs(self.path, marker, self.command, patterns)
+        """Delete the outputs an earlier run of this command recorded (only with its marker), naming them."""
+        shown = _described(self.path, marker, self.command, patterns)
+        removed = remove_own_outputs(self.path, marker, self.command, patterns)
+        if removed:
+            print(f"trident {self.command}: removed what its earlier run wrote in {self.given}: {shown}",
+                  file=sys.stderr, flush=True)
+        return removed
 
     def stamp(self, record: dict) -> None:
         write_marker(self.path, {"command": self.command, **record})
@@ -107,3 +132,15 @@ def run_in_folder(given: str | Path, command: str, work: Callable[[RunFolder], i
     except OutputFolderError as error:
         print(f"trident {command}: error: {error}", file=sys.stderr)
         return 2
+
+
+def _described(folder: Path, marker: dict | None, command: str, patterns: list[str]) -> str:
+    """What remove_own is about to delete, as one line: each entry, a folder with a few of its entries."""
+    if marker is None or marker.get("command") != command:
+        return ""
+    names = []
+    for path in (p for pattern in patterns for p in sorted(folder.glob(pattern))):
+        inside = sorted(p.name for p in path.iterdir()) if path.is_dir() and not path.is_symlink() else None
+        names.append(path.name if inside is None else
+                     f"{path.name}/ ({', '.join(inside[:6])}{', ...' if len(inside) > 6 else ''})")
+    return ", ".join(names)

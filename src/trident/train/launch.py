@@ -14,6 +14,7 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
+from trident.data.processes import child_processes  # noqa: F401 (public here too)
 from trident.train.preemption import STOP_SIGNALS
 
 
@@ -149,19 +150,6 @@ def die_with_parent(sig: int = signal.SIGKILL) -> None:
     PR_SET_PDEATHSIG = 1
     if libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0 and os.getppid() == 1:
         os.kill(os.getpid(), sig)  # the parent was gone before the request took effect
-
-
-def child_processes(pid: int) -> list[int]:
-    """The processes whose parent is `pid` (Linux /proc; [] elsewhere)."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue  # the process ended while we looked
-        if int(fields[1]) == pid:
-            found.append(int(stat.parent.name))
-    return found
 
 
 def _send(pid: int, signum: int) -> None:
