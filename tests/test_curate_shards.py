@@ -10,6 +10,7 @@ from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
 from trident.curate.document import CurateError, Document
+from trident.curate.read.doc_ids import DocumentIds
 from trident.curate.read.record_log import RecordLog
 from trident.curate.read.shards import read_documents, read_shard, record_lines, write_shard
 
@@ -148,7 +149,24 @@ def test_warc_records_become_documents_with_http_metadata(tmp_path):
     assert "café" in docs[3].text
     assert "\ufffd" in docs[4].text and log.counters["repaired:invalid_utf8"] == 1
     assert log.counters["skipped_records:request"] == 5
-    assert all(d.id.startswith("urn:uuid:") and d.meta["dataset"] == "cc" for d in docs)
+    assert [d.id for d in docs] == [d.meta["url"] for d in docs] and all(d.meta["dataset"] == "cc" for d in docs)
+
+
+def test_a_repeated_warc_uri_takes_its_record_id_and_jsonl_ids_their_file(tmp_path):
+    path = tmp_path / "again.warc.gz"
+    _warc(path, [("https://a.org/", 200, "text/html", b"<p>one</p>"), ("https://a.org/", 200, "text/html", b"<p>two</p>")])
+    ids = DocumentIds()
+    docs = list(read_documents(path, RecordLog(), ids=ids))
+    assert docs[0].id == "https://a.org/" and docs[1].id.startswith("https://a.org/ urn:uuid:")
+    assert len({d.id for d in docs}) == 2  # the record ids differ: the second one is unique too
+    first, second = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    first.write_bytes(_lines({"id": "7", "text": "x"}, {"text": "no id"}, {"id": "7", "text": "again"}))
+    second.write_bytes(_lines({"id": "7", "text": "y"}))
+    ids = DocumentIds()
+    got = [d.id for path in (first, second) for d in read_documents(path, RecordLog(), name=path.name, ids=ids)]
+    assert got == ["7", "a.jsonl:2", "a.jsonl:7", "b.jsonl:7"]
+    lines = [json.loads(line)["id"] for line in record_lines(first, RecordLog(), name="sub/a.jsonl", ids=DocumentIds())]
+    assert lines == ["7", "sub/a.jsonl:2", "sub/a.jsonl:7"]  # the quick path names them alike
 
 
 @pytest.mark.parametrize("name", ["cut.warc", "cut.warc.gz"])

@@ -36,7 +36,7 @@ def test_every_drop_is_logged_with_its_stage_reason_and_score(run):
     short = [r for r in records if r["reason"] == "too_short"]  # with the GPT-2 pieces it counted
     assert short and all(0 <= r["score"] < 64 for r in short)
     dupes = [r for r in records if r["reason"] == "duplicate"]
-    assert dupes and all(r["id"].startswith("urn:uuid:") for r in dupes)
+    assert dupes and all(r["id"] == r["url"] for r in dupes)  # a WARC record's id is its URI
     unread = [r for r in records if r["stage"] == "read"]
     assert [r["reason"] for r in unread] == ["malformed_json"] and unread[0]["position"].endswith("b.jsonl line 1")
     assert "drops" in json.loads((out / ".trident-run.json").read_text())["outputs"]

@@ -21,7 +21,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("overrides", nargs="*", metavar="key=value",
                         help="config overrides, e.g. workers=4 stages.min_length.min_tokens=64")
     parser.add_argument("--input", action="extend", nargs="+", default=[], metavar="PATH",
-                        help="input files or folders (.warc[.gz], .html, .jsonl[.gz|.zst])")
+                        help="input files, folders or glob patterns (.warc[.gz], .html, .jsonl[.gz|.zst]; "
+                             "a folder's other files are skipped and counted)")
     parser.add_argument("--out", default=None, help="output folder (curate, default curated/) or model file (train-quality)")
     parser.add_argument("--executor", choices=["local", "ray"], default=None, help="override the config's executor")
     parser.add_argument("--workers", type=int, default=None, help="processes / Ray CPUs (0: one per core)")
@@ -92,6 +93,10 @@ def _curate(args: argparse.Namespace) -> int:
     print(f"{stats['output']['documents']} documents in {len(stats['output']['shards'])} shard(s); "
           f"{len(stats['errors'])} bad input record(s) reported; accounting "
           f"{'OK' if stats['accounting']['ok'] else 'FAILED'}; {stats['elapsed_s']} s")
+    if stats.get("skipped_files"):
+        from trident.curate.read.inputs import skipped_summary
+
+        print(f"skipped: {skipped_summary(stats['skipped_files'])} (files trident does not read)")
     for line in damage_summary(stats["stages"][0]["counters"]):
         print(f"damaged input: {line}")
     out = (args.out or "curated").rstrip("/")

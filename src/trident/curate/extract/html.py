@@ -7,7 +7,7 @@ import re
 from typing import Callable
 
 from trident.curate.document import Document
-from trident.curate.extract.lists import Style, rescue
+from trident.curate.extract.lists import Style, rescue, select_all
 from trident.curate.stage import StreamingStage, register_stage
 
 # benchmarks/extract.py measured both on the sample WARCs and on generated pages (docs/curation.md):
@@ -137,7 +137,7 @@ def unmask_sections(tree) -> int:
     three words or more, or when it holds the page's title (its first heading of the highest level)
     and shares a word with it
     (page chrome holds neither: "Related posts", "Comments" keep their ids). Returns ids removed."""
-    headings = tree.body.query_selector_all(_HEADINGS) if tree.body else []
+    headings = select_all(tree.body, _HEADINGS) if tree.body else ()
     first = min(headings, key=lambda h: h.tag, default=None)  # the first of the highest level: the title
     removed = 0
     for heading in headings:

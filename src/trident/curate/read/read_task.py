@@ -9,6 +9,7 @@ from typing import Iterator
 
 from trident.curate.document import Document
 from trident.curate.droplog import DropLog, log_path
+from trident.curate.read.doc_ids import DocumentIds, Naming
 from trident.curate.read.record_log import RecordLog
 from trident.curate.read.shards import ShardWriter, input_format, read_documents, read_shard, record_items, record_line
 from trident.text.atomic import write_json_atomic
@@ -35,6 +36,14 @@ def timed(docs: Iterator, spent: list[float], slot: int) -> Iterator:
 def raw_inputs(task: dict) -> list[tuple[Path, str | None]]:
     """The raw input files a read task reads into its one shard, in order, with their datasets."""
     return [(location(path), dataset) for path, dataset in task.get("group") or [(task["input"], task["dataset"])]]
+
+
+def raw_sources(task: dict) -> list[tuple[Path, str | None, Naming]]:
+    """``raw_inputs`` with how each file's documents are named: the file's name in the run (the
+    task's `names`; its own name without them) and the ids the task has handed out (shared)."""
+    ids, names = DocumentIds(), task.get("names") or []
+    return [(path, dataset, Naming(names[i] if i < len(names) and names[i] else path.name, ids))
+            for i, (path, dataset) in enumerate(raw_inputs(task))]
 
 
 def fresh_drop_log(output: str) -> DropLog:
@@ -70,10 +79,10 @@ def read_raw_documents(task: dict) -> Iterator[Document]:
 
 def _raw_items(task: dict, log: RecordLog) -> Iterator[tuple[bytes, Document]]:
     """(shard line, Document) of every good record of a raw input, as ``stream_shard`` would write them."""
-    for path, dataset in raw_inputs(task):
+    for path, dataset, naming in raw_sources(task):
         if input_format(path) == "jsonl":
-            for line, record in record_items(path, log, dataset, task["max_doc_bytes"]):
+            for line, record in record_items(path, log, dataset, task["max_doc_bytes"], naming.name, naming.ids):
                 yield line, Document.from_json(record, record["id"])
             continue
-        for doc in read_documents(path, log, dataset=dataset, max_doc_bytes=task["max_doc_bytes"]):
+        for doc in read_documents(path, log, dataset, task["max_doc_bytes"], naming.name, naming.ids):
             yield record_line(doc), doc

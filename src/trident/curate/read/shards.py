@@ -16,6 +16,7 @@ import numpy as np
 import zstandard
 
 from trident.curate.document import CurateError, Document
+from trident.curate.read.doc_ids import DocumentIds, Naming
 from trident.curate.read.record_log import RecordLog
 from trident.text.jsonl import (DEFAULT_MAX_DOC_BYTES, LineResult, UnreadableFile, iter_jsonl, iter_raw_lines,
                                 line_result)
@@ -25,6 +26,7 @@ SHARD_SUFFIX = ".jsonl.zst"
 WARC_SUFFIXES = (".warc", ".warc.gz")
 HTML_SUFFIXES = (".html", ".htm")
 JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".json.gz", ".json.zst")
+MIN_GROUPS, MIN_GROUP_BYTES = 32, 1 << 20  # input files are split into this many groups, unless smaller than that
 FRAME_BYTES = 1 << 20  # uncompressed bytes per zstd frame of a written shard (well under HOLD_LIMIT)
 _BLOCK = 1 << 16  # line bytes handed to the compressor at once
 LEVEL, WORK_LEVEL = 3, 1  # zstd levels: published shards; shards only a later phase reads (2x faster to write)
@@ -45,6 +47,11 @@ def _record_json(record: dict) -> str:
     return "".join(_c_encoder(record, 0)) if _c_encoder else _json_line(record)
 
 
+def supported(path: Path) -> bool:
+    """Whether trident reads this file (by its name: WARC, HTML or JSONL)."""
+    return path.name.lower().endswith(WARC_SUFFIXES + HTML_SUFFIXES + JSONL_SUFFIXES)
+
+
 def input_format(path: Path) -> str:
     """'warc', 'html' or 'jsonl' from the file name; CurateError for anything else."""
     name = path.name.lower()
@@ -58,10 +65,14 @@ def input_format(path: Path) -> str:
 def coalesce_inputs(files: list[tuple[Path, str]], sizes: list[int], target_bytes: int) -> list[list[tuple[Path, str]]]:
     """Consecutive input files gathered into groups of about `target_bytes` (each group is read into
     one shard), so many small files make a few shards instead of one each; a file of the target's
-    size or more stays alone; target_bytes 0: one group per file. The groups depend on the files
-    alone, never on the number of workers, so the shards and their resume markers do not either."""
+    size or more stays alone; target_bytes 0: one group per file. The target shrinks to a
+    MIN_GROUPS-th of all the bytes (not below MIN_GROUP_BYTES), so one folder of pages makes work
+    for every worker (a 27 MB documentation folder was one group: `--workers 2` left one idle).
+    The groups depend on the files alone, never on the number of workers, so the shards and their
+    resume markers do not either."""
     if target_bytes <= 0:
         return [[entry] for entry in files]
+    target_bytes = min(target_bytes, max(-(-sum(sizes) // MIN_GROUPS), MIN_GROUP_BYTES))
     groups: list[list[tuple[Path, str]]] = []
     held = 0
     for entry, size in zip(files, sizes):
@@ -74,12 +85,15 @@ def coalesce_inputs(files: list[tuple[Path, str]], sizes: list[int], target_byte
 
 
 def read_documents(path: Path, log: RecordLog, dataset: str | None = None,
-                   max_doc_bytes: int = DEFAULT_MAX_DOC_BYTES) -> Iterator[Document]:
-    """Every document in one input file; bad records go to `log`. Sets meta source/dataset."""
+                   max_doc_bytes: int = DEFAULT_MAX_DOC_BYTES, name: str | None = None,
+                   ids: DocumentIds | None = None) -> Iterator[Document]:
+    """Every document in one input file; bad records go to `log`. Sets meta source/dataset. `name`:
+    the file's name in the run (read/inputs.py; default its own name), `ids`: the read task's ids
+    so far, which a repeated id is made unique against (read/doc_ids.py)."""
     path = location(path)
     fmt = input_format(path)
     reader = {"warc": _read_warc, "html": _read_html, "jsonl": _read_jsonl}[fmt]
-    for doc in reader(path, log, max_doc_bytes):
+    for doc in reader(path, log, max_doc_bytes, Naming(name or path.name, ids)):
         log.counters["out"] += 1
         yield _tagged(doc, path, dataset)
 
@@ -95,18 +109,19 @@ def _tagged(doc: Document, path: Path, dataset: str | None) -> Document:
 def read_shard(path: Path) -> Iterator[Document]:
     """Documents of a shard this package wrote; any bad record raises CurateError (it is our own data)."""
     log = RecordLog(strict=True)
-    yield from _read_jsonl(location(path), log, max_doc_bytes=None)
+    path = location(path)
+    yield from _read_jsonl(path, log, None, Naming(path.name, None))
 
 
 # ---- JSONL -----------------------------------------------------------------------------------
 
-def _read_jsonl(path: Path, log: RecordLog, max_doc_bytes: int | None) -> Iterator[Document]:
+def _read_jsonl(path: Path, log: RecordLog, max_doc_bytes: int | None, naming: Naming) -> Iterator[Document]:
     try:
         for result in iter_jsonl(path, key=None, max_line_bytes=max_doc_bytes):
             if result.reason == "blank":
                 continue
             log.counters["in"] += 1
-            doc = _document(path, result, log)
+            doc = _document(path, result, log, naming)
             if doc is not None:
                 yield doc
     except UnreadableFile as err:
@@ -116,33 +131,36 @@ def _read_jsonl(path: Path, log: RecordLog, max_doc_bytes: int | None) -> Iterat
 
 
 def record_lines(path: Path, log: RecordLog, dataset: str | None = None,
-                 max_doc_bytes: int = DEFAULT_MAX_DOC_BYTES) -> Iterator[bytes]:
+                 max_doc_bytes: int = DEFAULT_MAX_DOC_BYTES, name: str | None = None,
+                 ids: DocumentIds | None = None) -> Iterator[bytes]:
     """The lines ShardWriter.write writes for ``read_documents(path, log, dataset, max_doc_bytes)``
     of a JSONL file, with the same counts and reports, but no Document or LineResult per good
     record (when no streaming stage needs Documents: half the CPU a record costs to read)."""
-    for line, _ in record_items(path, log, dataset, max_doc_bytes):
+    for line, _ in record_items(path, log, dataset, max_doc_bytes, name, ids):
         yield line
 
 
 def record_items(path: Path, log: RecordLog, dataset: str | None = None,
-                 max_doc_bytes: int = DEFAULT_MAX_DOC_BYTES) -> Iterator[tuple[bytes, dict]]:
+                 max_doc_bytes: int = DEFAULT_MAX_DOC_BYTES, name: str | None = None,
+                 ids: DocumentIds | None = None) -> Iterator[tuple[bytes, dict]]:
     """``record_lines``, each line with its record: the flat JSON object it encodes (Document.to_json's
     form). A line the quick path does not take (blank, too large, not a good record) goes the usual way."""
     path = location(path)
-    name, source, counters = str(path), path.name, log.counters
+    naming = Naming(name or path.name, ids)
+    full, source, counters = str(path), path.name, log.counters
     try:
         for number, raw, size in iter_raw_lines(path, max_doc_bytes):
-            item = _quick_line(raw, number, source, dataset)
+            item = _quick_line(raw, number, source, dataset, naming)
             if item is not None:
                 counters["in"] += 1
                 counters["out"] += 1
                 yield item
                 continue
-            result = line_result(name, number, raw, size, None, max_doc_bytes)
+            result = line_result(full, number, raw, size, None, max_doc_bytes)
             if result.reason == "blank":
                 continue
             counters["in"] += 1
-            doc = _document(path, result, log)
+            doc = _document(path, result, log, naming)
             if doc is not None:
                 counters["out"] += 1
                 record = _tagged(doc, path, dataset).to_json()
@@ -152,7 +170,8 @@ def record_items(path: Path, log: RecordLog, dataset: str | None = None,
         log.bad(path, f"line {err.line}", "unreadable_file", err.detail)
 
 
-def _quick_line(raw: bytes | None, number: int, source: str, dataset: str | None) -> tuple[bytes, dict] | None:
+def _quick_line(raw: bytes | None, number: int, source: str, dataset: str | None,
+                naming: Naming) -> tuple[bytes, dict] | None:
     """(shard line, record) of a good record (a JSON object with a string "text") on line ``number`` of
     the file named ``source``, as Document.from_json, read_documents and ShardWriter.write make it;
     None for any other line."""
@@ -168,7 +187,7 @@ def _quick_line(raw: bytes | None, number: int, source: str, dataset: str | None
     doc_id = value.get("id")
     record = {"id": None, "text": None}
     record.update(value)  # meta in its order after id and text, whose places are kept
-    record["id"] = str(doc_id) if doc_id is not None else f"{source}:{number}"
+    record["id"] = naming.jsonl(str(doc_id) if doc_id is not None else None, number)
     record.setdefault("source", source)
     if dataset is not None:
         record.setdefault("dataset", dataset)
@@ -183,7 +202,7 @@ def record_line(doc: Document) -> bytes:
     return _json_line(doc.to_json()).encode("utf-8")
 
 
-def _document(path: Path, result: LineResult, log: RecordLog) -> Document | None:
+def _document(path: Path, result: LineResult, log: RecordLog, naming: Naming) -> Document | None:
     """The Document of one read line, or None after reporting why it is not one."""
     where = f"line {result.line}"
     if result.reason is not None:
@@ -192,8 +211,10 @@ def _document(path: Path, result: LineResult, log: RecordLog) -> Document | None
         log.bad(path, where, result.reason, detail)
         return None
     try:
-        doc = Document.from_json(result.value, default_id=f"{path.name}:{result.line}")
+        doc = Document.from_json(result.value, default_id="")
         doc.text.encode("utf-8")  # lone surrogates (JSON "\ud800") cannot be written back out
+        own = result.value.get("id")
+        doc.id = naming.jsonl(str(own) if own is not None else None, result.line)
     except UnicodeEncodeError as err:
         log.bad(path, where, "invalid_unicode", str(err))
         return None
@@ -205,13 +226,13 @@ def _document(path: Path, result: LineResult, log: RecordLog) -> Document | None
 
 # ---- WARC and HTML (trident.curate.read.warc; imported for them only: warcio costs ~0.1 s) -----
 
-def _read_warc(path: Path, log: RecordLog, max_doc_bytes: int) -> Iterator[Document]:
+def _read_warc(path: Path, log: RecordLog, max_doc_bytes: int, naming: Naming) -> Iterator[Document]:
     from trident.curate.read.warc import read_warc
 
-    yield from read_warc(path, log, max_doc_bytes)
+    yield from read_warc(path, log, max_doc_bytes, naming)
 
 
-def _read_html(path: Path, log: RecordLog, max_doc_bytes: int) -> Iterator[Document]:
+def _read_html(path: Path, log: RecordLog, max_doc_bytes: int, naming: Naming) -> Iterator[Document]:
     from trident.curate.read.warc import decode_html
 
     log.counters["in"] += 1
@@ -222,7 +243,7 @@ def _read_html(path: Path, log: RecordLog, max_doc_bytes: int) -> Iterator[Docum
     text = decode_html(body, "text/html", path, "file", log)
     meta = {"url": str(path) if is_remote(path) else path.resolve().as_uri(), "content_type": "text/html",
             "http_status": 200}
-    yield Document(id=path.name, text=text, meta=meta)
+    yield Document(id=naming.file(), text=text, meta=meta)
 
 
 # ---- writing ---------------------------------------------------------------------------------

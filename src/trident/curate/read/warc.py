@@ -25,6 +25,7 @@ from warcio.recordloader import ArcWarcRecordLoader
 from warcio.statusandheaders import StatusAndHeadersParserException
 
 from trident.curate.document import Document
+from trident.curate.read.doc_ids import Naming
 from trident.curate.read.record_log import RecordLog
 from trident.curate.read.warc_stream import Damaged, DamagedMember, WarcStream
 from trident.text.storage import open_read
@@ -50,10 +51,13 @@ def decode_html(body: bytes, content_type: str, path: Path, where: str, log: Rec
     return body.decode("utf-8", errors="replace")
 
 
-def read_warc(path: Path, log: RecordLog, max_doc_bytes: int) -> Iterator[Document]:
-    """The Documents of one WARC file's response and resource records; bad records go to `log`."""
+def read_warc(path: Path, log: RecordLog, max_doc_bytes: int, naming: Naming | None = None) -> Iterator[Document]:
+    """The Documents of one WARC file's response and resource records; bad records go to `log`. Each
+    document's id is its record's URI, made unique by `naming` (read/doc_ids.py)."""
     with open_read(path) as fh:
-        yield from _WarcFile(path, log, max_doc_bytes, WarcStream(fh, path.name)).documents()
+        file = _WarcFile(path, log, max_doc_bytes, WarcStream(fh, path.name))
+        file.naming = naming or file.naming
+        yield from file.documents()
 
 
 def _read_limited(stream, limit: int) -> bytes:
@@ -76,6 +80,7 @@ class _WarcFile:
         self.loader = ArcWarcRecordLoader(verify_http=False, arc2warc=False)
         self.offset = 0  # of the record at hand
         self.counted = False  # whether the record at hand has been counted `in`
+        self.naming = Naming(path.name, None)  # how documents are named (read_warc sets the task's)
 
     def documents(self) -> Iterator[Document]:
         damage, lost_at = None, None
@@ -172,7 +177,8 @@ class _WarcFile:
         # Only HTML bodies become text; the extract stage drops (and counts) the others.
         is_html = "html" in content_type.lower()
         text = decode_html(body, content_type, self.path, where, self.log) if is_html and status == 200 else ""
-        record_id = (headers.get_header("WARC-Record-ID") or f"{self.path.name}@{self.offset}").strip("<>")
-        meta = {"url": headers.get_header("WARC-Target-URI") or "", "content_type": content_type,
-                "http_status": status, "warc_date": headers.get_header("WARC-Date") or ""}
-        return Document(id=record_id, text=text, meta=meta)
+        record_id = (headers.get_header("WARC-Record-ID") or "").strip().strip("<>")
+        uri = (headers.get_header("WARC-Target-URI") or "").strip()
+        meta = {"url": uri, "content_type": content_type, "http_status": status,
+                "warc_date": headers.get_header("WARC-Date") or ""}
+        return Document(id=self.naming.warc(uri, record_id, self.offset), text=text, meta=meta)

@@ -12,7 +12,7 @@ from collections import Counter
 from pathlib import Path
 
 from trident.curate.document import CurateError
-from trident.curate.read.read_task import MARKER_SUFFIX, fresh_drop_log, raw_inputs, timed
+from trident.curate.read.read_task import MARKER_SUFFIX, fresh_drop_log, raw_sources, timed
 from trident.curate.read.record_log import RecordLog
 from trident.curate.read.shards import (LEVEL, SHARD_SUFFIX, WORK_LEVEL, input_format, read_documents, read_shard,
                                         record_lines, write_lines, write_shard)
@@ -81,14 +81,15 @@ def stream_shard(task: dict) -> dict:
     log = RecordLog(strict=task["strict"], drops=drops)
     spent = [0.0] * (len(stages) + 1)
     level = WORK_LEVEL if task.get("work_only") else LEVEL
-    raw = raw_inputs(task) if task["read_raw"] else []
-    if raw and not stages and all(input_format(path) == "jsonl" for path, _ in raw):
-        lines = (line for path, dataset in raw for line in record_lines(path, log, dataset, task["max_doc_bytes"]))
+    raw, limit = (raw_sources(task) if task["read_raw"] else []), task["max_doc_bytes"]
+    if raw and not stages and all(input_format(path) == "jsonl" for path, _, _ in raw):
+        lines = (line for path, dataset, naming in raw
+                 for line in record_lines(path, log, dataset, limit, naming.name, naming.ids))
         written = write_lines(location(task["output"]), timed(lines, spent, 0), level)  # no Documents needed
     else:
         if raw:
-            docs = (doc for path, dataset in raw
-                    for doc in read_documents(path, log, dataset=dataset, max_doc_bytes=task["max_doc_bytes"]))
+            docs = (doc for path, dataset, naming in raw
+                    for doc in read_documents(path, log, dataset, limit, naming.name, naming.ids))
         else:
             docs = read_shard(location(task["input"]))
         docs = timed(docs, spent, 0)
@@ -116,9 +117,11 @@ def stream_tasks(specs: list[dict], inputs: list[tuple[Path, str | None]], phase
     read one after the other into one shard (curate.read.shards.coalesce_inputs)."""
     make_folder(phase_dir)
     groups = [entry if isinstance(entry, list) else [entry] for entry in inputs]
+    names = options.get("names") or {}  # each input file's name in the run (curate.read.inputs)
     return [{"specs": specs, "input": str(group[0][0]), "output": str(phase_dir / f"shard-{index:05d}{suffix}"),
              "read_raw": read_raw, "dataset": group[0][1], "strict": options["strict"],
              "group": [(str(path), dataset) for path, dataset in group] if len(group) > 1 else None,
+             "names": [names.get(str(path)) for path, _ in group] if read_raw else None,
              "max_doc_bytes": options["max_doc_bytes"], "modules": options.get("modules", []),
              "work_only": work_only} for index, group in enumerate(groups)]
 

@@ -28,7 +28,8 @@ from trident.config import ConfigError, parse_overrides, read_yaml, resolve_path
 from trident.config.typed import fill
 from trident.curate.document import CurateError
 from trident.curate.droplog import check_logged, publish_logs
-from trident.curate.read.shards import PLAIN_SUFFIX, coalesce_inputs, input_format
+from trident.curate.read.inputs import InputFiles, find_inputs, skipped_summary
+from trident.curate.read.shards import PLAIN_SUFFIX, coalesce_inputs
 from trident.curate.run.config import (NAME, CurateConfigError, CurationConfig, apply_stage_overrides,
                                        check_stage_entries)
 from trident.curate.run.executors import make_executor
@@ -86,21 +87,15 @@ def _from_tree(tree: dict | list | CurationConfig, where: str) -> CurationConfig
     return cfg
 
 
-def _resolve_inputs(config: CurationConfig, extra: list[Path] | tuple) -> list[tuple[Path, str]]:
-    entries = list(config.inputs) + [str(p) for p in extra]
-    resolved: list[tuple[Path, str]] = []
-    for entry in entries:
-        path, dataset = (entry, None) if isinstance(entry, str) else (entry.path, entry.dataset)
-        root = location(path)
-        files = sorted((p for p in root.rglob("*") if p.is_file()), key=str) if root.is_dir() else [root]
-        for file in files:
-            if not file.exists():
-                raise CurateError(f"input '{file}' does not exist")
-            input_format(file)
-            resolved.append((file, dataset or config.dataset))
-    if not resolved:
-        raise CurateError("no inputs: give --input PATH (or 'inputs:' in the pipeline config)")
-    return resolved
+def _resolve_inputs(config: CurationConfig, extra: list[Path] | tuple) -> InputFiles:
+    """Files, folders and glob patterns of the config and the command line (curate.read.inputs)."""
+    entries = [(entry, None) if isinstance(entry, str) else (entry.path, entry.dataset)
+               for entry in list(config.inputs) + [str(p) for p in extra]]
+    found = find_inputs([(path, dataset or config.dataset) for path, dataset in entries])
+    if not found.files:
+        skipped = f" (skipped: {skipped_summary(found.skipped)})" if found.skipped else ""
+        raise CurateError(f"no inputs: give --input PATH (or 'inputs:' in the pipeline config){skipped}")
+    return found
 
 
 def check_accounting(stages: list[dict]) -> list[str]:
@@ -186,28 +181,31 @@ def run_pipeline(config: str | Path | dict | list | CurationConfig, inputs: list
         fill(cfg, {key: value for key, value in given.items() if value is not None}, name=NAME)
     except ConfigError as err:
         raise CurateConfigError(str(err)) from None
-    files = _resolve_inputs(cfg, inputs)
+    found = _resolve_inputs(cfg, inputs)
     folder = out_dir if isinstance(out_dir, RunFolder) else RunFolder(out_dir, "curate")
     folder.hold()  # a second curate into OUT meanwhile exits 2
     try:
         if folder.takeover_message():
             log.warning("curate: %s", folder.takeover_message())
-        stats = _run_claimed(cfg, files, folder, overwrite)
+        stats = _run_claimed(cfg, found, folder, overwrite)
     finally:
         folder.release()
     folder.lock.check()  # a lock lost during the run: its outputs may be mixed with another run's
     return stats
 
 
-def _run_claimed(cfg: CurationConfig, files: list[tuple[Path, str]], folder: RunFolder, overwrite: bool) -> dict:
+def _run_claimed(cfg: CurationConfig, found: InputFiles, folder: RunFolder, overwrite: bool) -> dict:
     """run_pipeline's work once OUT's lock is held."""
+    files = found.files
     groups, fingerprint = _read_groups(cfg, files)
+    fingerprint["names"] = [found.names[str(path)] for path, _ in files]  # documents' ids start from them
     out_dir = folder.path
     work = out_dir / "work"
     _claim(folder, work, fingerprint, overwrite)
     _prepare_work_dir(work, fingerprint)
     specs = [spec for spec in cfg.stages if spec.get("enabled", True)]
-    options = {"strict": cfg.strict, "max_doc_bytes": cfg.max_doc_bytes, "modules": cfg.modules}
+    options = {"strict": cfg.strict, "max_doc_bytes": cfg.max_doc_bytes, "modules": cfg.modules,
+               "names": found.names}
     start = time.time()
     pool = make_executor(cfg.executor, cfg.workers, cfg.ray_address, progress=cfg.progress)
     try:
@@ -222,7 +220,8 @@ def _run_claimed(cfg: CurationConfig, files: list[tuple[Path, str]], folder: Run
         remove_tree(work)
     problems += check_accounting(stage_stats) + check_logged(stage_stats, drops["records"])
     stats = {
-        "inputs": [{"path": str(p), "dataset": d} for p, d in files],
+        "inputs": [{"path": str(p), "dataset": d, "name": found.names[str(p)]} for p, d in files],
+        "skipped_files": dict(sorted(found.skipped.items())),
         "executor": cfg.executor, "workers": pool.workers, "elapsed_s": round(elapsed, 3),
         "records_per_s": round(stage_stats[0]["counters"].get("in", 0) / max(elapsed, 1e-9), 2),
         "stages": [{**s, "counters": dict(sorted(s["counters"].items()))} for s in stage_stats],
