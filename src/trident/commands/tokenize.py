@@ -16,7 +16,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output-prefix", required=True, metavar="PREFIX",
                         help="writes PREFIX.bin, PREFIX.idx and PREFIX.stats.json (a local path or an fsspec URL: s3://bucket/x)")
     parser.add_argument("--tokenizer", required=True, metavar="PATH",
-                        help="tokenizer.json, or a directory with tokenizer.json or vocab.json + merges.txt")
+                        help="tokenizer.json, or a directory with tokenizer.json or vocab.json + merges.txt, or a "
+                             "checkpoint (step_N/, or a folder of them: the newest) to use the model's own tokenizer")
     parser.add_argument("--json-key", default="text", help="JSONL field holding the text (default: text)")
     parser.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1), metavar="N",
                         help="encoding processes (default: min(8, CPUs))")
@@ -36,6 +37,21 @@ def run(args) -> int:
     return run_in_folder(args.output_prefix, "tokenize", lambda prefix: _tokenize(args, prefix), prefix=True)
 
 
+def _tokenizer_path(given: str) -> str:
+    """A checkpoint (or a run's folder of them) stands for its own tokenizer: the newest complete one's."""
+    from trident.checkpoint.reader import resolve_checkpoint
+    from trident.text.storage import location
+
+    path = location(given)
+    if not path.is_dir() or any((path / name).is_file() for name in ("tokenizer.json", "vocab.json")):
+        return given
+    try:
+        checkpoint = resolve_checkpoint(given, path)
+    except FileNotFoundError:
+        return given  # the tokenizer loader names what the folder lacks
+    return str(checkpoint) if checkpoint is not None else given
+
+
 def _tokenize(args, prefix) -> int:
     from trident.data.build import tokenize_files
     from trident.data.tokenize_jsonl import TokenizeError
@@ -47,7 +63,7 @@ def _tokenize(args, prefix) -> int:
               f"or pass --overwrite", file=sys.stderr)
         return 2
     try:
-        stats = tokenize_files(args.input, args.output_prefix, args.tokenizer, json_key=args.json_key,
+        stats = tokenize_files(args.input, args.output_prefix, _tokenizer_path(args.tokenizer), json_key=args.json_key,
                                workers=args.workers, strict=args.strict, max_doc_bytes=args.max_doc_bytes,
                                progress=not args.json and sys.stderr.isatty())
     except (OSError, ValueError) as err:

@@ -81,6 +81,7 @@ def run(args) -> int:
                               f"(the same on every node), or each node would start a job of its own")
         parse(os.environ.get(INJECT_ENV, ""))  # a malformed fault drill fails here, not at its step
         config = load_config(args.config, args.overrides)
+        start_model = _adopt_model(args, config)
         # the buckets a config file names (trident.cli looked at the command line's): before any work
         check_buckets(urls_in([config.data.paths, config.data.tokenizer, config.checkpoint.dir,
                                config.checkpoint.load]))
@@ -102,6 +103,8 @@ def run(args) -> int:
     except (ConfigError, OutputFolderError, InjectError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    if start_model and config.checkpoint.load != "auto" and not under_torchrun():
+        print(f"model: as stored in {start_model} (checkpoint.load)", file=sys.stderr)
     if held and held.takeover_message():
         print(held.takeover_message(), file=sys.stderr)
     code = 1
@@ -111,6 +114,16 @@ def run(args) -> int:
         if held:
             held.release()
     return code
+
+
+def _adopt_model(args, config):
+    """The model of the checkpoint the run starts from replaces the config's (checkpoint/model_config.py);
+    the checkpoint's path, or None when the run starts from none."""
+    from trident.checkpoint.model_config import adopt_checkpoint_model
+    from trident.config import given_model_keys
+
+    root = config.checkpoint.dir or f"{args.out.rstrip('/')}/checkpoints"
+    return adopt_checkpoint_model(config, given_model_keys(args.config, args.overrides), root)
 
 
 def _leave_exit_marker(out: str, code: int, write_marker, name: str) -> None:

@@ -15,6 +15,7 @@ import yaml
 from trident.config.eval_section import EvalConfig, eval_problem
 from trident.config.model import MODEL_CHOICES, ModelConfig, model_problems
 from trident.config.pipeline_schedules import DEFAULT_SCHEDULE, SPECS, Problem, spec
+from trident.config.suggest import did_you_mean
 # the typed-file machinery every config shares (curation pipelines and flow files too); re-exported here
 from trident.config.typed import PRESET_DIR, ConfigError, fill, parse_overrides, read_yaml, resolve_path  # noqa: F401
 
@@ -173,13 +174,24 @@ _IN_RANGE = {"positive": lambda v: v > 0, "non-negative": lambda v: v >= 0,
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
     config = Config()
     if path is not None:
-        file = resolve_path(path)
+        file = resolve_path(path, "training")
         try:
             fill(config, read_yaml(file), "")
         except ConfigError as error:
             raise ConfigError(f"{file}: {error}") from None
     fill(config, parse_overrides(overrides or []), "")
     return config
+
+
+def given_model_keys(path: str | Path | None, overrides: list[str] | None) -> dict:
+    """The model keys the user typed, in a config file of theirs (a preset's are trident's) or an override."""
+    given: dict = {}
+    if path is not None:
+        file = resolve_path(path)
+        if isinstance(file, Path) and file.parent != PRESET_DIR:
+            given.update(read_yaml(file).get("model") or {})
+    given.update(parse_overrides(overrides or []).get("model") or {})
+    return given
 
 
 def config_from_dict(tree: dict) -> Config:
@@ -269,7 +281,7 @@ def validate(config: Config, world_size: int | None = None) -> None:
     for key, choices in CHOICES.items():
         section, name = key.split(".")
         value = getattr(getattr(config, section), name)
-        _require(value in choices, key, f"must be one of {choices}, got {value!r}")
+        _require(value in choices, key, f"must be one of {choices}, got {value!r}{did_you_mean(value, choices)}")
     _check_ranges(config)
     _require(m.hidden_size % m.num_heads == 0, "model.hidden_size",
              f"{m.hidden_size} is not divisible by model.num_heads={m.num_heads}")
@@ -321,7 +333,7 @@ def validate_model(config: Config) -> None:
     """The model's keys alone, for commands that choose the layout themselves (trident plan)."""
     for key, choices in MODEL_CHOICES.items():
         value = getattr(config.model, key.split(".")[1])
-        _require(value in choices, key, f"must be one of {choices}, got {value!r}")
+        _require(value in choices, key, f"must be one of {choices}, got {value!r}{did_you_mean(value, choices)}")
     _require(config.model.num_kv_heads >= 0, "model.num_kv_heads", f"must be >= 0, got {config.model.num_kv_heads}")
     for problem in model_problems(config.model, tp=1):
         _refuse(problem)

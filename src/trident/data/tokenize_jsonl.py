@@ -269,7 +269,7 @@ def _tokenize(paths, prefix: Path, target: str, tokenizer, json_key, workers, st
     # the reading and writing process's own CPU: with workers, what bounds their scaling
     stats["main_process_cpu_s"] = round(time.process_time() - cpu_start, 3)
     # what training checks the model against: which tokenizer, and the largest id actually present
-    stats |= {"tokenizer_sha256": tokenizer.sha256(),
+    stats |= {"tokenizer_sha256": tokenizer.sha256(), "tokenizer_fingerprint": tokenizer.fingerprint(),
               "max_token_id": max(max_id, tokenizer.eod_id) if builder.num_documents else None}
     Path(f"{prefix}.stats.json").write_text(json.dumps(stats, indent=2) + "\n")
     return stats

@@ -204,10 +204,12 @@ def _llama_fields(cfg, kind: str) -> dict:
     architecture = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM"}[kind]
     fields = {"architectures": [architecture], "model_type": kind, "hidden_size": cfg.hidden_size,
               "intermediate_size": cfg.ffn_size, "num_hidden_layers": cfg.num_layers,
-              "num_attention_heads": cfg.num_heads, "num_key_value_heads": cfg.kv_heads, "head_dim": cfg.head_dim,
+              "num_attention_heads": cfg.num_heads, "num_key_value_heads": cfg.kv_heads,
               "hidden_act": "silu", "max_position_embeddings": cfg.positions, "rms_norm_eps": cfg.layernorm_epsilon,
               "attention_dropout": cfg.attention_dropout, "tie_word_embeddings": cfg.tie_embeddings,
               **_rope_fields(cfg)}
+    if kind in ("llama", "mistral"):  # Qwen2's config has no head_dim field
+        fields["head_dim"] = cfg.head_dim
     if kind == "llama":
         fields |= {"attention_bias": cfg.bias, "mlp_bias": cfg.bias, "pretraining_tp": 1}
     if kind == "mistral":

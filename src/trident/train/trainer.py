@@ -17,6 +17,7 @@ import torch
 import torch.distributed as dist
 
 from trident.checkpoint.format import build_trainer_state
+from trident.checkpoint.model_config import model_files, model_tokenizer, start_checkpoint
 from trident.checkpoint.resume import load_checkpoint
 from trident.checkpoint.writer import CheckpointWriter, SaveError
 from trident.config import Config, ConfigError, save_config
@@ -61,6 +62,9 @@ class Trainer:
         if allocator.wanted(config.train.malloc_keep_freed, config.train.device):
             self.log(allocator.keep_freed_memory())  # again if `trident train` did it first: the same values
         self.schedule = TrainSchedule(config.train, config.model.seq_length)
+        self.checkpoint_root = location(config.checkpoint.dir) if config.checkpoint.dir else self.out / "checkpoints"
+        # the model's own files (tokenizer, HF side files) in the checkpoint it starts from travel on with it
+        self.model_files = model_files(start_checkpoint(config.checkpoint.load, self.checkpoint_root))
         self.tokenizer_file = None
         self.train_data, self.valid_data = datasets if datasets is not None else self._build_data()
         if vocab_size is not None:
@@ -70,7 +74,6 @@ class Trainer:
         self.diagnostics = RunDiagnostics(config, self.mesh, self.model, self.out, self.device, self.log)
         self.downstream = DownstreamEval(config, self.tokenizer_file, self.log)  # config.eval: tasks scored in the run
         self.step, self.consumed_samples, self.consumed_tokens = 0, 0, 0
-        self.checkpoint_root = location(config.checkpoint.dir) if config.checkpoint.dir else self.out / "checkpoints"
         self.writer = CheckpointWriter(self.checkpoint_root, self.mesh, config.checkpoint.keep_last,
                                        config.checkpoint.async_save, config.parallel.timeout_s)
         self.resume_bytes = 0  # bytes of checkpoint tensor files this rank read to resume
@@ -79,18 +82,19 @@ class Trainer:
     # ---- construction --------------------------------------------------------------------------
     def _build_data(self):
         from trident.data.build import build_datasets
-        from trident.data.tokenizer import Tokenizer
         from trident.data.vocab_check import check_vocabulary
 
         cfg = self.config
-        if not cfg.data.paths or not cfg.data.tokenizer:
+        if not cfg.data.paths or not (cfg.data.tokenizer or "tokenizer.json" in self.model_files):
             raise ConfigError("config keys 'data.paths' and 'data.tokenizer' must be set to train "
                               "(see `trident tokenize`), or run `trident demo`")
-        tokenizer = _user_input(lambda: Tokenizer.load(cfg.data.tokenizer), "data.tokenizer")
-        self.tokenizer_file = _tokenizer_json(cfg.data.tokenizer, tokenizer, self.out)
+        # the checkpoint's own tokenizer, else data.tokenizer; one that is not the checkpoint's is refused
+        tokenizer, self.tokenizer_file = _user_input(
+            lambda: model_tokenizer(self.model_files, cfg.data.tokenizer, self.out), "data.tokenizer")
         cfg.model.vocab_size = cfg.model.vocab_size or tokenizer.vocab_size
         try:
-            check_vocabulary(cfg.data.paths, tokenizer, cfg.model.vocab_size)
+            for warning in check_vocabulary(cfg.data.paths, tokenizer, cfg.model.vocab_size):
+                self.log(f"warning: {warning}")
         except ValueError as error:
             raise ConfigError(str(error)) from error
         train_samples = sum(self.schedule.batch_sizes())
@@ -328,7 +332,7 @@ class Trainer:
 
     def save(self, blocking: bool = False) -> Path:
         self.diagnostics.before_save(self.step)
-        extra = {"tokenizer.json": self.tokenizer_file} if self.tokenizer_file else None
+        extra = self.model_files or ({"tokenizer.json": self.tokenizer_file} if self.tokenizer_file else None)
         path = self.writer.save(self.step, self.model.state_pieces(), self.trainer_state(), extra, blocking)
         self.log(f"{'saving' if self.config.checkpoint.async_save and not blocking else 'saved'} checkpoint {path}")
         return path
@@ -365,17 +369,6 @@ def _user_input(work, what: str):
         raise
     except (OSError, ValueError, IndexError) as error:
         raise TrainError(f"{what}: {error}") from error
-
-
-def _tokenizer_json(source: str, tokenizer, out: Path) -> Path:
-    """A tokenizer.json to ship inside checkpoints (converted when the source is vocab/merges)."""
-    path = location(source)
-    if path.is_file() and path.suffix == ".json":
-        return path
-    if (path / "tokenizer.json").exists():
-        return path / "tokenizer.json"
-    tokenizer.save(make_folder(out) / "tokenizer.json")
-    return out / "tokenizer.json"
 
 
 OWN_ERRORS = (RankFailure, TrainError, CorruptionError, SaveError, StoreError)  # through Trainer._guarded unchanged
