@@ -88,7 +88,8 @@ main() {
     python -c 'import torch; print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, {torch.cuda.get_device_name()}")'
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || true
 
-    step tests 150 python -m pytest -q -p no:cacheprovider tests/test_devices.py tests/test_generate.py \
+    # TRIDENT_TEST_DEVICE=auto: these single-process tests' tiny configs take the GPU (the suite's mean the CPU)
+    step tests 150 env TRIDENT_TEST_DEVICE=auto python -m pytest -q -p no:cacheprovider tests/test_devices.py tests/test_generate.py \
         "tests/test_checkpoint.py::test_resume_is_exact_with_dropout"
     step mfu 180 python benchmarks/mfu.py --device cuda --steps 30
     # The same config as the MFU run: mfu.py's GPU_CASE overrides, on one GPU, rank 0.

@@ -1,4 +1,5 @@
-"""Run a function on N gloo ranks on 127.0.0.1 (forked processes, one thread each, hard timeout)."""
+"""Run a function on N gloo ranks on 127.0.0.1 (forked processes, one thread each, hard timeout), on the
+CPU whatever the machine has."""
 from __future__ import annotations
 
 import multiprocessing as mp
@@ -14,8 +15,11 @@ def _worker(fn, rank, world_size, port, results, args, pg_timeout, peers_alive):
     import torch
     import torch.distributed as dist
 
+    # gloo ranks on the CPU, on a GPU machine too: no GPU for torch, and the fixtures' configs say cpu
+    # (train_fixtures.tiny_config); LOCAL_RANK would otherwise pick a GPU per rank (issue 59 item 7)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
-                      WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank))
+                      WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank), CUDA_VISIBLE_DEVICES="",
+                      TRIDENT_TEST_DEVICE="cpu")
     torch.set_num_threads(1)
     try:
         dist.init_process_group("gloo", rank=rank, world_size=world_size, timeout=timedelta(seconds=pg_timeout))

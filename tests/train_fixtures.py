@@ -36,9 +36,11 @@ class RandomTokens:
 
 
 def tiny_config(*overrides):
+    """The tiny preset for tests: on the CPU (TRIDENT_TEST_DEVICE=auto, as benchmarks/gpu.sh sets for
+    its single-process tests, picks the GPU where there is one; forked ranks always say cpu)."""
     base = ["model.hidden_dropout=0.0", "model.attention_dropout=0.0", "train.steps=5", "train.lr=1e-2",
             "train.warmup_tokens=64", "checkpoint.save_interval=0", "logging.log_interval=1000",
-            f"model.vocab_size={VOCAB}"]
+            f"model.vocab_size={VOCAB}", f"train.device={os.environ.get('TRIDENT_TEST_DEVICE', 'cpu')}"]
     return load_config("tiny", base + list(overrides))
 
 
@@ -319,13 +321,14 @@ def train_command(corpus: Path, out: Path, *overrides: str, nproc: int = 1, extr
     """`trident train tiny` on the corpus; LR decay fixed in tokens so train.steps does not change it."""
     return [sys.executable, "-m", "trident", "train", "tiny", f"data.paths=[{corpus / 'data'}]",
             f"data.tokenizer={corpus / 'tok.json'}", "train.decay_tokens=100000", "logging.log_interval=1",
-            "parallel.timeout_s=30", "train.peak_tflops=1", *overrides, "--nproc", str(nproc), "--out", str(out), *extra]
+            "parallel.timeout_s=30", "train.peak_tflops=1", "train.device=cpu", *overrides, "--nproc", str(nproc),
+            "--out", str(out), *extra]
 
 
 def start(command: list[str], **env) -> subprocess.Popen:
-    """A run in a session of its own (as a terminal job), one thread a rank."""
-    return subprocess.Popen(command, env=dict(os.environ, OMP_NUM_THREADS="1", **env), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    """A run in a session of its own (as a terminal job), one thread a rank, on the CPU (no GPU for torch)."""
+    return subprocess.Popen(command, env=dict(os.environ, OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="", **env),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
 def wait_for_steps(out: Path, steps: int, proc: subprocess.Popen, timeout: float = 90) -> None:
