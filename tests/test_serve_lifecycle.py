@@ -1,6 +1,7 @@
 """`trident serve` starting and stopping: it binds 127.0.0.1 unless told otherwise; SIGTERM stops new
 connections, lets the streams in flight finish, then exits 0; with --nproc 2 (two pipeline stages)
-rank 0 serves and drives the other rank, which samples, and both stop on SIGTERM."""
+rank 0 serves and drives the other rank, which samples (penalties and logit_bias too), and both stop
+on SIGTERM; usage mistakes (a path that does not exist, a missing --chat-template) exit 2 at start."""
 from __future__ import annotations
 
 import json
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from serve_fixtures import PROMPTS, Server, greedy_reference, serving_checkpoint
+from serve_fixtures import PROMPTS, Server, engine_reference, greedy_reference, serving_checkpoint
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +68,9 @@ def test_binds_loopback_and_sigterm_finishes_streams_in_flight(checkpoint):
 
 @pytest.mark.timeout(240)
 def test_two_ranks_serve_what_one_process_writes(checkpoint):
+    from trident.data.tokenizer import Tokenizer
+
+    tokenizer = Tokenizer.load(checkpoint / "tokenizer.json")
     want = greedy_reference(checkpoint, PROMPTS, 10)
     server = Server(checkpoint, "parallel.pp=2", "--max-batch", "4", nproc=2, timeout=200)
     try:
@@ -82,6 +86,12 @@ def test_two_ranks_serve_what_one_process_writes(checkpoint):
         for asker in askers:
             asker.join(60)
         assert [results.get(i) for i in range(len(PROMPTS))] == [want[p] for p in PROMPTS]
+        # the bias columns of the plan reach the sampling stage (rank 1) as they do in one process
+        steered = dict(presence_penalty=0.5, frequency_penalty=1.0, logit_bias={7: 3.0})
+        status, body = server.post("/v1/completions", {"prompt": [5, 6, 7], "max_tokens": 10, "temperature": 0,
+                                                       "ignore_eos": True, **steered, "logit_bias": {"7": 3.0}})
+        ids = engine_reference(checkpoint, [[5, 6, 7]], max_new_tokens=10, stop_at_eod=False, **steered)[0]
+        assert status == 200 and body["choices"][0]["text"] == tokenizer.decode(ids), body
         assert server.stop(timeout=60) == 0, server.output()[-3000:]
     finally:
         server.kill()
@@ -97,3 +107,7 @@ def test_usage_mistakes_exit_2_before_anything_starts(checkpoint, capsys):
     assert "'parallel.tp': model.num_heads=4 must be divisible by tp=3" in capsys.readouterr().err
     assert main(["serve", str(checkpoint), "model.num_layers=3"]) == 2
     assert "parallel.*" in capsys.readouterr().err
+    assert main(["serve", str(checkpoint.parent / "step_9999999")]) == 2  # not "missing COMPLETE marker"
+    assert f"{checkpoint.parent / 'step_9999999'}: no such file or folder" in capsys.readouterr().err
+    assert main(["serve", str(checkpoint), "--chat-template", "nowhere.jinja"]) == 2
+    assert "--chat-template nowhere.jinja: no such file" in capsys.readouterr().err
