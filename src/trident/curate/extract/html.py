@@ -20,6 +20,8 @@ _RESILIPARSE_STYLE = Style(bullet="• ", cell_separator="\t\t", paragraph_break
 _TRAFILATURA_STYLE = Style(bullet="- ", cell_separator=" | ", paragraph_break="\n")
 _WORD = re.compile(r"[^\W_]+")
 _HEADINGS = "h1, h2, h3, h4, h5, h6"
+_CHROME_NAME = re.compile(r"header|masthead|banner|title", re.I)  # a title block's id/class read as chrome
+_SITE_HEADER_PARTS = "a[href], ul, ol, nav, form, input, img, button"  # what a site's header holds, a man page's not
 _CONTAINER_DEPTH = 4  # DocBook: div.sect1[id] > div.titlepage > div > div > h2
 
 
@@ -118,6 +120,7 @@ def _resiliparse(params: dict) -> Callable[[str, str | None], str]:
     def extract(html: str, url: str | None) -> str:
         tree = HTMLTree.parse(html)  # parsed once for the extractor and the list post-pass
         unmask_sections(tree)
+        unmask_title_block(tree)
         text = extract_plain_text(tree, main_content=True, alt_texts=False, links=False, form_fields=False,
                                   noscript=False, comments=params["include_comments"])
         if keep:
@@ -148,6 +151,27 @@ def unmask_sections(tree) -> int:
                 element.remove_attribute("id")
                 removed += 1
     return removed
+
+
+def unmask_title_block(tree) -> bool:
+    """Remove the id and class of the block that holds the page's title when it is the start of the
+    article, not page chrome: a man page's `<div id="header">` holds its title, NAME and the
+    command's one-line summary (asciidoc, `git-add(1) Manual Page / NAME / git-add - Add file
+    contents to the index`), which resiliparse drops as a page header. The block qualifies when,
+    besides the title, it holds another heading followed by text and nothing of a site header:
+    no links, lists, navigation, forms or images. Returns whether one was unmasked."""
+    title = min(select_all(tree.body, _HEADINGS) if tree.body else (), key=lambda h: h.tag, default=None)
+    for block in _heading_and_containers(title)[1:] if title is not None else ():
+        if not _CHROME_NAME.search(f"{block.id} {block.class_name}"):
+            continue
+        headings = select_all(block, _HEADINGS)
+        if (block.query_selector(_SITE_HEADER_PARTS) is None and len(headings) >= 2
+                and headings[-1].next_element_sibling is not None and headings[-1].next_element_sibling.text.strip()):
+            block.remove_attribute("id")
+            block.remove_attribute("class")
+            return True
+        return False
+    return False
 
 
 def _heading_and_containers(heading) -> list:

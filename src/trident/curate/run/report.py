@@ -6,6 +6,7 @@ import struct
 import zlib
 from pathlib import Path
 
+from trident.curate.read.inputs import skipped_summary
 from trident.text.damage import LOST_PREFIX, damage_summary
 from trident.text.storage import location, open_write
 
@@ -160,6 +161,8 @@ def write_report(stats: dict, out_dir: Path) -> Path:
     if "drops" in stats:
         lines += ["", f"Drop log: {stats['drops']['records']} dropped documents in `drops/` ({stats['drops']['files']} "
                       f"files; stage, reason, score each); `trident curate why OUT URL|ID` finds one."]
+    if stats.get("skipped_files"):  # files of the input folders that trident does not read
+        lines += ["", f"Skipped input files: {skipped_summary(stats['skipped_files'])}"]
     lines += ["", "![funnel](funnel.png)", ""] + _stage_table(stats)
     disabled = [s["stage"] for s in stats["config"]["stages"] if not s.get("enabled", True)]
     if disabled:
