@@ -41,19 +41,23 @@ def adopt_checkpoint_model(config: Config, given: dict, root) -> Path | None:
     """Put the model of the checkpoint the run starts from into `config` (None: no checkpoint to start
     from, the config's model stands). `given`: the model keys the user typed (config.given_model_keys)."""
     path = start_checkpoint(config.checkpoint.load, root)
-    if path is None:
-        return None
-    model = stored_model(path)
+    if path is not None:
+        adopt_model(config, stored_model(path), given, f"the checkpoint the run starts from ({path})")
+    return path
+
+
+def adopt_model(config: Config, model: ModelConfig, given: dict, where: str) -> None:
+    """`model` into config.model, but for the training choices the user typed; a typed architecture key
+    that contradicts it raises ConfigError naming the key, both values and `where` the model is from."""
     typed = fill(ModelConfig(), given, "model.")
     for key in given:
         ours, theirs = getattr(typed, key), getattr(model, key)
         if key not in TRAINING_CHOICE_KEYS and ours != theirs:
-            raise ConfigError(f"config key 'model.{key}': {ours!r} contradicts the checkpoint the run starts from "
-                              f"({path}), whose model has {key}={theirs!r}; leave the key out to train that model")
+            raise ConfigError(f"config key 'model.{key}': {ours!r} contradicts {where}, whose model has "
+                              f"{key}={theirs!r}; leave the key out to train that model")
     for field in dataclasses.fields(ModelConfig):
         if not (field.name in given and field.name in TRAINING_CHOICE_KEYS):
             setattr(config.model, field.name, getattr(model, field.name))
-    return path
 
 
 def model_files(path: Path | None) -> dict[str, Path]:

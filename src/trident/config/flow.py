@@ -70,7 +70,9 @@ class TokenizerSection:
 
 @dataclass
 class TrainSection:
-    config: str = "tiny"  # a training preset or YAML file
+    config: str = ""  # a training preset or YAML file; "": tiny, or with `from` continue
+    # the flow file's `from`: a Hugging Face model folder or trident checkpoint to continue (docs/open-models.md)
+    from_: str = ""
     overrides: list[str] = field(default_factory=list)  # key=value, as on `trident train`'s command line
     nproc: int = setting("a positive int", _positive, default=1)
 

@@ -34,11 +34,15 @@ def _check_train(flow: Flow) -> None:
     """The training config with train.overrides (and the data keys the flow sets), as `trident train`
     will check it on train.nproc processes."""
     from trident.config import load_config
+    from trident.flow.start_model import adopt_start_model
 
     blend = ",".join(f"{s.weight},data/{s.name}" for s in flow.sources)
     given = [f"data.paths=[{blend}]", "data.tokenizer=tokenizer.json", *flow.train.overrides]
     try:
-        load_config(flow.train.config, given).validate(flow.train.nproc)
+        config = load_config(flow.train.config, given)
+        if flow.train.from_:  # the model is the starting model's, as `trident train` takes it
+            adopt_start_model(flow, config)
+        config.validate(flow.train.nproc)
     except ConfigError as error:
         raise FlowConfigError(f"train (config {flow.train.config}, overrides {flow.train.overrides}): "
                               f"{error}") from None

@@ -95,7 +95,9 @@ def _flow(base: Path, config: FlowConfig) -> Flow:
         config.tokenizer.path = str(_resolve(base, config.tokenizer.path))
     if config.eval.data_dir:
         config.eval.data_dir = str(_resolve(base, config.eval.data_dir))
-    config.train.config = _config_path(base, config.train.config)
+    if config.train.from_:
+        config.train.from_ = str(_resolve(base, config.train.from_))
+    config.train.config = _config_path(base, config.train.config or ("continue" if config.train.from_ else "tiny"))
     config.curate.config = _config_path(base, config.curate.config)
     flow = Flow(_sources(base, config), config.curate, config.tokenizer, config.train, config.eval, config.sample)
     check_flow(flow)  # every stage's settings now, not after the stages before it ran

@@ -106,7 +106,7 @@ def from_gpt2(tensor: torch.Tensor, kind: str, num_heads: int, padded_vocab: int
 
 
 # ---- import ---------------------------------------------------------------------------------------
-def _read_hf_config(hf_dir: Path) -> dict:
+def read_hf_config(hf_dir: Path) -> dict:
     path = hf_dir / "config.json"
     if not path.is_file():
         raise FileNotFoundError(f"{hf_dir}: no config.json (not a Hugging Face model folder)")
@@ -172,7 +172,7 @@ def import_hf(hf_dir: str | Path, out_dir: str | Path, pad_vocab_multiple: int |
 
     require_local(hf_dir, "hf_dir", "safetensors maps local files; `trident import-hf` copies a folder on a store first")
     hf_dir, out = location(hf_dir), location(out_dir)  # the checkpoint may go to a store
-    hf = _read_hf_config(hf_dir)
+    hf = read_hf_config(hf_dir)
     family = model_type(hf, hf_dir / "config.json")
     if complete_checkpoints(out):
         raise FileExistsError(f"{out} already holds checkpoints; import into an empty folder")
