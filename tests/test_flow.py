@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -37,9 +38,11 @@ def _flow(tmp: Path, steps: int) -> Path:
 
 
 def _run(flow: Path, out: Path, capsys) -> dict:
+    """The flow's --json summary, with what it printed (`said`)."""
     capsys.readouterr()
     assert main(["run", str(flow), "--out", str(out), "--json"]) == 0
-    return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    said = capsys.readouterr()
+    return {**json.loads(said.out.strip().splitlines()[-1]), "said": said.out + said.err}
 
 
 @pytest.fixture
@@ -70,6 +73,19 @@ def test_flow_runs_end_to_end_reruns_only_what_changed_and_resumes_a_killed_stag
     changed = _run(_flow(tmp_path, steps=6), out, capsys)
     assert changed["ran"] == ["train", "eval", "report"]
     assert json.loads((out / "train" / "metrics.jsonl").read_text().splitlines()[-1])["step"] == 6
+    assert f"trident train: removed what its earlier run wrote in {out / 'train'}: " in changed["said"]
+    assert re.search(f"checkpoints/ \\([^)]*{checkpoint.name}", changed["said"])  # what the fresh start deleted
+
+    # another command replaced a finished stage's output: the rerun notices, says so and makes it again
+    web = (out / "data" / "web.bin").read_bytes()
+    curate = ["curate", "curate-cc", "--input", str(tmp_path / "raw" / "books.jsonl"), "--out",
+              str(out / "curated" / "web"), "--overwrite", "stages.min_length.min_tokens=32", "progress=false"]
+    assert main(curate) == 0
+    assert "trident curate: removed what its earlier run wrote in" in capsys.readouterr().err
+    again = _run(_flow(tmp_path, steps=6), out, capsys)
+    assert again["ran"][0] == "curate:web" and "train" not in again["ran"]  # curated again as before
+    assert "curate:web: its outputs changed since it ran (curated/web/shard-00000.jsonl.zst replaced)" in again["said"]
+    assert (out / "data" / "web.bin").read_bytes() == web
 
 
 def test_a_glob_that_matches_no_file_exits_2_naming_source_and_glob_before_any_stage(tmp_path, capsys):

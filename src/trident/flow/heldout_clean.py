@@ -41,6 +41,10 @@ def _shards(root: Path) -> list[Path]:
     return sorted(root.glob("shard-*.jsonl.zst"))
 
 
+def curated_shards(out: Path, source: Source) -> list[Path]:
+    return _shards(out / "curated" / source.name)
+
+
 def training_shards(flow: Flow, out: Path, source: Source) -> list[Path]:
     """The shards the tokenizer and tokenize stages read: decontaminated with eval.heldout, else curated."""
     return _shards(folder(out, source) if flow.eval.heldout else out / "curated" / source.name)

@@ -24,7 +24,7 @@ def run_flow(flow_file: str | Path, out: str | Path, raw: dict | None = None) ->
     and the names of the stages that ran. Every mistake in the flow file is raised before any stage runs."""
     flow, out, flow_file = load_flow(flow_file, raw), Path(out), Path(flow_file)
     out.mkdir(parents=True, exist_ok=True)
-    runner, keys = Stages(out, total=_stage_count(flow)), {}
+    runner, keys = Stages(out, total=_stage_count(flow), files=lambda name: stages.stage_files(flow, out, name)), {}
     if flow.eval.tasks and inputs.eval_data(flow, out) is None:
         print(f"eval: tasks {', '.join(flow.eval.tasks)} will be read from the Hugging Face hub "
               f"(no eval.data_dir or eval.heldout in the flow file)", flush=True)

@@ -188,3 +188,42 @@ def training_run(folder: str | Path) -> str:
                           f"{train / 'config.yaml'}: run the flow through training, then give {train}")
     raise ConfigError(f"{folder} holds no training run (no config.yaml): give a `trident train --out` folder, "
                       f"or a `trident run --out` folder (its run is OUT/train)")
+
+
+def stage_files(flow: Flow, out: Path, name: str) -> tuple[list[Path], list[Path]]:
+    """(the files stage `name` reads, the files it writes), whose digests its stamp keeps (flow/stamp.py)."""
+    from trident.flow.checks import heldout_source, holds_out_itself
+    from trident.flow.heldout_clean import curated_shards, documents_file, folder, training_shards
+
+    kind, _, source_name = name.partition(":")
+    source = next((s for s in flow.sources if s.name == source_name), None)
+    tokenizer, checkpoints = [tokenizer_path(flow, out)], [out / "train" / "checkpoints"]
+    datasets = [out / "data" / f"{s.name}.{ext}" for s in flow.sources for ext in ("bin", "idx")]
+    if kind == "inputs":
+        return [], [generated_file(out, source)]
+    if kind == "start":  # train.from's Hugging Face folder, imported
+        return [p for p in Path(flow.train.from_).iterdir() if p.is_file()], [out / "start"]
+    if kind == "heldout":
+        held = heldout_source(flow)
+        return (source_files(out, held) if holds_out_itself(held) else curated_shards(out, held),
+                [out / "eval_data", documents_file(out)])
+    if kind == "curate":
+        return source_files(out, source), curated_shards(out, source)
+    if kind == "decontaminate":
+        return curated_shards(out, source) + [documents_file(out)], training_shards(flow, out, source)
+    if kind == "tokenizer":
+        shards = [p for s in flow.sources for p in training_shards(flow, out, s)]
+        return (tokenizer, []) if flow.tokenizer.path else (shards, tokenizer)
+    if kind == "tokenize":
+        dataset = [out / "data" / f"{source.name}.{ext}" for ext in ("bin", "idx")]
+        return training_shards(flow, out, source) + tokenizer, dataset
+    if kind == "train":
+        return datasets + tokenizer, checkpoints
+    evaluation = [Path(p) for p in [eval_data(flow, out)] if p is not None]
+    if name == "eval:untrained":
+        return tokenizer + evaluation, [out / "eval-untrained" / "results.json"]
+    if kind == "eval":
+        return checkpoints + tokenizer + evaluation, [out / "eval" / "results.json"]
+    stats = [p for s in flow.sources for p in (out / "curated" / s.name / "stats.json", folder(out, s) / "stats.json")]
+    return ([out / "train" / "metrics.jsonl", out / "eval" / "results.json", out / "eval-untrained" / "results.json",
+             *datasets, *stats], [out / "report.md"])
