@@ -124,3 +124,22 @@ def test_a_man_page_keeps_its_title_name_and_one_line_summary():
     site = MAN_PAGE.replace('<div class="sectionbody"><p>git-add', '<ul><li><a href="/">Home</a></li></ul>'
                                                                    '<div class="sectionbody"><p>git-add')
     assert "NAME" not in _extract(site)  # a header with links is a site's header: still chrome
+
+
+def test_the_text_index_finds_what_str_find_finds(monkeypatch):
+    import random
+
+    from trident.curate.extract import text_index
+
+    monkeypatch.setattr(text_index, "_PLAIN_SCANS", 0)  # the index from the first look-up
+    monkeypatch.setattr(text_index, "_INDEXED_CHARS", 0)
+    rng = random.Random(1)
+    for trial in range(200):
+        alphabet = "ab" if trial % 2 else "abcdefgé中"
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 400)))
+        index = text_index.TextIndex(text)
+        for _ in range(20):
+            start = rng.randint(0, max(len(text) - 1, 0))
+            needle = text[start:start + rng.randint(1, 40)] if rng.random() < 0.5 else \
+                "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30)))
+            assert index.find(needle) == text.find(needle), (text, needle)
