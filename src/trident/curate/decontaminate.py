@@ -8,7 +8,11 @@ The rule (GPT-3 appendix C, MT-NLG section 3.1), exactly as implemented here:
   ``n = min(ngram, L)`` (13 by default); a text of fewer than ``min_ngram`` (8) words is too
   short to match safely and is skipped (counted ``task_texts_too_short``).
 - Frequent n-grams: an index n-gram that occurs in >= ``frequent_docs`` (10) training documents
-  of the stage's input is common language, not leaked test data, and is ignored.
+  of the stage's input is common language, not leaked test data, and is ignored. With ``copy_share``
+  or ``copy_ngrams`` (0: off, the papers' rule), a training document holding at least that share of
+  one task text's distinct n-grams, or that many of them, is a copy of that text: its n-grams of the
+  text are not counted, so a text copied however often is still cut, while a phrase many different
+  documents share (a licence line) stays common (``copies_of_task_texts`` counts such documents).
 - Cutting: for each remaining match at characters [s, e) the cut runs from ``s - cut_chars``
   back to just after the previous ".", "!", "?" or newline (or to the start of the text), and
   from ``e + cut_chars`` forward to just after the next one (or to the end). Overlapping cuts
@@ -160,9 +164,10 @@ def parse_tasks(tasks: Any) -> list[dict]:
 # ---- the n-gram index ------------------------------------------------------------------------
 
 def build_index(tasks: list[dict], data_dir: str | None, ngram: int, min_ngram: int,
-                counters: Counter) -> tuple[np.ndarray, np.ndarray, list[int]]:
-    """(sorted n-gram hashes, task id of each, the n-gram sizes used) over every task text."""
-    hashes, owners, sizes = [], [], set()
+                counters: Counter) -> dict[str, np.ndarray]:
+    """Over every task text: sorted n-gram `hashes`, the text holding each (`owners`), each text's task
+    (`text_task`) and count of distinct n-grams (`text_grams`), and the n-gram `sizes` used."""
+    hashes, owners, sizes, text_task = [], [], set(), []
     for task_id, task in enumerate(tasks):
         texts = harness_texts(task["name"], data_dir) if task["harness"] else (
             text for p in task["paths"] for text in file_texts(location(p), task["fields"]))
@@ -176,26 +181,43 @@ def build_index(tasks: list[dict], data_dir: str | None, ngram: int, min_ngram: 
             sizes.add(n)
             grams = ngram_hashes(word_hashes(words), n)
             hashes.append(grams)
-            owners.append(np.full(len(grams), task_id, dtype=np.int32))
-    if not hashes:
-        return np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.int32), []
-    pairs = np.unique(np.stack([np.concatenate(hashes), np.concatenate(owners).astype(np.uint64)], 1), axis=0)
-    return pairs[:, 0].copy(), pairs[:, 1].astype(np.int32), sorted(sizes)
+            owners.append(np.full(len(grams), len(text_task), dtype=np.int64))
+            text_task.append(task_id)
+    pairs = np.unique(np.stack([np.concatenate(hashes or [np.zeros(0, np.uint64)]),
+                                np.concatenate(owners or [np.zeros(0, np.int64)]).astype(np.uint64)], 1), axis=0)
+    return {"hashes": pairs[:, 0].copy(), "owners": pairs[:, 1].astype(np.int64),
+            "text_task": np.array(text_task, dtype=np.int64), "sizes": np.array(sorted(sizes), dtype=np.int64),
+            "text_grams": np.bincount(pairs[:, 1].astype(np.int64), minlength=len(text_task))}
+
+
+INDEX_ARRAYS = ("hashes", "owners", "text_task", "sizes", "text_grams")
+
+
+def copied_texts(matches: list[tuple[int, int, int, int]], text_grams: np.ndarray, rule: dict) -> set[int]:
+    """The task texts a document is a copy of: it holds >= copy_share of a text's distinct n-grams, or
+    >= copy_ngrams of them (each 0: not judged so)."""
+    held: dict[int, set[int]] = {}
+    for _, _, gram, text in matches:
+        held.setdefault(text, set()).add(gram)
+    share, least = rule["copy_share"], rule["copy_ngrams"]
+    return {text for text, grams in held.items()
+            if (share and len(grams) >= share * text_grams[text]) or (least and len(grams) >= least)}
 
 
 class IndexLookup:
     """Finds index n-grams in a text: for each n in ``sizes``, a sorted array lookup."""
 
-    def __init__(self, hashes: np.ndarray, owners: np.ndarray, sizes: list[int]) -> None:
-        self.hashes, self.owners, self.sizes = hashes, owners, sizes
+    def __init__(self, index: dict[str, np.ndarray]) -> None:
+        self.hashes, self.owners, self.sizes = index["hashes"], index["owners"], index["sizes"].tolist()
+        self.text_task, self.text_grams = index["text_task"], index["text_grams"]
 
     @classmethod
     def load(cls, path: Path) -> "IndexLookup":
         with load_array(path) as data:
-            return cls(data["hashes"], data["owners"], data["sizes"].tolist())
+            return cls({name: data[name] for name in INDEX_ARRAYS})
 
     def matches(self, text: str) -> list[tuple[int, int, int, int]]:
-        """(start char, end char, n-gram hash, task id) of every index n-gram in ``text``."""
+        """(start char, end char, n-gram hash, task text id) of every index n-gram in ``text``."""
         if len(self.hashes) == 0:
             return []
         words = words_of(text)
@@ -257,7 +279,7 @@ def clean_document(doc: Document, lookup: IndexLookup, rule: dict, tasks: list[s
     matches = lookup.matches(doc.text)
     if not matches:
         return doc
-    for task_id in sorted({m[3] for m in matches}):
+    for task_id in sorted({int(lookup.text_task[m[3]]) for m in matches}):
         counters[f"touched:{tasks[task_id]}"] += 1
     regions = cut_regions(doc.text, sorted({(m[0], m[1]) for m in matches}), rule["cut_chars"])
     counters["cuts"] += len(regions)  # spans removed (of dropped documents too): what a flow's report counts
@@ -272,18 +294,22 @@ def clean_document(doc: Document, lookup: IndexLookup, rule: dict, tasks: list[s
     return Document(doc.id, "\n\n".join(kept), {**doc.meta, "decontaminated_cuts": len(regions)})
 
 
-def _count_task(job: dict) -> tuple[np.ndarray, np.ndarray, list[int]]:
-    """Pass 1: (index n-gram hashes, how many of this shard's documents contain each, and the
-    rows that contain any): pass 2 rescans only those rows."""
+def _count_task(job: dict) -> tuple[np.ndarray, np.ndarray, list[int], int]:
+    """Pass 1: (index n-gram hashes, how many of this shard's documents contain each outside a copy of
+    a task text holding it, the rows that contain any: pass 2 rescans only those, and how many
+    documents copy a task text)."""
     lookup = IndexLookup.load(location(job["index"]))
     seen: Counter = Counter()
-    rows = []
+    rows, copies = [], 0
     for row, doc in enumerate(read_shard(location(job["path"]))):
-        found = {m[2] for m in lookup.matches(doc.text)}
-        if found:
-            seen.update(found)
+        matches = lookup.matches(doc.text)
+        if matches:
+            copied = copied_texts(matches, lookup.text_grams, job["rule"])
+            copies += bool(copied)
+            in_copies = {m[2] for m in matches if m[3] in copied}
+            seen.update({m[2] for m in matches} - in_copies)
             rows.append(row)
-    return np.array(list(seen), dtype=np.uint64), np.array(list(seen.values()), dtype=np.int64), rows
+    return np.array(list(seen), dtype=np.uint64), np.array(list(seen.values()), dtype=np.int64), rows, copies
 
 
 def _clean_task(job: dict) -> Counter:
@@ -318,19 +344,22 @@ class Decontaminate(GlobalStage):
 
     def __init__(self, tasks: Any = None, data_dir: str | None = None, ngram: int = 13, min_ngram: int = 8,
                  cut_chars: int = 200, min_piece_chars: int = 200, max_splits: int = 10,
-                 frequent_docs: int = 10) -> None:
+                 frequent_docs: int = 10, copy_share: float = 0.0, copy_ngrams: int = 0) -> None:
         self.tasks = parse_tasks(tasks)
-        numbers = {"ngram": ngram, "min_ngram": min_ngram, "cut_chars": cut_chars,
-                   "min_piece_chars": min_piece_chars, "max_splits": max_splits, "frequent_docs": frequent_docs}
+        numbers = {"ngram": ngram, "min_ngram": min_ngram, "cut_chars": cut_chars, "min_piece_chars": min_piece_chars,
+                   "max_splits": max_splits, "frequent_docs": frequent_docs, "copy_ngrams": copy_ngrams}
         for key, value in numbers.items():
-            least = 0 if key in ("cut_chars", "min_piece_chars", "max_splits") else 1
+            least = 0 if key in ("cut_chars", "min_piece_chars", "max_splits", "copy_ngrams") else 1
             if not isinstance(value, int) or isinstance(value, bool) or value < least:
                 raise ValueError(f"{key} must be an integer >= {least}, got {value!r}")
         if min_ngram > ngram:
             raise ValueError(f"min_ngram ({min_ngram}) must not exceed ngram ({ngram})")
-        super().__init__(tasks=tasks, data_dir=data_dir, **numbers)
+        if isinstance(copy_share, bool) or not isinstance(copy_share, (int, float)) or not 0 <= copy_share <= 1:
+            raise ValueError(f"copy_share must be a number from 0 to 1, got {copy_share!r}")
+        super().__init__(tasks=tasks, data_dir=data_dir, copy_share=copy_share, **numbers)
         self.data_dir = data_dir
-        self.rule = {"cut_chars": cut_chars, "min_piece_chars": min_piece_chars, "max_splits": max_splits}
+        self.rule = {"cut_chars": cut_chars, "min_piece_chars": min_piece_chars, "max_splits": max_splits,
+                     "copy_share": copy_share, "copy_ngrams": copy_ngrams}
         self.ngram, self.min_ngram, self.frequent_docs = ngram, min_ngram, frequent_docs
 
     def run(self, inputs: list[Path], out_dir: Path, executor: Executor) -> list[Path]:
@@ -339,16 +368,17 @@ class Decontaminate(GlobalStage):
         work = out_dir / "_work_decontaminate"
         remove_tree(work)
         make_folder(work)
-        hashes, owners, sizes = build_index(self.tasks, self.data_dir, self.ngram, self.min_ngram, self.counters)
-        self.counters["index_ngrams"] += len(np.unique(hashes))
-        save_array(work / "index.npz", None, hashes=hashes, owners=owners, sizes=np.array(sizes, dtype=np.int64))
-        jobs = [{"path": str(p), "index": str(work / "index.npz")} for p in inputs]
-        found = executor.map(_count_task, jobs, desc="decontaminate: count") if len(hashes) else []
+        index = build_index(self.tasks, self.data_dir, self.ngram, self.min_ngram, self.counters)
+        self.counters["index_ngrams"] += len(np.unique(index["hashes"]))
+        save_array(work / "index.npz", None, **index)
+        jobs = [{"path": str(p), "index": str(work / "index.npz"), "rule": self.rule} for p in inputs]
+        found = executor.map(_count_task, jobs, desc="decontaminate: count") if len(index["hashes"]) else []
         frequent = self._frequent(found)
         self.counters["frequent_ngrams_ignored"] += len(frequent)
-        keep = ~np.isin(hashes, frequent)
-        save_array(work / "filtered.npz", None, hashes=hashes[keep], owners=owners[keep],
-                 sizes=np.array(sizes, dtype=np.int64))
+        self.counters["copies_of_task_texts"] += sum(f[3] for f in found)
+        keep = ~np.isin(index["hashes"], frequent)
+        save_array(work / "filtered.npz", None, **{**index, "hashes": index["hashes"][keep],
+                                                   "owners": index["owners"][keep]})
         outputs = output_paths(inputs, out_dir)
         names = [t["name"] for t in self.tasks]
         suspects = [f[2] for f in found] if found else [[] for _ in inputs]
@@ -361,10 +391,8 @@ class Decontaminate(GlobalStage):
         remove_tree(work)
         return outputs
 
-    def _frequent(self, found: list[tuple[np.ndarray, np.ndarray, list[int]]]) -> np.ndarray:
-        """Index n-grams present in >= frequent_docs training documents."""
-        if not found:
-            return np.zeros(0, dtype=np.uint64)
+    def _frequent(self, found: list[tuple[np.ndarray, np.ndarray, list[int], int]]) -> np.ndarray:
+        """Index n-grams present in >= frequent_docs training documents (copies of a text holding them aside)."""
         keys = np.concatenate([f[0] for f in found] + [np.zeros(0, dtype=np.uint64)])
         counts = np.concatenate([f[1] for f in found] + [np.zeros(0, dtype=np.int64)])
         unique, inverse = np.unique(keys, return_inverse=True)
