@@ -1,7 +1,8 @@
 """KV-cached batched generation (trident.infer.engine + batching): prompts of different lengths in one
 batch, more requests than cache slots (requests join and leave the running batch), seeded sampling
 and prompt scoring all equal one process's generate_tokens / full forward, on one process and on
-TP, PP and TP x PP (+SP) layouts over gloo; and `trident generate --nproc 2` prints what one process prints."""
+TP, PP and TP x PP (+SP) layouts over gloo; and `trident generate --nproc 2` prints what one process prints.
+Sampled generation's collectives pass their tensors on the run's device (an audit)."""
 from __future__ import annotations
 
 import json
@@ -116,6 +117,29 @@ def test_cancelled_request_frees_its_slot_for_a_waiting_one(checkpoint):
     assert second.finish_reason == "length" and len(second.new_ids) == 5
     with pytest.raises(ValueError, match="exceeds the context"):
         scheduler.submit(Request([1] * 120, 9))
+
+
+def _audited_generation(rank, world, checkpoint):
+    import argparse
+
+    from collective_fixtures import audit_collectives
+    from trident.commands.generate_parallel import _generate
+
+    calls = audit_collectives()
+    args = argparse.Namespace(checkpoint=checkpoint, overrides=["parallel.tp=2"], device="auto", seed=None,
+                              tokenizer=None, max_new_tokens=3, no_stop_at_eod=True, json=True)
+    assert _generate(args, PROMPTS[:2], 0.8, 30, 0.95) == 0  # sampling: the seed is broadcast too
+    return calls
+
+
+@pytest.mark.timeout(60)
+def test_sampled_generation_passes_its_tensors_on_the_run_device(checkpoint):
+    """Issue 59 item 2: `trident generate --nproc` broadcast a CPU seed tensor whatever the device (NCCL
+    refuses it); every collective of a sampled generation on tp2, audited."""
+    from collective_fixtures import misplaced
+
+    for calls in run_distributed(_audited_generation, 2, checkpoint, timeout=50):
+        assert calls[0]["call"] == "broadcast" and misplaced(calls, "cpu") == []
 
 
 def _cli_args(checkpoint) -> list[str]:

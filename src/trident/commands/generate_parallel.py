@@ -33,14 +33,15 @@ def _sampling(args) -> tuple[float, int, float]:
     return temperature, top_k, top_p
 
 
-def _shared_seed(seed: int | None, temperature: float) -> int | None:
-    """Rank 0's seed on every rank (only the sampler draws, but every rank reports it)."""
+def _shared_seed(seed: int | None, temperature: float, device: str = "cpu") -> int | None:
+    """Rank 0's seed on every rank (only the sampler draws, but every rank reports it), sent as a tensor on
+    the run's `device` (NCCL carries only GPU tensors)."""
     import torch
     import torch.distributed as dist
 
     if temperature == 0:
         return None
-    value = torch.tensor([random.SystemRandom().randrange(2**62) if seed is None else seed])
+    value = torch.tensor([random.SystemRandom().randrange(2**62) if seed is None else seed], device=device)
     if dist.is_initialized():
         dist.broadcast(value, src=0)
     return int(value)
@@ -66,8 +67,8 @@ def run_batched(args, prompts: list[str]) -> int:
 
     if args.threads or world > 1:  # ranks sharing a machine: one thread each unless told otherwise
         torch.set_num_threads(args.threads or 1)
-    if world > 1:
-        init_distributed("gloo" if args.device in ("cpu", "auto") else "nccl")
+    if world > 1:  # --device auto is the CPU here (_run_device); cuda: NCCL, the rank's GPU set first
+        init_distributed("gloo" if _run_device(args) == "cpu" else "nccl", device=_run_device(args))
     try:
         return _generate(args, prompts, temperature, top_k, top_p)
     finally:
@@ -82,8 +83,8 @@ def _generate(args, prompts: list[str], temperature: float, top_k: int, top_p: f
     from trident.infer.batching import Request, Scheduler
     from trident.infer.engine import Engine
 
-    device = "cpu" if args.device == "auto" else args.device
-    seed = _shared_seed(args.seed, temperature)
+    device = _run_device(args)
+    seed = _shared_seed(args.seed, temperature, device)
     lm = load_parallel(args.checkpoint, args.overrides, device=device, tokenizer_path=args.tokenizer)
     tokenizer = lm.codec
     engine = Engine.from_parallel(lm.model, lm.vocab_size, slots=min(len(prompts), 64))
@@ -112,6 +113,11 @@ def _generate(args, prompts: list[str], temperature: float, top_k: int, top_p: f
     for result in results:
         print(result["prompt"] + result["completion"])
     return 0
+
+
+def _run_device(args) -> str:
+    """--device auto is the CPU for generation; cuda, cuda:N as given."""
+    return "cpu" if args.device == "auto" else args.device
 
 
 def _stop_reason(finish_reason: str) -> str:

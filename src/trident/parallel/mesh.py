@@ -130,7 +130,10 @@ def rank_device(wanted: str = "auto") -> torch.device:
     """This rank's device: `cuda` (or `auto` on a GPU machine) is this rank's own GPU (LOCAL_RANK,
     set by torchrun); `auto` elsewhere is the CPU; anything else (`cpu`, `cuda:1`) is taken as given."""
     if wanted == "cuda" or (wanted == "auto" and torch.cuda.is_available()):
-        local = int(os.environ.get("LOCAL_RANK", 0))
+        local, gpus = int(os.environ.get("LOCAL_RANK", 0)), torch.cuda.device_count()
+        if local >= gpus:  # not an "invalid device ordinal" from deep inside CUDA
+            raise ValueError(f"rank {os.environ.get('RANK', 0)} is local rank {local} but this machine has {gpus} "
+                             f"GPU(s) (train.device={wanted}): start at most {gpus} ranks a node, or train.device=cpu")
         torch.cuda.set_device(local)
         return torch.device("cuda", local)
     return torch.device("cpu" if wanted == "auto" else wanted)

@@ -159,20 +159,30 @@ def _send(pid: int, signum: int) -> None:
         return  # it ended on its own meanwhile
 
 
-def init_distributed(backend: str = "auto", timeout_s: int = 600) -> None:
-    """Join the process group described by torchrun's environment (nothing to do for one process)."""
-    import torch  # here, not at the top: the launcher itself never loads torch (seconds per start)
-    import torch.distributed as dist
+# What torch's NCCL backend needs from the environment, on every launch path (torchrun, Slurm, a test's
+# ranks), unless the environment says otherwise: a failed or timed-out collective aborts its communicator
+# and raises in the rank (2: the rank names the failure and dumps its flight recorder instead of being
+# torn down); torch's flight recorder keeps the last collectives (NCCL and gloo) and NCCL's dumps them
+# on a timeout. launch/slurm.py exports the same.
+NCCL_ENV = {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "2", "TORCH_NCCL_DUMP_ON_TIMEOUT": "1", "TORCH_FR_BUFFER_SIZE": "2000"}
+MIXED_BACKEND = "cpu:gloo,cuda:nccl"  # NCCL for tensors on the GPU; gloo for objects, barriers and host tensors
+
+
+def init_distributed(backend: str = "auto", timeout_s: int = 600, device: str = "auto") -> None:
+    """Join the process group described by torchrun's environment (nothing to do for one process).
+    `device` is the run's (train.device: auto, cpu, cuda): on a GPU the rank's own GPU is set before
+    the first collective, the default group is cpu:gloo,cuda:nccl (MIXED_BACKEND) bound to that GPU
+    (device_id); backend auto is NCCL there and gloo on the CPU, nccl means MIXED_BACKEND."""
+    import torch.distributed as dist  # here, not at the top: the launcher itself never loads torch (seconds a start)
 
     if under_torchrun():
         die_with_parent()  # torchrun gone (a lost node, a killed launcher): this rank goes too
         _default_stop_signals()
     if dist.is_initialized() or int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return
-    if backend == "auto":
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
-    # torch's flight recorder (NCCL and gloo): its trace goes beside trident's own dumps (parallel/flight.py)
-    os.environ.setdefault("TORCH_FR_BUFFER_SIZE", "2000")
+    backend, device_id = _backend_and_device(backend, device)
+    for key, value in NCCL_ENV.items():
+        os.environ.setdefault(key, value)
     timeout = timedelta(seconds=timeout_s)
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     # Every process group's keys go under this attempt's prefix: after a torchrun restart the
@@ -182,7 +192,27 @@ def init_distributed(backend: str = "auto", timeout_s: int = 600) -> None:
                           is_master=rank == 0 and not agent_store, timeout=timeout)
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     dist.init_process_group(backend=backend, store=dist.PrefixStore(f"trident/attempt{attempt}/", store),
-                            rank=rank, world_size=world, timeout=timeout)
+                            rank=rank, world_size=world, timeout=timeout, device_id=device_id)
+
+
+def _backend_and_device(backend: str, device: str):
+    """(init_process_group's backend, its device_id: this rank's GPU, set as current, or None)."""
+    import torch
+
+    from trident.parallel.mesh import rank_device
+
+    if backend == "gloo":
+        return "gloo", None
+    wanted = "cuda" if backend == "nccl" and device == "auto" else device
+    target = rank_device(wanted)
+    if target.type != "cuda":
+        if backend == "nccl":
+            raise ValueError(f"parallel.backend=nccl needs a CUDA device, got train.device={device}")
+        return "gloo", None
+    if target.index is None:  # train.device=cuda:N names its GPU; plain cuda is LOCAL_RANK's (rank_device)
+        target = torch.device("cuda", torch.cuda.current_device())
+    torch.cuda.set_device(target)  # before the first collective: NCCL's communicator lives on it
+    return MIXED_BACKEND, target
 
 
 def shutdown_distributed(wait: bool = True) -> None:
