@@ -12,10 +12,29 @@ def test_buckets_close_at_the_size_hold_alone_parameters_apart_never_span_units_
     from trident.parallel.buckets import cut_buckets
 
     cuts, offsets = cut_buckets([3, 5, 4, 2, 6], bucket_bytes=4 * 8, multiple=4, alone=[0, 0, 1, 0, 0])
-    assert [(c.start, c.end, list(c.members)) for c in cuts] == [(0, 8, [0, 1]), (8, 12, [2]), (12, 20, [3, 4])]
-    assert offsets == [0, 3, 8, 12, 14]
+    assert [(c.start, c.end, list(c.members)) for c in cuts] == [(0, 512, [0, 1]), (512, 1024, [2]),
+                                                                 (1024, 1536, [3, 4])]
+    assert offsets == [0, 3, 512, 1024, 1026]
     cuts, _ = cut_buckets([3, 5, 4], bucket_bytes=10**9, multiple=2, units=["a", "a", "b"])
-    assert [(c.start, c.end, list(c.members)) for c in cuts] == [(0, 8, [0, 1]), (8, 12, [2])]
+    assert [(c.start, c.end, list(c.members)) for c in cuts] == [(0, 256, [0, 1]), (256, 512, [2])]
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 8])
+def test_every_bucket_and_every_owned_slice_starts_on_128_elements(size):
+    """Communication buffers aligned for NCCL's vector loads: a bucket's start, and each member's slice
+    of it (what a reduce-scatter writes and an all-gather reads), at a multiple of 128 elements."""
+    from trident.parallel.flat_layout import FlatLayout
+
+    torch.manual_seed(0)
+    params = [torch.nn.Parameter(torch.empty(n)) for n in (1000, 77, 5, 3001, 129, 64, 1)]
+    named = [(f"p{i}", p) for i, p in enumerate(params)]
+    for shard in (False, True):
+        for rank in range(size):
+            layout = FlatLayout(named, None, size, rank, 4 * 1500, shard, alone=[params[2]])
+            assert len(layout.buckets) >= 3
+            for bucket in layout.buckets:
+                lo, hi = layout.owned(bucket)
+                assert bucket.start % 128 == lo % 128 == bucket.shard_start % 128 == (hi - lo) % 128 == 0
 
 
 @pytest.mark.parametrize("stage", [2, 3])

@@ -7,6 +7,7 @@ import torch
 
 from distributed import run_distributed
 from train_fixtures import RandomTokens, VOCAB, tiny_config
+from trident.parallel.buckets import ALIGN
 
 STEPS = ["train.global_batch_size=16", "train.micro_batch_size=2", "train.rampup_batch_size=[8,8,256]",
          "train.steps=2", "model.num_layers=4", "parallel.bucket_size_mb=0.01", "logging.record_timeline=true"]
@@ -171,7 +172,8 @@ def _staged(rank, world):
 def test_zero2_reduce_scatters_every_bucket_during_each_micro_batchs_backward():
     for launched, buckets, correct in run_distributed(_staged, 2):
         assert buckets == 3
-        per_backward = (4 * 4 + 4) * 4 * 3 // 2  # every bucket's fp32 gradient, (dp - 1)/dp of it sent
+        padded = 2 * ALIGN  # each bucket (4 x 4 + 4 elements) padded to 128 x dp (parallel/buckets.py)
+        per_backward = padded * 4 * 3 // 2  # every bucket's fp32 gradient, (dp - 1)/dp of it sent
         assert launched == [per_backward, 2 * per_backward]  # launched inside the backward, not after
         assert correct  # the owned slices hold the sum over ranks and micro-batches
 

@@ -113,16 +113,17 @@ def _state_bytes(rank, world):
 def test_each_zero_stage_shards_one_more_kind_of_state():
     """Stage 1 divides the optimizer state by dp, stage 2 the gradients too, stage 3 the weights too."""
     (single, params), = [_state_bytes(0, 1)]
-    for stage in range(4):  # one replica: nothing to shard
-        assert single[stage] == {"weights": params * 4, "gradients": params * 4, "optimizer": params * 8}
+    for stage in range(4):  # one replica: nothing to shard (buckets padded to 128 elements: parallel/buckets.py)
+        assert single[stage] == pytest.approx({"weights": params * 4, "gradients": params * 4, "optimizer": params * 8},
+                                              rel=0.01)
     for world in (2, 4):
         for held, _ in run_distributed(_state_bytes, world):
             for stage, kinds in held.items():
                 sharded = {"optimizer", "gradients", "weights"} if stage == 3 else (
                     {"optimizer", "gradients"} if stage == 2 else {"optimizer"})
-                for kind, nbytes in kinds.items():  # 1/dp of the state, up to bucket padding
+                for kind, nbytes in kinds.items():  # 1/dp of the state, up to bucket padding (128 x dp a bucket)
                     whole = single[0][kind] / (world if stage and kind in sharded else 1)
-                    assert nbytes == pytest.approx(whole, rel=0.01), (world, stage, kind)
+                    assert nbytes == pytest.approx(whole, rel=0.03), (world, stage, kind)
 
 
 def test_bf16_tracks_fp32(reference, tmp_path):

@@ -16,6 +16,8 @@ from typing import Any, Callable, Union
 
 import yaml
 
+from trident.config.suggest import closest, did_you_mean
+
 PRESET_DIR = Path(__file__).parent.parent / "configs"  # src/trident/configs
 _MISMATCH = object()  # what _convert returns for a value of the wrong type at its own level
 
@@ -38,7 +40,9 @@ def fill(obj: Any, values: dict, prefix: str = "", name: str = "config") -> Any:
     for field_name, value in values.items():
         key = f"{prefix}{field_name}"
         if field_name not in fields:
-            raise ConfigError(f"unknown {name} key '{key}'; known keys here: {', '.join(sorted(fields))}")
+            near = closest(field_name, fields)
+            hint = f" (did you mean '{prefix}{near}'?)" if near else ""
+            raise ConfigError(f"unknown {name} key '{key}'{hint}; known keys here: {', '.join(sorted(fields))}")
         current = getattr(obj, field_name)
         if dataclasses.is_dataclass(current):
             if not isinstance(value, dict):
@@ -157,9 +161,10 @@ def parse_overrides(overrides: list[str]) -> dict:
     return tree
 
 
-def resolve_path(path: str | Path) -> Path:
+def resolve_path(path: str | Path, kind: str = "") -> Path:
     """A config path, or the name of a preset shipped with trident (tiny, demo, curate-cc, ...). A path
-    object of another filesystem (a UPath: trident.text.storage.location of a URL) is read as given."""
+    object of another filesystem (a UPath: trident.text.storage.location of a URL) is read as given.
+    `kind` (training, curation, blend): a name that is no file is looked for among that kind's presets."""
     if not isinstance(path, (str, Path)):
         return path
     if "://" in str(path):  # Path() would collapse it into a local name: say what is not supported instead
@@ -168,12 +173,26 @@ def resolve_path(path: str | Path) -> Path:
     candidate = Path(path)
     if candidate.is_file():  # a folder named like a preset (runs/demo's 'demo' in the working folder) is not one
         return candidate
-    name = str(path)[:-5] if str(path).endswith(".yaml") else str(path)
-    preset = PRESET_DIR / f"{Path(name).name}.yaml"
-    if preset.exists():
-        return preset
-    presets = ", ".join(sorted(p.stem for p in PRESET_DIR.glob("*.yaml")))
-    raise ConfigError(f"config file '{path}' not found (presets: {presets})")
+    name = Path(str(path)[:-5] if str(path).endswith(".yaml") else str(path)).name
+    presets = preset_names(kind)
+    if name in presets:
+        return PRESET_DIR / f"{name}.yaml"
+    other = preset_names().get(name)
+    if other is not None:  # e.g. `trident train curate-cc`
+        raise ConfigError(f"config file '{path}' not found: '{name}' is a {other} preset, not a {kind} config "
+                          f"({kind} presets: {', '.join(presets)})")
+    what = f"{kind} presets" if kind else "presets"
+    raise ConfigError(f"config file '{path}' not found{did_you_mean(name, presets)} ({what}: {', '.join(presets)})")
+
+
+def preset_names(kind: str = "") -> dict[str, str]:
+    """The presets shipped in src/trident/configs ({name: kind}, sorted), all or those of `kind`: a
+    curation pipeline holds `stages`, a blend `sources`, a training config anything else."""
+    found = {}
+    for file in sorted(PRESET_DIR.glob("*.yaml")):
+        tree = yaml.safe_load(file.read_text()) or {}
+        found[file.stem] = "curation" if "stages" in tree else "blend" if "sources" in tree else "training"
+    return {name: of for name, of in found.items() if not kind or of == kind}
 
 
 def read_yaml(path: Path, allow_list: bool = False) -> dict | list:

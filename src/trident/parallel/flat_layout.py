@@ -2,8 +2,8 @@
 rank owns: the layout the weights (param_buffers.py) and the fp32 gradients (data.py) share.
 
 Parameters are laid out in reverse order (the order backward finishes them) and cut into buckets by
-buckets.py's rule, each padded to a multiple of the group ZeRO shards over (the gradient group dp x cp, or a
-shard group of it under hybrid sharding, hybrid.py); member r of that group owns the r-th 1/size of every
+buckets.py's rule, each padded to a multiple of 128 x the group ZeRO shards over (the gradient group dp x cp,
+or a shard group of it under hybrid sharding, hybrid.py); member r of that group owns the r-th 1/size of every
 bucket with ZeRO (`shard`), all of it without. A buffer holds the whole flat range or, compact, only
 the owned slices one after another (`shard_start`).
 """
@@ -20,14 +20,14 @@ from trident.parallel.hybrid import NO_REPLICAS, Replicas
 @dataclass
 class Bucket:
     start: int  # flat offset of the bucket
-    end: int  # exclusive, padded to a multiple of the shard group's size
+    end: int  # exclusive, padded to a multiple of 128 x the shard group's size
     params: list  # parameters inside
     index: int = 0  # its place in FlatLayout.buckets
     shard_start: int = 0  # where its owned slice sits in the compact (owned-only) buffers
     ready: int = 0  # parameters whose gradient is final this step
     handle: object = None
     scattered: torch.Tensor | None = None  # reduce-scatter output, copied into place on completion
-    launched_at: float | None = None  # seconds on the timeline recorder's clock, while it records
+    launched_at: object = None  # a mark of the timeline recorder's clock (device_clock.py), while it records
     staging: torch.Tensor | None = None  # stage >= 2: gradients added since the last reduce-scatter
     fresh: set = field(default_factory=set)  # stage >= 2: ids of the parameters added to `staging`
     full: torch.Tensor | None = None  # stage 3: the gathered parameters, while in use

@@ -17,7 +17,7 @@ from trident.config import Config
 from trident.config.pipeline_schedules import DEFAULT_SCHEDULE, spec
 from trident.parallel.layout_rules import sequence_split, stage_layer_counts, zero_in_effect
 from trident.plan import trainer_activations as trainer_acts
-from trident.plan.zero_buffers import gathered_bytes, staging_bytes
+from trident.plan.zero_buffers import flat_elements, gathered_bytes, staging_bytes
 
 CHECKPOINTING = ("none", "selective", "full")
 # Adam moments m and v in fp32; with 16-bit training an fp32 master copy of the weights as well.
@@ -252,9 +252,11 @@ def stage_memory(config: Config, layout: Layout, stage: int, flash_attention: bo
     without it, Megatron-LM's as the paper ran it (math attention keeping the s x s scores)."""
     t, p = config.train, layout
     params = stage_params(config, layout, stage)
+    # trident's flat buffers hold the parameters and each bucket's padding; the paper's count is per parameter
+    flat = flat_elements(config, layout, stage) if flash_attention else params
     weight_b, grad_b, state_b = state_bytes(t.precision, layout.grad_dtype)
     stage_in_effect = p.zero_effective
-    weights, gradients, optimizer_full = params * weight_b, params * grad_b, params * state_b
+    weights, gradients, optimizer_full = flat * weight_b, flat * grad_b, flat * state_b
     # ZeRO shards over K = p.shard ranks (dp x cp, or dp_shard's groups under hybrid sharding)
     optimizer = optimizer_full / p.shard if p.zero else optimizer_full
     weights /= p.shard if stage_in_effect == 3 else 1  # ZeRO-3: the owned slice of the weights only
@@ -286,7 +288,7 @@ def stage_memory(config: Config, layout: Layout, stage: int, flash_attention: bo
         # 2's owned weight slices copied for the all-gather after the update)
         staging, reduce = staging_bytes(config, layout, stage, micro_batches(config, layout), flight,
                                         lambda held: sum(activations_at(held)))
-        reduce = max(reduce, params * weight_b / p.shard if stage_in_effect == 2 else 0.0)
+        reduce = max(reduce, flat * weight_b / p.shard if stage_in_effect == 2 else 0.0)
     if stage_in_effect == 3:
         gathered = gathered_bytes(config, layout, stage, weight_b)
     return MemoryBreakdown(weights=weights, gradients=gradients, optimizer=optimizer, activations=activations,

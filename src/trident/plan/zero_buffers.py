@@ -8,7 +8,7 @@ torch), as parallel/data.py and parallel/param_gather.py allocate it:
   its backward, beside the block computing and the next block's all-gather.
 Buckets are cut by the trainer's own rule (parallel/buckets.py): parameters in reverse creation
 order, a bucket closed once it holds bucket_size_mb of fp32 gradient (a tied embedding copy alone; at
-stage 3 never across two units), each padded to a multiple of K.
+stage 3 never across two units), each padded to a multiple of 128 x K.
 """
 from __future__ import annotations
 
@@ -85,6 +85,12 @@ def _cut(config: Config, layout, stage: int) -> list[tuple[tuple, float]]:
     units = list(keys) if layout.zero_effective == 3 else None  # ZeRO-3 gathers a unit's buckets alone
     cuts, _ = cut_buckets(list(sizes), config.parallel.bucket_size_mb * 2**20, layout.shard, units, list(alone))
     return [(keys[cut.members[0]], cut.end - cut.start) for cut in cuts]
+
+
+def flat_elements(config: Config, layout, stage: int) -> float:
+    """The length of rank `stage`'s flat weight and gradient buffers: its parameters plus each
+    bucket's padding (parallel/buckets.py aligns every bucket and shard to 128 elements)."""
+    return sum(elements for _, elements in buckets(config, layout, stage))
 
 
 def completion_order(config: Config, layout, stage: int) -> list[float]:
