@@ -41,7 +41,10 @@ def _available() -> dict[str, tuple[str, str]]:
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    import trident
+
     parser = argparse.ArgumentParser(prog="trident", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"trident {trident.__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module, help_text) in _available().items():
         command_parser = sub.add_parser(name, help=help_text, description=help_text)
@@ -55,9 +58,13 @@ def main(argv: list[str] | None = None) -> int:
     command = next((a for a in argv if not a.startswith("-")), None)
     available = _available()
     parser = build_parser(only=command if command in available else None)
-    if command is None or command not in available:
-        parser.print_help() if command is None else parser.parse_args(argv)
-        return 0 if command is None else 2
+    if not argv:
+        parser.print_help()
+        return 0
+    if command not in available:
+        _refuse_command(parser, argv, command, available)
+    # options before the command are trident's own: --help and --version exit here, any other exits 2
+    parser.parse_args(argv[:argv.index(command)])
     module = importlib.import_module(f"trident.commands.{available[command][0]}")
     # Parse the subcommand on its own so `key=value` overrides may come before or after options.
     sub = argparse.ArgumentParser(prog=f"trident {command}", description=available[command][1])
@@ -87,6 +94,18 @@ def main(argv: list[str] | None = None) -> int:
         return found.code
 
 
+def _refuse_command(parser: argparse.ArgumentParser, argv: list[str], command: str | None, available: dict) -> None:
+    """Exit 2 on a mistyped command, naming the nearest one; with options only, argparse acts on them
+    (--help and --version exit 0, an unknown option exits 2)."""
+    from trident.config.suggest import did_you_mean
+
+    if command is not None:
+        parser.error(f"unknown command {command!r}{did_you_mean(command, available)} "
+                     f"(commands: {', '.join(available)})")
+    parser.parse_args(argv)
+    parser.error("no command given")
+
+
 HELP_WIDTH = "100"  # argparse wraps help to $COLUMNS: fixed, so the page does not depend on the terminal
 REFERENCE_HEADER = """# Command-line reference
 
@@ -95,6 +114,8 @@ generated (a test checks it is current):
 `python -c "from trident.cli import reference_page; print(reference_page(), end='')" > docs/cli.md`.
 The README's [command table](../README.md#the-command-line) has one line a command; configuration
 keys are in [config.md](config.md), flow-file keys in [config.md](config.md#flow-file-keys).
+`trident --version` prints the version; an option `trident` does not take, or a mistyped command, exits 2
+(a mistyped command, preset, config key or value names the nearest known one).
 """
 
 

@@ -21,6 +21,9 @@ def run(args) -> int:
     try:
         with fetched_folder(args.hf_dir) as hf_dir:  # a model folder on a store is read from a local copy
             summary = import_hf(hf_dir, args.out, pad_vocab_multiple=args.pad_vocab_multiple) | {"hf_dir": args.hf_dir}
+    except FileExistsError as err:  # OUT holds checkpoints: a non-empty output folder exits 2 in every command
+        print(f"trident import-hf: error: {err}", file=sys.stderr)
+        return 2
     except (OSError, KeyError, ValueError) as err:
         print(f"trident import-hf: error: {err}", file=sys.stderr)
         return 1

@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from trident.config.suggest import did_you_mean
+
 
 class ScheduleError(ValueError):
     """A schedule or its arguments are invalid; the message names the stage and instruction."""
@@ -87,7 +89,8 @@ DEFAULT_SCHEDULE = ONE_F_ONE_B.name
 def spec(name: str) -> ScheduleSpec:
     """The record of schedule `name`; ScheduleError names the known ones."""
     if name not in SPECS:
-        raise ScheduleError(f"unknown pipeline schedule {name!r}; choose one of {', '.join(SPECS)}")
+        raise ScheduleError(f"unknown pipeline schedule {name!r}{did_you_mean(name, SPECS)}; "
+                            f"choose one of {', '.join(SPECS)}")
     return SPECS[name]
 
 
