@@ -11,9 +11,10 @@ SMALL_MODEL = ["model.num_layers=1", "model.hidden_size=64", "model.num_heads=2"
 
 
 @pytest.mark.timeout(300)
-def test_demo_runs_every_stage_and_writes_the_report(tmp_path):
-    assert main(["demo", "--out", str(tmp_path), "--steps", "4", "--max-docs", "300",
-                 "train.eval_interval=2", "train.eval_iters=1", *SMALL_MODEL]) == 0
+def test_demo_runs_every_stage_and_writes_the_report(tmp_path, capsys):
+    command = ["demo", "--out", str(tmp_path), "--steps", "4", "--max-docs", "300", "train.eval_interval=2",
+               "train.eval_iters=1", *SMALL_MODEL]
+    assert main(command) == 0
     report = (tmp_path / "report.md").read_text()
     for section in ("## Sample", "## Curation", "## Evaluation", "![loss](loss.png)"):
         assert section in report
@@ -24,3 +25,8 @@ def test_demo_runs_every_stage_and_writes_the_report(tmp_path):
     results = json.loads((tmp_path / "eval" / "results.json").read_text())
     assert set(results["results"]) == {"lambada", "hellaswag"}
     assert (tmp_path / "train" / "checkpoints" / "step_0000004" / "COMPLETE").exists()
+
+    # a rerun into its own finished folder goes on as `trident run` does: every stage finished, none runs
+    assert main([*command, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["ran"] == []
+    assert set(json.loads((tmp_path / ".trident-run.json").read_text())["outputs"]) >= {"report.md", "train"}

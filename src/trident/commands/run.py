@@ -40,12 +40,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    """0 on success; 2 on a mistake in the flow file or a curation config it names; 1 on any other error."""
+    """0 on success; 2 on a mistake in the flow file or a curation config it names; 75 when a signal (Ctrl-C,
+    a scheduler's SIGTERM) stopped training after a checkpoint, as `trident train` (130 when it stopped
+    before one); 1 on any other error."""
     from trident.config import ConfigError
     from trident.curate.document import CurateError
     from trident.data.output_folder import OutputFolderError
-    from trident.data.output_lock import FolderBusy, FolderLockLost
     from trident.data.run_folder import RunFolder
+    from trident.flow.interrupted import FlowInterrupted
     from trident.flow.run import run_flow
     from trident.flow.spec import FlowError
     from trident.text.storage import UnsupportedLocation, require_local
@@ -55,9 +57,12 @@ def run(args) -> int:
         require_local(args.out, "--out", FLOW_FOLDER)
         with RunFolder(args.out, "run"):  # a second flow into OUT meanwhile exits 2 (its stages skip by stamps)
             summary = run_flow(args.flow, args.out)
+    except FlowInterrupted as stop:  # a stop on request, not a failure: where, and the command that goes on
+        print(f"trident run: {stop}", file=sys.stderr)
+        return stop.code
     except (FlowError, CurateError, OutputFolderError, UnsupportedLocation) as error:
         print(f"trident run: error: {error}", file=sys.stderr)
-        return 2 if isinstance(error, (ConfigError, FolderBusy, FolderLockLost)) else 1
+        return 2 if isinstance(error, (ConfigError, OutputFolderError)) else 1  # a folder mistake: 2, everywhere
     if args.json:
         print(json.dumps(summary))
     return 0

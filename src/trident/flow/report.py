@@ -55,14 +55,16 @@ def evaluation(flow: Flow, out: Path, done: set[str]) -> str:
 
 
 def write_flow_report(flow: Flow, out: Path, flow_file: Path, done: list[str],
-                      stopped: tuple[str, str] | None = None) -> Path:
+                      stopped: tuple[str, str] | None = None, interrupted: tuple[str, str] | None = None) -> Path:
     """OUT/report.md (and OUT/loss.png once training finished) from the outputs of the stages in
-    `done`; `stopped`: (stage, error) of the stage that failed, said at the top."""
+    `done`; `stopped`: (stage, error) of the stage that failed, said at the top; `interrupted`: (where,
+    the command that resumes) instead when that stage stopped on a signal."""
     finished = set(done)
     tokenized = [s for s in flow.sources if f"tokenize:{s.name}" in finished]
     sections = {"Curation": funnel(flow, out, finished), "Held-out text kept out of training":
                 report_section(flow, out, finished), "Evaluation": evaluation(flow, out, finished)}
-    summary = {"title": f"trident run report: {flow_file.name}", "stopped": stopped,
+    summary = {"title": f"trident run report: {flow_file.name}", "stopped": None if interrupted else stopped,
+               "interrupted": interrupted,
                "sections": {title: text for title, text in sections.items() if text is not None}}
     if tokenized and "tokenizer" in finished:
         stats = [_data_stats(out, s) for s in tokenized]

@@ -33,12 +33,18 @@ def plot_loss(metrics: list[dict], path: Path, title: str = "trident: loss") -> 
 
 
 def write_report(out: Path, summary: dict) -> Path:
-    """OUT/report.md from `summary`: title; optional stopped (stage, error), corpus, metrics (with config,
-    parameters, stage_seconds, step_seconds, val_loss, prompt, sample) and sections {title: markdown}."""
+    """OUT/report.md from `summary`: title; optional stopped (stage, error), interrupted (where, resume),
+    corpus, metrics (with config, parameters, stage_seconds, step_seconds, val_loss, prompt, sample) and
+    sections {title: markdown}."""
     lines = [f"# {summary.get('title', 'trident report')}", ""]
     if summary.get("stopped"):
         stage, error = summary["stopped"]
         lines += [f"**The flow stopped at its `{stage}` stage**: {error}", "",
+                  "This report covers the stages that finished before it.", ""]
+    if summary.get("interrupted"):  # a stop on request, not a failure: say where, and how to go on
+        where, resume = summary["interrupted"]
+        lines += [f"**The flow was {where}.** Resume with `{resume}`: finished stages are skipped and "
+                  f"training goes on from its last checkpoint.", "",
                   "This report covers the stages that finished before it.", ""]
     if summary.get("corpus"):
         lines += [f"Corpus: {summary['corpus']}.", ""]

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from trident.flow import heldout_clean, inputs, stages
 from trident.flow.checks import heldout_source, holds_out_itself
+from trident.flow.interrupted import FlowInterrupted, child_stage, resume_command
 from trident.flow.spec import Flow, FlowError, load_flow
 from trident.flow.stamp import Stages, stage_key
 
@@ -19,17 +20,23 @@ HUB_HINT = ("eval failed ({error}); its tasks' data comes from the Hugging Face 
             "docs/flow.md) or `eval: none` to skip evaluation")
 
 
-def run_flow(flow_file: str | Path, out: str | Path, raw: dict | None = None) -> dict:
+def run_flow(flow_file: str | Path, out: str | Path, raw: dict | None = None, resume: str | None = None) -> dict:
     """Run the flow file's stages (or those of its parsed content `raw`) under OUT; returns {stage: key}
-    and the names of the stages that ran. Every mistake in the flow file is raised before any stage runs."""
+    and the names of the stages that ran. Every mistake in the flow file is raised before any stage runs.
+    `resume`: the command that goes on after a stop on a signal (default: `trident run FLOW --out OUT`)."""
     flow, out, flow_file = load_flow(flow_file, raw), Path(out), Path(flow_file)
+    resume = resume or resume_command(flow_file, out)
     out.mkdir(parents=True, exist_ok=True)
     runner, keys = Stages(out, total=_stage_count(flow), files=lambda name: stages.stage_files(flow, out, name)), {}
     if flow.eval.tasks and inputs.eval_data(flow, out) is None:
         print(f"eval: tasks {', '.join(flow.eval.tasks)} will be read from the Hugging Face hub "
               f"(no eval.data_dir or eval.heldout in the flow file)", flush=True)
     try:
-        _run_stages(flow, out, flow_file, runner, keys)
+        _run_stages(flow, out, flow_file, runner, keys, resume)
+    except KeyboardInterrupt:  # Ctrl-C in a stage that runs in this process (curate, tokenize): said as one
+        stop = FlowInterrupted(runner.current or "?", resume, "SIGINT")
+        _report_stages_before(flow, out, flow_file, runner, stop)
+        raise stop from None
     except Exception as error:
         _report_stages_before(flow, out, flow_file, runner, error)
         raise
@@ -46,7 +53,7 @@ def _stage_count(flow: Flow) -> int:
     return generated + bool(flow.eval.heldout) + per_source * len(flow.sources) + 3 + evaluations
 
 
-def _run_stages(flow: Flow, out: Path, flow_file: Path, runner: Stages, keys: dict) -> None:
+def _run_stages(flow: Flow, out: Path, flow_file: Path, runner: Stages, keys: dict, resume: str) -> None:
     _prepare_inputs(flow, out, runner, keys)
     _curate(flow, out, runner, keys)
     _decontaminate(flow, out, runner, keys)
@@ -55,8 +62,8 @@ def _run_stages(flow: Flow, out: Path, flow_file: Path, runner: Stages, keys: di
     keys["train"] = stage_key({"train": flow.train, "weights": [s.weight for s in flow.sources]},
                               _config_files(flow), data)
     runner.run("train", keys["train"], lambda: stages.trained(out),
-               lambda resume: stages.train(flow, out, resume))
-    _evaluate(flow, out, runner, keys)
+               lambda again: child_stage("train", out / "train", resume, lambda: stages.train(flow, out, again)))
+    _evaluate(flow, out, runner, keys, resume)
     curated = [keys[f"curate:{s.name}"] for s in flow.sources] + [_training_key(keys, s) for s in flow.sources]
     keys["report"] = stage_key({"sample": flow.sample, "tasks": flow.eval.tasks}, [],
                                [keys["train"], keys.get("eval", ""), keys.get("eval:untrained", ""), *curated, *data])
@@ -130,7 +137,7 @@ def _tokenize(flow: Flow, out: Path, runner: Stages, keys: dict) -> None:
                    lambda resume, s=source: stages.tokenize(flow, out, s))
 
 
-def _evaluate(flow: Flow, out: Path, runner: Stages, keys: dict) -> None:
+def _evaluate(flow: Flow, out: Path, runner: Stages, keys: dict, resume: str) -> None:
     """The trained (and, with eval.untrained, the initialised) model on the flow's tasks; none without tasks."""
     if not flow.eval.tasks:
         print("\n== eval: skipped (the flow file gives no evaluation tasks) ==", flush=True)
@@ -139,13 +146,15 @@ def _evaluate(flow: Flow, out: Path, runner: Stages, keys: dict) -> None:
     keys["eval"] = stage_key({"eval": flow.eval}, _eval_files(flow), [keys["train"], *evaluation])
     try:
         runner.run("eval", keys["eval"], lambda: (out / "eval" / "results.json").exists(),
-                   lambda resume: stages.evaluate(flow, out))
+                   lambda again: child_stage("eval", None, resume, lambda: stages.evaluate(flow, out)))
         if flow.eval.untrained:
             keys["eval:untrained"] = stage_key({"eval": flow.eval, "train": flow.train}, _config_files(flow),
                                                [keys["tokenizer"], *evaluation])
             runner.run("eval:untrained", keys["eval:untrained"],
                        lambda: (out / "eval-untrained" / "results.json").exists(),
                        lambda resume: stages.evaluate_untrained(flow, out))
+    except FlowInterrupted:
+        raise
     except Exception as error:
         if inputs.eval_data(flow, out) is None:
             raise FlowError(HUB_HINT.format(error=" ".join(str(error).split()))) from error
@@ -161,8 +170,9 @@ def _report_stages_before(flow: Flow, out: Path, flow_file: Path, runner: Stages
     try:
         said = str(error) if isinstance(error, FlowError) else f"{type(error).__name__}: {error}"
         stopped = (runner.current or "?", " ".join(said.split()))
+        interrupted = (error.headline(), error.resume) if isinstance(error, FlowInterrupted) else None
         runner.forget("report")  # this report.md is not the report stage's: the next run writes that one
-        report = write_flow_report(flow, out, flow_file, runner.finished, stopped)
+        report = write_flow_report(flow, out, flow_file, runner.finished, stopped, interrupted)
         print(f"report of the stages that finished ({', '.join(runner.finished)}): {report}", file=sys.stderr)
     except Exception as problem:  # the stage's own error is what the user must see; this one is said in a line
         print(f"report.md not written ({type(problem).__name__}: {' '.join(str(problem).split())})", file=sys.stderr)
