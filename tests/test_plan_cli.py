@@ -93,3 +93,30 @@ def test_the_plan_assumes_the_trainer_unless_asked_for_the_paper(capsys):
     trainer = memory_per_gpu(config, Layout.from_config(config, 2240, "fp32"), flash_attention=True, device="cuda")
     paper = memory_per_gpu(config, Layout.from_config(config, 2240))
     assert plans[False]["activations"] == trainer.activations != paper.activations == plans[True]["activations"]
+
+
+def test_rank_table_prints_the_rejected_figures_explains_its_columns_and_remarks_on_a_huge_batch(capsys):
+    """The rejected-layouts table printed 'needs N GiB per GPU (stage N)'; K, v, sp went unexplained; TFLOP/s
+    counts recomputation unsaid; 256 sequences of 65,536 tokens a step (17M tokens) passed without a word."""
+    assert main(["plan", "gpt-125m", "model.seq_length=65536", "--gpus", "8", "--rank", "--top", "2"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    memory = next(line for line in out.split("│") if "GiB per GPU" in line)
+    assert "N GiB" not in out and "stage N" not in out
+    low, high = (float(v) for v in memory.split("needs ")[1].split(" GiB")[0].split("-"))
+    assert 77 <= low < high  # each rejected layout needed more than the 77.0 GiB usable
+    assert "K = ZeRO's shard group (parallel.dp_shard" in out and "v = virtual pipeline stages" in out
+    assert "sp = sequence parallelism" in out and "TFLOP/s per GPU counts a full recomputation" in out
+    assert "a step holds 256 sequences of 65,536 tokens = 17M tokens" in out
+    assert "train.global_batch_size=60 keeps 3.9M tokens" in out
+
+
+def test_rejections_keep_the_range_of_each_number():
+    from trident.plan.rejections import Rejections
+
+    rejected = Rejections()
+    for reason in ("needs 88.0 GiB per GPU (stage 3), more than the 77.0 GiB usable on a100-80gb",
+                   "needs 120.5 GiB per GPU (stage 0), more than the 77.0 GiB usable on a100-80gb"):
+        rejected.add(reason, 2)
+    kind = "needs N GiB per GPU (stage N), more than the N GiB usable on a100-80gb"
+    assert rejected[kind] == 4
+    assert rejected.described(kind) == "needs 88.0-120.5 GiB per GPU (stage 0-3), more than the 77.0 GiB usable on a100-80gb"

@@ -101,7 +101,7 @@ def test_less_memory_leaves_a_subset_of_the_layouts():
 
 
 def test_rejection_kinds_group_numbers_but_keep_hardware_names():
-    from trident.plan.search import _reason_kind
+    from trident.plan.rejections import reason_kind
 
-    assert _reason_kind("needs 88.0 GiB per GPU (stage 3), more than the 77.0 GiB usable on a100-80gb") == \
+    assert reason_kind("needs 88.0 GiB per GPU (stage 3), more than the 77.0 GiB usable on a100-80gb") == \
         "needs N GiB per GPU (stage N), more than the N GiB usable on a100-80gb"

@@ -33,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args) -> int:
     from trident.config import ConfigError, load_config, validate_model
     from trident.plan.memory import Layout
-    from trident.plan.report import plan_json, print_plan, print_ranking, ranking_json
+    from trident.plan.report import batch_remark, plan_json, print_plan, print_ranking, ranking_json
     from trident.plan.search import evaluate, rank_layouts
     from trident.hardware import load_hardware
     from trident.text.storage import require_local
@@ -58,6 +58,8 @@ def run(args) -> int:
     grad_dtype, flash = ("param", False) if args.paper else ("fp32", True)
     layout = Layout.from_config(config, args.gpus, grad_dtype)
     plan = evaluate(config, layout, hardware, args.gpus, per_node, flash)
+    if not args.json and (remark := batch_remark(config)) is not None:
+        print(remark)
     if args.rank:
         ranking = rank_layouts(config, hardware, args.gpus, per_node, flash, grad_dtype)
         current = ranking.position(**vars(layout)) if plan.ok else None

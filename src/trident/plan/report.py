@@ -10,6 +10,16 @@ from trident.config import Config
 from trident.plan.search import Plan, Ranking
 
 GIB = 2**30
+# the ranking's columns, said under it (K, v, sp are not self-explanatory)
+COLUMNS = ("columns: K = ZeRO's shard group (parallel.dp_shard; blank without ZeRO), mb = micro-batch, "
+           "v = virtual pipeline stages per GPU (interleaved schedule), ckpt = activation checkpointing, "
+           "sp = sequence parallelism, GiB = memory per GPU, cp-only = fits only with cp >= 2")
+# TFLOP/s as Megatron and MT-NLG count them (docs/planner.md), against MFU, which counts the model's FLOPs only
+TFLOPS_NOTE = ("TFLOP/s per GPU counts a full recomputation of the forward pass (Megatron's and the MT-NLG "
+               "paper's convention, 4 passes a step, whatever the layout recomputes); MFU counts the model's "
+               "FLOPs only (3 passes) against the GPU's peak")
+# a step's tokens above which the plan remarks on the batch: 4x MT-NLG's 1,920 x 2,048 = 3.9M tokens
+MANY_TOKENS = 4 * 1920 * 2048
 # MT-NLG 530B on DGX A100-80GB (Smith et al. 2022, docs/reference.md): GPUs -> (s per iteration, TFLOP/s per GPU).
 MTNLG_POINTS = {2240: (60.1, 126.0), 2800: (50.2, 121.0), 3360: (44.4, 113.0)}
 
@@ -77,7 +87,8 @@ def time_table(plan: Plan, paper: tuple[float, float] | None) -> Table:
         table.add_row(name, f"{seconds:.3f}", f"{seconds / t.total:.1%}", "", note)
     error = lambda ours, theirs: f"{theirs:g} ({ours / theirs - 1:+.1%})"  # noqa: E731
     table.add_row("step", f"{t.total:.2f}", "100%", error(t.total, paper[0]) if paper else "", style="bold")
-    table.add_row("TFLOP/s per GPU", f"{t.tflops_per_gpu:.1f}", "", error(t.tflops_per_gpu, paper[1]) if paper else "")
+    table.add_row("TFLOP/s per GPU", f"{t.tflops_per_gpu:.1f}", "", error(t.tflops_per_gpu, paper[1]) if paper else "",
+                  "counts a full recomputation (Megatron's convention)")
     table.add_row("MFU", f"{t.mfu:.1%}", "", "")
     return table
 
@@ -115,6 +126,8 @@ def print_ranking(ranking: Ranking, top: int, by_mesh: bool, console: Console | 
                       "y" if lay.sequence_parallel else "", f"{plan.memory.total / GIB:.1f}", f"{t.total:.2f}",
                       f"{t.tflops_per_gpu:.1f}", f"{t.mfu:.1%}", f"{t.bubble_fraction:.1%}", "y" if plan.needs_cp else "")
     console.print(table)
+    console.print(COLUMNS)
+    console.print(TFLOPS_NOTE)
     for line in context_summary(ranking):
         console.print(line)
     if current is not None:
@@ -122,9 +135,22 @@ def print_ranking(ranking: Ranking, top: int, by_mesh: bool, console: Console | 
     rejected = Table(title="Rejected layouts by reason (mesh: counted once per (tp, pp, cp, dp))")
     rejected.add_column("count", justify="right")
     rejected.add_column("reason")
-    for reason, count in ranking.rejected.most_common():
-        rejected.add_row(str(count), reason)
+    for kind, count in ranking.rejected.most_common():
+        rejected.add_row(str(count), ranking.rejected.described(kind))
     console.print(rejected)
+
+
+def batch_remark(config: Config) -> str | None:
+    """A remark when one step holds far more tokens than large models train on (e.g. a preset's global batch
+    kept while model.seq_length grew 32x), with the global batch that keeps MT-NLG's tokens a step."""
+    sequences, length = config.train.global_batch_size, config.model.seq_length
+    if sequences * length <= MANY_TOKENS:
+        return None
+    keeps = max(1, round(1920 * 2048 / length))
+    return (f"note: a step holds {sequences:,} sequences of {length:,} tokens = {sequences * length / 1e6:,.0f}M "
+            f"tokens, {sequences * length / (1920 * 2048):.0f}x MT-NLG's 3.9M (1,920 x 2,048): a longer "
+            f"model.seq_length usually comes with fewer sequences a step (train.global_batch_size={keeps} keeps "
+            f"3.9M tokens); the ranking below is for the batch as given")
 
 
 def context_summary(ranking: Ranking) -> list[str]:
@@ -156,7 +182,7 @@ def ranking_json(ranking: Ranking, top: int, by_mesh: bool, current: int | None 
             "fit_only_with_cp": sum(plan.needs_cp for plan in ranking.plans),
             "fit_without_cp": sum(plan.layout.cp == 1 for plan in ranking.plans),
             "by_mesh": by_mesh, "plans": [p.to_dict() for p in plans[:top]],
-            "rejected": dict(ranking.rejected.most_common())}
+            "rejected": {ranking.rejected.described(kind): count for kind, count in ranking.rejected.most_common()}}
 
 
 @dataclass

@@ -8,8 +8,6 @@ carries the reasons it was rejected, and a ranking counts them.
 """
 from __future__ import annotations
 
-import re
-from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Iterator
 
@@ -17,6 +15,7 @@ from trident.config import CHOICES, Config
 from trident.config.pipeline_schedules import ScheduleError, searched_schedule, spec
 from trident.hardware import Hardware
 from trident.plan.memory import CHECKPOINTING, Layout, MemoryBreakdown, memory_per_gpu, micro_batches
+from trident.plan.rejections import Rejections
 from trident.plan.time import TimeBreakdown, per_device, shard_span, step_time
 
 ZERO_STAGES = CHOICES["parallel.zero_stage"]
@@ -163,7 +162,7 @@ def shard_choices(layout: Layout, gpus_per_node: int | None) -> list[int]:
     return [0] + hybrid
 
 
-def candidate_layouts(config: Config, gpus: int, rejected: Counter | None = None, grad_dtype: str = "param",
+def candidate_layouts(config: Config, gpus: int, rejected: Rejections | None = None, grad_dtype: str = "param",
                       gpus_per_node: int | None = None, max_cp: int | None = None) -> Iterator[Layout]:
     """Every (tp, pp, cp, dp, micro-batch, v, checkpointing, zero, dp_shard) with tp x pp x cp x dp = gpus
     that passes layout_problems (hybrid sharding only given `gpus_per_node`; cp up to `max_cp`). Meshes
@@ -175,12 +174,12 @@ def candidate_layouts(config: Config, gpus: int, rejected: Counter | None = None
                 problems = mesh_problems(config, tp, pp, dp, cp)
                 for reason in problems:
                     if rejected is not None:
-                        rejected["mesh: " + _reason_kind(reason)] += 1
+                        rejected.add("mesh: " + reason)
                 if not problems:
                     yield from _mesh_layouts(config, gpus, (tp, pp, cp, dp), rejected, grad_dtype, gpus_per_node)
 
 
-def _mesh_layouts(config: Config, gpus: int, mesh: tuple[int, int, int, int], rejected: Counter | None,
+def _mesh_layouts(config: Config, gpus: int, mesh: tuple[int, int, int, int], rejected: Rejections | None,
                   grad_dtype: str, gpus_per_node: int | None) -> Iterator[Layout]:
     """candidate_layouts on one (tp, pp, cp, dp) mesh."""
     m, t = config.model, config.train
@@ -195,7 +194,7 @@ def _mesh_layouts(config: Config, gpus: int, mesh: tuple[int, int, int, int], re
             if problems:  # no checkpointing or ZeRO choice fixes these: count them all at once
                 for reason in problems:
                     if rejected is not None:
-                        rejected[_reason_kind(reason)] += len(CHECKPOINTING) * len(zeros)
+                        rejected.add(reason, len(CHECKPOINTING) * len(zeros))
                 continue
             shards = shard_choices(base, gpus_per_node)
             for mode in CHECKPOINTING:
@@ -207,7 +206,7 @@ def _mesh_layouts(config: Config, gpus: int, mesh: tuple[int, int, int, int], re
 @dataclass
 class Ranking:
     plans: list[Plan]  # valid layouts that fit, fastest first
-    rejected: Counter  # reason kind -> count
+    rejected: Rejections  # reason kind -> count, with each kind's numbers
     examined: int
 
     def best_per_mesh(self) -> list[Plan]:
@@ -228,16 +227,11 @@ class Ranking:
         return None
 
 
-def _reason_kind(reason: str) -> str:
-    """Group messages that differ only in numbers (for the rejected-layout counts)."""
-    return re.sub(r"(?<![\w.-])\d+(\.\d+)?(?![\w.])", "N", reason)  # not inside names such as a100-80gb
-
-
 def rank_layouts(config: Config, hardware: Hardware, gpus: int, gpus_per_node: int, flash_attention: bool = False,
                  grad_dtype: str = "param", max_cp: int | None = None, hybrid: bool = True) -> Ranking:
     """All valid layouts that fit in memory, by predicted step time (then memory); rejections counted.
     `max_cp` bounds context parallelism (1: none); `hybrid` False leaves hybrid sharding out."""
-    plans, rejected, examined, totals = [], Counter(), 0, {}
+    plans, rejected, examined, totals = [], Rejections(), 0, {}
     shard_node = gpus_per_node if hybrid else None
     for layout in candidate_layouts(config, gpus, rejected, grad_dtype, shard_node, max_cp):
         examined += 1
@@ -246,6 +240,6 @@ def rank_layouts(config: Config, hardware: Hardware, gpus: int, gpus_per_node: i
             plans.append(plan)
         else:
             for reason in plan.reasons:
-                rejected[_reason_kind(reason)] += 1
+                rejected.add(reason)
     plans.sort(key=lambda p: (p.time.total, p.memory.total))
     return Ranking(plans=plans, rejected=rejected, examined=examined)
