@@ -21,6 +21,7 @@ KINDS = ("weight", "exp_avg", "exp_avg_sq")
 SELECTIVE = [*LLAMA, "train.activation_checkpointing=selective"]
 SP_FULL = ["parallel.tp=2", "parallel.sequence_parallel=true", "train.activation_checkpointing=full"]
 EIGHT = ["parallel.pp=2", "parallel.dp=2", "parallel.zero_stage=3", "parallel.schedule=zb-h1"]
+CP_HYBRID = ["parallel.dp=2", "parallel.dp_shard=2", "parallel.zero_stage=3"]  # with cp2: 4 ranks, 2 replicas
 
 
 @pytest.fixture(scope="module")
@@ -128,6 +129,22 @@ def test_cp2_composes_with_tp_sp_pp_dp_zero3_as_one_process(tmp_path, reference,
     assert_matches([rank[:4] for rank in ranks], reference)
     for rank in ranks:  # dp, layers on the rank, key/value heads on the rank, recompute
         assert rank[4] == ring_bytes_per_step(reference[1], *ring)
+
+
+def _cp_hybrid(rank, world, out_dir):
+    """cp2 x dp2 at ZeRO-3 sharded over groups of dp_shard = 2 of the gradient group's dp x cp = 4 ranks
+    (2 replicas): run_summary's figures and the bytes of state this rank holds against the whole flat buffer."""
+    trainer, records = trained(tiny_config(*BASE, "parallel.cp=2", *CP_HYBRID), f"{out_dir}/r{rank}")
+    return (*run_summary(trainer, records), trainer.model.state_bytes(), trainer.model.optimizer.layout.total * 4)
+
+
+@pytest.mark.timeout(300)
+def test_cp2_with_hybrid_sharding_trains_as_one_process(tmp_path, reference):
+    """parallel.cp and parallel.dp_shard together (issue 58 item 8; only the config check was tested)."""
+    ranks = run_distributed(_cp_hybrid, 4, str(tmp_path), timeout=290)
+    assert_matches([rank[:4] for rank in ranks], reference)
+    for *_, held, flat in ranks:  # ZeRO-3 over pairs: weights, gradients and Adam's m, v a half each
+        assert held == {"weights": flat // 2, "gradients": flat // 2, "optimizer": 2 * flat // 2}, held
 
 
 @pytest.mark.parametrize("overrides,keys,message", [
