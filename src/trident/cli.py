@@ -17,7 +17,7 @@ COMMANDS = {
     "data": ("data", "trace a run's data: the documents of a step, the steps that read a document"),
     "tokenize": ("tokenize", "JSONL -> Megatron indexed dataset (PREFIX.bin/.idx)"),
     "generate": ("generate", "sample text from a checkpoint (--nproc N on any TP x PP layout)"),
-    "serve": ("serve", "serve a checkpoint over the OpenAI completions API (continuous batching, any layout)"),
+    "serve": ("serve", "serve a checkpoint over the OpenAI completions and chat APIs (continuous batching, any layout)"),
     "curate": ("curate", "curation pipeline: WARC/HTML/JSONL -> clean deduplicated shards"),
     "eval": ("evaluate", "zero/one/few-shot evaluation of a checkpoint"),
     "lm-eval": ("lm_eval", "EleutherAI lm-evaluation-harness with trident checkpoints (--model trident)"),

@@ -20,6 +20,7 @@ import time
 
 from aiohttp import web
 
+from trident.data.tokenizer import EOD_TOKEN
 from trident.serve.errors import METRICS, error_response, errors_as_json
 from trident.serve.fields import BadRequest
 from trident.serve.handlers import STATE, bad_request, chat_completions, completions, read_json
@@ -48,8 +49,14 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 async def tokenizer_info(request: web.Request) -> web.Response:
-    return web.json_response({"eos_token": "<|endoftext|>", "bos_token": None, "pad_token": None,
+    tokenizer = request.app[STATE]["tokenizer"]
+    return web.json_response({"eos_token": _eod_text(tokenizer), "bos_token": None, "pad_token": None,
                               "model_max_length": request.app[STATE]["context"]})
+
+
+def _eod_text(tokenizer) -> str:
+    """The end-of-text token (a Hugging Face model's own eos_token, else <|endoftext|>)."""
+    return getattr(tokenizer, "eod_token", EOD_TOKEN)
 
 
 async def tokenize(request: web.Request) -> web.Response:
@@ -61,7 +68,7 @@ async def tokenize(request: web.Request) -> web.Response:
     except BadRequest as err:
         return bad_request(err)
     text = body["prompt"]
-    if text == "<|endoftext|>":
+    if text == _eod_text(tokenizer):
         return web.json_response({"tokens": [tokenizer.eod_id]})
     return web.json_response({"tokens": tokenizer.encode(text)})
 
