@@ -155,9 +155,10 @@ class _Ring:
         received from, so a hang's dump says which step of which ring stopped."""
         if not works:
             return
-        with watched(self.group, op=f"ring attention {phase} step {step + 1}/{self.size}", peer=self.prev_rank):
+        name = f"ring attention {phase} step {step + 1}/{self.size}"
+        with watched(self.group, op=name, peer=self.prev_rank) as watch:
             for work in works:
-                work.wait()
+                watch.wait(work)  # the event ends when the exchange has, not when NCCL has queued it
 
 
 def _forward_steps(ring: _Ring, q, kv, scale: float, causal: bool, kernel: str | None):

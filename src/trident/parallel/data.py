@@ -57,7 +57,7 @@ class GradBuffers:
         self.layout, self.stage, self.overlap = layout, stage, overlap
         self.group, self.size, self.shard, self.replicas = layout.group, layout.size, layout.shard, layout.replicas
         self.buckets, self.bucket_of, self.offsets = layout.buckets, layout.bucket_of, layout.offsets
-        self.timeout = timedelta(seconds=timeout_s)  # an explicit bound: a hung peer must not hang us
+        self.timeout = timedelta(seconds=timeout_s)  # on the CPU, a bound on the host's wait (watched.wait)
         first = layout.named_params[0][1] if layout.named_params else torch.empty(0)
         self.grads = torch.zeros(layout.compact_total if stage >= 2 else layout.total, dtype=torch.float32,
                                  device=first.device)
@@ -166,8 +166,8 @@ class GradBuffers:
         """Wait for the oldest reduce-scatter in flight and add its result to the owned gradient."""
         bucket, _, output, work, launched = self.in_flight.pop(0)
         index = bucket.index
-        with watched(self.group, f"wait gradient bucket {index}"):
-            work.wait(self.timeout)
+        with watched(self.group, f"wait gradient bucket {index}") as watch:
+            watch.wait(work, self.timeout, output.is_cuda)
         self.owned_grad_views[index].add_(output)
         if launched is not None and self.recorder.recording:
             self.recorder.add("reduce", index, 0, launched, self.recorder.now())
@@ -191,8 +191,8 @@ class GradBuffers:
                 self._launch(bucket, async_op=True)
         for index, bucket in enumerate(self.buckets):
             if bucket.handle is not None:
-                with watched(self.group, f"wait gradient bucket {index}"):
-                    bucket.handle.wait(self.timeout)
+                with watched(self.group, f"wait gradient bucket {index}") as watch:
+                    watch.wait(bucket.handle, self.timeout, self.grads.is_cuda)
             if bucket.scattered is not None:
                 lo, hi = self.layout.owned(bucket)
                 self.grads[lo:hi].copy_(bucket.scattered)

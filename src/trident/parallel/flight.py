@@ -2,8 +2,9 @@
 collectives, to be dumped to OUT/debug/flight/rank_R.json when something stops (as torch's NCCL
 flight recorder, but schedule-aware: an event names the instruction, micro-batch, chunk and peer).
 
-An event is begun when a rank starts an instruction or a collective and ended when it returns, so a
-dump's open events say exactly where each rank is stuck. `parallel/watch.py`'s `watched(group, op)`
+An event is begun when a rank starts an instruction or a collective and ended when it returns (an
+asynchronous one, e.g. NCCL's, when its work has completed: FLIGHT.end(works=...)), so a dump's open
+events say exactly where each rank is stuck. `parallel/watch.py`'s `watched(group, op)`
 records every collective; the pipeline executor records its computes, posts and waits. A watchdog
 thread dumps the buffer when the rank has made no progress for `stall_s` seconds (a hung rank writes
 its own dump while its peers time out) and on SIGUSR2 (read from a wakeup pipe, so even a rank blocked
@@ -39,6 +40,8 @@ class FlightRecorder:
         self.watchdog: _Watchdog | None = None
         self.lock = threading.Lock()  # the watchdog thread and the training thread may dump at once
         self.enabled = True
+        self.unfinished: list = []  # (event, works) ended by their caller, their works still running
+        self.unfinished_lock = threading.Lock()  # settled by the watchdog's dumps too
 
     def configure(self, folder: Path | str, rank: int, identity: dict, size: int = DEFAULT_EVENTS) -> None:
         """Dump into `folder` as rank_<rank>.json; `identity` (layout coordinates...) goes into every dump.
@@ -53,19 +56,39 @@ class FlightRecorder:
         self.last_progress = now = time.time()
         if not self.enabled:
             return _OFF
+        if self.unfinished:
+            self.settle()
         self.seq += 1
         event = [self.seq, self.step, op, group, peer, microbatch, chunk, now, None, False]
         self.events.append(event)
         return event
 
-    def end(self, event: list, failed: bool = False) -> None:
+    def end(self, event: list, failed: bool = False, works=()) -> None:
+        """End `event` now, or, while any of `works` (torch.distributed.Work, or a CUDA event) still runs,
+        when it has completed (settle)."""
+        self.last_progress = time.time()
         if event is _OFF:
-            self.last_progress = time.time()
             return
-        self.last_progress = event[8] = time.time()
-        event[9] = failed
+        running = [work for work in works if not _completed(work)]
+        if running and not failed:
+            with self.unfinished_lock:
+                self.unfinished.append((event, running))
+            return
+        event[8], event[9] = self.last_progress, failed
+
+    def settle(self) -> None:
+        """End the events whose works have completed since (seen now: the end time is when it was seen)."""
+        with self.unfinished_lock:
+            still = []
+            for event, works in self.unfinished:
+                if all(_completed(work) for work in works):
+                    event[8] = time.time()
+                else:
+                    still.append((event, works))
+            self.unfinished = still
 
     def snapshot(self) -> list[dict]:
+        self.settle()
         return [dict(zip(FIELDS, event)) for event in list(self.events)]  # list(): atomic under the GIL
 
     def dump(self, reason: str) -> Path | None:
@@ -100,18 +123,30 @@ class FlightRecorder:
             self.watchdog = None
 
 
+# torch's flight-recorder dump, by the name each torch gives it: _dump_fr_trace_json (2.6 on, NCCL and
+# gloo), _dump_nccl_trace_json (2.3-2.5, NCCL only); its buffer is TORCH_FR_BUFFER_SIZE there and
+# TORCH_NCCL_TRACE_BUFFER_SIZE before (train/launch.py's NCCL_ENV sets both)
+TORCH_DUMPS = ("_dump_fr_trace_json", "_dump_nccl_trace_json")
+
+
 def torch_flight_recorder() -> dict | None:
     """torch's own flight recorder (its collectives by process group, NCCL or gloo), as JSON, when it is
     on (TORCH_FR_BUFFER_SIZE > 0, which init_distributed sets) and this torch has it."""
-    try:
-        from torch._C._distributed_c10d import _dump_fr_trace_json
-    except ImportError:
+    import torch._C._distributed_c10d as c10d
+
+    dump = next((getattr(c10d, name) for name in TORCH_DUMPS if hasattr(c10d, name)), None)
+    if dump is None:
         return None
     try:
-        trace = json.loads(_dump_fr_trace_json(True, False))
+        trace = json.loads(dump(True, False))
     except (RuntimeError, ValueError):
         return None
     return trace if trace.get("entries") else None
+
+
+def _completed(work) -> bool:
+    """Whether a torch.distributed.Work (is_completed) or a CUDA event (query) has completed."""
+    return work.is_completed() if hasattr(work, "is_completed") else work.query()
 
 
 class _Watchdog:

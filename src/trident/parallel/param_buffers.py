@@ -23,7 +23,7 @@ class ParamBuffers:
 
     def __init__(self, layout: FlatLayout, stage: int, timeout_s: float = 600.0):
         self.layout, self.stage = layout, stage
-        self.timeout = timedelta(seconds=timeout_s)  # an explicit bound: a hung peer must not hang us
+        self.timeout = timedelta(seconds=timeout_s)  # on the CPU, a bound on the host's wait (watched.wait)
         first = layout.named_params[0][1] if layout.named_params else torch.empty(0)
         self.params = torch.zeros(layout.compact_total if stage == 3 else layout.total, dtype=first.dtype,
                                   device=first.device)
@@ -68,8 +68,8 @@ class ParamBuffers:
             pending.append((mine, dist.all_gather_into_tensor(self.params[bucket.start:bucket.end], mine,
                                                               group=group, async_op=True)))
         for _, handle in pending:
-            with watched(group, "wait parameter all_gather"):
-                handle.wait(self.timeout)
+            with watched(group, "wait parameter all_gather") as watch:
+                watch.wait(handle, self.timeout, self.params.is_cuda)
 
     # ---- stage 3: a bucket's full parameters, while in use --------------------------------------
     def gather(self, bucket: Bucket, wait: bool = True) -> None:
@@ -90,8 +90,8 @@ class ParamBuffers:
             return
         output, work = bucket.gathering
         if work is not None:
-            with watched(group, "wait parameter all_gather"):
-                work.wait(self.timeout)
+            with watched(group, "wait parameter all_gather") as watch:
+                watch.wait(work, self.timeout, output.is_cuda)
         bucket.gathering, bucket.full = None, output
         for param in bucket.params:
             start = self.layout.offsets[id(param)] - bucket.start

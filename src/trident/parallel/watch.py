@@ -5,8 +5,15 @@ peer") do not say which group they came from. The few places that communicate wr
 `watched(group)`: when it raises, the group's description (its `group_desc`, which `build_mesh`
 sets to e.g. "tp group (ranks [0, 1])") is attached to the exception itself, so it survives
 autograd re-raising a backward's error on the caller's thread. Nothing happens while calls succeed.
+
+An asynchronous exchange is waited for with `watch.wait(work, timeout, on_gpu)`: on the CPU (gloo) with
+the host-side bound, on a GPU without one (NCCL's wait only orders the stream; with a timeout it
+busy-waits the host, and the group's own timeout bounds the op); the flight-recorder event stays open
+until the work has completed (is_completed), so a hang's dump names the op still in flight (issue 59).
 """
 from __future__ import annotations
+
+from datetime import timedelta
 
 import torch.distributed as dist
 
@@ -20,18 +27,25 @@ class watched:
     (`None` is the default group, as in torch.distributed calls). The innermost tag wins.
     With `op` (e.g. "all_reduce"), the call is also an event of the flight recorder (flight.py)."""
 
-    __slots__ = ("group", "op", "peer", "event")
+    __slots__ = ("group", "op", "peer", "event", "works")
 
     def __init__(self, group, op: str | None = None, peer: int | None = None):
-        self.group, self.op, self.peer, self.event = group, op, peer, None
+        self.group, self.op, self.peer, self.event, self.works = group, op, peer, None, []
 
-    def __enter__(self) -> None:
+    def __enter__(self) -> "watched":
         if self.op is not None:
             self.event = FLIGHT.begin(self.op, _short_name(self.group), self.peer)
+        return self
+
+    def wait(self, work, timeout: timedelta | None = None, on_gpu: bool = False) -> None:
+        """Wait for an async `work` (torch.distributed.Work); `timeout` bounds it on the host, on the CPU only.
+        The event ends when the work has completed, not when this returns."""
+        work.wait() if on_gpu or timeout is None else work.wait(timeout)
+        self.works.append(work)
 
     def __exit__(self, kind, error, traceback) -> bool:
         if self.event is not None:
-            FLIGHT.end(self.event, failed=error is not None)
+            FLIGHT.end(self.event, failed=error is not None, works=self.works)
         if error is not None and not hasattr(error, _ATTRIBUTE):
             try:
                 setattr(error, _ATTRIBUTE, describe_group(self.group))
