@@ -155,12 +155,12 @@ def _train(args, config, folder) -> int:
     stops = StopRequests().install()  # from here a stop signal waits for the first step boundary
     if allocator.wanted(config.train.malloc_keep_freed, config.train.device):
         allocator.keep_freed_memory()  # first: set after the process group and model, it gains less (measured)
-    init_distributed(config.parallel.backend, config.parallel.timeout_s, config.train.device)
     # bad config or data 2, a dead or hung peer 3, silent corruption 4, anything else named 1 (one line each)
     # an object store's failure: its kind's code (StoreError.code, docs/bad-input.md#object-stores)
     codes = [((StoreError,), None), ((ConfigError, TokenOutOfRange), 2), ((RankFailure,), 3), ((CorruptionError,), 4),
              ((TrainError, CheckpointError, SaveError, FileNotFoundError, TimeoutError), 1)]
     try:
+        init_distributed(config.parallel.backend, config.parallel.timeout_s, config.train.device)  # a GPU too few: 2
         trainer = Trainer(config, folder.path)
         records = trainer.train(stops)
     except tuple(kind for kinds, _ in codes for kind in kinds) as error:

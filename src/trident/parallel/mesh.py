@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 import torch
 import torch.distributed as dist
 
+from trident.config import ConfigError
 from trident.parallel.cp_context import CPContext
 from trident.parallel.hybrid import add_hybrid_groups
 from trident.parallel.tensor import TPContext
@@ -131,8 +132,8 @@ def rank_device(wanted: str = "auto") -> torch.device:
     set by torchrun); `auto` elsewhere is the CPU; anything else (`cpu`, `cuda:1`) is taken as given."""
     if wanted == "cuda" or (wanted == "auto" and torch.cuda.is_available()):
         local, gpus = int(os.environ.get("LOCAL_RANK", 0)), torch.cuda.device_count()
-        if local >= gpus:  # not an "invalid device ordinal" from deep inside CUDA
-            raise ValueError(f"rank {os.environ.get('RANK', 0)} is local rank {local} but this machine has {gpus} "
+        if local >= gpus:  # a config mistake (exit 2), not an "invalid device ordinal" from deep inside CUDA
+            raise ConfigError(f"rank {os.environ.get('RANK', 0)} is local rank {local} but this machine has {gpus} "
                              f"GPU(s) (train.device={wanted}): start at most {gpus} ranks a node, or train.device=cpu")
         torch.cuda.set_device(local)
         return torch.device("cuda", local)

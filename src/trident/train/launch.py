@@ -201,6 +201,7 @@ def _backend_and_device(backend: str, device: str):
     """(init_process_group's backend, its device_id: this rank's GPU, set as current, or None)."""
     import torch
 
+    from trident.config import ConfigError
     from trident.parallel.mesh import rank_device
 
     if backend == "gloo":
@@ -209,7 +210,7 @@ def _backend_and_device(backend: str, device: str):
     target = rank_device(wanted)
     if target.type != "cuda":
         if backend == "nccl":
-            raise ValueError(f"parallel.backend=nccl needs a CUDA device, got train.device={device}")
+            raise ConfigError(f"parallel.backend=nccl needs a CUDA device, got train.device={device}")
         return "gloo", None
     if target.index is None:  # train.device=cuda:N names its GPU; plain cuda is LOCAL_RANK's (rank_device)
         target = torch.device("cuda", torch.cuda.current_device())
