@@ -4,7 +4,8 @@ Ctrl-C's SIGINT, reaching any one rank stops every rank at the same step boundar
 A signal only sets a flag. After every step the ranks all-reduce (MAX) two small integers, the flag and
 "a time-based save is due", so they agree on what to do without any rank acting on a signal alone.
 The stop itself (wait for a background save, save synchronously, write OUT/preempted.json) is the
-trainer's; this module only decides when.
+trainer's; this module only decides when. A lost folder lock is no stop: another run may hold OUT, so
+the run ends at once without saving or writing a marker there (data/run_folder.stop_at_once, exit 2).
 """
 from __future__ import annotations
 
