@@ -11,7 +11,9 @@
 #      kernel (fused) of one training step (benchmarks/gpu_kernels.py);
 #   5. ring: context parallelism's ring attention with its CUDA blocks (flash MHA/GQA, memory-efficient,
 #      the fp32 matmuls) against SDPA under bf16 autocast, forward and backward, a cp4 ring as threads
-#      of one process (NCCL takes one rank per GPU): tests/test_context_kernels.py, errors printed.
+#      of one process (NCCL takes one rank per GPU): tests/test_context_kernels.py, errors printed; and
+#      its speed: one layer's forward + backward at S=16384, flash blocks and fp32 matmul blocks against
+#      SDPA (benchmarks/ring_blocks.py; target for the flash blocks <= 1.2 x SDPA).
 # Each step runs under a timeout; a failed step is reported and the later ones still run. Everything
 # printed goes to stdout and to ${OUT:-/tmp}/gpu-report.txt. Exit status 0 only if every step passed;
 # 1 at once on a machine without CUDA.
@@ -98,7 +100,8 @@ main() {
     # shellcheck disable=SC2086  # one word per override
     step rehearse 90 python -m trident rehearse gpt-1.3b $overrides --gpus 1 --ranks 0 --json
     step kernels 60 python benchmarks/gpu_kernels.py --device cuda
-    step ring 120 python -m pytest -q -p no:cacheprovider -rP tests/test_context_kernels.py
+    step ring 90 python -m pytest -q -p no:cacheprovider -rP tests/test_context_kernels.py
+    step ring-speed 60 python benchmarks/ring_blocks.py --device cuda
 
     echo
     echo "=== summary"
