@@ -12,8 +12,10 @@ from collections import Counter
 from pathlib import Path
 
 from trident.curate.document import CurateError
-from trident.curate.read.read_task import MARKER_SUFFIX, fresh_drop_log, raw_sources, timed
+from trident.curate.read.read_task import (MARKER_SUFFIX, fresh_drop_log, raw_sources, read_before, save_task_claims,
+                                           timed)
 from trident.curate.read.record_log import RecordLog
+from trident.curate.read.run_ids import IDS_QUALIFIED, ids_final, qualify_repeated_ids
 from trident.curate.read.shards import (LEVEL, SHARD_SUFFIX, WORK_LEVEL, input_format, read_documents, read_shard,
                                         record_lines, write_lines, write_shard)
 from trident.curate.run.registry import build_stage, stage_class
@@ -70,7 +72,7 @@ def stream_shard(task: dict) -> dict:
     saved as the shard's completion marker.
     """
     marker = location(task["output"] + MARKER_SUFFIX)
-    if marker.exists() and location(task["output"]).exists():
+    if read_before(task):
         return json.loads(marker.read_text())
     import_modules(task["modules"])  # worker processes start without the driver's custom stages
     stages = [build_stage(spec["stage"], _params(spec)) for spec in task["specs"]]
@@ -98,6 +100,7 @@ def stream_shard(task: dict) -> dict:
             docs = timed(stage.process(docs), spent, slot)
         written = write_shard(location(task["output"]), docs, level)
     drops.close()  # complete before the marker: a resumed run keeps it
+    save_task_claims(task, raw)
     own = [spent[0]] + [spent[i] - spent[i - 1] for i in range(1, len(spent))]
     result = {
         "read": dict(log.counters) if task["read_raw"] else None,
@@ -114,7 +117,8 @@ def stream_tasks(specs: list[dict], inputs: list[tuple[Path, str | None]], phase
                  read_raw: bool, work_only: bool = False, suffix: str = SHARD_SUFFIX) -> list[dict]:
     """``stream_shard``'s task for every input shard of a streaming phase (outputs under ``phase_dir``,
     named shard-<index><suffix>). An input is (path, dataset), or a list of them: small raw files
-    read one after the other into one shard (curate.read.shards.coalesce_inputs)."""
+    read one after the other into one shard (curate.read.shards.coalesce_inputs). Where there are
+    several read tasks, each notes the ids it hands out (`claims`, read/run_ids.py)."""
     make_folder(phase_dir)
     groups = [entry if isinstance(entry, list) else [entry] for entry in inputs]
     names = options.get("names") or {}  # each input file's name in the run (curate.read.inputs)
@@ -123,7 +127,7 @@ def stream_tasks(specs: list[dict], inputs: list[tuple[Path, str | None]], phase
              "group": [(str(path), dataset) for path, dataset in group] if len(group) > 1 else None,
              "names": [names.get(str(path)) for path, _ in group] if read_raw else None,
              "max_doc_bytes": options["max_doc_bytes"], "modules": options.get("modules", []),
-             "work_only": work_only} for index, group in enumerate(groups)]
+             "work_only": work_only, "claims": read_raw and len(groups) > 1} for index, group in enumerate(groups)]
 
 
 def stream_totals(results: list[dict], stages: int) -> dict:
@@ -148,6 +152,10 @@ def run_stream_phase(specs: list[dict], inputs: list[tuple[Path, str | None]], p
     ``work_only``: a later phase reads the outputs and they are never published (faster zstd level)."""
     tasks = stream_tasks(specs, inputs, phase_dir, options, read_raw, work_only)
     results = executor.map(stream_shard, tasks, desc=desc)
+    if read_raw:  # every read task is done: an id two of them handed out is qualified in the later one
+        for result, renamed in zip(results, qualify_repeated_ids(tasks, executor)):
+            if renamed:
+                result["read"][IDS_QUALIFIED] = renamed
     return [location(t["output"]) for t in tasks], stream_totals(results, len(specs))
 
 
@@ -159,23 +167,33 @@ def read_totals(tasks: list[dict]) -> dict:
 def run_global_phase(spec: dict, inputs: list[Path], phase_dir: Path, executor: Executor,
                      reads: list[dict] | None = None) -> tuple[list[Path], Counter, float]:
     """Run one global stage (or reuse its finished result); returns (output shards, counters, wall seconds).
-    ``reads``: the read tasks whose outputs are ``inputs``, for a stage that reads the raw inputs itself."""
+    ``reads``: the read tasks whose outputs are ``inputs``, for a stage that reads the raw inputs itself.
+    Such a stage sees each read task's own ids: where the read tasks then turn out to have handed out
+    one id twice (read/run_ids.py), it is run again on the read shards with the run's ids."""
     marker = phase_dir / ("_phase" + MARKER_SUFFIX)
     if marker.exists():
         done = json.loads(marker.read_text())
         outputs = [location(p) for p in done["outputs"]]
         if all(p.exists() for p in outputs):
             return outputs, Counter(done["counters"]), done["seconds"]
+    start = time.perf_counter()
+    final = reads is None or ids_final(reads)  # the read shards, if read before, hold the run's ids
+    outputs, stage = _run_global_stage(spec, inputs, phase_dir, executor, reads)
+    if not final and any(qualify_repeated_ids(reads, executor)):
+        outputs, stage = _run_global_stage(spec, inputs, phase_dir, executor, None)
+    seconds = round(time.perf_counter() - start, 6)
+    write_json_atomic(marker, {"outputs": [str(p) for p in outputs], "counters": dict(stage.counters),
+                               "seconds": seconds})
+    return outputs, Counter(stage.counters), seconds
+
+
+def _run_global_stage(spec: dict, inputs: list[Path], phase_dir: Path, executor: Executor,
+                      reads: list[dict] | None) -> tuple[list[Path], GlobalStage]:
     if phase_dir.exists():
         remove_tree(phase_dir)  # a half-finished global phase is redone from scratch
     make_folder(phase_dir)
     stage = build_stage(spec["stage"], _params(spec))
     assert isinstance(stage, GlobalStage)
     stage.raw_reads = reads
-    start = time.perf_counter()
     stage.setup()
-    outputs = [location(p) for p in stage.run(list(inputs), phase_dir, executor)]
-    seconds = round(time.perf_counter() - start, 6)
-    write_json_atomic(marker, {"outputs": [str(p) for p in outputs], "counters": dict(stage.counters),
-                               "seconds": seconds})
-    return outputs, Counter(stage.counters), seconds
+    return [location(p) for p in stage.run(list(inputs), phase_dir, executor)], stage

@@ -37,12 +37,14 @@ def kept(out_dir: Path | str, key: str) -> list[dict]:
     return found
 
 
-def describe(record: dict) -> str:
-    """One line for a drop record."""
+def describe(record: dict, key: str | None = None) -> str:
+    """One line for a drop record (naming its id where that is not `key`: a URL two documents share)."""
     score = f", score {record['score']}" if "score" in record else ""
+    kept = f", kept {record['kept']} (similarity {record.get('similarity')})" if record.get("kept") else ""
     where = f" at {record['position']}" if record.get("position") else ""
     detail = f" ({record['detail']})" if record.get("detail") else ""
-    return (f"dropped by {record['stage']}: {record['reason']}{score}{where}{detail} "
+    named = f" as {record['id']}" if record.get("id") and record["id"] != key else ""
+    return (f"dropped{named} by {record['stage']}: {record['reason']}{score}{kept}{where}{detail} "
             f"[{record['log']}]")
 
 
@@ -52,7 +54,7 @@ def why(out_dir: Path | str, key: str) -> tuple[list[str], dict]:
     if not (out / "stats.json").exists():
         raise FileNotFoundError(f"{out}: not a finished `trident curate` output (no stats.json)")
     result = {"dropped": dropped(out, key), "kept": kept(out, key)}
-    lines = [f"{key}: {describe(record)}" for record in result["dropped"]]
+    lines = [f"{key}: {describe(record, key)}" for record in result["dropped"]]
     lines += [f"{key}: kept as {doc['id']} in {doc['shard']} line {doc['line']}" for doc in result["kept"]]
     if not lines:
         lines = [f"{key}: not in {out}'s drop logs nor in its shards (not among the inputs? ids and URLs "
