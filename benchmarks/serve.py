@@ -239,7 +239,8 @@ def main() -> None:
     print(f"trident at {served[-1]['clients']} clients / sequential transformers: {top:.2f}x (target >= 3); "
           f"trident at 1 client / transformers at 1: {one:.2f}x (target >= 1); greedy text identical: {same}")
     print(f"chat at {chat['clients']} clients / sequential transformers on the same rendered prompts: "
-          f"{chat_ratio:.2f}x; chat / completions of the same ids, tokens/s at {chat['clients']} clients: {per_token:.2f} "
+          f"{chat_ratio:.2f}x; chat / completions of the same ids, tokens/s at {chat['clients']} clients: "
+          f"{per_token:.2f} "
           f"(target: not slower, >= 1 within noise); prompts rendered alike: {rendered}")
     emit_json("serve", {"threads": args.threads, "identical_greedy_text": same, "ratio_top_vs_hf_sequential": top,
                         "ratio_one_vs_hf_sequential": one, "ratio_chat_vs_hf_sequential": chat_ratio,

@@ -138,6 +138,22 @@ def s3():
 
 
 @pytest.fixture(scope="session")
+def chat_server(tmp_path_factory):
+    """One `trident serve` (serve_fixtures.Server) for every serving test module of this test process, on
+    a checkpoint with a Hugging Face chat template; `checkpoint` and `tokenizer` are its own."""
+    from serve_fixtures import Server, chat_checkpoint
+
+    checkpoint, tokenizer = chat_checkpoint(tmp_path_factory.mktemp("chat_server"))
+    server = Server(checkpoint, "--max-batch", "16", "--model-name", "tiny")
+    server.tokenizer = tokenizer
+    try:
+        yield server
+        assert server.stop() == 0, server.output()[-3000:]
+    finally:
+        server.kill()
+
+
+@pytest.fixture(scope="session")
 def ray_cluster(s3):
     """A local Ray cluster of 2 CPUs for every Ray test of this test process, started once (a start costs
     ~5 s of CPU and ~15 s here) by trident's own RayExecutor; executors made while it runs join it, as

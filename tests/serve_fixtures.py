@@ -66,6 +66,7 @@ class Server:
     """`trident serve CKPT ...` in a subprocess on a free port; `url`, `get`, `post`; `stop` sends SIGTERM."""
 
     def __init__(self, checkpoint, *args: str, nproc: int = 1, timeout: float = 90.0):
+        self.checkpoint = checkpoint
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         command = [sys.executable, "-m", "trident", "serve", str(checkpoint), *args, "--port", str(self.port),
@@ -153,3 +154,4 @@ def engine_reference(checkpoint, prompts: list[list[int]], slots: int = 4, **req
         scheduler.submit(r)
     scheduler.run_until_done()
     return [r.new_ids for r in requests]
+

@@ -1,8 +1,8 @@
 """`trident serve` as its clients see it, on one server for the module (a free 127.0.0.1 port):
 the `openai` package (plain and streamed) and curl get single-process greedy text; 64 concurrent
 clients x 8 requests are all answered, none lost or mixed up; every error is the OpenAI JSON error
-object with its status (unknown path, wrong method, each field's bad value, an over-long prompt, a
-model without a chat template) and the server keeps serving; /metrics and /health; a client gone
+object with its status (unknown path, wrong method, each field's bad value of both APIs, an
+over-long prompt, messages the chat template refuses) and the server keeps serving; /metrics and /health; a client gone
 mid-stream frees its slot."""
 from __future__ import annotations
 
@@ -16,21 +16,19 @@ import time
 
 import pytest
 
-from serve_fixtures import PROMPTS, Server, greedy_reference, serving_checkpoint
+from serve_fixtures import PROMPTS, greedy_reference
 
 MAX_TOKENS = 12
 
 
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    return serving_checkpoint(tmp_path_factory.mktemp("serve"))[0]
+def server(chat_server):
+    return chat_server
 
 
 @pytest.fixture(scope="module")
-def server(checkpoint):
-    server = Server(checkpoint, "--max-batch", "16", "--model-name", "tiny")
-    yield server
-    assert server.stop() == 0, server.output()[-3000:]
+def checkpoint(server):
+    return server.checkpoint
 
 
 @pytest.fixture(scope="module")
@@ -127,6 +125,26 @@ BAD = [  # (body, the field the 400 names)
 ]
 
 
+HELLO = [{"role": "user", "content": "hi"}]
+CHAT_BAD = [
+    ({"max_tokens": 3}, "messages"),
+    ({"messages": []}, "messages"),
+    ({"messages": [{"role": "robot", "content": "x"}]}, "messages[0].role"),
+    ({"messages": [{"role": "user", "content": 5}]}, "messages[0].content"),
+    ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]}, "messages[0].content[0]"),
+    ({"messages": [{"role": "tool", "content": "x"}]}, "messages"),  # the template's raise_exception
+    ({"messages": HELLO, "logprobs": False, "top_logprobs": 2}, "top_logprobs"),
+    ({"messages": HELLO, "logprobs": True, "top_logprobs": 21}, "top_logprobs"),
+    ({"messages": HELLO, "tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
+    ({"messages": HELLO, "response_format": {"type": "json_object"}}, "response_format"),
+    ({"messages": HELLO, "max_completion_tokens": 0}, "max_completion_tokens"),
+    ({"messages": HELLO, "max_tokens": 384}, "max_tokens"),
+    ({"messages": [{"role": "user", "content": "x " * 400}]}, "messages"),
+    ({"messages": HELLO, "n": 2, "best_of": 3}, "best_of"),
+    ({"messages": HELLO, "echo": True}, "echo"),
+]
+
+
 def _json_error(status: int, kind: str, answer) -> dict:
     assert kind.startswith("application/json"), (status, kind, answer)
     assert set(answer["error"]) == {"message", "type", "param", "code"}, answer
@@ -153,10 +171,10 @@ def test_every_error_is_the_openai_json_object_and_serving_goes_on(server, refer
     assert status == 400 and error["code"] == "context_length_exceeded" and error["param"] == "prompt"
     assert "context length is 384 tokens" in error["message"] and "shorten it to at most 383" in error["message"]
     assert "max_length=384" in error["message"]  # how lm-evaluation-harness users make it fit
-    chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
-    status, kind, answer = server.raw("POST", "/v1/chat/completions", json.dumps(chat).encode())
-    error = _json_error(status, kind, answer)
-    assert status == 400 and "no chat template" in error["message"] and "--chat-template" in error["message"]
+    for body, field in CHAT_BAD:
+        status, kind, answer = server.raw("POST", "/v1/chat/completions", json.dumps(body).encode())
+        error = _json_error(status, kind, answer)
+        assert status == 400 and error["param"] == field and field in error["message"], (body, answer)
     status, answer = server.post("/v1/completions", {"prompt": PROMPTS[2], "max_tokens": MAX_TOKENS, "temperature": 0})
     assert status == 200 and answer["choices"][0]["text"] == reference[PROMPTS[2]]
 
@@ -166,8 +184,8 @@ def test_openai_client_gets_errors_it_can_read(server):
     import openai
 
     client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
-    with pytest.raises(openai.BadRequestError, match="--chat-template"):
-        client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}])
+    with pytest.raises(openai.BadRequestError, match="Only system, user and assistant roles"):
+        client.chat.completions.create(model="tiny", messages=[{"role": "tool", "content": "hi"}])
     with pytest.raises(openai.BadRequestError, match="context length is 384"):
         client.completions.create(model="tiny", prompt="x " * 400, max_tokens=1)
     with pytest.raises(openai.NotFoundError, match="no route POST /v1/embeddings"):

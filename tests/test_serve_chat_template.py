@@ -44,7 +44,7 @@ def _folder(tmp_path, config: dict | None = None, jinja: str | None = None):
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("template", [CHAT_TEMPLATE, CHATML, FANCY])
+@pytest.mark.parametrize("template", [CHAT_TEMPLATE, CHATML, FANCY], ids=["roles", "chatml", "hub-features"])
 @pytest.mark.parametrize("generation_prompt", [True, False])
 def test_renders_as_transformers_apply_chat_template(tmp_path, template, generation_prompt):
     from transformers import PreTrainedTokenizerFast

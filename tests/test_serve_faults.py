@@ -1,6 +1,7 @@
 """A fault inside the server answers 500 with the OpenAI error object and an incident id, and the
 traceback goes to the server's log, never to the client; a failed engine makes /health answer 503
-with the same object. In this process: the real aiohttp app (trident.serve.app.build_app) in front of
+with the same object; a model without a chat template answers chat requests 400 naming
+--chat-template. In this process: the real aiohttp app (trident.serve.app.build_app) in front of
 an engine whose submit fails, the fault a test needs to provoke."""
 from __future__ import annotations
 
@@ -51,3 +52,18 @@ def test_a_fault_answers_500_json_and_logs_its_traceback(tmp_path, caplog):
     status, kind, body = asyncio.run(_ask(app, "GET", "/health"))
     assert status == 503 and kind.startswith("application/json") and body["status"] == "error"
     assert "device lost" in body["error"]["message"]
+
+
+@pytest.mark.timeout(60)
+def test_chat_without_a_template_is_a_400_naming_the_option(tmp_path):
+    from trident.serve.app import build_app
+    from trident.serve.chat_template import ChatTemplate
+
+    (tmp_path / "step_1").mkdir()
+    template = ChatTemplate.load(tmp_path / "step_1")  # a checkpoint folder without the chat files
+    app = build_app(FailingEngine(), tiny_tokenizer(tmp_path), "tiny", 64, template)
+    status, kind, body = asyncio.run(_ask(app, "POST", "/v1/chat/completions",
+                                          {"messages": [{"role": "user", "content": "hi"}]}))
+    assert status == 400 and kind.startswith("application/json") and body["error"]["code"] == "no_chat_template"
+    assert "no chat template" in body["error"]["message"] and "--chat-template" in body["error"]["message"]
+    assert "neither chat_template.jinja nor tokenizer_config.json" in body["error"]["message"]

@@ -1,5 +1,5 @@
-"""lm-evaluation-harness against `trident serve` (one server for the module, a checkpoint with a
-Hugging Face chat template): `local-completions` scores LAMBADA and HellaSwag (local copies of their
+"""lm-evaluation-harness against `trident serve` (the serving tests' shared server, a checkpoint with
+a Hugging Face chat template): `local-completions` scores LAMBADA and HellaSwag (local copies of their
 fixtures, offline) exactly as `--model trident` scores the same checkpoint (the harness finds the
 server's tokenizer routes, sends token-id prompts with echo + logprobs, and reads each continuation's
 log-likelihood and greediness from the OpenAI-format answer); `local-chat-completions` with
@@ -12,7 +12,7 @@ import json
 import pytest
 
 from eval_fixtures import FIXTURES, HARNESS_OFFLINE_ENV, harness_lambada_task, harness_results
-from serve_fixtures import Server, chat_checkpoint, engine_reference
+from serve_fixtures import engine_reference
 
 TASKS = {
     "serve_lambada": harness_lambada_task("serve_lambada", "{fixtures}/lambada/lambada_test.jsonl"),
@@ -49,18 +49,13 @@ metric_list:
 
 
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    return chat_checkpoint(tmp_path_factory.mktemp("serve_lm_eval"))
+def server(chat_server):
+    return chat_server
 
 
 @pytest.fixture(scope="module")
-def server(checkpoint):
-    server = Server(checkpoint[0], "--max-batch", "8", "--model-name", "tiny")
-    try:
-        yield server
-        assert server.stop() == 0, server.output()[-3000:]
-    finally:
-        server.kill()
+def checkpoint(server):
+    return server.checkpoint, server.tokenizer
 
 
 @pytest.mark.timeout(300)

@@ -1,27 +1,26 @@
-"""`trident serve` as the installed `openai` package drives it, on one server for the module whose
-checkpoint carries a Hugging Face tokenizer_config.json with a chat template: chat completions plain
-and streamed (n, seed, stop, logprobs, usage), and completions with every field at its default and
-with penalties, logit_bias, best_of, and max_tokens=0 scoring. Expected tokens come from the same
+"""`trident serve` as the installed `openai` package drives it, on the serving tests' shared server
+(conftest.py's chat_server, whose checkpoint carries a Hugging Face tokenizer_config.json with a
+chat template): chat completions plain and streamed (n, seed, stop, logprobs, usage), and
+completions with every field at its default and with penalties, logit_bias, best_of, and
+max_tokens=0 scoring. Expected tokens come from the same
 checkpoint's engine in this process (trident.infer.batching), never from the server itself."""
 from __future__ import annotations
 
 import pytest
 
-from serve_fixtures import Server, chat_checkpoint, engine_reference
+from serve_fixtures import engine_reference
 
 HELLO = [{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": "How do you water plants?"}]
 
 
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    return chat_checkpoint(tmp_path_factory.mktemp("serve_openai"))
+def server(chat_server):
+    return chat_server
 
 
 @pytest.fixture(scope="module")
-def server(checkpoint):
-    server = Server(checkpoint[0], "--max-batch", "8", "--model-name", "tiny")
-    yield server
-    assert server.stop() == 0, server.output()[-3000:]
+def checkpoint(server):
+    return server.checkpoint, server.tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +86,7 @@ def test_chat_stop_and_logprobs(checkpoint, client):
 
 
 @pytest.mark.timeout(90)
-def test_completions_accept_every_field_at_its_default(client):
+def test_completions_accept_every_field_at_its_default(client, server):
     defaults = dict(best_of=1, echo=False, frequency_penalty=0, presence_penalty=0, logit_bias={}, logprobs=None,
                     max_tokens=16, n=1, stop=None, stream=False, stream_options=None, suffix=None, temperature=1,
                     top_p=1, user="someone")
@@ -98,6 +97,7 @@ def test_completions_accept_every_field_at_its_default(client):
                                           presence_penalty=0, logit_bias={}, n=1, response_format={"type": "text"},
                                           tools=None, stream=False, user="someone", store=False)
     assert chat.choices[0].message.content
+    assert "/v1/completions for user 'someone'" in server.output()  # `user` is logged
 
 
 @pytest.mark.timeout(90)

@@ -65,7 +65,8 @@ def compile_template(source: str, where: str) -> jinja2.Template:
     try:
         return env.from_string(source)
     except jinja2.TemplateSyntaxError as error:
-        raise TemplateProblem(f"{where}: not a valid jinja2 chat template (line {error.lineno}: {error.message})") from None
+        raise TemplateProblem(f"{where}: not a valid jinja2 chat template "
+                              f"(line {error.lineno}: {error.message})") from None
 
 
 def _token_text(value, where: str, key: str) -> str | None:
@@ -119,7 +120,8 @@ class ChatTemplate:
                 raise TemplateProblem(f"--chat-template {option}: no such file")
             return cls(path.read_text(encoding="utf-8"), str(path), special)
         if (checkpoint / TEMPLATE_FILE).is_file():
-            return cls((checkpoint / TEMPLATE_FILE).read_text(encoding="utf-8"), str(checkpoint / TEMPLATE_FILE), special)
+            path = checkpoint / TEMPLATE_FILE
+            return cls(path.read_text(encoding="utf-8"), str(path), special)
         source, why = _config_template(config.get("chat_template"), str(config_path))
         if not config_path.is_file():
             why = f"{checkpoint} holds neither {TEMPLATE_FILE} nor {CONFIG_FILE}"

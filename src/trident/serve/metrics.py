@@ -77,7 +77,8 @@ class Metrics:
                         ("time_to_first_token_seconds_count", self.ttft_count)]
             family("time_to_first_token_seconds", "histogram", "Request arrival to its first generated token.",
                    buckets)
-        family("requests_running", "gauge", "Sequences holding a KV-cache slot.", [("requests_running", load["running"])])
+        family("requests_running", "gauge", "Sequences holding a KV-cache slot.",
+               [("requests_running", load["running"])])
         family("requests_waiting", "gauge", "Sequences queued for a slot.", [("requests_waiting", load["waiting"])])
         family("slots", "gauge", "KV-cache slots (--max-batch).", [("slots", load["slots"])])
         return "\n".join(lines) + "\n"
