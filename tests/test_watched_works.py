@@ -2,11 +2,14 @@
 watched(...).wait(work) bounds the host's wait on the CPU only (NCCL's wait with a timeout busy-waits the
 host; the group's timeout bounds the op), and its flight-recorder event stays open until the work has
 completed, not until NCCL has queued it, so a hang's dump names the op in flight; torch's own flight
-recorder is read under the name each torch version gives it."""
+recorder is read under the name each torch version gives it. A synchronous collective's event ends
+when a CUDA event recorded after it has completed."""
 from __future__ import annotations
 
 import json
 from datetime import timedelta
+
+import torch
 
 from trident.parallel import flight
 from trident.parallel.flight import FLIGHT
@@ -61,6 +64,25 @@ def test_a_failed_wait_ends_its_event_failed():
         pass
     event = _event("wait that fails")
     assert event["ended"] is not None and event["failed"]
+
+
+def test_a_synchronous_collective_on_a_gpu_ends_when_the_stream_gets_past_it(monkeypatch):
+    class FakeEvent:  # torch.cuda.Event: recorded after the op was queued, query() once the GPU ran it
+        reached = False
+
+        def record(self):
+            pass
+
+        def query(self) -> bool:
+            return FakeEvent.reached
+
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    with watched(None, "all_reduce grad norm"):
+        pass  # dist.all_reduce on NCCL returns once queued
+    assert _event("all_reduce grad norm")["ended"] is None
+    FakeEvent.reached = True
+    assert _event("all_reduce grad norm")["ended"] is not None  # a dump (snapshot) settles it too
 
 
 def test_torch_flight_recorder_is_read_under_either_name(monkeypatch):

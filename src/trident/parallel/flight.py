@@ -132,8 +132,10 @@ TORCH_DUMPS = ("_dump_fr_trace_json", "_dump_nccl_trace_json")
 def torch_flight_recorder() -> dict | None:
     """torch's own flight recorder (its collectives by process group, NCCL or gloo), as JSON, when it is
     on (TORCH_FR_BUFFER_SIZE > 0, which init_distributed sets) and this torch has it."""
-    import torch._C._distributed_c10d as c10d
-
+    try:
+        import torch._C._distributed_c10d as c10d
+    except ImportError:  # a torch built without torch.distributed
+        return None
     dump = next((getattr(c10d, name) for name in TORCH_DUMPS if hasattr(c10d, name)), None)
     if dump is None:
         return None

@@ -10,11 +10,14 @@ An asynchronous exchange is waited for with `watch.wait(work, timeout, on_gpu)`:
 the host-side bound, on a GPU without one (NCCL's wait only orders the stream; with a timeout it
 busy-waits the host, and the group's own timeout bounds the op); the flight-recorder event stays open
 until the work has completed (is_completed), so a hang's dump names the op still in flight (issue 59).
+A watched op without a work (a synchronous collective) ends when a CUDA event recorded after it has
+run, where CUDA is in use.
 """
 from __future__ import annotations
 
 from datetime import timedelta
 
+import torch
 import torch.distributed as dist
 
 from trident.parallel.flight import FLIGHT
@@ -45,13 +48,23 @@ class watched:
 
     def __exit__(self, kind, error, traceback) -> bool:
         if self.event is not None:
-            FLIGHT.end(self.event, failed=error is not None, works=self.works)
+            FLIGHT.end(self.event, failed=error is not None, works=self.works or _gpu_marker())
         if error is not None and not hasattr(error, _ATTRIBUTE):
             try:
                 setattr(error, _ATTRIBUTE, describe_group(self.group))
             except AttributeError:  # an exception type without a __dict__: left untagged
                 pass
         return False
+
+
+def _gpu_marker() -> list:
+    """A CUDA event recorded on the current stream once the op is queued, where CUDA is in use: a
+    synchronous collective's event then ends when the GPU has run it (NCCL returns when it is queued)."""
+    if not torch.cuda.is_initialized():
+        return []
+    marker = torch.cuda.Event()
+    marker.record()
+    return [marker]
 
 
 def _short_name(group) -> str:
