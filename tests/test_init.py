@@ -46,6 +46,40 @@ def test_tiles_of_a_shard_equal_that_slice_of_the_full_tensor(dim, full, parts):
     assert not torch.equal(other, whole)
 
 
+class CopiesInto(torch.utils._python_dispatch.TorchDispatchMode):
+    """Counts the copies whose destination is `target`'s storage."""
+
+    def __init__(self, target: torch.Tensor):
+        super().__init__()
+        self.storage, self.count = target.untyped_storage().data_ptr(), 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.aten.copy_.default and args[0].untyped_storage().data_ptr() == self.storage:
+            self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_staged_shard_is_sent_in_one_copy_with_the_same_values(dtype):
+    """The accelerator path (assembled in a host buffer, one copy into the shard) gives the values of
+    the tile-by-tile CPU path bit for bit; the CPU path copies each overlapping tile."""
+    from trident.model.init import HostStaging
+
+    full, offsets, shape = (700, 600), [0, 150], (700, 300)  # TP rank 1 of 2 along dim 1: 3 x 2 tiles
+    direct = torch.empty(shape, dtype=dtype)
+    with CopiesInto(direct) as copies:
+        normal_tiles_(direct, offsets, full, 0.02, 5, "blocks.0.mlp.fc2.weight")
+    assert copies.count == 6
+    staging = HostStaging(pin=False)
+    for _ in range(3):  # buffers reused turn by turn
+        staged = torch.empty(shape, dtype=dtype)
+        with CopiesInto(staged) as copies:
+            normal_tiles_(staged, offsets, full, 0.02, 5, "blocks.0.mlp.fc2.weight", staging)
+        assert copies.count == 1
+        assert torch.equal(staged, direct)
+    staging.finish()
+
+
 def test_a_tp_rank_build_peaks_at_its_shard(fake_world):
     fake_world(4)
     tp = TPContext(dist.group.WORLD, 4, 0)

@@ -10,7 +10,10 @@ appears whole or not at all), and COMPLETE, written last, is the commit.
 
 Host memory: a save copies this rank's tensors to host memory once, in their own dtype (weights in
 the training dtype, optimizer state in fp32), and streams each file from those copies in bounded
-chunks (tensorfile.CHUNK_BYTES), digesting files and tiles on the way (no file is read back).
+chunks (tensorfile.CHUNK_BYTES), digesting files and tiles on the way (no file is read back). From a
+GPU the copies are non-blocking, into pinned memory, with one event after the last: save() returns
+once they are queued (training goes on; the stream orders them before any later update), and the
+files are written once the event has passed.
 """
 from __future__ import annotations
 
@@ -62,14 +65,29 @@ def _agree_nonce() -> str:
 
 def _host(tensor: torch.Tensor) -> torch.Tensor:
     """The one host copy of a tensor a save makes, in the tensor's own dtype (nothing stored twice:
-    bf16 weights stay bf16, their fp32 masters live in the optimizer state)."""
-    return tensor.detach().to("cpu", copy=True).contiguous()
+    bf16 weights stay bf16, their fp32 masters live in the optimizer state). From CUDA: queued, into
+    pinned memory (complete once snapshot's event has passed)."""
+    if tensor.device.type != "cuda":
+        return tensor.detach().to("cpu", copy=True).contiguous()
+    host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+    host.copy_(tensor.detach(), non_blocking=True)
+    return host
 
 
-def snapshot(pieces: list[StatePiece], mesh) -> tuple[dict, dict, dict, list[dict]]:
+def _copies_done(pieces: list[StatePiece]):
+    """An event after the copies snapshot queued from CUDA (None when nothing was on CUDA)."""
+    if not any(piece.tensor is not None and piece.tensor.device.type == "cuda" for piece in pieces):
+        return None
+    event = torch.cuda.Event()
+    event.record()
+    return event
+
+
+def snapshot(pieces: list[StatePiece], mesh) -> tuple[dict, dict, dict, list[dict], object]:
     """Host copies of this rank's primary weight pieces (training dtype), Adam pieces (fp32) and RNG
-    streams, plus their manifest entries. Taken synchronously, so training may change the live
-    tensors while the files are written."""
+    streams, their manifest entries, and the event after the copies (None: they are done). The
+    copies are taken before training goes on (queued on the stream that updates the live tensors),
+    so training may change those while the files are written."""
     model, optim, entries = {}, {}, []
     for piece in by_kind(pieces, "weight"):
         if piece.primary:  # replicas across DP are identical: one copy is enough
@@ -80,7 +98,7 @@ def snapshot(pieces: list[StatePiece], mesh) -> tuple[dict, dict, dict, list[dic
             optim[fmt.optimizer_key(piece)] = _host(piece.tensor)
             entries.append(fmt.optimizer_entry(fmt.optim_file(mesh), piece, copy=f"pp{mesh.pp_rank}-tp{mesh.tp_rank}"))
     rng = {piece.name: _host(piece.tensor) for piece in by_kind(pieces, "rng")}
-    return model, optim, rng, entries
+    return model, optim, rng, entries, _copies_done(pieces)
 
 
 def model_values(pieces: list[StatePiece]) -> dict:
@@ -99,7 +117,7 @@ def describe(entry: dict, tensor: torch.Tensor, span: list[int]) -> dict:
 def save_plan(pieces: list[StatePiece], mesh) -> dict[str, int]:
     """Tensor bytes per file this rank writes at a save: what `snapshot` copies (under
     FakeTensorMode, e.g. in `trident rehearse`, the copies cost nothing)."""
-    model, optim, rng, _ = snapshot(pieces, mesh)
+    model, optim, rng, _, _ = snapshot(pieces, mesh)
     files = {fmt.model_file(mesh): model, fmt.optim_file(mesh): optim, fmt.rng_file(mesh.rank): rng}
     return {name: sum(t.numel() * t.element_size() for t in tensors.values())
             for name, tensors in files.items() if tensors}
@@ -132,8 +150,8 @@ class CheckpointWriter:
             tmp = fmt.step_dir(self.root, step)
         else:
             tmp = self.root / f".tmp_step_{step:07d}_{_agree_nonce()}"
-        model, optim, rng, entries = snapshot(pieces, self.mesh)
-        args = (step, tmp, model, optim, entries, rng, trainer_state | model_values(pieces), extra_files or {})
+        model, optim, rng, entries, copied = snapshot(pieces, self.mesh)
+        args = (step, tmp, model, optim, entries, rng, trainer_state | model_values(pieces), extra_files or {}, copied)
         if self.async_save and not blocking:
             self.thread = threading.Thread(target=self._run, args=args, name=f"checkpoint-{step}", daemon=True)
             self.thread.start()
@@ -168,7 +186,9 @@ class CheckpointWriter:
         except BaseException as error:  # surfaced by wait() in the training thread
             self.error = (args[0], error)
 
-    def _write(self, step, tmp, model, optim, entries, rng, trainer_state, extra_files) -> None:
+    def _write(self, step, tmp, model, optim, entries, rng, trainer_state, extra_files, copied=None) -> None:
+        if copied is not None:
+            copied.synchronize()  # the host copies are complete
         # a store failing mid-save leaves this step without COMPLETE: load=auto takes the one before
         with store_operation(fmt.step_dir(self.root, step), f"rank {self.mesh.rank}: saving checkpoint step {step}"):
             self._write_files(step, tmp, model, optim, entries, rng, trainer_state, extra_files)

@@ -118,6 +118,8 @@ class Engine:
             raise ValueError(f"plan width {plan.width} must be a multiple of {self.multiple} (sequence parallel)")
         logits = self._forward(plan)
         table = self._choose(plan, logits, choose) if logits is not None else None
+        if table is not None:
+            table = table.cpu()  # the pass's one copy to the host: [b, w, 2 + 2 top_n], not the logits
         shape = (plan.rows, plan.out_width, 2 + 2 * plan.top_n)
         if self.world > 1:
             if table is None or self.rank != self.sampler:
@@ -128,9 +130,8 @@ class Engine:
 
     def _forward(self, plan: Plan) -> torch.Tensor | None:
         """Stage to stage through this rank's chunks; the logits [b, w, V/tp] on the last stage."""
-        tokens, positions = plan.tokens.to(self.device), plan.positions.to(self.device)
-        step = StepRows(plan.column("slot").to(self.device), positions)
-        x = tokens
+        step = StepRows(plan.column("slot"), plan.positions, self.device)  # host values read on the host
+        x, positions = plan.tokens.to(self.device, non_blocking=True), step.positions
         split = self.multiple
         for c, chunk in enumerate(self.chunks):
             self.caches[c].step = step
@@ -153,7 +154,9 @@ class Engine:
 
     # ---- the next token -----------------------------------------------------------------------
     def _choose(self, plan: Plan, logits: torch.Tensor, choose) -> torch.Tensor | None:
-        """The result table (on the sampler; None on the other TP ranks of the last stage)."""
+        """The result table on the logits' device (on the sampler; None on the other TP ranks of the
+        last stage): nothing the size of the vocabulary leaves the device, save a sampled row's logits
+        for its CPU generator."""
         b = plan.rows
         lasts = plan.column("last").to(logits.device)
         if plan.any_echo:  # each position's target is the next fed token; the last one's is chosen below
@@ -179,25 +182,25 @@ class Engine:
         columns = [targets.double(), logprob.double()]
         if plan.top_n:
             columns += [argmax.double(), top_lp.double()]
-        return torch.stack(columns, dim=-1).cpu()
+        return torch.stack(columns, dim=-1)
 
     def _choose_gathered(self, plan: Plan, logits, targets, at, choose) -> torch.Tensor | None:
         full = gather_from_tp(logits.float(), self.tp, dim=-1)[..., : self.vocab_size]
         if self.tp.rank != 0:
             return None
-        full, targets, at = full.cpu(), targets.cpu(), at.cpu()
-        rows = torch.arange(plan.rows)
+        rows = torch.arange(plan.rows, device=full.device)
         last_logits = full[rows, at]  # [b, V]
         if plan.any_bias:  # penalties and logit_bias steer the choice; reported logprobs stay the model's
             last_logits = apply_bias(last_logits, plan.bias_ids, plan.bias_values)
         if choose is not None:
-            chosen = choose(last_logits).cpu()
+            chosen = choose(last_logits).to(full.device)
         elif not plan.any_sampled:
             chosen = last_logits.argmax(-1)
         else:
-            chosen = torch.tensor([self._sample_row(plan, b, last_logits[b]) for b in range(plan.rows)])
+            chosen = torch.tensor([self._sample_row(plan, b, last_logits[b]) for b in range(plan.rows)],
+                                  device=full.device)
         targets[rows, at] = chosen
-        logp = full.double().log_softmax(-1)
+        logp = full.double().log_softmax(-1)  # on the device: float64 for the reported log-probabilities
         columns = [targets.double(), logp.gather(-1, targets[..., None]).squeeze(-1)]
         if plan.top_n:
             top = logp.topk(plan.top_n, dim=-1)

@@ -16,18 +16,21 @@ import torch.nn.functional as F
 
 
 class StepRows:
-    """What one forward pass is about: which slots, and each token's absolute position."""
+    """What one forward pass is about: which slots, and each token's absolute position. Built from the
+    plan's host tensors, so what the host must know (the longest row, whether the slots are
+    consecutive) is read there: a decode step never waits for the device to learn it."""
 
-    def __init__(self, slots: torch.Tensor, positions: torch.Tensor):
-        self.slots = slots  # [b] long
-        self.positions = positions  # [b, s] long
+    def __init__(self, slots: torch.Tensor, positions: torch.Tensor, device: torch.device | str = "cpu"):
+        slots, positions = slots.cpu(), positions.cpu()  # the plan's own (a no-op for them)
         self.length = int(positions.max()) + 1  # keys at positions >= length are never attended
         first = int(slots[0])
         # consecutive slots (one request, or a batch admitted together) are read as a view, not a copy
-        self.block = slice(first, first + len(slots)) if torch.equal(
-            slots, torch.arange(first, first + len(slots), device=slots.device)) else None
-        self.visible = (torch.arange(self.length, device=positions.device)[None, None, :]
-                        <= positions[:, :, None])[:, None]  # [b, 1, s, length]: shared by every layer
+        consecutive = torch.equal(slots, torch.arange(first, first + len(slots)))
+        self.block = slice(first, first + len(slots)) if consecutive else None
+        self.slots = slots.to(device, non_blocking=True)  # [b] long
+        self.positions = positions.to(device, non_blocking=True)  # [b, s] long
+        self.visible = (torch.arange(self.length, device=device)[None, None, :]
+                        <= self.positions[:, :, None])[:, None]  # [b, 1, s, length]: shared by every layer
 
 
 class LayerCache:

@@ -1,11 +1,19 @@
 """Silent-corruption check: data-parallel replicas of every parameter shard must be bit-identical
 (each replica applies the same reduced gradients, or all-gathers the same ZeRO-1 update). Each rank
-hashes its shards (xxh64 of the bytes); only the digests cross the gradient group (dp x cp ranks,
-which hold the same parameters). A replica whose digest differs from the others' (the odd one out;
-with two replicas both are named) is reported with the parameter.
+digests its shards where they live (a GPU's never cross to the host: two 64-bit sums over the
+tensor's 32-bit words, one weighted by position, on the device; only the sums of every parameter,
+in one small copy, reach the host, where xxh64 folds each pair); only the digests cross the gradient
+group (dp x cp ranks, which hold the same parameters). A replica whose digest differs from the
+others' (the odd one out; with two replicas both are named) is reported with the parameter.
+
+Any single flipped bit changes the position-weighted sum (a word's change times an odd weight is
+never 0 modulo 2^64); the second sum mixes each word nonlinearly with its position, so that changes
+to several words are not hidden by a linear coincidence. Integer sums wrap the same way in any
+order, so a digest depends on the bytes alone, on any device.
 """
 from __future__ import annotations
 
+import struct
 from collections import Counter
 
 import torch
@@ -15,10 +23,41 @@ import xxhash
 from trident.parallel.watch import watched
 
 
+CHUNK_WORDS = 1 << 24  # words summed a pass: bounded scratch (int64, 128 MiB) on the device
+
+
+def _signed(value: int) -> int:
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+MIX_WORD, MIX_POSITION = _signed(0x9E3779B97F4A7C15), _signed(0xC2B2AE3D27D4EB4F)  # odd 64-bit constants
+
+
+def sums_on_device(tensor: torch.Tensor) -> torch.Tensor:
+    """[2] int64 on the tensor's device: sum of w_i (2 i + 1) and of (w_i M) ^ (i P) (mod 2^64) over
+    its bytes as 32-bit words w_i (bytes, when their count is not a multiple of 4)."""
+    data = tensor.detach().contiguous().view(-1).view(torch.uint8)
+    words = data.view(torch.int32) if data.numel() % 4 == 0 else data
+    total = torch.zeros(2, dtype=torch.int64, device=tensor.device)
+    for start in range(0, words.numel(), CHUNK_WORDS):
+        w = words[start:start + CHUNK_WORDS].to(torch.int64)
+        i = torch.arange(start, start + w.numel(), dtype=torch.int64, device=tensor.device)
+        total[0] += (w * (2 * i + 1)).sum()
+        total[1] += ((w * MIX_WORD) ^ (i * MIX_POSITION)).sum()
+    return total
+
+
+def digests(tensors: list[torch.Tensor]) -> list[int]:
+    """A 64-bit digest of each tensor's bytes (in its own dtype), computed where it lives: one copy of
+    2 numbers a tensor to the host for all of them."""
+    if not tensors:
+        return []
+    pairs = torch.stack([sums_on_device(t) for t in tensors]).cpu().tolist()
+    return [xxhash.xxh64(struct.pack("<qq", a, b)).intdigest() for a, b in pairs]
+
+
 def digest(tensor: torch.Tensor) -> int:
-    """xxh64 of a tensor's bytes, in its own dtype (copied to the host when it lives on a device)."""
-    data = tensor.detach().contiguous().view(-1).view(torch.uint8).cpu().numpy()
-    return xxhash.xxh64(data).intdigest()
+    return digests([tensor])[0]
 
 
 def replica_mismatches(named_params: list, mesh) -> list[dict]:
@@ -28,7 +67,7 @@ def replica_mismatches(named_params: list, mesh) -> list[dict]:
     group, size, _ = mesh.gradient
     if group is None:
         return []
-    mine = [digest(param) for _, param in named_params]
+    mine = digests([param for _, param in named_params])
     gathered: list = [None] * size
     with watched(group, "all_gather weight digests"):
         dist.all_gather_object(gathered, mine, group=group)
