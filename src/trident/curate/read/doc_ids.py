@@ -24,32 +24,31 @@ from trident.text.storage import location, save_array
 
 
 class Claims:
-    """What one read task handed out, in order: each id, the file it names a document of (an index
-    into `names`), the document's place there (JSONL line, WARC byte offset; -1 for an HTML file)
-    and a WARC record's id: enough to name it otherwise later (`alternates`)."""
+    """What one read task handed out, in order: each id, the document's place in its file (JSONL
+    line, WARC byte offset; -1 for an HTML file), the file (`names`; `starts`: the claim at which
+    each file's documents begin) and WARC record ids: enough to name it otherwise (`alternates`)."""
 
     def __init__(self) -> None:
         self.ids: list[str] = []
         self.places = array("q")
-        self.files = array("I")
         self.records: dict[int, str] = {}  # claim index -> WARC-Record-ID (WARC records that have one)
         self.names: list[str] = []
+        self.starts: list[tuple[int, int]] = []  # (first claim, index into names), in claim order
         self._index: dict[str, int] = {}
-        self.current = 0
 
     def enter(self, name: str) -> None:
         """The documents claimed from now on are those of the file `name` (its name in the run)."""
         if name not in self._index:
             self._index[name] = len(self.names)
             self.names.append(name)
-        self.current = self._index[name]
+        self.starts.append((len(self.ids), self._index[name]))
 
-    def add(self, doc_id: str, place: int, record: str) -> None:
-        if record:
-            self.records[len(self.ids)] = record
-        self.ids.append(doc_id)
-        self.places.append(place)
-        self.files.append(self.current)
+    def files(self):
+        """Each claim's file (an index into `names`), as a numpy array."""
+        import numpy as np
+
+        bounds = [start for start, _ in self.starts] + [len(self.ids)]
+        return np.repeat(np.array([index for _, index in self.starts], np.uint32), np.diff(bounds))
 
 
 class DocumentIds:
@@ -59,14 +58,19 @@ class DocumentIds:
     def __init__(self, record: bool = False) -> None:
         self._taken: set[str] = set()
         self.claims = Claims() if record else None
+        # bound appends: a JSONL record's quick path pays two calls for its claim, no more
+        self._note = (self.claims.ids.append, self.claims.places.append) if record else None
 
     def claim(self, *candidates: str, place: int = -1, record: str = "") -> str:
         """The first candidate not taken yet (taking it); the last one is unique by construction
         (it names the file and position), so it is taken even if it were not."""
         chosen = next((c for c in candidates[:-1] if c not in self._taken), candidates[-1])
         self._taken.add(chosen)
-        if self.claims is not None:
-            self.claims.add(chosen, place, record)
+        if self._note is not None:
+            if record:
+                self.claims.records[len(self.claims.ids)] = record
+            self._note[0](chosen)
+            self._note[1](place)
         return chosen
 
     def first(self, candidate: str, place: int = -1) -> bool:
@@ -74,8 +78,9 @@ class DocumentIds:
         if candidate in self._taken:
             return False
         self._taken.add(candidate)
-        if self.claims is not None:
-            self.claims.add(candidate, place, "")
+        if self._note is not None:
+            self._note[0](candidate)
+            self._note[1](place)
         return True
 
 
@@ -158,5 +163,5 @@ def save_claims(output: str | Path, claims: Claims) -> None:
     detail = json.dumps({"names": claims.names, "ids": claims.ids, "records": claims.records}, ensure_ascii=False)
     save_array(claims_path(output), None,
                hashes=np.fromiter(map(id_hash, claims.ids), np.uint64, len(claims.ids)),
-               places=np.frombuffer(claims.places, np.int64), files=np.frombuffer(claims.files, np.uint32),
+               places=np.frombuffer(claims.places, np.int64), files=claims.files(),
                detail=np.frombuffer(detail.encode("utf-8", "surrogatepass"), np.uint8))
