@@ -90,7 +90,8 @@ main() {
     python -c 'import torch; print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, {torch.cuda.get_device_name()}")'
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || true
 
-    # TRIDENT_TEST_DEVICE=auto: these single-process tests' tiny configs take the GPU (the suite's mean the CPU)
+    # TRIDENT_TEST_DEVICE=auto: the GPU stays visible (tests/conftest.py hides it otherwise) and these
+    # single-process tests' tiny configs take it (the suite's mean the CPU)
     step tests 150 env TRIDENT_TEST_DEVICE=auto python -m pytest -q -p no:cacheprovider tests/test_devices.py tests/test_generate.py \
         "tests/test_checkpoint.py::test_resume_is_exact_with_dropout"
     step mfu 180 python benchmarks/mfu.py --device cuda --steps 30
@@ -100,7 +101,7 @@ main() {
     # shellcheck disable=SC2086  # one word per override
     step rehearse 90 python -m trident rehearse gpt-1.3b $overrides --gpus 1 --ranks 0 --json
     step kernels 60 python benchmarks/gpu_kernels.py --device cuda
-    step ring 90 python -m pytest -q -p no:cacheprovider -rP tests/test_context_kernels.py
+    step ring 90 env TRIDENT_TEST_DEVICE=auto python -m pytest -q -p no:cacheprovider -rP tests/test_context_kernels.py
     step ring-speed 60 python benchmarks/ring_blocks.py --device cuda
 
     echo

@@ -8,6 +8,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+if os.environ.get("TRIDENT_TEST_DEVICE", "cpu") == "cpu":  # the suite means the CPU, on a GPU machine too: no GPU for
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""  # torch here nor in what it starts (benchmarks/gpu.sh opts in with auto)
 
 
 def pytest_configure(config):
