@@ -240,8 +240,10 @@ class CausalLM(LM):
         ids = torch.full((len(rows), max(map(len, rows))), self.eod_id, dtype=torch.long)
         for b, r in enumerate(rows):
             ids[b, : len(r)] = torch.tensor(r)
-        logits = self.forward(ids.to(self.device)).float().cpu()
-        return torch.stack([logits[b, len(r) - 1, : self.vocab_size] for b, r in enumerate(rows)])
+        logits = self.forward(ids.to(self.device))
+        ends = torch.tensor([len(r) - 1 for r in rows], device=logits.device)
+        # each row's last position picked on the device: [b, V] reach the host, not [b, s, V]
+        return logits[torch.arange(len(rows), device=logits.device), ends, : self.vocab_size].float().cpu()
 
     def _choose(self, logits: torch.Tensor, temperature: float, top_k: int | None, generator,
                 top_p: float = 1.0) -> torch.Tensor:
