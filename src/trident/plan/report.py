@@ -150,7 +150,7 @@ def batch_remark(config: Config) -> str | None:
     return (f"note: a step holds {sequences:,} sequences of {length:,} tokens = {sequences * length / 1e6:,.0f}M "
             f"tokens, {sequences * length / (1920 * 2048):.0f}x MT-NLG's 3.9M (1,920 x 2,048): a longer "
             f"model.seq_length usually comes with fewer sequences a step (train.global_batch_size={keeps} keeps "
-            f"3.9M tokens); the ranking below is for the batch as given")
+            f"3.9M tokens); planned below with the batch as given")
 
 
 def context_summary(ranking: Ranking) -> list[str]:
