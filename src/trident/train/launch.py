@@ -64,7 +64,8 @@ def relaunch_with_torchrun(command: list[str], failures: Path | None = None) -> 
     session of its own, sees them exit and ends. torchrun (and through it every rank) dies with the
     launcher, so no child outlives it; a second Ctrl-C stops the ranks without saving. With `failures`
     (a local folder, FAILURES_ENV to the ranks) stderr is passed on until a rank leaves a record there:
-    the launcher then prints that rank's one line instead of the peers' and torchrun's."""
+    the launcher then prints that rank's one line instead of the peers' and torchrun's, which are kept in
+    a local file that line names (later_stderr)."""
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")  # one thread a rank: N ranks share the cores
     env[LAUNCHED_ENV] = "1"
@@ -111,18 +112,38 @@ def leave_failure(line: str, code: int) -> bool:
 
 
 def first_failure(failures: Path) -> dict | None:
-    """The earliest record a rank left in `failures` (the failure the others then met), if any."""
+    """The earliest record a rank left in `failures` (the failure the others then met), if any; its line
+    says where the stderr that followed it is kept (later_stderr), when there was any."""
     records = [json.loads(path.read_text()) for path in failures.glob("rank*.json")]
-    return min(records, key=lambda record: record["written_at"], default=None)
+    first = min(records, key=lambda record: record["written_at"], default=None)
+    kept = later_stderr(failures)
+    if first is not None and kept.exists():
+        lines = len(kept.read_bytes().splitlines())
+        first["line"] += f" (the ranks' and torchrun's stderr after it, {lines} lines, is kept in {kept})"
+    return first
+
+
+def later_stderr(failures: Path) -> Path:
+    """The local file that keeps the stderr following a rank's failure record: beside the `failures` folder,
+    which the launcher removes once it has read the record."""
+    return failures.with_name(f"{failures.name}-stderr.log")
 
 
 def _pass_stderr(proc: subprocess.Popen, failures: Path) -> None:
-    """torchrun's (and its ranks') stderr to the launcher's, until a rank's failure record appears: what
-    follows (the peers' lines, torchrun's summary) repeats that failure, which the launcher prints once."""
-    fd = proc.stderr.fileno()
-    while chunk := os.read(fd, 65536):
-        if not any(failures.glob("rank*.json")):
-            os.write(sys.stderr.fileno(), chunk)
+    """torchrun's (and its ranks') stderr to the launcher's, until a rank's failure record appears. What
+    follows (the peers' lines, torchrun's summary) mostly repeats that failure, which the launcher prints
+    once; it goes to later_stderr(failures) instead, so that nothing else said there (another rank's
+    unrelated traceback) is lost."""
+    fd, kept = proc.stderr.fileno(), None
+    try:
+        while chunk := os.read(fd, 65536):
+            if kept is None and not any(failures.glob("rank*.json")):
+                os.write(sys.stderr.fileno(), chunk)
+                continue
+            kept = kept or open(later_stderr(failures), "ab")  # noqa: SIM115 - open until the stream ends
+            kept.write(chunk)
+    finally:
+        kept and kept.close()
 
 
 def _torchrun_preexec() -> None:
