@@ -8,6 +8,7 @@ import pytest
 from trident.curate.document import CurateError, Document
 from trident.curate.droplog import log_path, read_log
 from trident.curate.filters.site_lines import line_key, strip_template, template_region
+from trident.curate.filters.site_shapes import STRONG, WEAK
 from trident.curate.read.shards import read_shard, write_shard
 from trident.curate.run.executors import LocalExecutor
 from trident.curate.run.pipeline import load_pipeline_config, run_pipeline
@@ -54,6 +55,16 @@ def test_template_region_keeps_lone_template_lines_inside_the_page():
     # "Docs" between paragraphs is content; case, spacing and digits do not make a line different
     assert strip_template(text, keys, 2) == ("Title\n\nOne.\n\nDocs\n\nTwo.\n\nThree.", 6)
     assert strip_template(text, set(), 2) == (text, 0)
+
+
+def test_a_page_that_opens_with_its_title_keeps_the_heading_under_it():
+    t, c = True, False
+    # a man page: its title (a weak shape: "git-add(1) Manual Page"), NAME on every page, its summary
+    assert template_region([WEAK, 1, c, c, 1, 1], 2) == [c, c, c, c, t, t]
+    assert template_region([WEAK, 1, 1, c], 2) == [c, t, t, c]  # a menu under the title still goes
+    assert template_region([WEAK, STRONG, c], 2) == [c, t, c]  # and a navigation line
+    assert template_region([1, WEAK, c], 2) == [t, t, c]  # a title under a site's header: as before
+    assert template_region([WEAK, 1], 2) == [c, t]  # a page of a title and template only
 
 
 def test_template_lines_removed_and_articles_kept(corpus, default_run):

@@ -83,11 +83,14 @@ def template_region(flags: list[int], min_run: int) -> list[bool]:
     STRONG: a line of template shape, site_shapes): STRONG lines wherever they stand, runs of
     template lines that touch either end of the page and hold a line that is not WEAK (a page title
     whose one frequent word gives it a shape stays), and runs of at least ``min_run`` exact
-    template lines."""
+    template lines. A page whose first line is of weak shape opens with its own title ("git-add(1)
+    Manual Page"): it stays, and the lines under it are inside the page, not at its top edge (a man
+    page's `NAME` heading, on every page of the folder, stays with it)."""
+    titled = bool(flags) and flags[0] == WEAK
     out: list[bool] = []
     for is_template, run in groupby(flags, key=bool):
         run = list(run)
-        edge = not out or len(out) + len(run) == len(flags)
+        edge = (not out and not titled) or len(out) + len(run) == len(flags)
         anchored = any(flag != WEAK for flag in run)  # weak shapes alone are no template region
         out += [is_template and ((edge and anchored) or flag == STRONG) for flag in run]
     at = 0
@@ -96,6 +99,8 @@ def template_region(flags: list[int], min_run: int) -> list[bool]:
         if exact and n >= min_run:
             out[at:at + n] = [True] * n
         at += n
+    if titled:
+        out[0] = False
     return out
 
 
