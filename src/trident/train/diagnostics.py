@@ -19,6 +19,7 @@ from trident.train.straggler_watch import StragglerWatch
 from trident.train.stragglers import gather_reports, rank_report
 
 SPIKE_WINDOW = 20  # steps whose median loss a spike is measured against
+STALL_FRACTION = 0.8  # of parallel.timeout_s without progress: the flight recorder's watchdog dumps
 
 
 class CorruptionError(RuntimeError):
@@ -53,8 +54,9 @@ class RunDiagnostics:
         self.cfg, self.mesh, self.model, self.device, self.log = config.diagnostics, mesh, model, device, log
         self.parallel, self.out = config.parallel, out
         self.phases, self.boxes = PhaseClock(clock_for(device)), None
-        # a rank stalled a little longer than the collectives' timeout: its peers have dumped by then
-        self.stall_s = 1.25 * config.parallel.timeout_s
+        # dump while everything still hangs: before the collectives' timeout ends the stuck op (NCCL's
+        # watchdog aborts it then), so the dump shows the op every rank is stuck in
+        self.stall_s = STALL_FRACTION * config.parallel.timeout_s
         self.injector = Injector.from_env(mesh.rank)
         self.recent: deque = deque(maxlen=SPIKE_WINDOW)
         FLIGHT.configure(location(out) / "debug" / "flight", mesh.rank,
