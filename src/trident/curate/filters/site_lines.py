@@ -7,7 +7,8 @@ host and in at least ``min_fraction`` of them; hosts with fewer than ``min_host_
 pages are left alone. A template line is removed only where it stands in the page's template
 region: in the run of template lines that starts or ends the page, or in a run of at least
 ``min_run`` consecutive template lines inside it; a lone template line between content lines
-(a subheading "Downloads" equal to a menu item) is content and stays. Pages left without text
+(a subheading "Downloads" equal to a menu item) is content and stays; so does a page's own title
+as its first line, and the heading under it (a man page's title and NAME). Pages left without text
 are dropped (``dropped:site_boilerplate``, written to the drop log beside the output shard).
 
 Lines are compared case-folded, each run of digits as 0, whitespace collapsed (so "Last updated
