@@ -13,17 +13,13 @@ from dataclasses import dataclass
 
 from trident.config import Config
 from trident.plan.search import Plan
+from trident.train.launch import NCCL_ENV as RANK_NCCL_ENV
 
 RDZV_PORT = 29500
-# What a 2,240-GPU job needs from NCCL and torch: a failed or timed-out collective aborts its
-# communicator and raises (2: the rank then names the failure and dumps its flight recorder, instead of
-# being torn down), and torch's flight recorder keeps the last collectives and dumps them on a timeout.
-NCCL_ENV = {
-    "TORCH_NCCL_ASYNC_ERROR_HANDLING": "2",
-    "TORCH_FR_BUFFER_SIZE": "2000",
-    "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
-    "NCCL_DEBUG": "WARN",
-}
+# What a 2,240-GPU job needs from NCCL and torch: init_distributed's own (train/launch.py: a failed or
+# timed-out collective aborts its communicator and raises; torch's flight recorder on, dumped on a
+# timeout), exported in the script so that torchrun and NCCL see them too, and NCCL's warnings.
+NCCL_ENV = {**RANK_NCCL_ENV, "NCCL_DEBUG": "WARN"}
 
 
 @dataclass
