@@ -19,7 +19,8 @@ frequent shingles plus a sparse product over the rest). Accidental near-duplicat
    reported as duplicates after verification (candidate kept when its verified Jaccard >= T;
    trident verifies with minhash.jaccard of its xxh64 shingle hashes, as fuzzy_dedup does;
    datasketch pairs with the exact sets) and, for comparison, with the MinHash estimate instead.
-3. The fuzzy_dedup stage end to end against datasketch and rensa (benchmarks/dedup_end_to_end.py):
+3. The fuzzy_dedup stage end to end against datasketch (sha1, and xxh32: its fastest documented
+   setting) and rensa (benchmarks/dedup_end_to_end.py):
    `--e2e-docs` unrelated documents of 170-480 words (1-3 KB) plus 10% planted copies, 4 JSONL.zst
    shards in and out, one process; best CPU seconds of `--e2e-rounds` interleaved rounds, trident's
    seconds per part, recall of planted J >= 0.8 pairs and drops with no J >= 0.7 partner.
@@ -278,7 +279,7 @@ def measure_pipeline(quick: bool) -> dict:
 
 
 def end_to_end(args) -> dict:
-    """Section 3: the stage against datasketch and rensa on 1-3 KB documents."""
+    """Section 3: the stage against datasketch (sha1 and xxh32) and rensa on 1-3 KB documents."""
     import dedup_end_to_end
 
     n_docs = args.e2e_docs or (1000 if args.quick else 10_000)
@@ -291,7 +292,8 @@ def end_to_end(args) -> dict:
              f"in 4 shards, {e2e['bands']} bands x 5 rows, one process, best CPU time of {e2e['rounds']} rounds")
     rows = [[name, e2e[name]["docs_per_s"], e2e[name]["mb_per_s"],
              e2e["speedup_vs_" + name] if name != "trident" else 1.0, e2e[name]["dropped"],
-             e2e[name]["recall_planted"], e2e[name]["unjustified_drops"]] for name in ("trident", "datasketch", "rensa")]
+             e2e[name]["recall_planted"], e2e[name]["unjustified_drops"]]
+            for name in ("trident", "datasketch", "datasketch+xxh32", "rensa")]
     print_table(title, ["method", "docs/s", "MB/s", "trident speed-up", "dropped",
                         f"recall planted J>=0.8 ({e2e['trident']['planted']})", "drops without a J>=0.7 partner"], rows)
     parts = e2e["trident_parts_s"]
