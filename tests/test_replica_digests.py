@@ -1,29 +1,31 @@
-"""Replica digests computed where the weights live: a function of the bytes alone (the same on any
-device), changed by any flipped bit, and never a copy of the tensor to the host."""
+"""Replica digests computed where the weights live: on a device from sums that are a function of the
+bytes alone (the same on any device) and never a copy of the tensor to the host; on the CPU xxh64 of
+the bytes. Either is changed by any flipped bit."""
 import random
 
 import pytest
 import torch
 
-from trident.parallel.replicas import digest, digests, sums_on_device
+from trident.parallel.replicas import device_digests, digest, digests, sums_on_device
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
+@pytest.mark.parametrize("of", [digest, lambda t: device_digests([t])[0]], ids=["host", "device"])
 @pytest.mark.parametrize("dtype, shape", [(torch.float32, (300, 70)), (torch.bfloat16, (301, 7)),
                                           (torch.bfloat16, (3,)), (torch.float32, ())])
-def test_every_flipped_bit_changes_the_digest(dtype, shape):
+def test_every_flipped_bit_changes_the_digest(of, dtype, shape):
     torch.manual_seed(0)
     weights = torch.randn(shape).to(dtype)
-    base = digest(weights)
-    assert digest(weights.clone()) == base
+    base = of(weights)
+    assert of(weights.clone()) == base
     raw = weights.view(-1).view(torch.uint8)
     rng = random.Random(0)
     for byte in {0, raw.numel() - 1, *(rng.randrange(raw.numel()) for _ in range(20))}:
         for bit in range(8):
             flipped = raw.clone()
             flipped[byte] ^= 1 << bit
-            assert digest(flipped.view(dtype)) != base, (byte, bit)
+            assert of(flipped.view(dtype)) != base, (byte, bit)
 
 
 def test_moved_or_reordered_values_change_the_digest():
@@ -31,8 +33,9 @@ def test_moved_or_reordered_values_change_the_digest():
     weights = torch.randn(64, 64)
     swapped = weights.clone()
     swapped[3, 5], swapped[40, 1] = weights[40, 1], weights[3, 5]
-    found = digests([weights, swapped, weights.t().contiguous(), weights.to(torch.bfloat16)])
-    assert len(set(found)) == 4
+    for of in (digests, device_digests):
+        found = of([weights, swapped, weights.t().contiguous(), weights.to(torch.bfloat16)])
+        assert len(set(found)) == 4
 
 
 def test_the_sums_stay_on_the_tensors_device():
@@ -42,7 +45,9 @@ def test_the_sums_stay_on_the_tensors_device():
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_a_digest_depends_on_the_bytes_alone(device):
+def test_a_device_digest_depends_on_the_bytes_alone(device):
     torch.manual_seed(0)
     tensors = [torch.randn(1000, 257), torch.randn(33).to(torch.bfloat16), torch.randn(5, 5)[:, 1]]
-    assert digests([t.to(device) for t in tensors]) == digests(tensors)
+    moved = [t.to(device) for t in tensors]
+    assert device_digests(moved) == device_digests(tensors)
+    assert digests(moved) == (digests(tensors) if device == "cpu" else device_digests(tensors))

@@ -158,9 +158,9 @@ class Engine:
         last stage): nothing the size of the vocabulary leaves the device, save a sampled row's logits
         for its CPU generator."""
         b = plan.rows
-        lasts = plan.column("last").to(logits.device)
+        lasts = plan.column("last").to(logits.device, non_blocking=True)  # no stream sync for a host copy
         if plan.any_echo:  # each position's target is the next fed token; the last one's is chosen below
-            targets = torch.cat([plan.tokens[:, 1:], plan.tokens[:, :1]], dim=1).to(logits.device)
+            targets = torch.cat([plan.tokens[:, 1:], plan.tokens[:, :1]], dim=1).to(logits.device, non_blocking=True)
             at = lasts
         else:
             logits = logits[torch.arange(b, device=logits.device), lasts][:, None]

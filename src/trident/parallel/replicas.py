@@ -1,15 +1,16 @@
 """Silent-corruption check: data-parallel replicas of every parameter shard must be bit-identical
 (each replica applies the same reduced gradients, or all-gathers the same ZeRO-1 update). Each rank
-digests its shards where they live (a GPU's never cross to the host: two 64-bit sums over the
-tensor's 32-bit words, one weighted by position, on the device; only the sums of every parameter,
-in one small copy, reach the host, where xxh64 folds each pair); only the digests cross the gradient
-group (dp x cp ranks, which hold the same parameters). A replica whose digest differs from the
+digests its shards where they live: on the CPU xxh64 of the bytes; on a GPU (whose weights never
+cross to the host) two 64-bit sums over the tensor's 32-bit words, one weighted by position, computed
+on the device, of which only the sums of every parameter, in one small copy, reach the host, where
+xxh64 folds each pair (every replica of a run digests on the same kind of device). Only the digests
+cross the gradient group (dp x cp ranks, which hold the same parameters). A replica whose digest differs from the
 others' (the odd one out; with two replicas both are named) is reported with the parameter.
 
 Any single flipped bit changes the position-weighted sum (a word's change times an odd weight is
 never 0 modulo 2^64); the second sum mixes each word nonlinearly with its position, so that changes
 to several words are not hidden by a linear coincidence. Integer sums wrap the same way in any
-order, so a digest depends on the bytes alone, on any device.
+order, so the sums depend on the bytes alone, on any device.
 """
 from __future__ import annotations
 
@@ -47,13 +48,21 @@ def sums_on_device(tensor: torch.Tensor) -> torch.Tensor:
     return total
 
 
-def digests(tensors: list[torch.Tensor]) -> list[int]:
-    """A 64-bit digest of each tensor's bytes (in its own dtype), computed where it lives: one copy of
-    2 numbers a tensor to the host for all of them."""
+def device_digests(tensors: list[torch.Tensor]) -> list[int]:
+    """A 64-bit digest of each tensor's bytes (in its own dtype) from its sums on its device: one copy
+    of 2 numbers a tensor to the host for all of them."""
     if not tensors:
         return []
     pairs = torch.stack([sums_on_device(t) for t in tensors]).cpu().tolist()
     return [xxhash.xxh64(struct.pack("<qq", a, b)).intdigest() for a, b in pairs]
+
+
+def digests(tensors: list[torch.Tensor]) -> list[int]:
+    """Each tensor's digest where it lives: xxh64 of a CPU tensor's bytes (the fastest there), the
+    device sums of any other (device_digests)."""
+    if any(t.device.type != "cpu" for t in tensors):
+        return device_digests(tensors)
+    return [xxhash.xxh64(t.detach().contiguous().view(-1).view(torch.uint8).numpy()).intdigest() for t in tensors]
 
 
 def digest(tensor: torch.Tensor) -> int:
