@@ -63,7 +63,7 @@ def test_train_refuses_data_that_does_not_fit_the_model_or_tokenizer(corpus, cap
     train_tokenizer([corpus / "corpus.jsonl"], 300, corpus / "other.json")
     assert main(["train", "tiny", data, f"data.tokenizer={corpus / 'other.json'}",
                  "--out", str(corpus / "other")]) == 2
-    assert "was tokenized with a different tokenizer" in capsys.readouterr().err
+    assert "was tokenized with another tokenizer than the model" in capsys.readouterr().err
 
 
 def test_train_refuses_to_reuse_an_output_folder_unless_resuming_or_overwriting(corpus, capsys):

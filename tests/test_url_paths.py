@@ -93,7 +93,7 @@ ROWS = [
     ("run --out", ["run", "{local}/flow.yaml", "--out", "{m}/flow"], 2, ["--out {m}/flow", REFUSED]),
     ("flow file paths", ["run", "{local}/url-flow.yaml", "--out", "{local}/flow"], 2,
      ["url-flow.yaml", "flow file path {m}/in/c.jsonl", REFUSED]),
-    ("demo", ["demo", "--out", "{m}/demo", "--max-docs", "2", "--steps", "1"], 2, ["--out {m}/demo", REFUSED]),
+    ("demo", ["demo", "--out", "{m}/demo", "--max-docs", "300", "--steps", "1"], 2, ["--out {m}/demo", REFUSED]),
 ]
 
 

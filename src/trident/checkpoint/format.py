@@ -24,35 +24,10 @@ from pathlib import Path
 
 
 import trident
-from trident.checkpoint.integrity import CheckpointError
+from trident.checkpoint.folders import (COMPLETE, FORMAT_VERSION, LATEST, MODEL_FILES, READABLE_VERSIONS,  # noqa: F401
+                                        TOKENIZER, TRAINER_STATE, check_version, step_dir, step_of)
 from trident.parallel.state import StatePiece
 from trident.text.storage import location
-
-# Version 1: fp32 weights beside the masters, whole-file digests only (read by verifying each file
-# a rank touches, whole); checkpoints written before the field existed are version 1.
-# Version 2: weights in the training dtype, per-tile digests and byte spans (a rank reads its slices).
-FORMAT_VERSION = 2
-READABLE_VERSIONS = (1, 2)
-
-COMPLETE = "COMPLETE"
-LATEST = "latest"
-TRAINER_STATE = "trainer_state.json"
-TOKENIZER = "tokenizer.json"
-# The files that describe a model besides its tensors, carried byte for byte from the checkpoint a run
-# starts from into each checkpoint it writes, and shipped by export-hf: the model's tokenizer and, for
-# a Hugging Face import, its own config.json (kept as hf_config.json) and tokenizer side files.
-MODEL_FILES = (TOKENIZER, "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
-               "generation_config.json", "vocab.json", "merges.txt", "hf_config.json")
-
-
-def step_dir(root: Path, step: int) -> Path:
-    return location(root) / f"step_{step:07d}"
-
-
-def step_of(path: Path) -> int:
-    """The step a step_NNNNNNN folder holds."""
-    return int(location(path).name.split("_")[1])
-
 
 def rank_tag(mesh) -> str:
     """A rank's place in its layout, naming its files (cp only when the layout has context parallelism)."""
@@ -79,14 +54,6 @@ def manifest_file(rank: int | str) -> str:
 def done_marker(rank: int | str) -> str:
     """Dropped by a rank once its files of a save in progress are written ("*": any rank's)."""
     return f"done-rank{rank}"
-
-
-def check_version(document: dict, source: Path) -> None:
-    """Refuse a manifest or trainer state of a format this code cannot read (missing means 1)."""
-    version = document.get("format_version", 1)
-    if version not in READABLE_VERSIONS:
-        raise CheckpointError(f"{source}: checkpoint format version {version!r}; this trident reads version(s) "
-                              f"{', '.join(map(str, READABLE_VERSIONS))} (written by a newer trident?)")
 
 
 def build_trainer_state(*, step: int, consumed_samples: int, consumed_tokens: int, config, **extra) -> dict:

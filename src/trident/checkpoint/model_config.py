@@ -8,8 +8,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from trident.checkpoint import format as fmt
-from trident.checkpoint.reader import read_trainer_state, resolve_checkpoint
+from trident.checkpoint import folders as fmt  # torch-free: the launcher adopts the model too
+from trident.checkpoint.folders import read_trainer_state, resolve_checkpoint
 from trident.config import Config, ConfigError, ModelConfig, fill
 from trident.config.model import TRAINING_CHOICE_KEYS
 from trident.data.tokenizer import Tokenizer
@@ -32,9 +32,7 @@ def stored_model(path: Path) -> ModelConfig:
     if not tree:
         raise ConfigError(f"config key 'checkpoint.load': {path} stores no model config (written by an older "
                           f"trident); give every model.* key it was trained with")
-    model = fill(ModelConfig(), tree, "model.")
-    model.max_positions = model.positions  # pinned: a shorter training sequence keeps the model's positions
-    return model
+    return fill(ModelConfig(), tree, "model.")
 
 
 def adopt_checkpoint_model(config: Config, given: dict, root) -> Path | None:
@@ -50,6 +48,8 @@ def adopt_model(config: Config, model: ModelConfig, given: dict, where: str) -> 
     """`model` into config.model, but for the training choices the user typed; a typed architecture key
     that contradicts it raises ConfigError naming the key, both values and `where` the model is from."""
     typed = fill(ModelConfig(), given, "model.")
+    if "seq_length" in given and typed.seq_length != model.seq_length and not model.max_positions:
+        model.max_positions = model.seq_length  # pinned: another training sequence keeps the model's positions
     for key in given:
         ours, theirs = getattr(typed, key), getattr(model, key)
         if key not in TRAINING_CHOICE_KEYS and ours != theirs:

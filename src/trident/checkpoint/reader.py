@@ -13,46 +13,12 @@ from pathlib import Path
 import torch
 
 from trident.checkpoint import format as fmt
+from trident.checkpoint.folders import complete_checkpoints, read_trainer_state, resolve_checkpoint  # noqa: F401
 from trident.checkpoint.integrity import CheckpointError, check_entries, read_manifest, verify_files
 from trident.checkpoint.slices import SliceSource
 from trident.checkpoint.tensorfile import read_tensors
 from trident.parallel.state import ADAM_KINDS, StatePiece, by_kind, weight_pieces
 from trident.text.storage import location
-
-
-def complete_checkpoints(root: Path) -> list[Path]:
-    """Finished checkpoints under `root`, oldest first (folders without COMPLETE are ignored)."""
-    root = location(root)
-    if not root.exists():
-        return []
-    found = [p for p in root.glob("step_*") if p.is_dir() and (p / fmt.COMPLETE).exists()]
-    return sorted(found, key=fmt.step_of)
-
-
-def resolve_checkpoint(load: str, root: Path) -> Path | None:
-    """`auto`: the newest complete checkpoint under root (None if there is none); else the given path."""
-    if not load:
-        return None
-    if load == "auto":
-        found = complete_checkpoints(root)
-        return found[-1] if found else None
-    path = location(load)
-    if (path / fmt.COMPLETE).exists():
-        return path
-    found = complete_checkpoints(path) or complete_checkpoints(path / "checkpoints")  # a run's OUT works too
-    if found:
-        return found[-1]
-    raise FileNotFoundError(f"checkpoint.load={load}: no complete checkpoint there (missing {fmt.COMPLETE} marker)")
-
-
-def read_trainer_state(path: Path) -> dict:
-    """trainer_state.json, refused (CheckpointError) when unreadable or of an unknown format version."""
-    try:
-        state = json.loads(path.read_text())
-    except (OSError, ValueError) as error:
-        raise CheckpointError(f"{path}: unreadable trainer state ({type(error).__name__}: {error})") from None
-    fmt.check_version(state, path)
-    return state
 
 
 class CheckpointReader:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import sys
@@ -81,6 +82,9 @@ def run(args) -> int:
                               f"(the same on every node), or each node would start a job of its own")
         parse(os.environ.get(INJECT_ENV, ""))  # a malformed fault drill fails here, not at its step
         config = load_config(args.config, args.overrides)
+        # the folder's resume key is the config as given: a resume's model, taken from its checkpoint
+        # (the vocabulary set from the tokenizer), is still the same run
+        as_given = copy.deepcopy(config)
         start_model = _adopt_model(args, config)
         # the buckets a config file names (trident.cli looked at the command line's): before any work
         check_buckets(urls_in([config.data.paths, config.data.tokenizer, config.checkpoint.dir,
@@ -96,7 +100,7 @@ def run(args) -> int:
         # the lock first: a second run must not pass the folder check (or --overwrite it) while the first runs
         held = folder.hold() if writer else None
         try:
-            claim_train_folder(config, folder, args.overwrite, writer)
+            claim_train_folder(as_given, folder, args.overwrite, writer)
         except OutputFolderError:
             held and held.release()
             raise

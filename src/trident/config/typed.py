@@ -9,6 +9,7 @@ in the dataclasses. Presets are the YAML files shipped in src/trident/configs.
 from __future__ import annotations
 
 import dataclasses
+import keyword
 import types
 import typing
 from pathlib import Path
@@ -37,12 +38,14 @@ def fill(obj: Any, values: dict, prefix: str = "", name: str = "config") -> Any:
     the defaults of keys not given. `name` says which kind of file the keys belong to."""
     fields = {f.name: f for f in dataclasses.fields(obj)}
     hints = typing.get_type_hints(type(obj))
-    for field_name, value in values.items():
-        key = f"{prefix}{field_name}"
+    for given_name, value in values.items():
+        key = f"{prefix}{given_name}"
+        field_name = _field_name(given_name)  # a key that is a Python keyword (`from`) is the field `from_`
         if field_name not in fields:
             near = closest(field_name, fields)
             hint = f" (did you mean '{prefix}{near}'?)" if near else ""
-            raise ConfigError(f"unknown {name} key '{key}'{hint}; known keys here: {', '.join(sorted(fields))}")
+            known = ", ".join(sorted(map(_key_name, fields)))
+            raise ConfigError(f"unknown {name} key '{key}'{hint}; known keys here: {known}")
         current = getattr(obj, field_name)
         if dataclasses.is_dataclass(current):
             if not isinstance(value, dict):
@@ -51,6 +54,15 @@ def fill(obj: Any, values: dict, prefix: str = "", name: str = "config") -> Any:
         else:
             setattr(obj, field_name, _checked_value(value, hints[field_name], key, name, fields[field_name].metadata))
     return obj
+
+
+def _field_name(key: str) -> str:
+    return f"{key}_" if keyword.iskeyword(key) else key
+
+
+def _key_name(field_name: str) -> str:
+    """The key a file gives for a dataclass field (`from_` is written `from`)."""
+    return field_name[:-1] if field_name.endswith("_") and keyword.iskeyword(field_name[:-1]) else field_name
 
 
 def _checked_value(value: Any, kind: Any, key: str, name: str, rule: typing.Mapping) -> Any:
@@ -111,7 +123,7 @@ def known_keys(cls: type, prefix: str = "") -> list[tuple[str, Any]]:
     hints = typing.get_type_hints(cls)
     keys: list[tuple[str, Any]] = []
     for f in dataclasses.fields(cls):
-        kind, key = hints[f.name], f"{prefix}{f.name}"
+        kind, key = hints[f.name], f"{prefix}{_key_name(f.name)}"
         section = _section_type(kind)
         if section is not None:
             many = typing.get_origin(kind) is list

@@ -12,11 +12,11 @@ from trident.flow.stages import read_json
 from trident.flow.stamp import read_stamp
 
 
-def eval_table(results: dict, untrained: dict | None = None) -> str:
+def eval_table(results: dict, untrained: dict | None = None, before_label: str = "untrained") -> str:
     """One row per task and metric, one column per shot count (after an untrained 0-shot column
-    when the flow evaluated the untrained model too)."""
+    when the flow evaluated the untrained model too; `before_label` base model for a continued one)."""
     shots = sorted({int(k) for per_shot in results["results"].values() for k in per_shot})
-    before = ["untrained 0-shot"] if untrained else []
+    before = [f"{before_label} 0-shot"] if untrained else []
     lines = ["| task | metric | n | " + " | ".join(before + [f"{k}-shot" for k in shots]) + " |",
              "|---|---|---|" + "---|" * (len(shots) + len(before))]
     for task, per_shot in results["results"].items():
@@ -51,7 +51,8 @@ def evaluation(flow: Flow, out: Path, done: set[str]) -> str:
     if "eval" not in done:
         return "Not run: the flow stopped before its eval stage finished."
     untrained = read_json(out / "eval-untrained" / "results.json") if "eval:untrained" in done else None
-    return eval_table(read_json(out / "eval" / "results.json"), untrained)
+    label = f"base model ({Path(flow.train.from_).name})" if flow.train.from_ else "untrained"
+    return eval_table(read_json(out / "eval" / "results.json"), untrained, label)
 
 
 def write_flow_report(flow: Flow, out: Path, flow_file: Path, done: list[str],

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from trident.flow import heldout_clean, inputs, stages
+from trident.flow import heldout_clean, inputs, stages, start_model
 from trident.flow.checks import heldout_source, holds_out_itself
 from trident.flow.interrupted import FlowInterrupted, child_stage, resume_command
 from trident.flow.spec import Flow, FlowError, load_flow
@@ -46,11 +46,12 @@ def run_flow(flow_file: str | Path, out: str | Path, raw: dict | None = None, re
 
 
 def _stage_count(flow: Flow) -> int:
-    evaluations = (1 + flow.eval.untrained) if flow.eval.tasks else 0
+    evaluations = (1 + (flow.eval.untrained or start_model.continues(flow))) if flow.eval.tasks else 0
     generated = sum(1 for s in flow.sources if s.generate)
     per_source = 3 if flow.eval.heldout else 2  # curate, [decontaminate,] tokenize
+    imported = start_model.continues(flow) and start_model.is_hf_folder(Path(flow.train.from_))  # the start stage
     # then tokenizer, train, report
-    return generated + bool(flow.eval.heldout) + per_source * len(flow.sources) + 3 + evaluations
+    return generated + bool(flow.eval.heldout) + per_source * len(flow.sources) + 3 + evaluations + imported
 
 
 def _run_stages(flow: Flow, out: Path, flow_file: Path, runner: Stages, keys: dict, resume: str) -> None:
@@ -123,9 +124,21 @@ def _training_key(keys: dict, source) -> str:
     return keys.get(f"decontaminate:{source.name}", keys[f"curate:{source.name}"])
 
 
+def _start(flow: Flow, out: Path, runner: Stages, keys: dict) -> None:
+    """train.from's Hugging Face folder imported into OUT/start (a trident checkpoint is used where it is)."""
+    source = Path(flow.train.from_)
+    if not start_model.is_hf_folder(source):
+        return
+    keys["start"] = stage_key({"start": str(source)}, sorted(p for p in source.iterdir() if p.is_file()), [])
+    runner.run("start", keys["start"], lambda: start_model.start_checkpoint(flow, out).is_dir(),
+               lambda resume: start_model.import_start(flow, out))
+
+
 def _tokenize(flow: Flow, out: Path, runner: Stages, keys: dict) -> None:
     curated = [_training_key(keys, s) for s in flow.sources]
-    given = [flow.tokenizer.path] if flow.tokenizer.path else []
+    if start_model.continues(flow):  # the starting model's own tokenizer: none is trained
+        _start(flow, out, runner, keys)
+    given = [stages.tokenizer_path(flow, out)] if flow.tokenizer.path or start_model.continues(flow) else []
     keys["tokenizer"] = stage_key({"tokenizer": flow.tokenizer}, given, [] if given else curated)
     shards = lambda: [p for s in flow.sources for p in heldout_clean.training_shards(flow, out, s)]  # noqa: E731
     runner.run("tokenizer", keys["tokenizer"], lambda: stages.tokenizer_path(flow, out).exists(),
@@ -147,7 +160,7 @@ def _evaluate(flow: Flow, out: Path, runner: Stages, keys: dict, resume: str) ->
     try:
         runner.run("eval", keys["eval"], lambda: (out / "eval" / "results.json").exists(),
                    lambda again: child_stage("eval", None, resume, lambda: stages.evaluate(flow, out)))
-        if flow.eval.untrained:
+        if flow.eval.untrained or start_model.continues(flow):  # with train.from: the base model's scores
             keys["eval:untrained"] = stage_key({"eval": flow.eval, "train": flow.train}, _config_files(flow),
                                                [keys["tokenizer"], *evaluation])
             runner.run("eval:untrained", keys["eval:untrained"],

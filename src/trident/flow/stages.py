@@ -84,6 +84,11 @@ def tokenizer(flow: Flow, out: Path, shards: list[Path]) -> None:
 
 
 def tokenizer_path(flow: Flow, out: Path) -> Path:
+    """The flow's tokenizer: the starting model's own (train.from), the one it names, or the one it trains."""
+    from trident.flow.start_model import continues, model_tokenizer
+
+    if continues(flow):
+        return model_tokenizer(flow, out)
     return Path(flow.tokenizer.path) if flow.tokenizer.path else out / "tokenizer.json"
 
 
@@ -113,8 +118,15 @@ def train_overrides(flow: Flow, out: Path) -> list[str]:
 
 
 def train(flow: Flow, out: Path, resume: bool) -> None:
-    """`trident train` on the blend; a killed run resumes from its newest checkpoint, a changed one starts over."""
-    _trident(["train", flow.train.config, *train_overrides(flow, out), "checkpoint.load=auto",
+    """`trident train` on the blend; a killed run resumes from its newest checkpoint, a changed one starts over
+    (from train.from's model when the flow continues one)."""
+    from trident.checkpoint.reader import complete_checkpoints
+    from trident.flow.start_model import continues, start_checkpoint
+
+    load = "auto"
+    if continues(flow) and not (resume and complete_checkpoints(out / "train" / "checkpoints")):
+        load = str(start_checkpoint(flow, out))
+    _trident(["train", flow.train.config, *train_overrides(flow, out), f"checkpoint.load={load}",
               "--nproc", str(flow.train.nproc), "--out", str(out / "train"),
               *([] if resume else ["--overwrite"])])  # a fresh start removes only what trident train wrote
 
@@ -123,11 +135,13 @@ def trained(out: Path) -> bool:
     return (out / "train" / "metrics.jsonl").exists() and any((out / "train" / "checkpoints").glob("step_*"))
 
 
-def evaluate(flow: Flow, out: Path) -> None:
-    """`trident eval` of the trained checkpoint on the flow's tasks and shots -> OUT/eval/results.json."""
+def evaluate(flow: Flow, out: Path, checkpoint: Path | None = None, folder: str = "eval",
+             shots: list[int] | None = None) -> None:
+    """`trident eval` of the trained checkpoint (or `checkpoint`) on the flow's tasks and shots ->
+    OUT/eval/results.json (OUT/`folder`)."""
     settings = flow.eval
-    args = ["eval", str(out / "train" / "checkpoints"), "--tasks", ",".join(settings.tasks),
-            "--shots", ",".join(map(str, settings.shots)), "--out", str(out / "eval"), "--overwrite",
+    args = ["eval", str(checkpoint or out / "train" / "checkpoints"), "--tasks", ",".join(settings.tasks),
+            "--shots", ",".join(map(str, shots or settings.shots)), "--out", str(out / folder), "--overwrite",
             "--tokenizer", str(tokenizer_path(flow, out)), "--batch-size", str(settings.batch_size),
             "--fewshot-construction", settings.fewshot_construction]
     args += ["--data-dir", str(eval_data(flow, out))] if eval_data(flow, out) else []
@@ -136,8 +150,17 @@ def evaluate(flow: Flow, out: Path) -> None:
 
 
 def evaluate_untrained(flow: Flow, out: Path) -> None:
-    """The model as training starts it (same config, same seeded initialisation), at 0 shots, so the
-    report shows what training added -> OUT/eval-untrained/results.json."""
+    """The model as training starts it (same config, same seeded initialisation; with train.from the
+    model continued, the base model), at 0 shots, so the report shows what training added ->
+    OUT/eval-untrained/results.json."""
+    from trident.flow.start_model import continues, start_checkpoint
+
+    if continues(flow):
+        return evaluate(flow, out, start_checkpoint(flow, out), "eval-untrained", [0])
+    _evaluate_initialised(flow, out)
+
+
+def _evaluate_initialised(flow: Flow, out: Path) -> None:
     from trident.config import load_config
     from trident.data.tokenizer import Tokenizer
     from trident.evaluate.harness import run_evaluation
@@ -188,6 +211,7 @@ def training_run(folder: str | Path) -> str:
                           f"{train / 'config.yaml'}: run the flow through training, then give {train}")
     raise ConfigError(f"{folder} holds no training run (no config.yaml): give a `trident train --out` folder, "
                       f"or a `trident run --out` folder (its run is OUT/train)")
+
 
 
 def stage_files(flow: Flow, out: Path, name: str) -> tuple[list[Path], list[Path]]:
