@@ -102,3 +102,14 @@ def test_jsonl_ids_repeated_across_tasks_before_a_dedup_that_reads_them_itself(t
     assert report["documents_removed"] == 1 and report["documents"] == len(kept) - 1
     left = [json.loads(line)["id"] for line in (tmp_path / "data-v2.doc_ids.jsonl").read_text().splitlines()]
     assert "b.jsonl:5" not in left and "5" in left
+
+
+def test_a_repeat_in_a_group_of_files_is_named_after_its_own_file(tmp_path):
+    (tmp_path / "first.jsonl").write_text(json.dumps({"id": "z", "text": "x" * 160}) + "\n")  # a task alone
+    (tmp_path / "second.jsonl").write_text(json.dumps({"id": "y", "text": "x" * 60}) + "\n")  # these two: one task
+    (tmp_path / "third.jsonl").write_text(json.dumps({"id": "y", "text": "x" * 20}) + "\n" +
+                                          json.dumps({"id": "z", "text": "x" * 20}) + "\n")
+    inputs = [tmp_path / name for name in ("first.jsonl", "second.jsonl", "third.jsonl")]
+    stats = run_pipeline({"stages": [], "shard_bytes": 180, "progress": False}, inputs, tmp_path / "out")
+    assert len(stats["output"]["shards"]) == 2 and stats["stages"][0]["counters"]["ids_qualified"] == 1
+    assert _kept(tmp_path / "out") == ["z", "y", "third.jsonl:y", "third.jsonl:z"]
