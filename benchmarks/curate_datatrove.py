@@ -131,7 +131,8 @@ def run_datatrove(warc_dir: Path, work: Path, word_tokenizer: str | None = None)
         LocalPipelineExecutor(pipeline=pipeline, tasks=tasks, workers=1, logging_dir=str(work / "logs" / name),
                               skip_completed=False).run()
         for step in json.loads((work / "logs" / name / "stats.json").read_text()):
-            seconds[f"{name}: {step['name']}"] = step["time_stats"]["total"]
+            timing = step["time_stats"]  # datatrove 0.10 writes a bare number for a step that never ran
+            seconds[f"{name}: {step['name']}"] = timing["total"] if isinstance(timing, dict) else 0.0
         if name == "filter":  # the extractor's sandbox process: trafilatura itself
             seconds[f"{name}: extractor sandbox process (trafilatura)"] = _children_cpu() - children
     return _urls(work / "out"), seconds

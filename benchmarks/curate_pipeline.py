@@ -55,11 +55,12 @@ def cpu_clock(module):
 
 def run_trident(warc: Path, out: Path, overrides: list[str]) -> tuple[list[str], dict[str, float], float]:
     """(URLs kept, {stage: CPU s}, total CPU s) of curate-cc on `warc`."""
+    from trident.curate.read import read_task
     from trident.curate.run import phases as runner
 
     shutil.rmtree(out, ignore_errors=True)
     start = cpu_seconds()
-    with cpu_clock(runner):
+    with cpu_clock(runner), cpu_clock(read_task):  # global stages' timers, streaming stages' timers
         stats = run_pipeline("curate-cc", [warc], out, workers=1, overrides=["progress=false", *overrides])
     total = cpu_seconds() - start
     urls = [d.meta["url"] for shard in stats["output"]["shards"] for d in read_documents(Path(shard), RecordLog())]
