@@ -108,7 +108,7 @@ def test_overrides_go_through_the_training_configs_parser_and_presets_through_it
     assert cfg.stages == [{"stage": "clean"}]
     cfg = load_pipeline_config("curate-cc", ["stages.langid.threshold=5e-1", "workers=0"])
     assert cfg.stages[1]["threshold"] == 0.5 and cfg.workers == 0
-    with pytest.raises(ConfigError, match="not found \\(presets: .*curate-cc"):
+    with pytest.raises(ConfigError, match="not found; did you mean .curate-cc.. \\(presets: .*curate-cc"):
         load_pipeline_config("curate-xx")
     assert main(["curate", "blend", "--sources", "blend-mtnlg", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["sources"]
