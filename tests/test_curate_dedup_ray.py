@@ -13,6 +13,7 @@ from trident.curate.dedup.components import (both_directions, large_star, node_p
                                              unstable_nodes)
 from trident.curate.dedup.fuzzy import FuzzyDedup
 from trident.curate.document import Document
+from trident.curate.droplog import SUFFIX, read_log
 from trident.curate.read.shards import read_shard, write_shard
 from trident.curate.run.executors import LocalExecutor, RayExecutor
 
@@ -125,6 +126,13 @@ def test_distributed_path_keeps_what_the_local_path_keeps(tmp_path, corpus, para
     assert kept_ids(distributed.run(corpus, tmp_path / "dist", executor)) == expected
     assert dict(distributed.counters) == dict(local.counters)
     assert local.counters["components"] >= 10 and local.counters["dropped:duplicate"] >= 60
+    # every duplicate's record names the same kept copy and similarity on both paths (issue 60 item 5)
+    records = [{r["id"]: (r["kept"], r["similarity"]) for log in sorted((tmp_path / folder).glob(f"*{SUFFIX}"))
+                for r in read_log(log)} for folder in ("local", "dist")]
+    assert len(records[0]) == local.counters["dropped:duplicate"] and records[0].keys() == records[1].keys()
+    for doc_id, (kept, similarity) in records[0].items():
+        assert records[1][doc_id][0] == kept and abs(records[1][doc_id][1] - similarity) < 1e-3
+        assert kept in expected and 0.0 < similarity <= 1.0
     assert {name for name, _, _ in executor.calls} >= {"_star_task", "_choose_task", "drop_files_task"}
     assert not (tmp_path / "dist" / "_work_fuzzy_dedup").exists()
 
