@@ -1,6 +1,7 @@
 """Exact and fuzzy dedup stages: grouping, keep-priority, scopes, partitioning, accounting."""
 import math
 import random
+import re
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,7 @@ from trident.curate.dedup.keys import best_first, priority_array, priority_field
 from trident.curate.dedup.minhash import jaccard
 from trident.curate.dedup.shingles import shingle_hashes
 from trident.curate.document import Document
+from trident.curate.droplog import log_path, read_log
 from trident.curate.read.shards import read_shard, write_shard
 from trident.curate.run.executors import LocalExecutor
 from trident.curate.run.registry import build_stage
@@ -59,6 +61,12 @@ def test_exact_normalisation_rule():
     assert exact_hash("Hello   World\n") == exact_hash("hello world")
     assert exact_hash("Hello, World") != exact_hash("hello world")
     assert exact_hash("hello world", salt=1) != exact_hash("hello world", salt=2)
+    # str.split's whitespace is the regex \s's on every BMP code point (Unicode has none past U+3000):
+    # the keys did not change with it
+    spaces = "".join(chr(c) for c in range(0x10000) if re.fullmatch(r"\s", chr(c)))
+    assert spaces == "".join(chr(c) for c in range(0x10000) if chr(c).isspace()) and max(spaces) == "\u3000"
+    text = f"{spaces}A{spaces}b\u2028C\x1f "
+    assert normalize_for_exact(text) == re.sub(r"\s+", " ", text.lower()).strip() == "a b c"
 
 
 def test_union_find_transitive_components():
@@ -137,6 +145,16 @@ def test_exact_dedup_across_shards_keeps_priority(tmp_path):
     assert stage.counters["dropped:duplicate"] == 2 and stage.counters["duplicate_groups"] == 1
     assert_accounting(stage)
     assert not (tmp_path / "out" / "_work_exact_dedup").exists()
+    records = {r["id"]: r for path in outputs if log_path(path).exists() for r in read_log(log_path(path))}
+    assert {i: (r["kept"], r["similarity"]) for i, r in records.items()} == {"a1": ("a2", 1.0), "a3": ("a2", 1.0)}
+
+
+def test_exact_dedup_keeps_the_wanted_language_first(tmp_path):
+    docs = [Document("a-translated", "Same words here", {"language": "en", "language_share": 0.91}),
+            Document("b-english", "same words  here", {"language": "en", "language_share": 1.0})]
+    stage = ExactDedup()
+    assert kept_ids(stage.run(write_shards(tmp_path, [docs]), tmp_path / "out", SERIAL)) == ["b-english"]
+    assert stage.counters["duplicates_of_language:en"] == 1
 
 
 def test_exact_dedup_dataset_scope_keeps_cross_dataset_copies(tmp_path):

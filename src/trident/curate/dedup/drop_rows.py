@@ -75,9 +75,15 @@ def drop_lists(dropped: np.ndarray, n_shards: int) -> list[list[int]]:
 
 def drop_files_task(job: dict) -> Counter:
     """Shard ``job["src"]`` copied to ``job["dst"]`` without the rows its drop files list (files
-    under WORK/drops/s<shard>/, written worker to worker by ``job["stage"]``'s last reduce step)."""
+    under WORK/drops/s<shard>/, written worker to worker by ``job["stage"]``'s last reduce step);
+    with ``job["sizes"]`` (every row's text bytes, saved when it was read) kept lines are copied
+    as they are (``filter_lines_task``), else decoded and written again."""
     dropped = load_partition(location(job["work"]) / "drops" / f"s{job['shard']:06d}")
     rows = {} if dropped is None else row_notes(dropped) if dropped.dtype.names else set(split_keys(dropped)[1].tolist())
+    if "sizes" in job:
+        return filter_lines_task({"src": job["src"], "dst": job["dst"], "drop": sorted(rows), "reason": "duplicate",
+                                  "stage": job["stage"], "sizes": job["sizes"],
+                                  "notes": rows if isinstance(rows, dict) else {}})
     return copy_without(job["src"], job["dst"], rows, "duplicate", job["stage"])
 
 

@@ -20,7 +20,6 @@ stripped (``normalize_for_exact``), so copies that differ only in case or spacin
 """
 from __future__ import annotations
 
-import re
 from collections import Counter
 from pathlib import Path
 
@@ -34,14 +33,12 @@ from trident.curate.dedup.partitions import load_partition, save_partitioned
 from trident.curate.document import CurateError
 from trident.curate.read.shards import read_shard
 from trident.curate.stage import Executor, GlobalStage, output_paths, register_stage
-from trident.text.storage import location, remove_tree
-
-_WHITESPACE = re.compile(r"\s+")
-
+from trident.text.storage import location, make_folder, remove_tree, save_array
 
 def normalize_for_exact(text: str) -> str:
-    """The text exact dedup compares: lower-cased, whitespace runs -> one space, stripped."""
-    return _WHITESPACE.sub(" ", text.lower()).strip()
+    """The text exact dedup compares: lower-cased, whitespace runs -> one space, stripped (str.split's
+    whitespace is exactly the regex \\s's: a test checks the code points; 2.5x faster than re.sub)."""
+    return " ".join(text.lower().split())
 
 
 def exact_hash(text: str, salt: int = 0) -> tuple[int, int]:
@@ -52,10 +49,13 @@ def exact_hash(text: str, salt: int = 0) -> tuple[int, int]:
 
 def _exact_hash_task(job: dict) -> int:
     """Map step: hash every document of one shard into partition files; returns documents seen."""
-    shard, rows, hashes = job["shard"], [], []
+    shard, rows, hashes, sizes = job["shard"], [], [], []
     for row, doc in enumerate(read_shard(location(job["path"]))):
         hashes.append(exact_hash(doc.text, dataset_salt(doc, job["scope"])))
         rows.append(priority_fields(doc, job["priority"], job["priority_field"]))
+        sizes.append(doc.nbytes)
+    make_folder(location(job["work"]) / "rows")  # row sizes: the write step copies kept lines as they are
+    save_array(location(job["work"]) / "rows" / f"s{shard:06d}.npy", np.array(sizes, dtype=np.int64))
     keys = np.array([doc_key(shard, r) for r in range(len(rows))], dtype=np.uint64)
     base = priority_array(rows, keys)
     records = np.empty(len(rows), dtype=[("hi", "u8"), ("lo", "u8")] + base.dtype.descr)
@@ -116,8 +116,8 @@ class ExactDedup(GlobalStage):
         self.counters["duplicate_groups"] += chosen.pop("duplicate_groups", 0)  # 0 too: a run without copies
         self.counters.update({name: n for name, n in chosen.items() if name != "chosen"})
         outputs = output_paths(inputs, out_dir)
-        writes = [{"work": str(work), "shard": i, "src": str(src), "dst": str(dst), "stage": self.name}
-                  for i, (src, dst) in enumerate(zip(inputs, outputs))]
+        writes = [{"work": str(work), "shard": i, "src": str(src), "dst": str(dst), "stage": self.name,
+                   "sizes": str(work / "rows" / f"s{i:06d}.npy")} for i, (src, dst) in enumerate(zip(inputs, outputs))]
         written = Counter()
         for found in executor.map(drop_files_task, writes, desc="exact_dedup: write"):
             written.update(found)
