@@ -63,7 +63,7 @@ def test_rotary_positions_are_relative_and_learned_ones_absolute():
     torch.testing.assert_close(model(tokens, positions=rows), base, rtol=0, atol=2e-5)
     learned = _model("model.position=learned").eval()
     assert not torch.allclose(learned(tokens, position_offset=9), learned(tokens), atol=1e-3)
-    with pytest.raises(ValueError, match="exceeds model.seq_length=32"):
+    with pytest.raises(ValueError, match="exceeds the model.s 32 positions"):
         learned(tokens, position_offset=30)
 
 

@@ -84,5 +84,5 @@ def test_kv_cache_matches_full_forward():
         for t in range(8, 12):
             steps.append(model(tokens[:, t:t + 1], cache=cache, position_offset=t)[:, -1])
     torch.testing.assert_close(torch.stack(steps[1:], 1), full[:, 8:], atol=1e-5, rtol=1e-5)
-    with pytest.raises(ValueError, match="exceeds model.seq_length"):
+    with pytest.raises(ValueError, match="exceeds the model.s 24 positions"):
         model(torch.zeros(1, 25, dtype=torch.long))

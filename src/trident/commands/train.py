@@ -108,7 +108,7 @@ def run(args) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     if start_model and config.checkpoint.load != "auto" and not under_torchrun():
-        print(f"model: as stored in {start_model} (checkpoint.load)", file=sys.stderr)
+        print(f"model: as stored in {start_model} (checkpoint.load)")
     if held and held.takeover_message():
         print(held.takeover_message(), file=sys.stderr)
     code = 1

@@ -44,7 +44,8 @@ class watched:
         """Wait for an async `work` (torch.distributed.Work); `timeout` bounds it on the host, on the CPU only.
         The event ends when the work has completed, not when this returns."""
         work.wait() if on_gpu or timeout is None else work.wait(timeout)
-        self.works.append(work)
+        if on_gpu:  # NCCL's wait returns once queued; gloo's once done (holding it would keep its tensors alive)
+            self.works.append(work)
 
     def __exit__(self, kind, error, traceback) -> bool:
         if self.event is not None:

@@ -12,7 +12,7 @@ from trident.plan.search import Plan, Ranking
 GIB = 2**30
 # the ranking's columns, said under it (K, v, sp are not self-explanatory)
 COLUMNS = ("columns: K = ZeRO's shard group (parallel.dp_shard; blank without ZeRO), mb = micro-batch, "
-           "v = virtual pipeline stages per GPU (interleaved schedule), ckpt = activation checkpointing, "
+           "v = virtual pipeline stages per GPU (the schedules with virtual stages), ckpt = activation checkpointing, "
            "sp = sequence parallelism, GiB = memory per GPU, cp-only = fits only with cp >= 2")
 # TFLOP/s as Megatron and MT-NLG count them (docs/planner.md), against MFU, which counts the model's FLOPs only
 TFLOPS_NOTE = ("TFLOP/s per GPU counts a full recomputation of the forward pass (Megatron's and the MT-NLG "
