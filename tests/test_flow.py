@@ -325,3 +325,15 @@ def test_every_stage_mistake_is_refused_before_any_stage_runs_naming_key_and_fil
         result = run_main(["run", str(tmp_path / "f.yaml"), "--out", str(tmp_path / "out")])
         assert result["code"] == 2 and named in result["err"] and str(tmp_path / "f.yaml") in result["err"], change
         assert not (tmp_path / "out").exists()  # refused before any stage ran
+
+
+def test_a_stage_command_that_refuses_its_input_makes_the_flow_exit_2_too():
+    """A stage's child exits 2 for a mistake in its input (as `trident train` does for an unknown preset):
+    the flow raises StageRefused, a ConfigError, so `trident run` exits 2 as the command did, not 1."""
+    from trident.config import ConfigError
+    from trident.flow import stages
+    from trident.flow.spec import StageRefused
+
+    with pytest.raises(StageRefused, match="exit status 2") as refused:
+        stages._trident(["train", "no-such-preset"], capture_output=True)
+    assert isinstance(refused.value, ConfigError)

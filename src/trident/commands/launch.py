@@ -61,6 +61,10 @@ def run(args) -> int:
         print(script, end="")
         return 0
     path = Path(args.out) / "launch.sbatch"
+    if path.exists() and "# Written by `trident launch`" not in path.read_text(errors="replace")[:400]:
+        print(f"error: {path} exists and was not written by `trident launch`; choose another --out",
+              file=sys.stderr)  # never overwrite what trident did not write
+        return 2
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(script)
     os.chmod(path, 0o755)

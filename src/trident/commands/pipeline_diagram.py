@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from trident.config.pipeline_schedules import DEFAULT_SCHEDULE, INTERLEAVED
 from trident.parallel.pipeline.draw import draw_timeline
@@ -52,6 +53,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     # a recorded timeline may name no schedule: its theory is then 1F1B's (pp - 1) / (m v)
     theory = SCHEDULES.get(timeline.schedule, SCHEDULES[DEFAULT_SCHEDULE])
+    if Path(args.out).is_dir():  # a folder: the picture goes into it
+        args.out = str(Path(args.out) / "pipeline.png")
     draw_timeline(timeline, args.out, args.title)
     if args.save_timeline:
         timeline.save(args.save_timeline)

@@ -27,6 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             f"(default: {DEFAULT_MAX_DOC_BYTES}, as curation)")
     train.add_argument("--gpt2-files", action="store_true",
                        help="also write vocab.json + merges.txt (GPT-2 format) next to tokenizer.json")
+    train.add_argument("--overwrite", action="store_true", help="replace an existing tokenizer file at --out")
     train.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
@@ -35,6 +36,12 @@ def run(args) -> int:
 
     skipped: Counter = Counter()
     damaged: dict = {}
+    target = location(args.out)
+    target = target / "tokenizer.json" if target.is_dir() or not target.suffix else target
+    if target.exists() and not args.overwrite:  # a file trident did not write is never replaced silently
+        print(f"trident tokenizer train: error: {target} already exists; choose another --out, or pass --overwrite",
+              file=sys.stderr)
+        return 2
     try:
         tokenizer = train_tokenizer(args.input, args.vocab_size, args.out, json_key=args.json_key,
                                     show_progress=not args.json and sys.stderr.isatty(),

@@ -14,6 +14,11 @@ class FlowError(ValueError):
     """A flow that cannot run: a stage's failure, or (FlowConfigError) a mistake in the flow file."""
 
 
+class StageRefused(FlowError, ConfigError):
+    """A stage's command refused its input at start (its exit 2, its line said why): `trident run` exits 2
+    too, as every command does for the same mistake."""
+
+
 class FlowConfigError(FlowError, ConfigError):
     """A mistake in the flow file itself (unknown key, wrong value, a glob that matches no file): `trident run`
     exits 2."""

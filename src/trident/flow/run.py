@@ -113,7 +113,9 @@ def _decontaminate(flow: Flow, out: Path, runner: Stages, keys: dict) -> None:
         return
     for source in flow.sources:
         name = f"decontaminate:{source.name}"
-        keys[name] = stage_key({"decontaminate": heldout_clean.TASK, "source": source.name},
+        rule = {"frequent_docs": heldout_clean.FREQUENT_DOCS, "copy_share": heldout_clean.COPY_SHARE,
+                "copy_ngrams": heldout_clean.COPY_NGRAMS}  # a folder cleaned by an older rule is cleaned again
+        keys[name] = stage_key({"decontaminate": heldout_clean.TASK, "source": source.name, "rule": rule},
                                [], [keys[f"curate:{source.name}"], keys["heldout"]])
         runner.run(name, keys[name], lambda s=source: (heldout_clean.folder(out, s) / "stats.json").exists(),
                    lambda resume, s=source: heldout_clean.decontaminate(flow, out, s, resume))

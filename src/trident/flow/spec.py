@@ -13,7 +13,7 @@ from trident.config import ConfigError
 from trident.config.flow import GENERATORS, NAME, FlowConfig, GenerateSection
 from trident.config.typed import fill, read_yaml
 from trident.flow.checks import check_flow
-from trident.flow.parsed import Flow, FlowConfigError, FlowError, Source  # noqa: F401 (public here too)
+from trident.flow.parsed import Flow, FlowConfigError, FlowError, Source, StageRefused  # noqa: F401 (public here too)
 from trident.text.storage import require_local
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from trident.config.flow import CurateSection
 from trident.flow.inputs import eval_data, generated_file
-from trident.flow.spec import Flow, FlowError, Source
+from trident.flow.spec import Flow, FlowError, Source, StageRefused
 
 
 def source_files(out: Path, source: Source) -> list[Path]:
@@ -107,7 +107,8 @@ def _trident(args: list[str], **kwargs) -> subprocess.CompletedProcess:
     """Run a trident command in a child process (torchrun starts from there for --nproc)."""
     done = subprocess.run([sys.executable, "-m", "trident", *args], env=dict(os.environ), **kwargs)
     if done.returncode:
-        raise FlowError(f"`trident {args[0]}` failed with exit status {done.returncode}")
+        kind = StageRefused if done.returncode == 2 else FlowError  # exit 2: a mistake in its input, said above
+        raise kind(f"`trident {args[0]}` failed with exit status {done.returncode}")
     return done
 
 
