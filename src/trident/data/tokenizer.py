@@ -45,6 +45,7 @@ class Tokenizer:
             raise ValueError(f"{source or 'tokenizer'}: has no {eod_token} token, which trident "
                              f"uses to separate documents; retrain with `trident tokenizer train`")
         self.eod_id, self.eod_token = int(eod), eod_token
+        self._fingerprint: str | None = None
 
     @classmethod
     def load(cls, path) -> "Tokenizer":
@@ -83,7 +84,12 @@ class Tokenizer:
 
     def fingerprint(self) -> str:
         """sha256 of what decides the ids: model type, vocabulary, merges, added and special tokens
-        (whitespace and key order of the file do not count)."""
+        (whitespace and key order of the file do not count); computed once (a 128k vocabulary parses in ~0.1 s)."""
+        if self._fingerprint is None:
+            self._fingerprint = self._digest_of_ids()
+        return self._fingerprint
+
+    def _digest_of_ids(self) -> str:
         tree = json.loads(self.hf.to_str())
         model = tree.get("model") or {}
         decisive = {"type": model.get("type"), "vocab": model.get("vocab"), "merges": model.get("merges"),

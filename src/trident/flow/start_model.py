@@ -24,8 +24,7 @@ def adopt_start_model(flow: Flow, config) -> None:
     """The training `config` with the starting model's model section (as `trident train` will take it
     from the checkpoint), at load, before any stage: a model trident cannot read, or a model key in
     train.overrides that contradicts it, raises naming the key."""
-    from trident.checkpoint.model_config import adopt_model, stored_model
-    from trident.checkpoint.reader import resolve_checkpoint
+    from trident.checkpoint.model_config import adopt_model, start_checkpoint, stored_model
     from trident.config import given_model_keys
     from trident.infer.hf import read_hf_config
     from trident.infer.hf_config import trident_config
@@ -37,10 +36,7 @@ def adopt_start_model(flow: Flow, config) -> None:
         except ValueError as error:
             raise FlowConfigError(f"flow file key 'train.from': {error}") from None
     else:
-        try:
-            found = resolve_checkpoint(str(path), path) if path.is_dir() else None
-        except FileNotFoundError:
-            found = None
+        found = start_checkpoint(str(path), path) if path.is_dir() else None
         if found is None:
             raise FlowConfigError(f"flow file key 'train.from': {path} is neither a Hugging Face model folder "
                                   f"(config.json + model.safetensors) nor a trident checkpoint (step_N/ with "

@@ -35,9 +35,7 @@ class Rotary:
                    cfg.rope_high_freq_factor, cfg.rope_original_max_positions)
 
 
-def inverse_frequencies(head_dim: int, rotary: Rotary | float, device=None) -> torch.Tensor:
-    if not isinstance(rotary, Rotary):
-        rotary = Rotary(theta=rotary)
+def inverse_frequencies(head_dim: int, rotary: Rotary, device=None) -> torch.Tensor:
     steps = torch.arange(0, head_dim, 2, dtype=torch.int64, device=device).float()
     inv_freq = 1.0 / (rotary.theta ** (steps / head_dim))
     if rotary.scaling == "linear":
@@ -58,7 +56,7 @@ def _llama3_frequencies(inv_freq: torch.Tensor, r: Rotary) -> torch.Tensor:
     return torch.where(medium, smoothed, scaled)
 
 
-def rotary_angles(positions: torch.Tensor, head_dim: int, rotary: Rotary | float, dtype: torch.dtype):
+def rotary_angles(positions: torch.Tensor, head_dim: int, rotary: Rotary, dtype: torch.dtype):
     """(cos, sin), each [b, 1, s, head_dim], for positions [b, s]."""
     freqs = positions.float()[..., None] * inverse_frequencies(head_dim, rotary, positions.device)
     angles = torch.cat([freqs, freqs], dim=-1)[:, None]
@@ -70,7 +68,7 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat([-x2, x1], dim=-1)
 
 
-def apply_rotary(q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, rotary: Rotary | float):
+def apply_rotary(q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, rotary: Rotary):
     """q [b, hq, s, d] and k [b, hk, s, d] rotated by their positions [b or 1, s]."""
     cos, sin = rotary_angles(positions, q.shape[-1], rotary, q.dtype)
     return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
