@@ -30,6 +30,14 @@ def test_a_folder_is_claimed_only_when_empty_resumed_or_overwritten(tmp_path):
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == [MARKER, "mine.txt"]
 
 
+def test_a_marker_another_node_is_writing_does_not_make_the_folder_foreign(tmp_path):
+    (tmp_path / f".{MARKER}.tmp4242").write_text("{")  # a torchrun node of the same job, mid-write (CI, elastic)
+    assert claim_output_folder(tmp_path, "train", False) is None
+    (tmp_path / ".cache").mkdir()
+    with pytest.raises(OutputFolderError, match="did not write: .cache"):
+        claim_output_folder(tmp_path, "train", False)
+
+
 def test_commands_refuse_a_folder_with_results_they_would_replace(tmp_path, capsys):
     out = tmp_path / "out"
     out.mkdir()

@@ -16,6 +16,12 @@ MARKER = ".trident-run.json"
 OWN_PREFIX = ".trident-"  # trident's bookkeeping in a folder: the marker, the lock (data/output_lock.py)
 
 
+def is_own_bookkeeping(name: str) -> bool:
+    """The marker, the lock, or one of their half-written temporaries (`..trident-run.json.tmpPID`:
+    another node of the same job may be writing the marker while this one looks)."""
+    return name.startswith(OWN_PREFIX) or name.startswith("." + OWN_PREFIX)
+
+
 class OutputFolderError(ValueError):
     """The output folder holds results this run must not replace."""
 
@@ -46,7 +52,7 @@ def claim_output_folder(folder: str | Path, command: str, overwrite: bool,
     if folder.exists() and not folder.is_dir():
         raise OutputFolderError(f"{folder}: exists and is not a folder")
     # a folder holding nothing but a marker (a run that stopped before writing) or a lock counts as empty
-    entries = sorted(p.name for p in folder.iterdir() if not p.name.startswith(OWN_PREFIX) and not any(
+    entries = sorted(p.name for p in folder.iterdir() if not is_own_bookkeeping(p.name) and not any(
         fnmatch.fnmatch(p.name, pattern) for pattern in prepared)) if folder.is_dir() else []
     marker = read_marker(folder)
     if not entries or overwrite:
