@@ -72,7 +72,6 @@ class RingTraffic:
 RING_TRAFFIC = RingTraffic()
 
 
-@torch.compiler.disable  # point-to-point exchanges and Python loops: run eagerly inside a compiled block
 def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group, *, causal: bool = True,
                    enable_gqa: bool = False, scale: float | None = None) -> torch.Tensor:
     """Attention of this CP rank's queries [b, hq, s_local, d] over the whole sequence's keys and values,
@@ -80,11 +79,25 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group, *, 
     `group` is the CP process group, always named (None: the default group; a ring of one without
     torch.distributed). Equals F.scaled_dot_product_attention on the full sequence (is_causal=causal),
     cut back to this rank's tokens; differentiable."""
+    if torch.compiler.is_compiling():  # point-to-point exchanges and Python loops: run eagerly inside a compiled block
+        return _eager_ring_attention()(q, k, v, group, causal=causal, enable_gqa=enable_gqa, scale=scale)
     _check_shapes(q, k, v, enable_gqa)
     ring = _Ring(group)
     if causal and ring.size > 1 and q.size(2) % 2:
         raise ValueError(f"ring attention needs an even local length (two chunks per rank), got {q.size(2)}")
     return _RingAttention.apply(q, k, v, ring, causal, 1.0 / math.sqrt(q.size(-1)) if scale is None else scale)
+
+
+_EAGER: list = []  # torch.compiler.disable(ring_attention), made by the first compiled block that calls it
+
+
+def _eager_ring_attention():
+    """ring_attention out of torch.compile's reach. Made when first needed, not as a decorator at import:
+    torch.compiler.disable imports torch._dynamo, ~2 s of start-up for every process that imports the model,
+    and only a compiled run (which has imported it already) needs it."""
+    if not _EAGER:
+        _EAGER.append(torch.compiler.disable(ring_attention))
+    return _EAGER[0]
 
 
 def step_blocks(rank: int, source: int, local_len: int, causal: bool) -> list[tuple]:
