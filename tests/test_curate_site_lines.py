@@ -7,7 +7,7 @@ import pytest
 
 from trident.curate.document import CurateError, Document
 from trident.curate.droplog import log_path, read_log
-from trident.curate.filters.site_lines import line_key, strip_template, template_region
+from trident.curate.filters.site_lines import line_key, line_keys, strip_template, template_region
 from trident.curate.filters.site_shapes import STRONG, WEAK
 from trident.curate.read.shards import read_shard, write_shard
 from trident.curate.run.executors import LocalExecutor
@@ -42,6 +42,12 @@ def corpus():
 @pytest.fixture(scope="module")
 def default_run(corpus, tmp_path_factory):
     return run_stage(corpus.docs, tmp_path_factory.mktemp("default"), config_params())
+
+
+def test_a_pages_line_keys_folded_at_once_equal_each_lines_own():
+    lines = ["Straße 12", "  ΣΑΣ  x\u2028y", "İstanbul\t3", "", "Page 3 of 12"]
+    assert line_keys(lines) == [line_key(line) for line in lines] and line_keys([]) == []
+    assert line_key("Page 3 of 12") == line_key("page  7 OF 1")
 
 
 def test_template_region_keeps_lone_template_lines_inside_the_page():

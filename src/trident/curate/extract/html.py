@@ -139,18 +139,34 @@ def unmask_sections(tree) -> int:
     after its heading when its id spells the heading (section numbers aside) and the heading has
     three words or more, or when it holds the page's title (its first heading of the highest level)
     and shares a word with it
-    (page chrome holds neither: "Related posts", "Comments" keep their ids). Returns ids removed."""
-    headings = select_all(tree.body, _HEADINGS) if tree.body else ()
-    first = min(headings, key=lambda h: h.tag, default=None)  # the first of the highest level: the title
+    (page chrome holds neither: "Related posts", "Comments" keep their ids). Returns ids removed.
+    Only the title and the headings some id of the page spells are walked up from (each step up
+    costs a DOM node wrapper: walks from all 7,390 headings were 14% of extraction on documentation)."""
+    first = _title(tree.body) if tree.body else None
+    if first is None:
+        return 0
+    spelled = {tuple(named) for named in (_WORD.findall(el.id.casefold()) for el in select_all(tree.body, "[id]"))
+               if len(named) >= 3}
+    others = [heading for heading in select_all(tree.body, _HEADINGS) if heading != first] if spelled else []
     removed = 0
-    for heading in headings:
+    for heading in [first, *others]:  # the same ids go whatever the order: each test reads the ids as parsed
         title = [w for w in _WORD.findall(heading.text.casefold()) if not w.isdigit()]
+        if heading != first and tuple(title) not in spelled:
+            continue
         for element in _heading_and_containers(heading):
             named = _WORD.findall((element.id or "").casefold())
             if named and ((named == title and len(title) >= 3) or (heading == first and set(named) & set(title))):
                 element.remove_attribute("id")
                 removed += 1
     return removed
+
+
+def _title(body):
+    """The page's title: its first heading of the highest level, in document order."""
+    for level in range(1, 7):
+        if (heading := body.query_selector(f"h{level}")) is not None:
+            return heading
+    return None
 
 
 def unmask_title_block(tree) -> bool:
@@ -160,7 +176,7 @@ def unmask_title_block(tree) -> bool:
     contents to the index`), which resiliparse drops as a page header. The block qualifies when,
     besides the title, it holds another heading followed by text and nothing of a site header:
     no links, lists, navigation, forms or images. Returns whether one was unmasked."""
-    title = min(select_all(tree.body, _HEADINGS) if tree.body else (), key=lambda h: h.tag, default=None)
+    title = _title(tree.body) if tree.body else None
     for block in _heading_and_containers(title)[1:] if title is not None else ():
         if not _CHROME_NAME.search(f"{block.id} {block.class_name}"):
             continue

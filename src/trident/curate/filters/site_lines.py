@@ -43,7 +43,7 @@ from trident.curate.dedup.partitions import load_partition, save_partitioned
 from trident.curate.document import CurateError
 from trident.curate.droplog import DropLog, log_path
 from trident.curate.filters.site_shapes import (BODY, EDGES, STRONG, WEAK, anchor_key, find_anchors, find_shapes,
-                                                page_records, shape_flags, words)
+                                                fold, page_records, shape_flags, words)
 from trident.curate.read.shards import read_shard, write_shard
 from trident.curate.stage import Executor, GlobalStage, output_paths, register_stage
 from trident.text.storage import location, remove_tree
@@ -57,6 +57,13 @@ DROP_REASON = "site_boilerplate"
 def line_key(line: str) -> int:
     """xxh3-64 of a line as compared across pages: case-folded, digit runs -> 0, whitespace collapsed."""
     return xxhash.xxh3_64_intdigest(" ".join(words(line)).encode("utf-8"))
+
+
+def line_keys(lines: list[str]) -> list[int]:
+    """line_key of each of `lines` (none holding a line break), folded all at once."""
+    if not lines:
+        return []
+    return [xxhash.xxh3_64_intdigest(" ".join(line.split()).encode("utf-8")) for line in fold("\n".join(lines)).split("\n")]
 
 
 def site_name(url) -> str | None:
@@ -113,8 +120,8 @@ def strip_template(text: str, template: set[int], min_run: int) -> tuple[str, in
     lines = text.split("\n")
     filled = [i for i, line in enumerate(lines) if line.strip()]
     shaped = shape_flags([lines[i] for i in filled], template)
-    region = template_region([shaped.get(j) or int(line_key(lines[i]) in template) for j, i in enumerate(filled)],
-                             min_run)
+    keys = line_keys([lines[i] for i in filled])
+    region = template_region([shaped.get(j) or int(keys[j] in template) for j in range(len(filled))], min_run)
     remove = {i for i, r in zip(filled, region) if r}
     if not remove:
         return text, 0
@@ -146,7 +153,7 @@ def _count_task(job: dict) -> int:
         if host is None:
             continue
         text_lines = [line for line in doc.text.split("\n") if line.strip()]
-        keys = [line_key(line) for line in text_lines]
+        keys = line_keys(text_lines)
         # a page is its normalised lines in order: copies of one page under other URLs count once
         page = xxhash.xxh3_64_intdigest(np.array(keys, dtype=np.uint64).tobytes())
         pages.append((host, page, job["shard"]))

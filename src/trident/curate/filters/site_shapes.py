@@ -47,12 +47,15 @@ EDGES = [("host", "u8"), ("page", "u8"), ("slot", "u1"), ("at", "u1"), ("word", 
 BODY = [("host", "u8"), ("word", "u8"), ("pages", "u4")]
 
 
+def fold(text: str) -> str:
+    """Text as compared across pages: case-folded, each run of digits as 0 (line breaks kept)."""
+    text = text.casefold()
+    return _DIGITS.sub("0", text) if _DIGITS.search(text) else text
+
+
 def words(line: str) -> list[str]:
-    """A line's words as compared across pages: case-folded, each run of digits as 0."""
-    line = line.casefold()
-    if _DIGITS.search(line):
-        line = _DIGITS.sub("0", line)
-    return line.split()
+    """A line's words as compared across pages (fold)."""
+    return fold(line).split()
 
 
 def candidate(line_words: list[str]) -> bool:
