@@ -334,6 +334,8 @@ class Trainer:
         self.diagnostics.before_save(self.step)
         extra = self.model_files or ({"tokenizer.json": self.tokenizer_file} if self.tokenizer_file else None)
         path = self.writer.save(self.step, self.model.state_pieces(), self.trainer_state(), extra, blocking)
+        # the next save copies them from this one (the newest is never pruned; the start checkpoint may be)
+        self.model_files = {name: path / name for name in self.model_files}
         self.log(f"{'saving' if self.config.checkpoint.async_save and not blocking else 'saved'} checkpoint {path}")
         return path
 
