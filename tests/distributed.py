@@ -36,6 +36,8 @@ def run_distributed(fn, world_size: int, *args, timeout: float = 120.0, pg_timeo
     """fn(rank, world_size, *args) on each rank; returns the per-rank results in rank order.
     Raises with the failing rank's traceback, or after `timeout` seconds if any rank hangs.
     Ranks in `expect_dead` are not waited for (fault tests); their result is None."""
+    import torch._dynamo  # noqa: F401 (once here, not in every forked rank: torch.utils.checkpoint and torch.compile
+    # import it on first use, ~2 s a rank; its import starts no thread, so forking after it is safe)
     context = mp.get_context("fork")
     results = context.Queue()
     port = free_port()
