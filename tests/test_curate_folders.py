@@ -102,6 +102,18 @@ def test_one_folder_is_split_into_groups_for_every_worker():
     assert len(small) == 1 and MIN_GROUP_BYTES > 10_000
 
 
+def test_workers_take_the_largest_inputs_first(tmp_path):
+    from trident.curate.run.phases import largest_first
+
+    for name, size in (("a.html", 10), ("big.html", 5000), ("b.html", 20), ("c.html", 30)):
+        (tmp_path / name).write_text("x" * size)
+    tasks = [{"input": str(tmp_path / "a.html"), "group": None},
+             {"input": str(tmp_path / "b.html"), "group": [(str(tmp_path / "b.html"), None), (str(tmp_path / "c.html"), None)]},
+             {"input": "s3://bucket/remote.html", "group": None},
+             {"input": str(tmp_path / "big.html"), "group": None}]
+    assert largest_first(tasks) == [3, 1, 0, 2]  # a group counts all its files; remote: 0, keeps its place
+
+
 MAN_PAGE = """<html><body class="manpage"><div id="header"><h1>git-add(1) Manual Page</h1><h2>NAME</h2>
 <div class="sectionbody"><p>git-add - Add file contents to the index</p></div></div>
 <div id="content"><div class="sect1"><h2 id="_description">DESCRIPTION</h2><div class="sectionbody">

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import time
 from collections import Counter
 from pathlib import Path
@@ -21,7 +22,7 @@ from trident.curate.read.shards import (LEVEL, SHARD_SUFFIX, WORK_LEVEL, input_f
 from trident.curate.run.registry import build_stage, stage_class
 from trident.curate.stage import Executor, GlobalStage, StreamingStage
 from trident.text.atomic import write_json_atomic
-from trident.text.storage import location, make_folder, remove_tree
+from trident.text.storage import is_remote, location, make_folder, remove_tree
 
 
 def is_global(spec: dict) -> bool:
@@ -130,6 +131,17 @@ def stream_tasks(specs: list[dict], inputs: list[tuple[Path, str | None]], phase
              "work_only": work_only, "claims": read_raw and len(groups) > 1} for index, group in enumerate(groups)]
 
 
+def largest_first(tasks: list[dict]) -> list[int]:
+    """The tasks' indexes, those with the most input bytes first (local files; a remote input counts
+    0 and keeps its place): workers take tasks in this order, and a large file handed out last kept
+    one worker busy alone at the end (sqlite's requirements.html, 1.85 MB: 3 of a run's 7 s)."""
+    def input_bytes(task: dict) -> int:
+        paths = [path for path, _ in task["group"]] if task["group"] else [task["input"]]
+        return sum(os.path.getsize(path) for path in paths if not is_remote(path) and os.path.isfile(path))
+
+    return sorted(range(len(tasks)), key=lambda index: -input_bytes(tasks[index]))
+
+
 def stream_totals(results: list[dict], stages: int) -> dict:
     """The sum of ``stream_shard`` results (of a phase of ``stages`` streaming stages)."""
     totals = {"read": Counter(), "stages": [Counter() for _ in range(stages)], "errors": [], "written": 0,
@@ -151,7 +163,10 @@ def run_stream_phase(specs: list[dict], inputs: list[tuple[Path, str | None]], p
     """Run fused streaming stages over every input shard (one task each); returns (outputs, totals).
     ``work_only``: a later phase reads the outputs and they are never published (faster zstd level)."""
     tasks = stream_tasks(specs, inputs, phase_dir, options, read_raw, work_only)
-    results = executor.map(stream_shard, tasks, desc=desc)
+    order = largest_first(tasks)
+    results: list = [None] * len(tasks)
+    for index, result in zip(order, executor.map(stream_shard, [tasks[i] for i in order], desc=desc)):
+        results[index] = result
     if read_raw:  # every read task is done: an id two of them handed out is qualified in the later one
         for result, renamed in zip(results, qualify_repeated_ids(tasks, executor)):
             if renamed:
