@@ -95,6 +95,14 @@ def test_each_duplicate_record_names_its_kept_copy_and_similarity(curated):
     assert "## Duplicates by the language of the copy kept" in report and "- **fuzzy_dedup**: en 4" in report
 
 
+def test_letters_of_ascii_counted_fast_are_the_patterns_letters():
+    import re
+
+    every_ascii = "".join(map(chr, range(128)))
+    for text in (every_ascii, "route_66 is 2,448 miles", "Grüße 中文 x1"):
+        assert letters(text) == len(re.sub(r"[\W\d_]+", "", text))
+
+
 def test_parts_are_weighted_by_letters_and_unsure_parts_are_no_evidence():
     def fake(text):  # "zh" for CJK, "xx" unsure for code-like text, else "en"
         if "(" in text:

