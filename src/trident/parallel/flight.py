@@ -12,6 +12,7 @@ inside a collective answers at once). `trident diagnose OUT` merges the dumps.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -26,6 +27,7 @@ from trident.text.storage import location
 from trident.text.store_errors import store_failure_or
 
 DEFAULT_EVENTS = 2000
+WATCHDOG_POLL_S = 0.5  # how often the watchdog looks for a stall
 FIELDS = ("seq", "step", "op", "group", "peer", "microbatch", "chunk", "started", "ended", "failed")
 
 
@@ -169,7 +171,7 @@ class _Watchdog:
 
         dumped_stall = False
         while not self.stopping.is_set():
-            ready, _, _ = select.select([self.read_fd], [], [], 0.5)
+            ready, _, _ = select.select([self.read_fd], [], [], WATCHDOG_POLL_S)
             if ready:
                 data = os.read(self.read_fd, 64)
                 if signal.SIGUSR2 in data:
@@ -181,6 +183,8 @@ class _Watchdog:
 
     def stop(self) -> None:
         self.stopping.set()
+        with contextlib.suppress(BlockingIOError):  # a full pipe wakes the select anyway
+            os.write(self.write_fd, b"\0")  # wakes it now (0 is no signal): every train() ended up to a poll later
         self.thread.join(timeout=2)
         signal.set_wakeup_fd(self.previous_fd)
         signal.signal(signal.SIGUSR2, self.previous_handler)
