@@ -32,6 +32,7 @@ def test_torchrun_restart_resumes_from_the_last_complete_checkpoint(tmp_path):
     command = [sys.executable, "-m", "trident", "train", "tiny", f"data.paths=[{tmp_path / 'data'}]",
                f"data.tokenizer={tmp_path / 'tok.json'}", "train.steps=6", "checkpoint.save_interval=2",
                "checkpoint.load=auto", "parallel.dp=2", "parallel.timeout_s=20", "--nproc", "2",
+               "train.peak_tflops=1",  # each rank of both attempts would measure the CPU's matmul peak (~1-3 s)
                "--max-restarts", "1", "--out", str(tmp_path / "run")]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=170)
     assert done.returncode == 0, done.stderr[-3000:]
