@@ -247,14 +247,15 @@ def test_verified_similarities_are_the_true_jaccard_of_every_candidate_pair(tmp_
     verify, seen = fuzzy._verify_task, []
 
     def recorded(job):
-        seen.append((job["pairs"], verify(job)))
-        return seen[-1][1]
+        seen.append((job["pairs"], verify(job)[0]))
+        return seen[-1][1], 0
 
     monkeypatch.setattr(fuzzy, "_verify_task", recorded)
     for piece_bytes in (1, 3_000, 1 << 21):  # a pair per piece, a few documents per piece, one piece
         monkeypatch.setattr(fuzzy, "_VERIFY_BYTES", piece_bytes)
         seen.clear()
-        FuzzyDedup(bands=20, partitions=2, threshold=0.85).run(inputs, tmp_path / f"out{piece_bytes}", SERIAL)
+        stage = FuzzyDedup(bands=20, partitions=2, threshold=0.85, screen_margin=None)  # every candidate compared
+        stage.run(inputs, tmp_path / f"out{piece_bytes}", SERIAL)
         pairs, similarity = np.concatenate([p for p, _ in seen]), np.concatenate([v for _, v in seen])
         shard, row = split_keys(pairs.ravel())
         hashes = [shingle_hashes(shards[k][r]) for k, r in zip(shard.tolist(), row.tolist())]
@@ -263,6 +264,22 @@ def test_verified_similarities_are_the_true_jaccard_of_every_candidate_pair(tmp_
         assert len(pairs) >= 30 and len(set(shard.tolist())) == 3 and 5 <= above.sum() <= len(pairs) - 5
         np.testing.assert_allclose(similarity[above], expected[above], rtol=1e-6)
         assert np.all(similarity[~above] >= expected[~above] - 1e-6) and np.all(similarity[~above] < 0.85)
+
+
+def test_candidates_far_below_by_their_minhash_estimate_are_not_compared_and_nothing_changes(tmp_path):
+    rng = random.Random(13)
+    base = [random_text(rng, 150) for _ in range(4)]
+    # copies of 4 texts from slightly to heavily edited: candidates from about 0.3 to 0.95 Jaccard
+    docs = [Document(f"d{i}_{k}", edit_words(rng, base[i], k * 9)) for i in range(4) for k in range(6)]
+    inputs = write_shards(tmp_path, [docs[:12], docs[12:]])
+    stages = {margin: FuzzyDedup(bands=20, partitions=2, threshold=0.7, screen_margin=margin) for margin in (0.25, None)}
+    kept = {margin: kept_ids(stage.run(inputs, tmp_path / f"out{margin}", SERIAL)) for margin, stage in stages.items()}
+    screened, compared = stages[0.25].counters, stages[None].counters
+    assert kept[0.25] == kept[None] and screened["verified_pairs"] == compared["verified_pairs"] > 0
+    assert 0 < screened["screened_pairs"] < screened["candidates"] == compared["candidates"]
+    assert compared["screened_pairs"] == 0
+    with pytest.raises(ValueError, match="screen_margin"):
+        FuzzyDedup(screen_margin=-0.1)
 
 
 def test_fuzzy_chain_is_one_component(tmp_path):

@@ -144,5 +144,6 @@ def test_stage_keeps_what_the_implementation_before_the_kernels_kept(tmp_path, c
     stage = FuzzyDedup(**SETTINGS[name])
     outputs = stage.run(paths, tmp_path / "out", LocalExecutor(1, progress=False))
     assert sorted(d.id for p in outputs for d in read_shard(p)) == recorded["kept"]
-    counters = {k: v for k, v in stage.counters.items() if not k.startswith("bytes")}
+    # screened_pairs is newer than the recording; the counts the screen could change (verified_pairs) are in it
+    counters = {k: v for k, v in stage.counters.items() if not k.startswith("bytes") and k != "screened_pairs"}
     assert dict(sorted(counters.items())) == recorded["counters"]

@@ -8,8 +8,9 @@ work runs differs. Steps, each one ``executor.map``:
   2. buckets (per partition): candidate pairs of every shared bucket, sent to the shard of the
      pair's first document; the documents each shard must load, sent to that shard;
   3. shingles (per shard): shingle hashes and keep-priority fields of its candidate documents;
-  4. verify (per shard): its pairs deduplicated, true Jaccard against one other shard's file at a
-     time; pairs >= threshold become neighbour records, hash-partitioned by node;
+  4. verify (per shard): its pairs deduplicated, screened by MinHash estimate as the local path
+     screens them, the rest's true Jaccard against one other shard's file at a time; pairs >=
+     threshold become neighbour records, hash-partitioned by node;
   5. components (per partition, repeated): large-star / small-star rounds (trident.curate.dedup.components)
      until the per-partition counts of unstable nodes sum to 0;
   6. labels (per partition): each node's component label (its smallest member), sent to its shard;
@@ -107,37 +108,45 @@ def _shingle_task(job: dict) -> None:
     target = location(job["work"]) / "shingles" / f"s{job['shard']:06d}.npz"
     make_folder(target.parent)
     flat = np.concatenate(hashes) if hashes else np.zeros(0, dtype=np.uint64)
-    save_array(target, None, keys=prio["key"], offsets=offsets, hashes=flat,
+    signatures = hasher.signatures_from_hashes(hashes) if hashes else np.zeros((0, hasher.num_hashes), np.uint32)
+    save_array(target, None, keys=prio["key"], offsets=offsets, hashes=flat, signatures=signatures,
              **{name: prio[name] for name in prio.dtype.names if name != "key"})
 
 
-def _load_shingles(work: Path, shard: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(sorted keys, offsets, flat hashes) of one shard's saved candidate documents."""
+def _load_shingles(work: Path, shard: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(sorted keys, offsets, flat hashes, signatures) of one shard's saved candidate documents."""
     with load_array(work / "shingles" / f"s{shard:06d}.npz") as data:
-        return data["keys"], data["offsets"], data["hashes"]
+        return data["keys"], data["offsets"], data["hashes"], data["signatures"]
 
 
-def _verify_task(job: dict) -> tuple[int, int]:
-    """Unique candidate pairs of one shard checked by true Jaccard; verified ones become neighbour
-    records in graph/r000, partitioned by node. Returns (candidates, verified pairs)."""
+def _verify_task(job: dict) -> tuple[int, int, int]:
+    """Unique candidate pairs of one shard checked by true Jaccard, but for those screened out by
+    their MinHash estimate as the local path screens them (fuzzy._verify_task); verified ones become
+    neighbour records in graph/r000, partitioned by node. Returns (candidates, verified, screened)."""
     work, shard = location(job["work"]), job["shard"]
     pairs = load_partition(work / "pairs" / f"s{shard:06d}")
     if pairs is None:
-        return 0, 0
+        return 0, 0, 0
     pairs = unique_pairs(pairs)  # every copy of a pair came here: same first document
-    keys_a, offsets_a, flat_a = _load_shingles(work, shard)
+    keys_a, offsets_a, flat_a, signatures_a = _load_shingles(work, shard)
     other_shard = split_keys(pairs[:, 1])[0]
-    similar = np.zeros(len(pairs), dtype=bool)
+    similar, screened = np.zeros(len(pairs), dtype=bool), 0
     for other in np.unique(other_shard).tolist():  # one other shard's hashes in memory at a time
-        keys_b, offsets_b, flat_b = (keys_a, offsets_a, flat_a) if other == shard else _load_shingles(work, other)
+        keys_b, offsets_b, flat_b, signatures_b = ((keys_a, offsets_a, flat_a, signatures_a) if other == shard
+                                                   else _load_shingles(work, other))
         chosen = np.flatnonzero(other_shard == other)
         ia, ib = np.searchsorted(keys_a, pairs[chosen, 0]), np.searchsorted(keys_b, pairs[chosen, 1])
+        if job["screen_margin"] is not None:
+            estimate = (signatures_a[ia] == signatures_b[ib]).mean(axis=1)
+            keep = estimate >= job["threshold"] - job["screen_margin"]
+            screened += int(np.count_nonzero(~keep))
+            chosen, ia, ib = chosen[keep], ia[keep], ib[keep]
         similar[chosen] = [jaccard(flat_a[offsets_a[i]:offsets_a[i + 1]], flat_b[offsets_b[j]:offsets_b[j + 1]])
                            >= job["threshold"] for i, j in zip(ia.tolist(), ib.tolist())]
     records = both_directions(pairs[similar])
     save_partitioned(records, node_partition(records[:, 0], job["partitions"]), work / "graph" / "r000", "p",
             f"s{shard:06d}")
-    return len(pairs), int(similar.sum())
+    return len(pairs), int(similar.sum()), screened
 
 
 def _star_task(job: dict) -> int:
@@ -214,11 +223,11 @@ def _similarity_task(job: dict) -> None:
     pending = load_partition(work / "pending" / f"s{shard:06d}")
     if pending is None:
         return
-    keys_a, offsets_a, flat_a = _load_shingles(work, shard)
+    keys_a, offsets_a, flat_a, _ = _load_shingles(work, shard)
     kept_shard = split_keys(pending["kept_key"])[0]
     similarity = np.zeros(len(pending), dtype=np.float32)
     for other in np.unique(kept_shard).tolist():
-        keys_b, offsets_b, flat_b = (keys_a, offsets_a, flat_a) if other == shard else _load_shingles(work, other)
+        keys_b, offsets_b, flat_b, _ = (keys_a, offsets_a, flat_a, None) if other == shard else _load_shingles(work, other)
         chosen = np.flatnonzero(kept_shard == other)
         ia = np.searchsorted(keys_a, pending["key"][chosen])
         ib = np.searchsorted(keys_b, pending["kept_key"][chosen])
@@ -247,10 +256,11 @@ def run_distributed(stage: GlobalStage, inputs: list[Path], out_dir: Path, execu
     executor.map(_shingle_task, [{**j, "minhash": stage.minhash, "priority": stage.priority,
                                   "priority_field": stage.priority_field} for j in shards],
                  desc="fuzzy_dedup: shingles")
-    checked = executor.map(_verify_task, [{**j, "threshold": stage.threshold} for j in shards],
-                           desc="fuzzy_dedup: verify")
-    counters["candidates"] += sum(c for c, _ in checked)
-    counters["verified_pairs"] += sum(v for _, v in checked)
+    checked = executor.map(_verify_task, [{**j, "threshold": stage.threshold, "screen_margin": stage.screen_margin}
+                                          for j in shards], desc="fuzzy_dedup: verify")
+    counters["candidates"] += sum(c for c, _, _ in checked)
+    counters["verified_pairs"] += sum(v for _, v, _ in checked)
+    counters["screened_pairs"] += sum(s for _, _, s in checked)
     final_round = _converge(parts, work, executor)
     executor.map(_label_task, [{**j, "round": final_round} for j in parts], desc="fuzzy_dedup: labels")
     executor.map(_join_task, shards, desc="fuzzy_dedup: join")
