@@ -48,7 +48,7 @@ def test_store_failures_are_one_line_and_a_run_resumes_once_the_store_is_back(s3
         assert lines[0].startswith(f"trident train: error: {url}: checking bucket") and f": {kind} (" in lines[0]
 
     run = s3.url("fail/run")
-    proc = start(train_command(corpus, run, *FAST, "train.steps=6"), TRIDENT_INJECT="rank=0,step=3,kind=slow:1.5",
+    proc = start(train_command(corpus, run, *FAST, "train.steps=6"), TRIDENT_INJECT="rank=0,step=4,kind=slow:1.5",
                  **NO_RETRY)
     _wait_for(lambda: "step      3 |" in proc.stdout.readline(), proc, "step 3")  # checkpoint 2 and its metrics are up
     s3.pause()  # the store goes away during step 4 (slowed): its save meets it
@@ -72,7 +72,7 @@ def test_store_failures_are_one_line_and_a_run_resumes_once_the_store_is_back(s3
 def test_a_store_that_goes_away_under_the_launcher_ends_in_its_line_and_code(s3, tmp_path):
     run = s3.url("launched/run")
     proc = start(train_command(tiny_corpus(tmp_path), run, *FAST, "train.steps=6", "train.micro_batch_size=1", nproc=2),
-                 TRIDENT_INJECT="rank=0,step=3,kind=slow:1.5", **NO_RETRY)
+                 TRIDENT_INJECT="rank=0,step=4,kind=slow:1.5", **NO_RETRY)
     _wait_for(lambda: "step      3 |" in proc.stdout.readline(), proc, "step 3")
     s3.pause()  # during step 4: the ranks' exit marker on the store is gone with it
     try:
