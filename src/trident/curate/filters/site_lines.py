@@ -46,7 +46,7 @@ from trident.curate.filters.site_shapes import (BODY, EDGES, STRONG, WEAK, ancho
                                                 fold, page_records, shape_flags, words)
 from trident.curate.read.shards import read_shard, write_shard
 from trident.curate.stage import Executor, GlobalStage, output_paths, register_stage
-from trident.text.storage import location, remove_tree
+from trident.text.storage import load_array, location, make_folder, remove_tree, save_array
 
 _LINES = [("host", "u8"), ("line", "u8"), ("page", "u8")]
 _PAGES = [("host", "u8"), ("page", "u8"), ("shard", "u4")]
@@ -112,15 +112,16 @@ def template_region(flags: list[int], min_run: int) -> list[bool]:
     return out
 
 
-def strip_template(text: str, template: set[int], min_run: int) -> tuple[str, int]:
+def strip_template(text: str, template: set[int], min_run: int, keys: list[int] | None = None) -> tuple[str, int]:
     """(``text`` without its template region, lines removed); blank lines that a removal left
-    at either end or next to another blank line go too."""
+    at either end or next to another blank line go too. ``keys``: the line_keys of its non-blank
+    lines, when the count step made them already."""
     if not template:
         return text, 0
     lines = text.split("\n")
     filled = [i for i, line in enumerate(lines) if line.strip()]
     shaped = shape_flags([lines[i] for i in filled], template)
-    keys = line_keys([lines[i] for i in filled])
+    keys = line_keys([lines[i] for i in filled]) if keys is None else keys
     region = template_region([shaped.get(j) or int(keys[j] in template) for j in range(len(filled))], min_run)
     remove = {i for i, r in zip(filled, region) if r}
     if not remove:
@@ -146,16 +147,20 @@ def _count_task(job: dict) -> int:
     pages: list[tuple[int, int, int]] = []
     edges: list[tuple] = []
     body: Counter = Counter()
+    page_keys, counts = [], []  # every page's line keys, for the rewrite step (a page without a host: none)
     seen = 0
     for doc in read_shard(location(job["path"])):
         seen += 1
         host = site_key(doc.meta.get("url"))
+        counts.append(0)
         if host is None:
             continue
         text_lines = [line for line in doc.text.split("\n") if line.strip()]
         keys = line_keys(text_lines)
+        page_keys.append(np.array(keys, dtype=np.uint64))
+        counts[-1] = len(keys)
         # a page is its normalised lines in order: copies of one page under other URLs count once
-        page = xxhash.xxh3_64_intdigest(np.array(keys, dtype=np.uint64).tobytes())
+        page = xxhash.xxh3_64_intdigest(page_keys[-1].tobytes())
         pages.append((host, page, job["shard"]))
         lines += [(host, key, page) for key in set(keys)]
         if job["shapes"]:
@@ -169,6 +174,9 @@ def _count_task(job: dict) -> int:
         tables["body"] = np.array([(h, w, n) for (h, w), n in body.items()], dtype=BODY)
     for folder, records in tables.items():
         save_partitioned(records, records["host"] % parts, work / folder, "p", name)
+    make_folder(work / "line_keys")
+    save_array(work / "line_keys" / f"{name}.npz", None, counts=np.array(counts, dtype=np.int64),
+               keys=np.concatenate(page_keys) if page_keys else np.zeros(0, dtype=np.uint64))
     return seen
 
 
@@ -256,18 +264,25 @@ def _templates_of_shard(work: Path, shard: int) -> dict[int, set[int]]:
 
 def _rewrite_task(job: dict) -> dict:
     """Map: one shard rewritten without its pages' template regions; returns its counters."""
-    templates = _templates_of_shard(location(job["work"]), job["shard"])
+    work = location(job["work"])
+    templates = _templates_of_shard(work, job["shard"])
+    with load_array(work / "line_keys" / f"s{job['shard']:06d}.npz") as data:
+        all_keys, ends = data["keys"], np.cumsum(data["counts"]).tolist()
+    starts = [0, *ends[:-1]]
     counters: Counter = Counter()
     dst = location(job["dst"])
 
     def kept(drops: DropLog):
-        for doc in read_shard(location(job["src"])):
+        for number, doc in enumerate(read_shard(location(job["src"]))):
             counters["in"] += 1
             counters["bytes_in"] += doc.nbytes
             host = site_key(doc.meta.get("url"))
             if host is None:
                 counters["no_url"] += 1
-            text, removed = strip_template(doc.text, templates.get(host, set()), job["min_run"])
+            template = templates.get(host, set())
+            # the count step's keys of this page (a shard that changed since is refused by run())
+            keys = all_keys[starts[number]:ends[number]].tolist() if template and number < len(ends) else None
+            text, removed = strip_template(doc.text, template, job["min_run"], keys)
             if removed:
                 counters["lines_removed"] += removed
                 counters["docs_changed"] += 1
