@@ -214,6 +214,9 @@ def _title_case(words: list[str]) -> bool:
 
 def _present(block: Block, index: TextIndex) -> bool:
     """Whether most of the block's text (by characters) already is in the extracted text."""
+    whole = squeeze("".join(block.lines))
+    if whole and whole in index:  # the common case, the backend kept the list: each item is in it too
+        return True
     keys = [squeeze(item) for item in block.items]
     return sum(len(k) for k in keys if k in index) >= sum(len(k) for k in keys) / 2
 
