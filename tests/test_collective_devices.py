@@ -15,7 +15,7 @@ from collective_fixtures import audit_collectives, misplaced
 from distributed import run_distributed
 from train_fixtures import tiny_config, trained
 from trident.train import launch
-from trident.train.launch import MIXED_BACKEND, NCCL_ENV, init_distributed
+from trident.train.launch import MIXED_BACKEND, NCCL_ENV, init_distributed, join_serving_group
 
 
 @pytest.fixture
@@ -64,6 +64,15 @@ def test_a_cpu_run_on_a_gpu_machine_stays_on_gloo(gpu_machine):
     assert gpu_machine[0][1]["device_id"] is None
     with pytest.raises(ValueError, match="parallel.backend=nccl needs a CUDA device"):
         init_distributed("nccl", 30, "cpu")
+
+
+def test_serve_eval_and_generate_bind_the_gpu_their_model_is_on(gpu_machine):
+    join_serving_group("cuda:1")  # --device cuda:1: the model's GPU, not LOCAL_RANK's
+    assert gpu_machine == [("set_device", torch.device("cuda", 1)), ("init", gpu_machine[-1][1])]
+    assert gpu_machine[-1][1]["device_id"] == torch.device("cuda", 1) and gpu_machine[-1][1]["backend"] == MIXED_BACKEND
+    gpu_machine.clear()
+    join_serving_group("cpu")
+    assert gpu_machine[-1][1]["backend"] == "gloo" and gpu_machine[-1][1]["device_id"] is None
 
 
 def test_more_local_ranks_than_gpus_is_refused_by_name(gpu_machine, monkeypatch):

@@ -243,7 +243,7 @@ def _run_parallel(args, out: Path | None, resume_from: Path | None) -> int:
     """Check the layout, start the ranks (unless torchrun already did), evaluate in lock step."""
     from trident.config import ConfigError
     from trident.evaluate.parallel_lm import checkpoint_layout, load_parallel
-    from trident.train.launch import (init_distributed, relaunch_with_torchrun, shutdown_distributed,
+    from trident.train.launch import (join_serving_group, relaunch_with_torchrun, shutdown_distributed,
                                       torchrun_command, under_torchrun)
 
     world = _world_size() if under_torchrun() else args.nproc
@@ -254,7 +254,7 @@ def _run_parallel(args, out: Path | None, resume_from: Path | None) -> int:
         return 2
     if args.nproc > 1 and not under_torchrun():
         return relaunch_with_torchrun(torchrun_command(args.nproc, forwarded_argv(args)))[0]
-    init_distributed("gloo" if args.device == "cpu" else "nccl")
+    join_serving_group(args.device)
     rank = int(os.environ.get("RANK", "0"))
 
     def load():

@@ -50,7 +50,7 @@ def _shared_seed(seed: int | None, temperature: float, device: str = "cpu") -> i
 def run_batched(args, prompts: list[str]) -> int:
     from trident.config import ConfigError
     from trident.evaluate.parallel_lm import checkpoint_layout
-    from trident.train.launch import (init_distributed, relaunch_with_torchrun, shutdown_distributed,
+    from trident.train.launch import (join_serving_group, relaunch_with_torchrun, shutdown_distributed,
                                       torchrun_command, under_torchrun)
 
     world = int(os.environ.get("WORLD_SIZE", "1")) if under_torchrun() else args.nproc
@@ -68,7 +68,7 @@ def run_batched(args, prompts: list[str]) -> int:
     if args.threads or world > 1:  # ranks sharing a machine: one thread each unless told otherwise
         torch.set_num_threads(args.threads or 1)
     if world > 1:  # --device auto is the CPU here (_run_device); cuda: NCCL, the rank's GPU set first
-        init_distributed("gloo" if _run_device(args) == "cpu" else "nccl", device=_run_device(args))
+        join_serving_group(_run_device(args))
     try:
         return _generate(args, prompts, temperature, top_k, top_p)
     finally:

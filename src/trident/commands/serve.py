@@ -60,7 +60,7 @@ def run(args) -> int:
     from trident.evaluate.parallel_lm import checkpoint_layout
     from trident.serve.chat_template import ChatTemplate, TemplateProblem
     from trident.text.storage import location
-    from trident.train.launch import (init_distributed, relaunch_with_torchrun, shutdown_distributed,
+    from trident.train.launch import (join_serving_group, relaunch_with_torchrun, shutdown_distributed,
                                       torchrun_command, under_torchrun)
 
     if not location(args.checkpoint).exists():
@@ -83,7 +83,7 @@ def run(args) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     if world > 1:
-        init_distributed("gloo" if args.device == "cpu" else "nccl")
+        join_serving_group(args.device)
     options = ServeOptions(args.checkpoint, list(args.overrides), args.host, args.port, args.max_batch,
                            args.model_name, args.device, args.dtype, args.tokenizer, args.shutdown_timeout,
                            args.chat_template)

@@ -102,8 +102,10 @@ class Engine:
             self._broadcast(tensor, 0)
 
     def _broadcast(self, tensor: torch.Tensor, src: int) -> torch.Tensor:
-        """`tensor` from rank `src` on every rank, on the CPU (through the device when NCCL carries it)."""
-        if dist.get_backend() == "nccl":
+        """`tensor` from rank `src` on every rank, on the CPU; on a GPU through the device, which the group's
+        NCCL carries (the default group there is cpu:gloo,cuda:nccl: its name is not "nccl", and a CPU
+        tensor would take the host's gloo)."""
+        if self.device.type == "cuda":
             moved = tensor.to(self.device).contiguous()
             dist.broadcast(moved, src=src)
             return moved.cpu()

@@ -218,6 +218,13 @@ def init_distributed(backend: str = "auto", timeout_s: int = 600, device: str = 
                             rank=rank, world_size=world, timeout=timeout, device_id=device_id)
 
 
+def join_serving_group(device: str, timeout_s: int = 600) -> None:
+    """init_distributed for the commands that serve a model on `device` (serve, eval, generate):
+    gloo on the CPU, else the mixed group bound to that very device (`cuda:1` binds GPU 1, where the
+    model is loaded; `cuda` this rank's own)."""
+    init_distributed("gloo" if device == "cpu" else "nccl", timeout_s, device=device)
+
+
 def _backend_and_device(backend: str, device: str):
     """(init_process_group's backend, its device_id: this rank's GPU, set as current, or None)."""
     import torch
