@@ -106,22 +106,27 @@ def staging_bytes(config: Config, layout, stage: int, micro_batches: int, flight
                   activations_at) -> tuple[float, float]:
     """(what staging adds to the activation peak, what is still in flight when the backward ends): each
     bucket's fp32 staging plus its 1/dp output, REDUCTIONS_IN_FLIGHT in flight. Backward j begins with
-    min(flight, micro_batches - j) micro-batches' activations held (`activations_at(n)`: their bytes)
-    beside the reductions still in flight from the backwards before it (the first: beside its first
-    bucket filling); the highest of those sums, above the activation peak, is what staging adds."""
+    min(flight, micro_batches - j) micro-batches' activations held (`activations_at(n)`: their bytes,
+    never fewer for more micro-batches) beside the reductions still in flight from the backwards before
+    it (the first: beside its first bucket filling); the highest of those sums, above the activation
+    peak, is what staging adds. Once REDUCTIONS_IN_FLIGHT launches precede a backward, the ones in flight
+    no longer grow while the activations held only shrink: no later backward is higher, none is costed
+    (a search costs thousands of layouts; walking every micro-batch was most of its time)."""
     order = completion_order(config, layout, stage)
     share = 4 * (1 + 1 / layout.shard)  # fp32 staging plus its 1/K output
-    launches = [share * n for n in order * max(micro_batches, 1)]  # across micro-batches
+
+    def in_flight_before(end: int) -> float:  # launches before `end` (bucket by bucket, micro-batch by micro-batch)
+        return sum(share * order[k % len(order)] for k in range(max(0, end - REDUCTIONS_IN_FLIGHT), end))
+
     peak = activations_at(flight)
     highest = peak + 4 * order[0]
     held_bytes = {flight: peak}  # activations_at by micro-batches held (few distinct counts)
-    for j in range(1, micro_batches):
-        before = j * len(order)
+    for j in range(1, min(micro_batches - 1, -(-REDUCTIONS_IN_FLIGHT // len(order))) + 1):
         held = min(flight, micro_batches - j)
         if held not in held_bytes:
             held_bytes[held] = activations_at(held)
-        highest = max(highest, held_bytes[held] + sum(launches[max(0, before - REDUCTIONS_IN_FLIGHT):before]))
-    return highest - peak, sum(launches[-REDUCTIONS_IN_FLIGHT:])
+        highest = max(highest, held_bytes[held] + in_flight_before(j * len(order)))
+    return highest - peak, in_flight_before(max(micro_batches, 1) * len(order))
 
 
 def gathered_bytes(config: Config, layout, stage: int, element_bytes: int) -> float:
