@@ -171,6 +171,10 @@ def test_every_error_is_the_openai_json_object_and_serving_goes_on(server, refer
     assert status == 400 and error["code"] == "context_length_exceeded" and error["param"] == "prompt"
     assert "context length is 384 tokens" in error["message"] and "shorten it to at most 383" in error["message"]
     assert "max_length=384" in error["message"]  # how lm-evaluation-harness users make it fit
+    huge = b'{"prompt": "' + b"x" * (17 << 20) + b'"}'  # over the 16 MiB a request may carry
+    status, kind, answer = server.raw("POST", "/v1/completions", huge)
+    error = _json_error(status, kind, answer)
+    assert status == 413 and error["code"] == "request_too_large" and "16777216 bytes" in error["message"], answer
     for body, field in CHAT_BAD:
         status, kind, answer = server.raw("POST", "/v1/chat/completions", json.dumps(body).encode())
         error = _json_error(status, kind, answer)

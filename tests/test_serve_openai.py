@@ -66,6 +66,11 @@ def test_chat_n_with_a_seed_equals_single_requests_with_seed_plus_index(client):
     assert singles[0] != singles[1]
     again = client.chat.completions.create(n=2, seed=41, **settings)
     assert [c.message.content for c in again.choices] == [c.message.content for c in both.choices]
+    streamed = {}
+    for chunk in client.chat.completions.create(n=2, seed=41, stream=True, **settings):  # each delta names its choice
+        for choice in chunk.choices:
+            streamed[choice.index] = streamed.get(choice.index, "") + (choice.delta.content or "")
+    assert [streamed[0], streamed[1]] == singles
 
 
 @pytest.mark.timeout(90)

@@ -21,7 +21,7 @@ import time
 from aiohttp import web
 
 from trident.data.tokenizer import EOD_TOKEN
-from trident.serve.errors import METRICS, error_response, errors_as_json
+from trident.serve.errors import MAX_BODY_BYTES, METRICS, error_response, errors_as_json
 from trident.serve.fields import BadRequest
 from trident.serve.handlers import STATE, bad_request, chat_completions, completions, read_json
 from trident.serve.metrics import CONTENT_TYPE, Metrics
@@ -89,7 +89,7 @@ async def detokenize(request: web.Request) -> web.Response:
 def build_app(engine_loop, tokenizer, name: str, context: int, template, stop_ids=frozenset()) -> web.Application:
     """template: the model's ChatTemplate (its `template` None when it has none); stop_ids: end
     tokens besides <|endoftext|> (the chat template's eos_token)."""
-    app = web.Application(client_max_size=16 * 2**20, middlewares=[errors_as_json])
+    app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[errors_as_json])
     app[STATE] = {"engine": engine_loop, "tokenizer": tokenizer, "name": name, "context": context,
                   "created": int(time.time()), "template": template, "stop_ids": frozenset(stop_ids)}
     app[METRICS] = Metrics()

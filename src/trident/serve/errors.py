@@ -13,6 +13,7 @@ from trident.serve.metrics import Metrics
 
 log = logging.getLogger("trident.serve")
 METRICS = web.AppKey("metrics", Metrics)
+MAX_BODY_BYTES = 16 * 2**20  # a request's body at most: far over any prompt a context holds
 
 
 def error_response(status: int, message: str, param: str | None = None, code: str | None = None,
@@ -36,6 +37,10 @@ def _from_http_error(request: web.Request, error: web.HTTPException) -> web.Resp
         allowed = sorted(getattr(error, "allowed_methods", ()))
         return error_response(405, f"{request.path} does not take {request.method}; use {', '.join(allowed)}",
                               code="method_not_allowed", headers={"Allow": ",".join(allowed)})
+    if error.status == 413:
+        return error_response(413, f"the request body is over this server's limit of {MAX_BODY_BYTES} bytes "
+                                   f"({MAX_BODY_BYTES >> 20} MiB); send shorter prompts or fewer at once",
+                              code="request_too_large")
     return error_response(error.status, error.reason or error.text or "request refused")
 
 
