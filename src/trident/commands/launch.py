@@ -27,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args) -> int:
     from trident.config import ConfigError, load_config
     from trident.hardware import load_hardware
-    from trident.launch.slurm import Job, sbatch_script
+    from trident.launch.slurm import SCRIPT_MARK, Job, sbatch_script
     from trident.plan.memory import Layout
     from trident.plan.search import evaluate
     from trident.text.storage import require_local
@@ -61,7 +61,7 @@ def run(args) -> int:
         print(script, end="")
         return 0
     path = Path(args.out) / "launch.sbatch"
-    if path.exists() and "# Written by `trident launch`" not in path.read_text(errors="replace")[:400]:
+    if path.exists() and SCRIPT_MARK not in path.read_text(errors="replace")[:400]:
         print(f"error: {path} exists and was not written by `trident launch`; choose another --out",
               file=sys.stderr)  # never overwrite what trident did not write
         return 2

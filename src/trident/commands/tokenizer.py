@@ -32,12 +32,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from trident.data.tokenizer import describe, train_tokenizer
+    from trident.data.tokenizer import describe, tokenizer_file, train_tokenizer
 
     skipped: Counter = Counter()
     damaged: dict = {}
-    target = location(args.out)
-    target = target / "tokenizer.json" if target.is_dir() or not target.suffix else target
+    target = tokenizer_file(args.out)
     if target.exists() and not args.overwrite:  # a file trident did not write is never replaced silently
         print(f"trident tokenizer train: error: {target} already exists; choose another --out, or pass --overwrite",
               file=sys.stderr)

@@ -27,6 +27,12 @@ TOKENIZER_FILE = "tokenizer.json"
 TOKENIZER_CONFIG = "tokenizer_config.json"  # Hugging Face's: special tokens, chat template
 
 
+def tokenizer_file(path) -> Path:
+    """Where Tokenizer.save writes for `path`: into it when it is a folder or has no suffix."""
+    path = location(path)
+    return path / TOKENIZER_FILE if path.is_dir() or not path.suffix else path
+
+
 def _byte_level(tokenizer: HFTokenizer) -> HFTokenizer:
     # GPT-2: no prefix space (so decode(encode(x)) == x), regex pre-split, byte-level decoding
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
@@ -117,9 +123,7 @@ class Tokenizer:
     def save(self, path) -> Path:
         """Write tokenizer.json (into `path` if it is a directory or has no suffix; local or a URL);
         returns the file."""
-        path = location(path)
-        if path.is_dir() or not path.suffix:
-            path = path / TOKENIZER_FILE
+        path = tokenizer_file(path)
         make_folder(path.parent)
         path.write_text(self.hf.to_str(pretty=True), encoding="utf-8")  # the bytes hf.save writes
         return path

@@ -111,10 +111,10 @@ def _decontaminate(flow: Flow, out: Path, runner: Stages, keys: dict) -> None:
     (heldout_clean.py): a copy in another source, or a near-copy dedup kept, is not trained on."""
     if not flow.eval.heldout:
         return
+    rule = {"frequent_docs": heldout_clean.FREQUENT_DOCS, "copy_share": heldout_clean.COPY_SHARE,
+            "copy_ngrams": heldout_clean.COPY_NGRAMS}  # a folder cleaned by an older rule is cleaned again
     for source in flow.sources:
         name = f"decontaminate:{source.name}"
-        rule = {"frequent_docs": heldout_clean.FREQUENT_DOCS, "copy_share": heldout_clean.COPY_SHARE,
-                "copy_ngrams": heldout_clean.COPY_NGRAMS}  # a folder cleaned by an older rule is cleaned again
         keys[name] = stage_key({"decontaminate": heldout_clean.TASK, "source": source.name, "rule": rule},
                                [], [keys[f"curate:{source.name}"], keys["heldout"]])
         runner.run(name, keys[name], lambda s=source: (heldout_clean.folder(out, s) / "stats.json").exists(),

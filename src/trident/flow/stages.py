@@ -121,7 +121,7 @@ def train_overrides(flow: Flow, out: Path) -> list[str]:
 def train(flow: Flow, out: Path, resume: bool) -> None:
     """`trident train` on the blend; a killed run resumes from its newest checkpoint, a changed one starts over
     (from train.from's model when the flow continues one)."""
-    from trident.checkpoint.reader import complete_checkpoints
+    from trident.checkpoint.folders import complete_checkpoints  # torch-free: this is the flow's own process
     from trident.flow.start_model import continues, start_checkpoint
 
     load = "auto"
@@ -212,7 +212,6 @@ def training_run(folder: str | Path) -> str:
                           f"{train / 'config.yaml'}: run the flow through training, then give {train}")
     raise ConfigError(f"{folder} holds no training run (no config.yaml): give a `trident train --out` folder, "
                       f"or a `trident run --out` folder (its run is OUT/train)")
-
 
 
 def stage_files(flow: Flow, out: Path, name: str) -> tuple[list[Path], list[Path]]:

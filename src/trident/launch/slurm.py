@@ -16,6 +16,7 @@ from trident.plan.search import Plan
 from trident.train.launch import NCCL_ENV as RANK_NCCL_ENV
 
 RDZV_PORT = 29500
+SCRIPT_MARK = "# Written by `trident launch`"  # a launch.sbatch trident wrote (and may write again) starts so
 # What a 2,240-GPU job needs from NCCL and torch: init_distributed's own (train/launch.py: a failed or
 # timed-out collective aborts its communicator and raises; torch's flight recorder on, dumped on a
 # timeout), exported in the script so that torchrun and NCCL see them too, and NCCL's warnings.
@@ -67,7 +68,7 @@ def sbatch_script(job: Job, config: Config, plan: Plan) -> str:
     step = f"{plan.time.total:.2f} s a step, MFU {plan.time.mfu:.1%}" if plan.time else "step time unknown"
     lines = [
         "#!/bin/bash",
-        f"# Written by `trident launch`; submit with: sbatch {shlex.quote(job.out)}/launch.sbatch",
+        f"{SCRIPT_MARK}; submit with: sbatch {shlex.quote(job.out)}/launch.sbatch",
         f"# Plan ({plan.hardware}): {plan.layout.label()}; {memory:.1f} GiB of {plan.usable_bytes / 2**30:.1f} GiB "
         f"per GPU; {step}",
         f"# USR1 {lead} s before the time limit: every rank saves and stops (exit 75), then the job requeues",

@@ -352,10 +352,12 @@ def save_array(path, array, **arrays) -> None:
             np.save(handle, array, allow_pickle=False)
 
 
-def load_array(path):
-    """np.load of a .npy or .npz from a local path or URL (an .npz as a context manager, as np.load's)."""
+def load_array(path, mapped: bool = False):
+    """np.load of a .npy or .npz from a local path or URL (an .npz as a context manager, as np.load's);
+    `mapped`: a local .npy memory-mapped (only the rows read are read from disk)."""
     import numpy as np
 
     path = location(path)
-    source = path if not is_remote(path) else io.BytesIO(path.read_bytes())
-    return np.load(source, allow_pickle=False)
+    if is_remote(path):
+        return np.load(io.BytesIO(path.read_bytes()), allow_pickle=False)
+    return np.load(path, allow_pickle=False, mmap_mode="r" if mapped else None)

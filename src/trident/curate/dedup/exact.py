@@ -35,6 +35,7 @@ from trident.curate.read.shards import read_shard
 from trident.curate.stage import Executor, GlobalStage, output_paths, register_stage
 from trident.text.storage import location, make_folder, remove_tree, save_array
 
+
 def normalize_for_exact(text: str) -> str:
     """The text exact dedup compares: lower-cased, whitespace runs -> one space, stripped (str.split's
     whitespace is exactly the regex \\s's: a test checks the code points; 2.5x faster than re.sub)."""

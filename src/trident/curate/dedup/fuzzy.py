@@ -203,7 +203,7 @@ def _estimates(pairs: np.ndarray, signature_dir: Path) -> np.ndarray:
     signatures = None
     for shard in sorted_distinct(shards).tolist():
         here = shards == shard
-        table = load_array(signature_dir / f"s{shard:06d}.npy")
+        table = load_array(signature_dir / f"s{shard:06d}.npy", mapped=True)  # each task reads its pairs' rows
         if signatures is None:
             signatures = np.empty((len(keys), table.shape[1]), dtype=table.dtype)
         signatures[here] = table[rows[here]]

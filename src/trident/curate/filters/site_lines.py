@@ -43,7 +43,7 @@ from trident.curate.dedup.partitions import load_partition, save_partitioned
 from trident.curate.document import CurateError
 from trident.curate.droplog import DropLog, log_path
 from trident.curate.filters.site_shapes import (BODY, EDGES, STRONG, WEAK, anchor_key, find_anchors, find_shapes,
-                                                fold, page_records, shape_flags, words)
+                                                fold, page_records, shape_flags)
 from trident.curate.read.shards import read_shard, write_shard
 from trident.curate.stage import Executor, GlobalStage, output_paths, register_stage
 from trident.text.storage import load_array, location, make_folder, remove_tree, save_array
@@ -56,7 +56,7 @@ DROP_REASON = "site_boilerplate"
 
 def line_key(line: str) -> int:
     """xxh3-64 of a line as compared across pages: case-folded, digit runs -> 0, whitespace collapsed."""
-    return xxhash.xxh3_64_intdigest(" ".join(words(line)).encode("utf-8"))
+    return line_keys([line])[0]
 
 
 def line_keys(lines: list[str]) -> list[int]:
