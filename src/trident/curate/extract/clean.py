@@ -10,7 +10,8 @@ from trident.curate.stage import StreamingStage, register_stage
 
 # C0/C1 control characters except tab and newline; they carry no text and confuse tokenizers.
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-_SPACES = re.compile(r"[ \t\u00a0\u2000-\u200b\u3000]+")
+# a run of spaces other than one " " (replacing each single space with itself cost a match per word)
+_SPACES = re.compile(r"[\t\u00a0\u2000-\u200b\u3000][ \t\u00a0\u2000-\u200b\u3000]*| [ \t\u00a0\u2000-\u200b\u3000]+")
 _BLANK_LINES = re.compile(r"\n\s*\n(\s*\n)+")
 
 

@@ -37,9 +37,9 @@ Classify = Callable[[str], list[tuple[str, float]]]  # text -> [(language, proba
 
 def letters(text: str) -> int:
     """The letters of ``text`` (Unicode letters: a Chinese character is one, as an 'a' is)."""
-    if text.isascii():  # most parts: a byte deletion in C, 7x faster than the pattern
-        return len(text.encode("ascii").translate(None, _NON_ASCII_LETTERS))
-    return len(_NON_LETTERS.sub("", text))
+    # ASCII non-letters (most of any text's) deleted in C, 7x faster than the pattern; the rest by it
+    kept = text.encode("utf-8").translate(None, _NON_ASCII_LETTERS)
+    return len(kept) if text.isascii() else len(_NON_LETTERS.sub("", kept.decode("utf-8")))
 
 
 def text_parts(text: str, max_chars: int) -> list[str]:

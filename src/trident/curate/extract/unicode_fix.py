@@ -16,11 +16,23 @@ import ftfy
 from ftfy import badness, chardata
 
 _CONFIG = ftfy.TextFixerConfig(explain=False, normalization=None)
-# ftfy's fixers that change single characters, in the order fix_and_explain applies them
-_CHARACTER_FIXERS = tuple(ftfy.FIXERS[name] for name in (
-    "fix_c1_controls", "fix_latin_ligatures", "fix_character_width", "uncurl_quotes", "fix_line_breaks",
-    "fix_surrogates", "remove_terminal_escapes", "remove_control_chars"))
 _NON_ASCII = re.compile(r"[^\x00-\x7f]")
+
+
+def _only_where_needed(fixer, table: dict[int, object]):
+    """`fixer` (ftfy's `text.translate(table)`) run only on a text holding a character of `table`:
+    str.translate with a dict looks up every character (~0.1 us each); the class search is C."""
+    changes = re.compile("[" + "".join(re.escape(chr(code)) for code in sorted(table)) + "]")
+    return lambda text: fixer(text) if changes.search(text) else text
+
+
+_TRANSLATE_TABLES = {"fix_latin_ligatures": chardata.LIGATURES, "fix_character_width": chardata.WIDTH_MAP,
+                     "remove_control_chars": chardata.CONTROL_CHARS}
+# ftfy's fixers that change single characters, in the order fix_and_explain applies them
+_CHARACTER_FIXERS = tuple(
+    _only_where_needed(ftfy.FIXERS[name], _TRANSLATE_TABLES[name]) if name in _TRANSLATE_TABLES else ftfy.FIXERS[name]
+    for name in ("fix_c1_controls", "fix_latin_ligatures", "fix_character_width", "uncurl_quotes",
+                 "fix_line_breaks", "fix_surrogates", "remove_terminal_escapes", "remove_control_chars"))
 
 
 def _characters_a_fixer_changes() -> re.Pattern:
