@@ -89,6 +89,23 @@ def test_record_lines_are_the_documents_lines_with_the_same_reports(tmp_path, st
     assert len(want) == len(good) and lines_log.counters == docs_log.counters and lines_log.errors == docs_log.errors
 
 
+def test_record_lines_escape_every_character_as_json_does(tmp_path):
+    """The quick path escapes a record's text on its bytes: its lines are json.dumps's, byte for byte,
+    for every character that json escapes or a byte-level escape could confuse."""
+    import random
+
+    rng = random.Random(0)
+    alphabet = [chr(c) for c in range(0x80)] + ["\x7f", "\x80", "\u2028", "é", "“", "\ufeff", "😀", "\\", '"', "\n"]
+    texts = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 12))) for _ in range(3000)]
+    ids = ['a"b', ', "text": ""', "x\\y", "é"]
+    path = tmp_path / "chars.jsonl"
+    path.write_bytes(_lines(*({"id": ids[k % 4], "text": t, "url": ', "text": ""'} for k, t in enumerate(texts))))
+    got = list(record_lines(path, RecordLog(strict=True), "web", name="chars.jsonl", ids=DocumentIds()))
+    want = [json.dumps(d.to_json(), ensure_ascii=False).encode() for d in
+            read_documents(path, RecordLog(strict=True), "web", name="chars.jsonl", ids=DocumentIds())]
+    assert got == want and [json.loads(line)["text"] for line in got] == texts
+
+
 @pytest.mark.parametrize("suffix", [".jsonl.gz", ".jsonl.zst"])
 def test_truncated_compressed_jsonl_keeps_what_was_readable(tmp_path, suffix):
     data = _lines(*({"text": f"document {i} " + "word " * 50} for i in range(3000)))

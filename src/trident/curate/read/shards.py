@@ -42,9 +42,33 @@ _c_encoder = json.encoder.c_make_encoder and json.encoder.c_make_encoder(
     False, False, True)
 
 
+# Control characters json escapes as \u00XX (or \b, \f): a text holding one takes the encoder.
+_RARE_CONTROL = bytes(set(range(32)) - set(b"\t\n\r"))
+_TEXT_SLOT = b', "text": ""'  # an empty text in a record's line: id first, so the first such bytes
+
+
 def _record_json(record: dict) -> str:
     """``_json_line(record)`` of a record parsed from JSON (no cycles), without a new encoder each time."""
     return "".join(_c_encoder(record, 0)) if _c_encoder else _json_line(record)
+
+
+def _record_bytes(record: dict) -> bytes:
+    """``_record_json(record).encode("utf-8")`` of a record whose first keys are "id" (a str) and
+    "text". The text, most of the line, is escaped on its UTF-8 bytes by bytes.replace (memchr
+    scans, ~10x faster than the encoder's per-character loop): a quote, a backslash, newline,
+    return and tab are all the escapes json writes for text without rarer control characters
+    (ensure_ascii=False writes every other character as itself). UnicodeEncodeError for a lone
+    surrogate, as the encoder's line gives."""
+    text = record["text"]
+    data = text.encode("utf-8")
+    if len(data.translate(None, _RARE_CONTROL)) != len(data):  # a C pass, where a regex search took 8x as long
+        return _record_json(record).encode("utf-8")
+    shell = _record_json({**record, "text": ""}).encode("utf-8")  # keys keep their order
+    # Inside an encoded string every quote follows a backslash: the first slot is the text key's.
+    at = shell.index(_TEXT_SLOT) + len(_TEXT_SLOT) - 1
+    escaped = (data.replace(b"\\", b"\\\\").replace(b'"', b'\\"').replace(b"\n", b"\\n")
+               .replace(b"\r", b"\\r").replace(b"\t", b"\\t"))
+    return b"".join((shell[:at], escaped, shell[at:]))
 
 
 def supported(path: Path) -> bool:
@@ -192,7 +216,7 @@ def _quick_line(raw: bytes | None, number: int, source: str, dataset: str | None
     if dataset is not None:
         record.setdefault("dataset", dataset)
     try:
-        return _record_json(record).encode("utf-8"), record
+        return _record_bytes(record), record
     except UnicodeEncodeError:  # a lone surrogate: the usual path reports or raises as before
         return None
 
