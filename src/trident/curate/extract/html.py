@@ -119,8 +119,11 @@ def _resiliparse(params: dict) -> Callable[[str, str | None], str]:
 
     def extract(html: str, url: str | None) -> str:
         tree = HTMLTree.parse(html)  # parsed once for the extractor and the list post-pass
-        unmask_sections(tree)
-        unmask_title_block(tree)
+        title = _title(tree.body) if tree.body else None
+        if title is not None:
+            title_containers = _heading_and_containers(title)  # walked up once: each step up builds a node wrapper
+            unmask_sections(tree, title_containers)
+            unmask_title_block(title_containers)
         text = extract_plain_text(tree, main_content=True, alt_texts=False, links=False, form_fields=False,
                                   noscript=False, comments=params["include_comments"])
         if keep:
@@ -130,7 +133,7 @@ def _resiliparse(params: dict) -> Callable[[str, str | None], str]:
     return extract
 
 
-def unmask_sections(tree) -> int:
+def unmask_sections(tree, title_containers: list) -> int:
     """Remove the ``id`` of the sections named after their own heading, so that resiliparse's
     main-content rules, which read words such as "related", "comment" or "copyright" in an id as
     page chrome, do not drop them (documentation generators name a section after its title:
@@ -141,10 +144,9 @@ def unmask_sections(tree) -> int:
     and shares a word with it
     (page chrome holds neither: "Related posts", "Comments" keep their ids). Returns ids removed.
     Only the title and the headings some id of the page spells are walked up from (each step up
-    costs a DOM node wrapper: walks from all 7,390 headings were 14% of extraction on documentation)."""
-    first = _title(tree.body) if tree.body else None
-    if first is None:
-        return 0
+    costs a DOM node wrapper: walks from all 7,390 headings were 14% of extraction on documentation).
+    `title_containers`: _heading_and_containers of the page's title (_title)."""
+    first = title_containers[0]
     spelled = {tuple(named) for named in (_WORD.findall(el.id.casefold()) for el in select_all(tree.body, "[id]"))
                if len(named) >= 3}
     others = [heading for heading in select_all(tree.body, _HEADINGS) if heading != first] if spelled else []
@@ -153,7 +155,7 @@ def unmask_sections(tree) -> int:
         title = [w for w in _WORD.findall(heading.text.casefold()) if not w.isdigit()]
         if heading != first and tuple(title) not in spelled:
             continue
-        for element in _heading_and_containers(heading):
+        for element in title_containers if heading == first else _heading_and_containers(heading):
             named = _WORD.findall((element.id or "").casefold())
             if named and ((named == title and len(title) >= 3) or (heading == first and set(named) & set(title))):
                 element.remove_attribute("id")
@@ -169,15 +171,15 @@ def _title(body):
     return None
 
 
-def unmask_title_block(tree) -> bool:
+def unmask_title_block(title_containers: list) -> bool:
     """Remove the id and class of the block that holds the page's title when it is the start of the
     article, not page chrome: a man page's `<div id="header">` holds its title, NAME and the
     command's one-line summary (asciidoc, `git-add(1) Manual Page / NAME / git-add - Add file
     contents to the index`), which resiliparse drops as a page header. The block qualifies when,
     besides the title, it holds another heading followed by text and nothing of a site header:
-    no links, lists, navigation, forms or images. Returns whether one was unmasked."""
-    title = _title(tree.body) if tree.body else None
-    for block in _heading_and_containers(title)[1:] if title is not None else ():
+    no links, lists, navigation, forms or images. Returns whether one was unmasked.
+    `title_containers`: _heading_and_containers of the page's title (_title)."""
+    for block in title_containers[1:]:
         if not _CHROME_NAME.search(f"{block.id} {block.class_name}"):
             continue
         headings = select_all(block, _HEADINGS)
@@ -194,8 +196,11 @@ def _heading_and_containers(heading) -> list:
     """A heading and the elements up to _CONTAINER_DEPTH levels above it (DocBook wraps a title in
     titlepage and refnamediv blocks inside the section that carries the id)."""
     found = [heading]
-    while len(found) <= _CONTAINER_DEPTH and found[-1].parent is not None and found[-1].parent.tag != "body":
-        found.append(found[-1].parent)
+    while len(found) <= _CONTAINER_DEPTH:
+        parent = found[-1].parent  # once: each call builds a new wrapper
+        if parent is None or parent.tag == "body":
+            break
+        found.append(parent)
     return found
 
 
