@@ -28,6 +28,7 @@ def warm_jit() -> None:
         jit.shingle_kernel(buf, norm, ngram, word, packed)
     flat, offsets = (np.ascontiguousarray(a) for a in jit.shingle_kernel(buf, norm, 5, False, False))
     signatures = jit.signature_kernel(flat, offsets, MinHasher(bands=20).multipliers)
+    jit.shingle_signature_kernel(buf, norm, 5, False, MinHasher(bands=20).multipliers)
     jit.pair_jaccard(flat, offsets, np.array([0], dtype=np.int64), np.array([1], dtype=np.int64), 0.7)
     jit.band_key_kernel(signatures, 20, _XXH3_SECRET)
     jit.xxh64_of(raw)

@@ -10,7 +10,7 @@ import xxhash
 from dedup_fixtures import RECORDED, SETTINGS, corpus_shards, odd_texts
 from trident.curate.dedup.fuzzy import FuzzyDedup
 from trident.curate.dedup.kernels.loops import (band_keys, hashes_of_normalised, minhash_signatures, normalised_bytes,
-                                                pair_jaccard, shingle_hashes_flat, xxh64_bytes)
+                                                pair_jaccard, shingle_hashes_flat, shingle_signatures, xxh64_bytes)
 from trident.curate.dedup.minhash import MinHasher, jaccard
 from trident.curate.dedup.shingles import normalize_for_shingles, shingle_hashes, shingles
 from trident.curate.document import Document
@@ -104,6 +104,17 @@ def test_signatures_and_pair_jaccard_equal_the_numpy_definitions():
     distinct = np.concatenate(sets)
     doc_offsets = np.r_[0, np.cumsum([len(s) for s in sets])]
     assert pair_jaccard(distinct, doc_offsets, first, second).tolist() == expected
+
+
+@pytest.mark.parametrize("ngram,unit", [(5, "char"), (1, "char"), (3, "word")])
+def test_signatures_made_as_the_shingles_are_hashed_equal_those_of_the_hashes(ngram, unit):
+    """shingle_signatures (hashes into the signature passes, no array of them) is minhash_signatures
+    of hashes_of_normalised: texts empty, shorter than a shingle, and of several 16,384-hash blocks."""
+    texts = odd_texts(3) + ["", "ab", "x" + "y" * 16_387, " ".join(f"w{i}" for i in range(20_000)), "a b"]
+    buf, bounds = normalised_bytes(texts)
+    hasher = MinHasher(bands=20)
+    want = minhash_signatures(*hashes_of_normalised(buf, bounds, ngram, unit), hasher.multipliers)
+    assert np.array_equal(shingle_signatures(buf, bounds, hasher.multipliers, ngram, unit), want)
 
 
 def test_pair_jaccard_with_a_floor_is_exact_at_or_above_it_and_stops_early_below():

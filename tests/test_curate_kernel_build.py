@@ -41,6 +41,8 @@ def test_the_extension_computes_what_the_jit_computes():
     flat, offsets = np.ascontiguousarray(flat), np.ascontiguousarray(offsets)
     hasher = MinHasher(bands=20)
     _compare(aot, shingle_jit, "signature_kernel", flat, offsets, hasher.multipliers)
+    for ngram, word in [(5, False), (3, True)]:
+        _compare(aot, shingle_jit, "shingle_signature_kernel", buf, norm, ngram, word, hasher.multipliers)
     pairs = np.random.default_rng(0).integers(0, len(texts), (2, 300))
     for at_least in (0.0, 0.7):
         _compare(aot, shingle_jit, "pair_jaccard", flat, offsets, pairs[0], pairs[1], at_least)

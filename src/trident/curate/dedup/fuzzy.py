@@ -44,7 +44,7 @@ from trident.curate.stage import Executor, GlobalStage, register_stage
 from trident.text.storage import (is_remote, load_array, location, make_folder, open_read, open_write, remove_tree,
                                   save_array)
 
-_SIGNATURE_CHARS = 1 << 20  # characters of text shingled and signed at once (their hashes: 8 bytes each)
+_SIGNATURE_CHARS = 1 << 20  # characters of text normalised and signed at once
 _VERIFY_BATCH = 50_000  # candidate pairs per verification task
 _VERIFY_BYTES = 1 << 21  # normalised text bytes a verification task hashes at once (<= 1 hash, 8 bytes, each)
 
@@ -55,8 +55,7 @@ def _signature_task(job: dict) -> dict:
     end}. Kept for the later steps: every document's normalised UTF-8 text (work/shingles/s<shard>.text)
     with its keep-priority fields (s<shard>.npz), and every row's text size (work/rows). With a "read"
     task the shard is read from the raw input, and written, in the same pass."""
-    from trident.curate.dedup.kernels.loops import (band_keys, hashes_of_normalised, minhash_signatures, normalised_bytes,
-                                               utf8_texts)
+    from trident.curate.dedup.kernels.loops import band_keys, normalised_bytes, shingle_signatures, utf8_texts
 
     hasher = MinHasher(**job["minhash"])
     shard, work, counters = job["shard"], location(job["work"]), Counter()
@@ -69,10 +68,9 @@ def _signature_task(job: dict) -> dict:
         buf, bounds = normalised_bytes(batch, utf8)
         store.write(memoryview(buf))  # kept for verification: a byte per byte, hashed again only for candidates
         lengths.append(np.diff(bounds))
-        flat, offsets = hashes_of_normalised(buf, bounds, hasher.ngram, hasher.unit)
-        signed = np.diff(offsets) > 0
+        signed = np.diff(bounds) > 0  # a normalised text of a byte or more has a shingle
         counters["no_shingles"] += int(np.count_nonzero(~signed))  # empty text: left to exact dedup
-        signatures = minhash_signatures(flat, offsets, hasher.multipliers)
+        signatures = shingle_signatures(buf, bounds, hasher.multipliers, hasher.ngram, hasher.unit)
         kept_signatures.append(signatures)  # step 3 screens candidate pairs by them
         keys = band_keys(hasher, signatures[signed])
         keys ^= np.array(salts, dtype=np.uint64)[signed][:, None]

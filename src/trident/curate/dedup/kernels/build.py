@@ -38,9 +38,11 @@ EXPORTS = {
     "normalise_kernel": "Tuple((u1[:], i8[:], b1[:]))(u1[::1], i8[::1], b1[::1], i8[::1], i4[::1])",
     "shingle_kernel": "Tuple((u8[:], i8[:]))(u1[::1], i8[::1], i8, b1, b1)",
     "signature_kernel": "u4[:, ::1](u8[::1], i8[::1], u8[::1])",
+    "shingle_signature_kernel": "u4[:, ::1](u1[::1], i8[::1], i8, b1, u8[::1])",
     "pair_jaccard": "f8[::1](u8[::1], i8[::1], i8[::1], i8[::1], f8)",
     "band_key_kernel": "u8[:, ::1](u4[:, ::1], i8, u8[::1])",
 }
+_SOURCES = ("numba_loops.py", "numba_hashes.py")  # the numba code compiled into the extension
 _BUILD_SECONDS = 900
 # x86-64 micro-architecture levels by the /proc/cpuinfo flags they need (the JIT uses the host's own
 # features; a named level keeps a cached module valid on any machine that has them, VMs included).
@@ -88,7 +90,8 @@ def target_cpu() -> str:
 def module_name() -> str:
     """The extension's module name: a hash of what its machine code depends on."""
     digest = hashlib.sha256()
-    for part in (Path(__file__).with_name("numba_loops.py").read_bytes(), repr(sorted(EXPORTS.items())).encode(),
+    sources = [Path(__file__).with_name(name).read_bytes() for name in _SOURCES]
+    for part in (*sources, repr(sorted(EXPORTS.items())).encode(),
                  _numba_fingerprint(), sys.version.encode(), platform.machine().encode(), platform.system().encode(),
                  target_cpu().encode()):
         digest.update(hashlib.sha256(part).digest())

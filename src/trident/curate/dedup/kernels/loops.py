@@ -10,7 +10,8 @@ Every function computes exactly what trident.curate.dedup.minhash defines (tests
   shingles and distinct for distinct ones (a shingle of at most 7 UTF-8 bytes is its bytes and
   length; a longer one 56 bits of a hash of it, tagged apart): the same sets, cheaper to make;
   verification's Jaccard uses them, MinHash keeps the xxh64 hashes.
-- ``minhash_signatures``: per hash function ``(a * x mod 2**64) >> 32``, minimum over a document.
+- ``minhash_signatures``: per hash function ``(a * x mod 2**64) >> 32``, minimum over a document;
+  ``shingle_signatures`` the same of the xxh64 shingle hashes of normalised texts, made as it goes.
 - ``pair_jaccard``: |A & B| / |A | B| of the distinct hashes of two documents (or, given a floor,
   a bound below it for a pair that cannot reach it: such pairs stop early).
 - ``band_keys``: MinHasher.band_keys (xxh3_64 of each band's rows, seeded with the band) for bands
@@ -121,6 +122,15 @@ def minhash_signatures(flat: np.ndarray, offsets: np.ndarray, multipliers: np.nd
     """MinHasher.signatures_from_flat, compiled: (n, len(multipliers)) uint32; an empty document
     gets all-0xFFFFFFFF."""
     return kernels().signature_kernel(_u8(flat), _i8(offsets), _u8(multipliers))
+
+
+def shingle_signatures(buf: np.ndarray, bounds: np.ndarray, multipliers: np.ndarray, ngram: int = 5,
+                       unit: str = "char") -> np.ndarray:
+    """``minhash_signatures(*hashes_of_normalised(buf, bounds, ngram, unit), multipliers)`` in one pass
+    that keeps no array of every shingle's hash."""
+    _check_shingles(ngram, unit)
+    return kernels().shingle_signature_kernel(np.ascontiguousarray(buf, dtype=np.uint8), _i8(bounds), int(ngram),
+                                              unit == "word", _u8(multipliers))
 
 
 def pair_jaccard(flat: np.ndarray, offsets: np.ndarray, first, second, at_least: float = 0.0) -> np.ndarray:

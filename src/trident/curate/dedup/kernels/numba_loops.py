@@ -1,110 +1,16 @@
 """Fuzzy dedup's inner loops as numba functions: shingle hashing over UTF-8 bytes, MinHash
-signatures, exact Jaccard of candidate pairs, LSH band keys. trident.curate.dedup.kernels.loops is the
+signatures, exact Jaccard of candidate pairs, LSH band keys (the hash functions themselves:
+trident.curate.dedup.kernels.numba_hashes). trident.curate.dedup.kernels.loops is the
 module to call: it states what each loop computes and runs it from the ahead-of-time extension
 trident.curate.dedup.kernels.build makes of these functions (no numba import at run time) or, where none
 can be built, through numba's JIT (cache=True). Importing this module imports numba.
 """
 from __future__ import annotations
 
-import numba
 import numpy as np
 
-
-_P1, _P2, _P3 = np.uint64(0x9E3779B185EBCA87), np.uint64(0xC2B2AE3D27D4EB4F), np.uint64(0x165667B19E3779F9)
-_P4, _P5 = np.uint64(0x85EBCA77C2B2AE63), np.uint64(0x27D4EB2F165667C5)
-_LOW32 = np.uint64(0xFFFFFFFF)
-_jit = numba.njit(cache=True, nogil=True)
-# Helpers are inlined into the loops that call them (numba's own inlining): a call per shingle
-# through numba's calling convention cost a quarter of the hashing time.
-_inline = numba.njit(cache=True, nogil=True, inline="always")
-
-
-@_inline
-def _rotl(x, r):
-    return (x << np.uint64(r)) | (x >> np.uint64(64 - r))
-
-
-@_inline
-def _round(acc, lane):
-    acc = acc + lane * _P2
-    return _rotl(acc, 31) * _P1
-
-
-@_inline
-def _merge(acc, lane):
-    acc = acc ^ _round(np.uint64(0), lane)
-    return acc * _P1 + _P4
-
-
-@_inline
-def _le64(buf, p):
-    """Bytes p..p+7 as a little-endian uint64 (unsigned indices: the compiler merges the 8 loads)."""
-    q = np.uint64(p)
-    return (np.uint64(buf[q]) | (np.uint64(buf[q + np.uint64(1)]) << np.uint64(8))
-            | (np.uint64(buf[q + np.uint64(2)]) << np.uint64(16)) | (np.uint64(buf[q + np.uint64(3)]) << np.uint64(24))
-            | (np.uint64(buf[q + np.uint64(4)]) << np.uint64(32)) | (np.uint64(buf[q + np.uint64(5)]) << np.uint64(40))
-            | (np.uint64(buf[q + np.uint64(6)]) << np.uint64(48)) | (np.uint64(buf[q + np.uint64(7)]) << np.uint64(56)))
-
-
-@_inline
-def _le32(buf, p):
-    q = np.uint64(p)
-    return (np.uint64(buf[q]) | (np.uint64(buf[q + np.uint64(1)]) << np.uint64(8))
-            | (np.uint64(buf[q + np.uint64(2)]) << np.uint64(16)) | (np.uint64(buf[q + np.uint64(3)]) << np.uint64(24)))
-
-
-@_inline
-def _lane8(h, buf, p):
-    h ^= _round(np.uint64(0), _le64(buf, p))
-    return _rotl(h, 27) * _P1 + _P4
-
-
-@_inline
-def _tail(h, buf, p, rest):
-    """XXH64's last 0-31 bytes into ``h``, then its avalanche (loops the compiler unrolls per length)."""
-    while rest >= 8:
-        h = _lane8(h, buf, p)
-        p += 8
-        rest -= 8
-    if rest >= 4:
-        h ^= _le32(buf, p) * _P1
-        h = _rotl(h, 23) * _P2 + _P3
-        p += 4
-        rest -= 4
-    while rest > 0:
-        h ^= np.uint64(buf[np.uint64(p)]) * _P5
-        h = _rotl(h, 11) * _P1
-        p += 1
-        rest -= 1
-    h ^= h >> np.uint64(33)
-    h *= _P2
-    h ^= h >> np.uint64(29)
-    h *= _P3
-    return h ^ (h >> np.uint64(32))
-
-
-@_inline
-def _xxh64(buf, p, stop):
-    """XXH64 (seed 0; github.com/Cyan4973/xxHash) of bytes p..stop-1 of ``buf``, reading no other."""
-    length = stop - p
-    if length < 32:
-        return _tail(_P5 + np.uint64(length), buf, p, length)
-    v1, v2, v3, v4 = _P1 + _P2, _P2, np.uint64(0), np.uint64(0) - _P1
-    while p + 32 <= stop:
-        v1 = _round(v1, _le64(buf, p))
-        v2 = _round(v2, _le64(buf, p + 8))
-        v3 = _round(v3, _le64(buf, p + 16))
-        v4 = _round(v4, _le64(buf, p + 24))
-        p += 32
-    h = _rotl(v1, 1) + _rotl(v2, 7) + _rotl(v3, 12) + _rotl(v4, 18)
-    h = _merge(_merge(_merge(_merge(h, v1), v2), v3), v4)
-    return _tail(h + np.uint64(length), buf, p, stop - p)
-
-
-@_jit
-def xxh64_of(buf):
-    """XXH64 (seed 0) of a whole uint8 array (the tests compare it with the xxhash library)."""
-    return _xxh64(buf, 0, len(buf))
+from trident.curate.dedup.kernels.numba_hashes import (_LOW32, _P1, _inline, _jit, _le64, _xxh64,
+                                                       band_key_kernel, xxh64_of)
 
 
 @_inline
@@ -266,29 +172,69 @@ def shingle_kernel(buf, bounds, ngram, word, packed):
     return flat[:filled], np.cumsum(counts)
 
 
+@_inline
+def _min_passes(sig, i, a, low, high, size):
+    """sig[i, j] lowered to the minimum over the ``size`` hashes x (32-bit halves ``low``, ``high``) of
+    (a[j]*x mod 2**64) >> 32, for every j. Computed on 32-bit halves (a likewise): the top half of
+    a*x mod 2**64 is (hi32(al*xl) + al*xh + ah*xl) mod 2**32, and taking the top half commutes with
+    the minimum, so the minimum is taken over those: 8 lanes of uint32 per AVX2 instruction instead of 4."""
+    for j in range(len(a)):
+        a_low, a_high = np.uint32(a[j] & _LOW32), np.uint32(a[j] >> np.uint64(32))
+        wide, best = np.uint64(a_low), sig[i, j]
+        for s in range(size):  # a min-reduction the compiler vectorises
+            carry = np.uint32((wide * np.uint64(low[s])) >> np.uint64(32))
+            best = min(best, np.uint32(carry + np.uint32(a_low * high[s]) + np.uint32(a_high * low[s])))
+        sig[i, j] = best
+
+
+_BLOCK = 16384  # hashes a pass: their halves (128 KB) stay in cache across the passes (long documents: -15 %)
+
+
 @_jit
 def signature_kernel(flat, offsets, a):
-    """(n, len(a)) uint32: per document, per function, min over its hashes x of (a*x mod 2**64) >> 32.
-
-    Computed on 32-bit halves (x = xh*2**32 + xl, a likewise): the top half of a*x mod 2**64 is
-    (hi32(al*xl) + al*xh + ah*xl) mod 2**32, and taking the top half commutes with the minimum, so
-    the minimum is taken over those: 8 lanes of uint32 per AVX2 instruction instead of 4 of uint64."""
-    n, m = len(offsets) - 1, len(a)
-    sig = np.full((n, m), np.uint32(0xFFFFFFFF), dtype=np.uint32)
-    block = 16384  # hashes a pass: their halves (128 KB) stay in cache across the m passes (long documents: -15 %)
-    low, high = np.empty(block, dtype=np.uint32), np.empty(block, dtype=np.uint32)
+    """(n, len(a)) uint32: per document, per function, min over its hashes x of (a*x mod 2**64) >> 32."""
+    n = len(offsets) - 1
+    sig = np.full((n, len(a)), np.uint32(0xFFFFFFFF), dtype=np.uint32)
+    low, high = np.empty(_BLOCK, dtype=np.uint32), np.empty(_BLOCK, dtype=np.uint32)
     for i in range(n):
-        for start in range(offsets[i], offsets[i + 1], block):
-            size = min(block, offsets[i + 1] - start)
+        for start in range(offsets[i], offsets[i + 1], _BLOCK):
+            size = min(_BLOCK, offsets[i + 1] - start)
             for s in range(size):
                 low[s], high[s] = np.uint32(flat[start + s] & _LOW32), np.uint32(flat[start + s] >> np.uint64(32))
-            for j in range(m):
-                a_low, a_high = np.uint32(a[j] & _LOW32), np.uint32(a[j] >> np.uint64(32))
-                wide, best = np.uint64(a_low), sig[i, j]
-                for s in range(size):  # a min-reduction the compiler vectorises
-                    carry = np.uint32((wide * np.uint64(low[s])) >> np.uint64(32))
-                    best = min(best, np.uint32(carry + np.uint32(a_low * high[s]) + np.uint32(a_high * low[s])))
-                sig[i, j] = best
+            _min_passes(sig, i, a, low, high, size)
+    return sig
+
+
+@_jit
+def shingle_signature_kernel(buf, bounds, ngram, word, a):
+    """signature_kernel of shingle_kernel's hashes (xxh64, not packed) without the array of every hash:
+    a text's hashes are made a block at a time into the 32-bit halves the passes read (that array,
+    8 bytes a text byte, was written, page-faulted in and read again: as long as the hashing)."""
+    n = len(bounds) - 1
+    sig = np.full((n, len(a)), np.uint32(0xFFFFFFFF), dtype=np.uint32)
+    low, high = np.empty(_BLOCK, dtype=np.uint32), np.empty(_BLOCK, dtype=np.uint32)
+    longest = 0
+    for i in range(n):
+        longest = max(longest, bounds[i + 1] - bounds[i])
+    starts = np.empty(longest + 1, dtype=np.int64)
+    shift = 1 if word else 0
+    for i in range(n):
+        start, stop = bounds[i], bounds[i + 1]
+        if stop == start:
+            continue
+        units = _unit_starts(buf, start, stop, word, starts)
+        if units <= ngram:  # one shingle: all of its bytes
+            h = _xxh64(buf, start, stop)
+            low[0], high[0] = np.uint32(h & _LOW32), np.uint32(h >> np.uint64(32))
+            _min_passes(sig, i, a, low, high, 1)
+            continue
+        count = units - ngram + 1
+        for first in range(0, count, _BLOCK):
+            size = min(_BLOCK, count - first)
+            for s in range(size):
+                h = _xxh64(buf, starts[first + s], starts[first + s + ngram] - shift)
+                low[s], high[s] = np.uint32(h & _LOW32), np.uint32(h >> np.uint64(32))
+            _min_passes(sig, i, a, low, high, size)
     return sig
 
 
@@ -352,45 +298,3 @@ def pair_jaccard(flat, offsets, first, second, at_least):
         if not stopped and in_a + in_b:
             out[k] = shared / (in_a + in_b - shared)
     return out
-
-
-_PRIME_MX1 = np.uint64(0x165667919E3779F9)
-
-
-@_inline
-def _fold_mul128(a, b):
-    """Low 64 bits XOR high 64 bits of the 128-bit product a*b."""
-    a_lo, a_hi, b_lo, b_hi = a & _LOW32, a >> np.uint64(32), b & _LOW32, b >> np.uint64(32)
-    ll, lh, hl, hh = a_lo * b_lo, a_lo * b_hi, a_hi * b_lo, a_hi * b_hi
-    cross = (ll >> np.uint64(32)) + (lh & _LOW32) + hl
-    high = hh + (lh >> np.uint64(32)) + (cross >> np.uint64(32))
-    low = (cross << np.uint64(32)) | (ll & _LOW32)
-    return low ^ high
-
-
-@_inline
-def _mix16(row, at, secret, word, seed):
-    """XXH3_mix16B of the 16 bytes at byte ``at`` of ``row`` (uint32 words), secret words ``word``.."""
-    k = at // 4
-    lo = np.uint64(row[k]) | (np.uint64(row[k + 1]) << np.uint64(32))
-    hi = np.uint64(row[k + 2]) | (np.uint64(row[k + 3]) << np.uint64(32))
-    return _fold_mul128(lo ^ (secret[word] + seed), hi ^ (secret[word + 1] - seed))
-
-
-@_jit
-def band_key_kernel(sig, bands, secret):
-    n, rows = sig.shape[0], sig.shape[1] // bands
-    size = 4 * rows
-    keys = np.empty((n, bands), dtype=np.uint64)
-    for i in range(n):
-        for j in range(bands):
-            row, seed = sig[i, j * rows : (j + 1) * rows], np.uint64(j)
-            acc = np.uint64(size) * _P1
-            for step in range(3, -1, -1):  # XXH3_len_17to128_64b: pairs from both ends, widest first
-                if size > 32 * step:
-                    acc += _mix16(row, 16 * step, secret, 4 * step, seed)
-                    acc += _mix16(row, size - 16 * (step + 1), secret, 4 * step + 2, seed)
-            acc ^= acc >> np.uint64(37)
-            acc *= _PRIME_MX1
-            keys[i, j] = acc ^ (acc >> np.uint64(32))
-    return keys
