@@ -62,6 +62,7 @@ _ITEM = re.compile(r"<(li|dt|dd)\b([^>]*)>", re.I)
 _ROW, _CELL = re.compile(r"<tr\b[^>]*>", re.I), re.compile(r"<t[dh]\b[^>]*>", re.I)
 _LINK = re.compile(r"<a\b[^>]*>(.*?)</a\s*>", re.I | re.S)
 _SCRIPT = re.compile(r"<(script|style|template)\b.*?</\1\s*>", re.I | re.S)
+_SCRIPT_STARTS = ("<s", "<S", "<t", "<T")  # what a _SCRIPT match begins with: a C substring test first
 _BLOCK_TAG = re.compile(r"<(?:br|/?(?:p|div|pre|blockquote|h[1-6]|tr|ul|ol|dl|li|dd|dt|td|th|table)\b)[^>]*>", re.I)
 _TAG = re.compile(r"<[^>]*>")
 _MARK, _ROW_MARK = "\x00", "\x01"  # where items (cells) and rows start, through the tag stripping
@@ -163,7 +164,7 @@ def prose(markup: str) -> bool:
     units = _CELL.split(markup)[1:] if is_table else _ITEM.findall(markup)
     if not is_table and sum(1 for _, attrs in units if attrs and _NAVIGATION.search(attrs)) > len(units) / 2:
         return False
-    markup = _SCRIPT.sub("", markup)
+    markup = _without_scripts(markup)
     words = _count_words(markup)
     link_words = _TAG.sub(" ", " ".join(_LINK.findall(markup))).split()
     if not words or not units:
@@ -180,7 +181,7 @@ def prose(markup: str) -> bool:
 def read_block(markup: str, style: Style) -> Block:
     """The lines and items of a list's or table's outer HTML (one pass of the tag regexes over the
     whole markup, not one per item)."""
-    markup = _SCRIPT.sub("", markup)
+    markup = _without_scripts(markup)
     if markup[:6].lower() == "<table":
         rows = [[_collapse(cell) for cell in row.split(_MARK)[1:]]
                 for row in _plain(_ROW.sub(_ROW_MARK, _CELL.sub(_MARK, markup))).split(_ROW_MARK)[1:]]
@@ -190,6 +191,11 @@ def read_block(markup: str, style: Style) -> Block:
     texts = [_collapse(part) for part in _plain(_MARK.join(parts[3::3])).split(_MARK)]
     tagged = [(tag.lower(), item) for tag, item in zip(parts[1::3], texts) if item]
     return Block([(style.bullet if tag == "li" else "") + item for tag, item in tagged], [item for _, item in tagged])
+
+
+def _without_scripts(markup: str) -> str:
+    """The markup without its script, style and template elements."""
+    return _SCRIPT.sub("", markup) if any(start in markup for start in _SCRIPT_STARTS) else markup
 
 
 def _plain(markup: str) -> str:

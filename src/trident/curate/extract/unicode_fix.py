@@ -121,7 +121,12 @@ def _segment(text: str, pos: int, limit: int) -> tuple[int, int]:
 def _segments_that_may_change(text: str, limit: int) -> list[tuple[int, int]]:
     """(start, end) of the segments ftfy might change, in order: those holding a character a fixer
     changes, and the non-ASCII ones that look like mojibake (ftfy tries encodings on nothing else)."""
-    segments = {_segment(text, found.start(), limit) for found in _FIXER_CHANGES.finditer(text)}
+    segments = set()
+    found = _FIXER_CHANGES.search(text)
+    while found is not None:  # every change in a segment gives that segment: the search goes on after it
+        start, end = _segment(text, found.start(), limit)
+        segments.add((start, end))
+        found = _FIXER_CHANGES.search(text, end)
     found = _NON_ASCII.search(text)
     while found is not None:
         start, end = _segment(text, found.start(), limit)

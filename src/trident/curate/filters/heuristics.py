@@ -23,6 +23,12 @@ def words_of(text: str) -> list[str]:
     return _WORD.findall(text)
 
 
+def has_words(text: str, count: int) -> bool:
+    """len(words_of(text)) >= count, reading only the first `count` words (str.split and \\S split
+    at the same white space)."""
+    return count <= 0 or len(text.split(maxsplit=count - 1)) >= count
+
+
 def gpt2_pieces(text: str) -> int:
     """The pieces GPT-2's pre-tokenizer splits ``text`` into: a lower bound of its GPT-2 tokens."""
     return len(_GPT2_PIECES.findall(text))
@@ -61,7 +67,7 @@ class MinLength(StreamingStage):
     score_key = "length_tokens"  # a dropped document's count, in its drop record (`trident curate why`)
 
     def apply(self, doc: Document) -> Document | str:
-        if not self.params["tokenizer"] and len(words_of(doc.text)) >= self.params["min_tokens"]:
+        if not self.params["tokenizer"] and has_words(doc.text, self.params["min_tokens"]):
             return doc  # a word is one GPT-2 piece or more: most documents need no finer count
         tokens = self.count_tokens(doc.text)
         if tokens >= self.params["min_tokens"]:
