@@ -49,8 +49,7 @@ BODY = [("host", "u8"), ("word", "u8"), ("pages", "u4")]
 
 def fold(text: str) -> str:
     """Text as compared across pages: case-folded, each run of digits as 0 (line breaks kept)."""
-    text = text.casefold()
-    return _DIGITS.sub("0", text) if _DIGITS.search(text) else text
+    return _DIGITS.sub("0", text.casefold())  # (sub returns the text itself when it holds no digit)
 
 
 def words(line: str) -> list[str]:
