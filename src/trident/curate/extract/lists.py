@@ -224,7 +224,16 @@ def _present(block: Block, index: TextIndex) -> bool:
     if whole and whole in index:  # the common case, the backend kept the list: each item is in it too
         return True
     keys = [squeeze(item) for item in block.items]
-    return sum(len(k) for k in keys if k in index) >= sum(len(k) for k in keys) / 2
+    total = sum(map(len, keys))
+    found = missing = 0
+    for key in keys:  # looked up until the answer is known either way
+        if key in index:
+            found += len(key)
+        else:
+            missing += len(key)
+        if found >= total / 2 or missing > total / 2:
+            break
+    return found >= total / 2
 
 
 class _Walks:
