@@ -10,14 +10,14 @@ from __future__ import annotations
 import importlib
 import os
 import threading
-from collections import Counter, deque
+from collections import deque
 from typing import TYPE_CHECKING, Any, Callable
 
 from trident.curate.document import CurateError
 from trident.text.progress import progress_bar
 
 if TYPE_CHECKING:  # imported where a pool starts: multiprocessing and the pools cost ~30 ms to import
-    from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+    from concurrent.futures import ProcessPoolExecutor
 
 
 def _progress(total: int, desc: str | None, enabled: bool):
@@ -44,9 +44,12 @@ def _import_modules(modules: list[str]) -> None:
 
 
 class LocalExecutor:
-    """`workers` local processes: this one and `workers - 1` helpers (1: this process alone, no
-    pool). The pool starts on first use and is reused by every later `map` until `close`, so its
-    start-up cost is paid once a run."""
+    """`workers` local helper processes, this one handing out the items (1: this process alone, no
+    pool). The pool starts on first use (or `warm_up`) and is reused by every later `map` until
+    `close`, so its start-up cost is paid once a run. This process does no item itself: an item run
+    here held the interpreter in long C calls (an HTML parse, a regex over a large page), and the
+    threads that notice a helper's finished item waited on it (on 766 documentation pages a helper
+    sat idle ~0.5 s of a 2.5 s map, and up to 1.3 s for one item's result)."""
 
     dedup_on_workers = False  # fuzzy dedup's union-find runs here, on one machine
 
@@ -56,7 +59,6 @@ class LocalExecutor:
         self.workers = workers
         self.progress = progress
         self._pool: ProcessPoolExecutor | None = None
-        self._local: ThreadPoolExecutor | None = None
 
     def warm_up(self, modules: list[str]) -> None:
         """Start the helpers now, each importing `modules` while this process reads the config and
@@ -64,14 +66,14 @@ class LocalExecutor:
         run of a few seconds it kept two workers from being twice as fast as one."""
         if self.workers > 1 and self._pool is None:
             self._pool = self._new_pool()
-            for _ in range(self.workers - 1):
+            for _ in range(self.workers):
                 self._pool.submit(_import_modules, list(modules))
 
     def _new_pool(self) -> ProcessPoolExecutor:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
-        return ProcessPoolExecutor(max_workers=self.workers - 1, mp_context=multiprocessing.get_context(_start_method()))
+        return ProcessPoolExecutor(max_workers=self.workers, mp_context=multiprocessing.get_context(_start_method()))
 
     def map(self, fn: Callable[[Any], Any], items: list, desc: str | None = None) -> list:
         items = list(items)
@@ -88,28 +90,20 @@ class LocalExecutor:
             bar.close()
 
     def _pool_map(self, fn, items: list, bar) -> list:
-        """Each worker (this process, through one thread, and each helper process) holds one item
-        and gets the next the moment it finishes, so none idles while another finishes its item
-        (run in this process's main thread, an item kept a finished helper waiting: 4 shards on 2
-        workers took 3 items' time). N workers start N - 1 processes."""
-        from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+        """Each helper holds one item and gets the next the moment it finishes (items queued ahead
+        in the pool would go to whichever helper frees first, not to the one that is idle)."""
+        from concurrent.futures import FIRST_COMPLETED, wait
 
         if self._pool is None:
             self._pool = self._new_pool()
-        if self._local is None:
-            self._local = ThreadPoolExecutor(max_workers=1)  # the main thread only hands out items
-        capacity = {self._pool: self.workers - 1, self._local: 1}
         results: list[Any] = [None] * len(items)
         waiting, running = deque(range(len(items))), {}
         while waiting or running:
-            busy = Counter(runner for runner, _ in running.values())
-            for runner in capacity:
-                for _ in range(min(len(waiting), capacity[runner] - busy[runner])):
-                    index = waiting.popleft()
-                    running[runner.submit(fn, items[index])] = runner, index
+            while waiting and len(running) < self.workers:
+                index = waiting.popleft()
+                running[self._pool.submit(fn, items[index])] = index
             for future in wait(running, return_when=FIRST_COMPLETED).done:
-                index = running.pop(future)[1]
-                results[index] = future.result()
+                results[running.pop(future)] = future.result()
                 bar.update()
         return results
 
@@ -118,9 +112,6 @@ class LocalExecutor:
         if self._pool is not None:
             self._pool.shutdown(cancel_futures=True)
             self._pool = None
-        if self._local is not None:
-            self._local.shutdown(cancel_futures=True)
-            self._local = None
 
 
 class RayExecutor:

@@ -183,19 +183,31 @@ def run_pipeline(config: str | Path | dict | list | CurationConfig, inputs: list
         raise CurateConfigError(str(err)) from None
     found = _resolve_inputs(cfg, inputs)
     folder = out_dir if isinstance(out_dir, RunFolder) else RunFolder(out_dir, "curate")
-    folder.hold()  # a second curate into OUT meanwhile exits 2
+    specs = [spec for spec in cfg.stages if spec.get("enabled", True)]
+    # local helpers start before the lock's thread does: a process running only its main thread forks
+    # them (~0.05 s, trident already imported) where it would spawn fresh interpreters (~0.5 s each)
+    pool = make_executor("local", cfg.workers, progress=cfg.progress) if cfg.executor == "local" else None
     try:
-        if folder.takeover_message():
-            log.warning("curate: %s", folder.takeover_message())
-        stats = _run_claimed(cfg, found, folder, overwrite)
+        if pool is not None:
+            pool.warm_up(task_modules(specs, cfg.modules))
+        folder.hold()  # a second curate into OUT meanwhile exits 2
+        try:
+            if folder.takeover_message():
+                log.warning("curate: %s", folder.takeover_message())
+            stats = _run_claimed(cfg, specs, found, folder, overwrite, pool)
+        finally:
+            folder.release()
     finally:
-        folder.release()
+        if pool is not None:
+            pool.close()
     folder.lock.check()  # a lock lost during the run: its outputs may be mixed with another run's
     return stats
 
 
-def _run_claimed(cfg: CurationConfig, found: InputFiles, folder: RunFolder, overwrite: bool) -> dict:
-    """run_pipeline's work once OUT's lock is held."""
+def _run_claimed(cfg: CurationConfig, specs: list[dict], found: InputFiles, folder: RunFolder, overwrite: bool,
+                 pool) -> dict:
+    """run_pipeline's work once OUT's lock is held: `specs` (the enabled stages) run on `pool` (the
+    local executor), or on Ray, started here."""
     files = found.files
     groups, fingerprint = _read_groups(cfg, files)
     fingerprint["names"] = [found.names[str(path)] for path, _ in files]  # documents' ids start from them
@@ -203,16 +215,15 @@ def _run_claimed(cfg: CurationConfig, found: InputFiles, folder: RunFolder, over
     work = out_dir / "work"
     _claim(folder, work, fingerprint, overwrite)
     _prepare_work_dir(work, fingerprint)
-    specs = [spec for spec in cfg.stages if spec.get("enabled", True)]
     options = {"strict": cfg.strict, "max_doc_bytes": cfg.max_doc_bytes, "modules": cfg.modules,
                "names": found.names}
     start = time.time()
-    pool = make_executor(cfg.executor, cfg.workers, cfg.ray_address, progress=cfg.progress)
+    pool = pool or make_executor(cfg.executor, cfg.workers, cfg.ray_address, progress=cfg.progress)
     try:
         pool.warm_up(task_modules(specs, cfg.modules))
         current, stage_stats, errors, problems = _run_phases(specs, groups, work, pool, options)
     finally:
-        pool.close()
+        pool.close()  # before the outputs are published: the helpers' work is done
     elapsed = time.time() - start
     final = _publish(current, out_dir, cfg.keep_work)
     drops = publish_logs(work, out_dir / "drops", cfg.keep_work)
