@@ -345,9 +345,10 @@ def main() -> None:
                      "CPU 2w/1w"],
                     [[r["mix"], r["rate"], w["docs"], round(w["wall_1w_s"], 2), round(w["wall_2w_s"], 2),
                       round(w["speedup"], 2), round(w["paired_median"], 2), round(w["cpu_2w_over_1w"], 2)] for r in rows for w in r["workers"]])
-        for size in sizes:
-            got = [w["speedup"] for r in rows for w in r["workers"] if w["docs"] == size]
-            print(f"1 -> 2 workers on {size:,}-document corpora: {min(got):.2f}-{max(got):.2f}x")
+        for k in range(len(sizes)):  # the k-th corpus size of each case (scaled by the case's document count)
+            got = [r["workers"][k]["speedup"] for r in rows]
+            print(f"1 -> 2 workers on the cases' corpora of {sizes[k]:,} (scaled) documents: "
+                  f"{min(got):.2f}-{max(got):.2f}x")
         print(f"this machine's ceiling, two pure-Python loops in two processes over one: "
               f"{' / '.join(str(c['throughput']) for c in ceiling)}x (before / after; CPU per step "
               f"{' / '.join(str(c['cpu_per_step']) for c in ceiling)})")
