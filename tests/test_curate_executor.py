@@ -77,3 +77,20 @@ def test_helpers_fork_only_while_no_other_thread_runs(other_thread):
         helper = clean.submit(_states_seen_by_helper, other_thread).result(timeout=50)
     assert helper, "the helper ran no item"
     assert all(state == ([] if other_thread else ["set before the helper started"]) for state in helper)
+
+
+@pytest.mark.timeout(60)
+def test_a_curate_run_starts_its_helpers_before_the_folder_lock_thread(tmp_path, monkeypatch):
+    """The output folder's lock runs a heartbeat thread; helpers started after it would be spawned
+    (a fresh interpreter each, ~0.5 s) instead of forked."""
+    from trident.curate.run import executors
+    from trident.curate.run.pipeline import run_pipeline
+
+    threads_at_start = []
+    real_start_method = executors._start_method
+    monkeypatch.setattr(executors, "_start_method",
+                        lambda: threads_at_start.append([t.name for t in threading.enumerate()]) or real_start_method())
+    (tmp_path / "in.jsonl").write_text("".join(f'{{"id": "d{i}", "text": "document {i} text"}}\n' for i in range(4)))
+    run_pipeline([{"stage": "exact_dedup"}], [tmp_path / "in.jsonl"], tmp_path / "out", workers=2,
+                 overrides=["progress=false"])
+    assert len(threads_at_start) == 1 and "trident-folder-lock" not in threads_at_start[0]
