@@ -61,9 +61,17 @@ def line_key(line: str) -> int:
 
 def line_keys(lines: list[str]) -> list[int]:
     """line_key of each of `lines` (none holding a line break), folded all at once."""
-    if not lines:
-        return []
-    return [xxhash.xxh3_64_intdigest(" ".join(line.split()).encode("utf-8")) for line in fold("\n".join(lines)).split("\n")]
+    return keys_of_folded(folded_lines(lines))
+
+
+def folded_lines(lines: list[str]) -> list[str]:
+    """fold of each of `lines` (none holding a line break), in one call (fold maps characters and
+    digit runs, which never span a line break)."""
+    return fold("\n".join(lines)).split("\n") if lines else []
+
+
+def keys_of_folded(folded: list[str]) -> list[int]:
+    return [xxhash.xxh3_64_intdigest(" ".join(line.split()).encode("utf-8")) for line in folded]
 
 
 def site_name(url) -> str | None:
@@ -156,7 +164,8 @@ def _count_task(job: dict) -> int:
         if host is None:
             continue
         text_lines = [line for line in doc.text.split("\n") if line.strip()]
-        keys = line_keys(text_lines)
+        folded = folded_lines(text_lines)
+        keys = keys_of_folded(folded)
         page_keys.append(np.array(keys, dtype=np.uint64))
         counts[-1] = len(keys)
         # a page is its normalised lines in order: copies of one page under other URLs count once
@@ -164,7 +173,7 @@ def _count_task(job: dict) -> int:
         pages.append((host, page, job["shard"]))
         lines += [(host, key, page) for key in set(keys)]
         if job["shapes"]:
-            page_edges, page_body = page_records(host, page, text_lines)
+            page_edges, page_body = page_records(host, page, folded)
             edges += page_edges
             body.update((host, word) for word in page_body)
     work, parts, name = location(job["work"]), np.uint64(job["partitions"]), f"s{job['shard']:06d}"

@@ -84,14 +84,15 @@ def body_lines(n: int) -> list[int]:
     return list(inner[::step][:BODY_LINES])
 
 
-def page_records(host: int, page: int, lines: list[str]) -> tuple[list[tuple], set[int]]:
-    """(EDGES rows of the page's edge lines, keys of the words of its body sample)."""
+def page_records(host: int, page: int, folded: list[str]) -> tuple[list[tuple], set[int]]:
+    """(EDGES rows of the page's edge lines, keys of the words of its body sample), given its
+    non-blank lines folded (fold)."""
     edges = []
-    for slot, index in slots(len(lines)):
-        line_words = words(lines[index])
+    for slot, index in slots(len(folded)):
+        line_words = folded[index].split()
         if candidate(line_words):
             edges += [(host, page, slot, at, word_key(w), has_letter(w)) for at, w in enumerate(line_words)]
-    body = {word_key(w) for index in body_lines(len(lines)) for w in words(lines[index])}
+    body = {word_key(w) for index in body_lines(len(folded)) for w in folded[index].split()}
     return edges, body
 
 
