@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 TRAIN_QUALITY = "train-quality"
@@ -47,6 +48,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """0 on success; 2 on a config mistake (as `trident train`); 1 on any other curation error."""
+    # curation's numpy work is not BLAS; OpenBLAS's thread pool spins ~0.1 CPU s per process at import,
+    # on a core another worker needs (set before numpy is first imported; a user's own setting wins)
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     from trident.config import ConfigError
     from trident.curate.document import CurateError
     from trident.data.output_folder import OutputFolderError
