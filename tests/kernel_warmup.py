@@ -49,7 +49,7 @@ def warm_data_loops() -> None:
 
 
 if __name__ == "__main__":
-    kernel_build.aot_module("auto")
+    kernel_build.LOOPS.aot_module("auto")
     PREDICT_LOOPS.aot_module("auto")
     warm_data_loops()
     warm_jit()

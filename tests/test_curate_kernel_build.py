@@ -1,6 +1,6 @@
-"""The ahead-of-time build of fuzzy dedup's kernels (trident.curate.dedup.kernels.build): the extension
-computes what numba's JIT computes, a failed build falls back to the JIT, and a fuzzy-dedup run
-imports neither numba nor the other stages' libraries."""
+"""The ahead-of-time build of curation's compiled loops (trident.curate.compiled; fuzzy dedup's in
+trident.curate.dedup.kernels.build): the extension computes what numba's JIT computes, a failed
+build falls back to the JIT, and a fuzzy-dedup run imports neither numba nor the other stages' libraries."""
 import json
 import subprocess
 import sys
@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from dedup_fixtures import odd_texts
+from trident.curate import compiled
 from trident.curate.dedup.kernels import build as kernel_build, numba_loops as shingle_jit
 from trident.curate.dedup.kernels.loops import _ASCII_SPACE, _WIDE_SPACES, _XXH3_SECRET, _lower_table
 from trident.curate.dedup.minhash import MinHasher
@@ -23,10 +24,10 @@ def _compare(aot, jit, name, *args):
 
 def test_the_extension_computes_what_the_jit_computes():
     try:
-        aot = kernel_build.aot_module("aot")  # built once per machine into $TRIDENT_CACHE/kernels
-    except kernel_build.KernelBuildError as err:
+        aot = kernel_build.LOOPS.aot_module("aot")  # built once per machine into $TRIDENT_CACHE/kernels
+    except compiled.KernelBuildError as err:
         pytest.skip(f"no ahead-of-time build here (the JIT serves): {err}")
-    assert aot.__file__ == str(kernel_build.extension_path())
+    assert aot.__file__ == str(kernel_build.LOOPS.extension_path())
     texts = odd_texts(4) + ["word " * 400, "x"]
     data = [t.encode("utf-8", "surrogatepass") for t in texts]
     raw = np.frombuffer(b"".join(data), dtype=np.uint8).copy()
@@ -53,40 +54,45 @@ def test_the_extension_computes_what_the_jit_computes():
 
 def test_a_failed_build_leaves_the_jit_and_its_reason(tmp_path, monkeypatch):
     monkeypatch.setenv("TRIDENT_CACHE", str(tmp_path))
-    monkeypatch.setattr(kernel_build, "_build_in_child", lambda path: "exit 1: cc: not found")
-    assert kernel_build.aot_module("auto") is None
-    failed = kernel_build.extension_path().with_name(kernel_build.module_name() + ".failed")
+    loops = kernel_build.LOOPS
+    monkeypatch.setattr(loops, "build_in_child", lambda path: "exit 1: cc: not found")
+    assert loops.aot_module("auto") is None
+    failed = loops.extension_path().with_name(loops.module_name() + ".failed")
     assert failed.read_text() == "exit 1: cc: not found\n"
-    assert kernel_build.aot_module("auto") is None  # not retried: the reason is kept
-    with pytest.raises(kernel_build.KernelBuildError, match="cc: not found"):
-        kernel_build.aot_module("aot")
+    assert loops.aot_module("auto") is None  # not retried: the reason is kept
+    with pytest.raises(compiled.KernelBuildError, match="cc: not found"):
+        loops.aot_module("aot")
 
 
 def test_an_unwritable_cache_or_a_broken_module_leaves_the_jit(tmp_path, monkeypatch):
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
     monkeypatch.setenv("TRIDENT_CACHE", str(blocker))  # kernels/ cannot be made under a file
-    assert kernel_build.aot_module("auto") is None
-    with pytest.raises(kernel_build.KernelBuildError, match="unavailable"):
-        kernel_build.aot_module("aot")
+    loops = kernel_build.LOOPS
+    assert loops.aot_module("auto") is None
+    with pytest.raises(compiled.KernelBuildError, match="unavailable"):
+        loops.aot_module("aot")
     monkeypatch.setenv("TRIDENT_CACHE", str(tmp_path / "cache"))
-    broken = kernel_build.extension_path()
+    broken = loops.extension_path()
     broken.parent.mkdir(parents=True)
     broken.write_bytes(b"not a shared library")
-    assert kernel_build.aot_module("auto") is None
+    assert loops.aot_module("auto") is None
 
 
 def test_the_mode_is_checked(monkeypatch):
     monkeypatch.setenv("TRIDENT_KERNELS", "fast")
     with pytest.raises(ValueError, match="TRIDENT_KERNELS='fast'"):
-        kernel_build._mode()
+        compiled.kernel_mode()
 
 
 def test_the_module_name_follows_the_kernel_source(monkeypatch):
-    name = kernel_build.module_name()
+    name = kernel_build.LOOPS.module_name()
     monkeypatch.setitem(kernel_build.EXPORTS, "xxh64_of", "u8(u1[:])")
-    assert kernel_build.module_name() != name
-    assert kernel_build.target_cpu() in ("", "x86-64-v2", "x86-64-v3")
+    assert kernel_build.LOOPS.module_name() != name
+    assert compiled.target_cpu() in ("", "x86-64-v2", "x86-64-v3")
+    from trident.curate.extract.fasttext_model import PREDICT_LOOPS
+
+    assert PREDICT_LOOPS.module_name().startswith("fasttext_") and name.startswith("shingle_")
 
 
 def test_builtin_stage_modules_are_where_the_stages_register():

@@ -112,16 +112,17 @@ def _locked(folder: Path):
 
 class CompiledLoops:
     """The numba functions `exports` ({name: pycc signature}, arrays C-contiguous as their callers
-    pass them) of module `source`, from an extension built ahead of time or through the JIT."""
+    pass them) of module `source`, from an extension built ahead of time or through the JIT.
+    `also`: other modules of numba code that `source` calls (their text is in the module's name)."""
 
-    def __init__(self, prefix: str, source: str, exports: dict[str, str]) -> None:
-        self.prefix, self.source, self.exports = prefix, source, dict(exports)
+    def __init__(self, prefix: str, source: str, exports: dict[str, str], also: tuple[str, ...] = ()) -> None:
+        self.prefix, self.source, self.exports, self.also = prefix, source, exports, also
 
     def module_name(self) -> str:
         """The extension's module name: a hash of what its machine code depends on."""
         digest = hashlib.sha256()
-        source_file = importlib.util.find_spec(self.source).origin
-        for part in (Path(source_file).read_bytes(), repr(sorted(self.exports.items())).encode(),
+        sources = [Path(importlib.util.find_spec(name).origin).read_bytes() for name in (self.source, *self.also)]
+        for part in (*sources, repr(sorted(self.exports.items())).encode(),
                      _numba_fingerprint(), sys.version.encode(), platform.machine().encode(),
                      platform.system().encode(), target_cpu().encode()):
             digest.update(hashlib.sha256(part).digest())
