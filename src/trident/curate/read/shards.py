@@ -257,7 +257,7 @@ def _read_warc(path: Path, log: RecordLog, max_doc_bytes: int, naming: Naming) -
 
 
 def _read_html(path: Path, log: RecordLog, max_doc_bytes: int, naming: Naming) -> Iterator[Document]:
-    from trident.curate.read.warc import decode_html
+    from trident.curate.read.charset import decode_html
 
     log.counters["in"] += 1
     body = path.read_bytes()

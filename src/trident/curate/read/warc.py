@@ -25,6 +25,7 @@ from warcio.recordloader import ArcWarcRecordLoader
 from warcio.statusandheaders import StatusAndHeadersParserException
 
 from trident.curate.document import Document
+from trident.curate.read.charset import decode_html
 from trident.curate.read.doc_ids import Naming
 from trident.curate.read.record_log import RecordLog
 from trident.curate.read.warc_stream import Damaged, DamagedMember, WarcStream
@@ -33,22 +34,6 @@ from trident.text.storage import open_read
 WARC_TYPES = ("warcinfo", "response", "resource", "request", "metadata", "revisit", "conversion", "continuation")
 _DOCUMENT_TYPES = ("response", "resource")
 _DRAIN = 1 << 20  # bytes read at a time when skipping the rest of a block
-
-
-def decode_html(body: bytes, content_type: str, path: Path, where: str, log: RecordLog) -> str:
-    """Declared charset, else UTF-8; undecodable bytes are replaced and reported (kept, counted)."""
-    charset = None
-    for part in content_type.split(";")[1:]:
-        key, _, value = part.strip().partition("=")
-        if key.lower() == "charset" and value:
-            charset = value.strip("\"' ")
-    for encoding in filter(None, (charset, "utf-8")):
-        try:
-            return body.decode(encoding)
-        except (UnicodeDecodeError, LookupError):
-            continue
-    log.bad(path, where, "invalid_utf8", "undecodable bytes replaced with U+FFFD", dropped=False)
-    return body.decode("utf-8", errors="replace")
 
 
 def read_warc(path: Path, log: RecordLog, max_doc_bytes: int, naming: Naming | None = None) -> Iterator[Document]:
