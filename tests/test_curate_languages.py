@@ -141,3 +141,27 @@ def test_min_share_and_keep_order_are_configurable():
     for stage in ("fuzzy_dedup", "exact_dedup"):
         with pytest.raises(CurateError, match="keep must be a list of distinct names"):
             build_stage(stage, {"keep": ["language", "age"]})
+
+
+def test_a_batch_of_pages_is_judged_as_each_page_alone():
+    """LangId.process classifies BATCH_PAGES pages' parts in one call: every kept page, its
+    language fields, the counters and the drop reasons equal page-by-page apply()."""
+    from trident.curate.extract.langid import BATCH_PAGES
+
+    english = reference_articles()[:6]
+    texts = english + GERMAN + CHINESE + ["", "   \n ", "404 1234", english[0] + "\n" + CHINESE[0]]
+    texts = [texts[i % len(texts)] + f"\nline {i}" * (i % 3) for i in range(BATCH_PAGES + 17)]
+
+    def docs():
+        return [Document(f"d{i}", text, {"url": f"https://example.org/{i}"}) for i, text in enumerate(texts)]
+
+    batched = build_stage("langid", {"languages": ["en"]})
+    kept = [(doc.id, dict(doc.meta)) for doc in batched.process(docs())]
+    alone = build_stage("langid", {"languages": ["en"]})
+    expected, reasons = [], []
+    for doc in docs():
+        result = alone.apply(doc)
+        (reasons.append(result) if isinstance(result, str) else expected.append((doc.id, dict(doc.meta))))
+    assert kept == expected and 0 < len(kept) < len(texts)
+    dropped = {k: v for k, v in batched.counters.items() if k.startswith("dropped:")}
+    assert dropped == {f"dropped:{r}": reasons.count(r) for r in set(reasons)}
