@@ -100,8 +100,7 @@ def hidden_of(text, start, end, rows, bucket_rows, word_bytes, word_starts, word
     hidden[:] = 0
     count = 0
     i = start
-    ended = False
-    while i < end and not ended:
+    while i < end:
         while i < end and _is_space(text[i]):
             i += 1
         word_start = i
@@ -110,8 +109,7 @@ def hidden_of(text, start, end, rows, bucket_rows, word_bytes, word_starts, word
         if i == word_start or _starts_with(text, word_start, i, _LABEL_PREFIX):
             continue
         if i - word_start == 4 and _starts_with(text, word_start, i, _EOS_WORD):
-            ended = True  # fastText reads "</s>" as the end of the line
-            break
+            break  # fastText reads "</s>" as the end of the line
         word = _word_id(text, word_start, i, word_bytes, word_starts, word_slots)
         if word >= 0:
             _add_row(hidden, rows, word)

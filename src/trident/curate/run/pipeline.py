@@ -218,9 +218,10 @@ def _run_claimed(cfg: CurationConfig, specs: list[dict], found: InputFiles, fold
     options = {"strict": cfg.strict, "max_doc_bytes": cfg.max_doc_bytes, "modules": cfg.modules,
                "names": found.names}
     start = time.time()
-    pool = pool or make_executor(cfg.executor, cfg.workers, cfg.ray_address, progress=cfg.progress)
-    try:
+    if pool is None:  # Ray, started once OUT is held (the local pool was started and warmed before)
+        pool = make_executor(cfg.executor, cfg.workers, cfg.ray_address, progress=cfg.progress)
         pool.warm_up(task_modules(specs, cfg.modules))
+    try:
         current, stage_stats, errors, problems = _run_phases(specs, groups, work, pool, options)
     finally:
         pool.close()  # before the outputs are published: the helpers' work is done
