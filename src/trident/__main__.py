@@ -1,5 +1,3 @@
-import sys
+from trident.cli import entry
 
-from trident.cli import main
-
-sys.exit(main())
+entry()

@@ -47,8 +47,8 @@ def find_inputs(entries: list[tuple[str, str]]) -> InputFiles:
     """The files of every (path, folder or pattern; dataset) entry, each once, named uniquely."""
     found, seen, wanted = InputFiles(), set(), []
     for given, dataset in entries:
-        for file, name in _expand(str(given), found.skipped):
-            key = str(file) if is_remote(file) else os.path.realpath(file)
+        for file, name, real in _expand(str(given), found.skipped):
+            key = str(file) if is_remote(file) else real or os.path.realpath(file)
             if key in seen:
                 found.skipped[REPEATED] += 1
                 continue
@@ -69,8 +69,9 @@ def skipped_summary(skipped: dict) -> str:
     return ", ".join(f"{count} {kind}" for kind, count in sorted(skipped.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
-def _expand(given: str, skipped: Counter) -> list[tuple[Path, str]]:
-    """(file, name) of one entry: a file, a folder's supported files, or a pattern's matches."""
+def _expand(given: str, skipped: Counter) -> list[tuple[Path, str, str | None]]:
+    """(file, name, its real path where known) of one entry: a file, a folder's supported files, or a
+    pattern's matches."""
     if not is_remote(given) and any(mark in given for mark in _MAGIC):
         root = _fixed_part(given)
         matches = sorted(glob.glob(os.path.expanduser(given), recursive=True))
@@ -86,7 +87,7 @@ def _expand(given: str, skipped: Counter) -> list[tuple[Path, str]]:
     if not path.exists():
         raise CurateError(f"input '{path}' does not exist")
     input_format(path)  # a file named itself must be one trident reads
-    return [(path, path.name)]
+    return [(path, path.name, None)]
 
 
 def _fixed_part(pattern: str) -> Path:
@@ -96,11 +97,11 @@ def _fixed_part(pattern: str) -> Path:
     return Path(*fixed) if fixed else Path(".")
 
 
-def _take(file: Path, root: Path, skipped: Counter) -> list[tuple[Path, str]]:
+def _take(file: Path, root: Path, skipped: Counter, real: str | None = None) -> list[tuple[Path, str, str | None]]:
     if not supported(file):
         skipped[kind_of(file)] += 1
         return []
-    return [(file, _relative(file, root))]
+    return [(file, _relative(file, root), real)]
 
 
 def _relative(file: Path, root: Path) -> str:
@@ -110,23 +111,29 @@ def _relative(file: Path, root: Path) -> str:
         return file.name
 
 
-def _walk(folder: Path, root: Path, skipped: Counter) -> list[tuple[Path, str]]:
-    """Every supported file under `folder` in name order, links followed, each real folder once."""
+def _walk(folder: Path, root: Path, skipped: Counter) -> list[tuple[Path, str, str | None]]:
+    """Every supported file under `folder` in name order (a folder's files, then its subfolders),
+    links followed, each real folder once."""
     if is_remote(folder):
         files = sorted((p for p in folder.rglob("*") if p.is_file()), key=str)
         return [entry for file in files for entry in _take(file, root, skipped)]
-    found, visited = [], set()
-    for current, dirs, names in os.walk(folder, followlinks=True):
+    found, visited, pending = [], set(), [str(folder)]
+    while pending:
+        current = pending.pop()
         real = os.path.realpath(current)
         if real in visited:  # a link back up the tree: walked already
-            dirs[:] = []
             continue
         visited.add(real)
-        dirs.sort()
-        for name in sorted(names):
-            file = Path(current) / name
-            if file.is_file():
-                found += _take(file, root, skipped)
+        try:
+            entries = sorted(os.scandir(current), key=lambda entry: entry.name)
+        except OSError:  # unreadable: passed over, as os.walk does
+            continue
+        for entry in entries:  # the entry's type comes with the listing: no stat a file (link targets only)
+            if not entry.is_dir() and entry.is_file():
+                # a plain file's real path is its folder's plus its name: one realpath a folder, not a file
+                file_real = os.path.realpath(entry.path) if entry.is_symlink() else os.path.join(real, entry.name)
+                found += _take(Path(entry.path), root, skipped, file_real)
+        pending += reversed([entry.path for entry in entries if entry.is_dir()])
     return found
 
 
@@ -134,7 +141,7 @@ def unique_names(files: list[tuple[Path, str]]) -> list[str]:
     """Each file's name, where two or more share one extended by its parent folders, one at a time,
     until it is unique (`index.html` twice: `en-US/index.html`, `de-DE/index.html`)."""
     names = [name for _, name in files]
-    parts = [Path(str(file)).parts for file, _ in files]
+    parts: dict[int, tuple] = {}  # only of the files whose names clash
     while True:
         counts = Counter(names)
         clashes = [i for i, name in enumerate(names) if counts[name] > 1]
@@ -143,8 +150,9 @@ def unique_names(files: list[tuple[Path, str]]) -> list[str]:
         grown = False
         for i in clashes:
             depth = len(Path(names[i]).parts) + 1
-            if depth <= len(parts[i]):
-                names[i] = Path(*parts[i][-depth:]).as_posix()
+            whole = parts.setdefault(i, Path(str(files[i][0])).parts)
+            if depth <= len(whole):
+                names[i] = Path(*whole[-depth:]).as_posix()
                 grown = True
         if not grown:  # the same path twice under different spellings: its full spelling
             return [str(file) if i in clashes else names[i] for i, (file, _) in enumerate(files)]

@@ -123,12 +123,15 @@ def stream_tasks(specs: list[dict], inputs: list[tuple[Path, str | None]], phase
     make_folder(phase_dir)
     groups = [entry if isinstance(entry, list) else [entry] for entry in inputs]
     names = options.get("names") or {}  # each input file's name in the run (curate.read.inputs)
+    # HTML files' ids are their names, unique in the run already: only other sources can repeat one
+    claims = read_raw and len(groups) > 1 and any(input_format(Path(path)) != "html" for group in groups
+                                                  for path, _ in group)
     return [{"specs": specs, "input": str(group[0][0]), "output": str(phase_dir / f"shard-{index:05d}{suffix}"),
              "read_raw": read_raw, "dataset": group[0][1], "strict": options["strict"],
              "group": [(str(path), dataset) for path, dataset in group] if len(group) > 1 else None,
              "names": [names.get(str(path)) for path, _ in group] if read_raw else None,
              "max_doc_bytes": options["max_doc_bytes"], "modules": options.get("modules", []),
-             "work_only": work_only, "claims": read_raw and len(groups) > 1} for index, group in enumerate(groups)]
+             "work_only": work_only, "claims": claims} for index, group in enumerate(groups)]
 
 
 def largest_first(tasks: list[dict]) -> list[int]:
