@@ -113,3 +113,24 @@ def test_a_repeat_in_a_group_of_files_is_named_after_its_own_file(tmp_path):
     stats = run_pipeline({"stages": [], "shard_bytes": 180, "progress": False}, inputs, tmp_path / "out")
     assert len(stats["output"]["shards"]) == 2 and stats["stages"][0]["counters"]["ids_qualified"] == 1
     assert _kept(tmp_path / "out") == ["z", "y", "third.jsonl:y", "third.jsonl:z"]
+
+
+def test_html_files_alone_need_no_claims_and_a_jsonl_id_equal_to_a_file_name_is_qualified(tmp_path):
+    """An HTML file's id is its name, unique in the run: a run of HTML files writes no claims (and its
+    driver needs no numpy); a JSONL record whose id is such a name is still qualified."""
+    site = tmp_path / "site"
+    page = "<html><body><article><h1>Title</h1><p>" + "plain words here " * 40 + "</p></article></body></html>"
+    for folder in ("a", "b"):
+        (site / folder).mkdir(parents=True)
+        (site / folder / "index.html").write_text(page)
+    config = {"stages": [{"stage": "extract"}], "shard_bytes": 1, "progress": False, "keep_work": True}
+    run_pipeline(config, [site], tmp_path / "html")  # shard_bytes 1: a read task a file
+    assert not list((tmp_path / "html" / "work").rglob("*.ids.npz"))
+    assert sorted(_kept(tmp_path / "html")) == ["a/index.html", "b/index.html"]
+
+    more = tmp_path / "more.jsonl"
+    more.write_text(json.dumps({"id": "a/index.html", "text": "a record named as a page is"}) + "\n")
+    stats = run_pipeline(config, [site, more], tmp_path / "mixed")
+    assert list((tmp_path / "mixed" / "work").rglob("*.ids.npz"))
+    assert sorted(_kept(tmp_path / "mixed")) == ["a/index.html", "b/index.html", "more.jsonl:a/index.html"]
+    assert stats["stages"][0]["counters"]["ids_qualified"] == 1
