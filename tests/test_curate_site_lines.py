@@ -2,13 +2,15 @@
 it removes (recall), what it keeps (precision, content uses of template strings), its counters and
 thresholds, the drop log, 1 vs 2 worker processes, and that the driver receives only counts."""
 import json
+import random
+import re
 
 import pytest
 
 from trident.curate.document import CurateError, Document
 from trident.curate.droplog import log_path, read_log
 from trident.curate.filters.site_lines import line_key, line_keys, strip_template, template_region
-from trident.curate.filters.site_shapes import STRONG, WEAK
+from trident.curate.filters.site_shapes import STRONG, WEAK, fold
 from trident.curate.read.shards import read_shard, write_shard
 from trident.curate.run.executors import LocalExecutor
 from trident.curate.run.pipeline import load_pipeline_config, run_pipeline
@@ -48,6 +50,16 @@ def test_a_pages_line_keys_folded_at_once_equal_each_lines_own():
     lines = ["Straße 12", "  ΣΑΣ  x\u2028y", "İstanbul\t3", "", "Page 3 of 12"]
     assert line_keys(lines) == [line_key(line) for line in lines] and line_keys([]) == []
     assert line_key("Page 3 of 12") == line_key("page  7 OF 1")
+
+
+def test_fold_makes_each_run_of_digits_one_zero_in_ascii_and_any_script():
+    """fold's quick ASCII path (digits made 0, then runs of 0 one) equals the digit-run rule."""
+    rng = random.Random(3)
+    alphabet = "aZ09 5\n7x.-00" + "٣٤ßİΣé"  # Arabic-Indic digits count as digits too
+    for _ in range(2000):
+        text = "".join(rng.choice(alphabet[:14] if rng.random() < 0.5 else alphabet) for _ in range(rng.randrange(30)))
+        assert fold(text) == re.sub(r"\d+", "0", text.casefold())
+    assert fold("Page 10 of 2007") == "page 0 of 0" and fold("x٣٤2") == "x0"
 
 
 def test_template_region_keeps_lone_template_lines_inside_the_page():

@@ -53,6 +53,11 @@ class Document:
 
     @property
     def nbytes(self) -> int:
-        """Size of the text in UTF-8 bytes (what the byte counters add up)."""
-        text = self.text
-        return len(text) if text.isascii() else len(text.encode("utf-8", errors="surrogatepass"))
+        """Size of the text in UTF-8 bytes (what the byte counters add up). Kept with the text it was
+        counted on: each stage counts a document's bytes in and out, mostly of a text left as it was."""
+        text, known = self.text, self.__dict__.get("_nbytes")
+        if known is not None and known[0] is text:
+            return known[1]
+        size = len(text) if text.isascii() else len(text.encode("utf-8", errors="surrogatepass"))
+        self.__dict__["_nbytes"] = (text, size)
+        return size

@@ -223,7 +223,7 @@ def _quick_line(raw: bytes | None, number: int, source: str, dataset: str | None
 
 def record_line(doc: Document) -> bytes:
     """The shard line of ``doc`` (its JSON object, UTF-8, no newline)."""
-    return _json_line(doc.to_json()).encode("utf-8")
+    return _record_bytes(doc.to_json())
 
 
 def _document(path: Path, result: LineResult, log: RecordLog, naming: Naming) -> Document | None:
