@@ -1,7 +1,8 @@
 """Ids unique in a whole run: an id that two read tasks both handed out is qualified in the later one.
 
 Each read task makes its documents' ids unique among themselves (read/doc_ids.py) without knowing
-what the others read. Where a run has several read tasks, each also writes what it handed out
+what the others read. Where a run has several read tasks (and a WARC or JSONL input: an HTML file's
+id, its name, is unique in the run already), each also writes what it handed out
 beside its shard (`SHARD.ids.npz`: a 64-bit hash of every id, and the ids with the file and place
 of each document), and once every read task is done (`qualify_repeated_ids`, before any stage that
 looks across documents) the driver finds the ids handed out by more than one task: the first task
