@@ -116,8 +116,8 @@ def test_a_repeat_in_a_group_of_files_is_named_after_its_own_file(tmp_path):
 
 
 def test_html_files_alone_need_no_claims_and_a_jsonl_id_equal_to_a_file_name_is_qualified(tmp_path):
-    """An HTML file's id is its name, unique in the run: a run of HTML files writes no claims (and its
-    driver needs no numpy); a JSONL record whose id is such a name is still qualified."""
+    """An HTML file's id is its name, unique in the run: a run of HTML files writes no claims and
+    compares none; a JSONL record whose id is such a name is still qualified."""
     site = tmp_path / "site"
     page = "<html><body><article><h1>Title</h1><p>" + "plain words here " * 40 + "</p></article></body></html>"
     for folder in ("a", "b"):

@@ -8,9 +8,10 @@
 and, should even that repeat, the form with the file and position appended (`... @ NAME byte N` /
 `... @ NAME line N`), which nothing else shares. A read task (a group of small files, or one large
 file) hands out ids unique among its documents; where a run has several read tasks and a WARC or
-JSONL input (HTML files' names are unique in the run already), each records what it handed out (`Claims`) and read/run_ids.py qualifies, after the read phase, an id that an
-earlier task handed out too, by the same forms (`alternates`): ids are unique in the run and stable
-across reruns (docs/curation.md).
+JSONL input (HTML files' names are unique in the run already), each records what it handed out
+(`Claims`) and read/run_ids.py qualifies, after the read phase, an id that an earlier task handed
+out too, by the same forms (`alternates`): ids are unique in the run and stable across reruns
+(docs/curation.md).
 """
 from __future__ import annotations
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
+
+import numpy as np
 
 from trident.curate.droplog import DropLog, log_path, read_log
 from trident.curate.read.doc_ids import alternates, claims_path, id_hash
@@ -26,9 +27,6 @@ from trident.curate.read.shards import LEVEL, PLAIN_SUFFIX, WORK_LEVEL, ShardWri
 from trident.curate.stage import Executor
 from trident.text.atomic import write_json_atomic
 from trident.text.storage import load_array, location, replace
-
-if TYPE_CHECKING:  # numpy is imported where ids repeat: a run of HTML files never needs it here (~0.1 s)
-    import numpy as np
 
 DONE = "_ids.done.json"  # in the read phase's folder once every repeated id is qualified
 IDS_QUALIFIED = "ids_qualified"  # the read counter of the documents renamed here
@@ -52,8 +50,6 @@ def qualify_repeated_ids(reads: list[dict], executor: Executor) -> list[int]:
     done = _done_path(reads)
     if done.exists():
         return json.loads(done.read_text())["renamed"]
-    import numpy as np
-
     hashes = []
     for task in reads:
         with load_array(claims_path(task["output"])) as stored:
@@ -78,8 +74,6 @@ def qualify_repeated_ids(reads: list[dict], executor: Executor) -> list[int]:
 
 def _later_repeats(hashes: list[np.ndarray]) -> list[np.ndarray]:
     """Per task, the rows of its ids that an earlier task handed out too."""
-    import numpy as np
-
     sizes = [len(h) for h in hashes]
     every = np.concatenate(hashes)
     owner = np.repeat(np.arange(len(hashes)), sizes)
@@ -105,8 +99,6 @@ def _renames(task: dict, rows: np.ndarray, taken: np.ndarray, assigned: set[str]
 
 
 def _held(taken: np.ndarray, key: int) -> bool:
-    import numpy as np
-
     at = int(np.searchsorted(taken, np.uint64(key)))
     return at < len(taken) and int(taken[at]) == key
 

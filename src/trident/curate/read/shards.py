@@ -7,12 +7,12 @@ damaged record costs only itself (trident.curate.read.warc).
 """
 from __future__ import annotations
 
-import bisect
 import json
 import os
 from pathlib import Path
 from typing import Iterator
 
+import numpy as np
 import zstandard
 
 from trident.curate.document import CurateError, Document
@@ -320,7 +320,7 @@ class ShardWriter:
         view, start = memoryview(block), 0
         while self._zst is not None and start < len(block):
             # write_line ends a frame after the first line that brings it to FRAME_BYTES
-            at = bisect.bisect_left(ends, start + FRAME_BYTES - self._frame_bytes)
+            at = int(np.searchsorted(ends, start + FRAME_BYTES - self._frame_bytes, "left"))
             if at == len(ends):
                 break
             self._zst.write(view[start : ends[at]])
