@@ -72,3 +72,19 @@ assert not loaded, loaded[:5]
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_a_free_port_lies_below_the_kernels_automatic_ports_and_can_be_bound():
+    """An automatic port could go to any outgoing connection before the rendezvous store binds it."""
+    import socket
+    from pathlib import Path
+
+    from trident.train.launch import free_port
+
+    ranges = Path("/proc/sys/net/ipv4/ip_local_port_range")
+    start = int(ranges.read_text().split()[0]) if ranges.exists() else 49152
+    for _ in range(20):
+        port = free_port()
+        assert 1024 <= port < start
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", port))  # still free

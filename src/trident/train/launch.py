@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -19,9 +20,30 @@ from trident.train.preemption import STOP_SIGNALS
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A free TCP port on 127.0.0.1 for a server started next (a rendezvous store). Picked below the
+    kernel's range for automatic ports where it can: a port from that range may be given to any
+    outgoing connection before the server binds it (a CI run's rendezvous failed so, EADDRINUSE)."""
+    low = _automatic_ports_start()
+    for _ in range(100):
+        port = _PICK.randint(max(1024, low - 12000), low - 1) if low > 2048 else 0
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:  # taken: another try
+                continue
+            return sock.getsockname()[1]
+    raise OSError("no free TCP port found on 127.0.0.1")
+
+
+_PICK = random.SystemRandom()  # from the OS: processes forked from one parent pick differently
+
+
+def _automatic_ports_start() -> int:
+    """The first port the kernel hands out automatically (Linux: ip_local_port_range; else 49152, IANA's)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 49152
 
 
 def under_torchrun() -> bool:
