@@ -242,10 +242,9 @@ def _present(block: Block, index: TextIndex) -> bool:
     whole = squeeze("".join(block.lines))
     if whole and whole in index:  # the common case, the backend kept the list: each item is in it too
         return True
-    keys = [squeeze(item) for item in block.items]
-    total = sum(map(len, keys))
+    total = len(squeeze("".join(block.items)))
     found = missing = 0
-    for key in keys:  # looked up until the answer is known either way
+    for key in map(squeeze, block.items):  # looked up until the answer is known either way
         if key in index:
             found += len(key)
         else:

@@ -66,7 +66,7 @@ class TextIndex:
 
     def find(self, needle: str) -> int:
         """The first offset of `needle` in the text, -1 when it is not there."""
-        width = next((w for w in _WINDOWS if len(needle) >= w), None)
+        width = _WINDOWS[0] if len(needle) >= _WINDOWS[0] else _WINDOWS[1] if len(needle) >= _WINDOWS[1] else None
         if width is None or len(self.text) < max(len(needle), _INDEXED_CHARS) or self._scans < _PLAIN_SCANS:
             self._scans += width is not None
             return self.text.find(needle)
