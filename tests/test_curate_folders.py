@@ -138,6 +138,27 @@ def test_a_man_page_keeps_its_title_name_and_one_line_summary():
     assert "NAME" not in _extract(site)  # a header with links is a site's header: still chrome
 
 
+def test_a_text_index_of_lines_answers_in_as_the_text_does(monkeypatch):
+    """``in`` answers from the lines' keys (each line without white space, and without its first
+    character) once the index is built: what is in the text, and nothing else, is found."""
+    import random
+
+    from trident.curate.extract import text_index
+
+    monkeypatch.setattr(text_index, "_PLAIN_SCANS", 0)
+    monkeypatch.setattr(text_index, "_INDEXED_CHARS", 0)
+    rng = random.Random(2)
+    for _ in range(100):
+        lines = ["".join(rng.choice("ab •\t中") for _ in range(rng.randint(0, 12))) for _ in range(rng.randint(1, 30))]
+        text = "\n".join(lines)
+        squeezed = "".join(text.split())
+        index = text_index.TextIndex.of_lines(text)
+        needles = ["".join(line.split()) for line in lines] + ["".join(line.split())[1:] + "x" for line in lines]
+        needles += ["".join(rng.choice("ab•中") for _ in range(rng.randint(1, 20))) for _ in range(20)]
+        assert index.text == squeezed
+        assert [needle in index for needle in needles] == [needle in squeezed for needle in needles], text
+
+
 def test_the_text_index_finds_what_str_find_finds(monkeypatch):
     import random
 

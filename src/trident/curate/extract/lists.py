@@ -158,7 +158,7 @@ def _screen(html: str, text: str, lists: bool, tables: bool, style: Style) -> Te
         markup = html[match.start():end.start() if end else len(html)]
         if (tag == "table" and _LAYOUT.search(markup, 6)) or not prose(markup):
             continue
-        index = TextIndex(squeeze(text)) if index is None else index
+        index = TextIndex.of_lines(text) if index is None else index
         if not _present(read_block(markup, style), index):
             return index
     return None

@@ -47,12 +47,20 @@ def _hash(text: str, offset: int, width: int) -> int:
 
 
 class TextIndex:
-    """``find(needle)`` == ``text.find(needle)`` and ``needle in index`` == ``needle in text``."""
+    """``find(needle)`` == ``text.find(needle)`` and ``needle in index`` == ``needle in text``.
+    ``lines``: where ``text`` is a text without its white space (of_lines), that text's lines."""
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, lines: list[str] | None = None) -> None:
         self.text = text
         self._scans = 0  # plain searches so far: the index is built when they would cost more
         self._codes, self._tables = None, {}
+        self._lines, self._pieces = lines, frozenset()
+
+    @classmethod
+    def of_lines(cls, text: str) -> "TextIndex":
+        """The index of ``text`` without white space, whose lines answer most look-ups (below)."""
+        lines = text.split("\n")
+        return cls("".join(text.split()), lines)
 
     def _build(self) -> None:
         self._codes = _codes(self.text)
@@ -60,9 +68,13 @@ class TextIndex:
             hashes = _window_hashes(self._codes, width)
             order = np.argsort(hashes)  # a needle's candidate places are sorted again when looked up
             self._tables[width] = (hashes[order], order)
+        # ``in`` asks mostly for a whole line of the text (a paragraph, a list item kept with its bullet):
+        # each line without white space, and without its first character, is a substring, found in a set
+        keys = ["".join(line.split()) for line in self._lines or ()]
+        self._pieces = frozenset(keys) | frozenset(key[1:] for key in keys)
 
     def __contains__(self, needle: str) -> bool:
-        return self.find(needle) >= 0
+        return needle in self._pieces or self.find(needle) >= 0
 
     def find(self, needle: str) -> int:
         """The first offset of `needle` in the text, -1 when it is not there."""
