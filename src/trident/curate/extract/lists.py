@@ -73,7 +73,8 @@ _NAVIGATION = re.compile(
 _ITEM = re.compile(rf"<({_tags('li', 'dt', 'dd')})\b([^>]*)>")
 _ROW, _CELL = re.compile(rf"<{_tags('tr')}\b[^>]*>"), re.compile(rf"<(?:{_tags('td', 'th')})\b[^>]*>")
 _LINK = re.compile(rf"<{_tags('a')}\b[^>]*>(.*?)</{_tags('a')}\s*>", re.S)
-_SCRIPT = re.compile("|".join(rf"<{_tags(name)}\b.*?</{_tags(name)}\s*>" for name in ("script", "style", "template")), re.S)
+_SCRIPT = re.compile("|".join(rf"<{_tags(tag)}\b.*?</{_tags(tag)}\s*>" for tag in ("script", "style", "template")),
+                     re.S)
 _SCRIPT_STARTS = ("<s", "<S", "<t", "<T")  # what a _SCRIPT match begins with: a C substring test first
 _BLOCK_TAG = re.compile(rf"<(?:{_tags('br')}|/?(?:{_tags(*_BLOCKS)}|{_tags('h')}[1-6])\b)[^>]*>")
 _TAG = re.compile(r"<[^>]*>")
