@@ -53,13 +53,15 @@ def test_a_pages_line_keys_folded_at_once_equal_each_lines_own():
 
 
 def test_fold_makes_each_run_of_digits_one_zero_in_ascii_and_any_script():
-    """fold's quick ASCII path (digits made 0, then runs of 0 one) equals the digit-run rule."""
+    """fold's quick paths (digits made 0, then runs of 0 one; on the UTF-8 bytes of a text whose
+    only digits are ASCII) equal the digit-run rule."""
     rng = random.Random(3)
     alphabet = "aZ09 5\n7x.-00" + "٣٤ßİΣé"  # Arabic-Indic digits count as digits too
     for _ in range(2000):
         text = "".join(rng.choice(alphabet[:14] if rng.random() < 0.5 else alphabet) for _ in range(rng.randrange(30)))
         assert fold(text) == re.sub(r"\d+", "0", text.casefold())
     assert fold("Page 10 of 2007") == "page 0 of 0" and fold("x٣٤2") == "x0"
+    assert fold("Größe 10—20 ¶ 007") == "grösse 0—0 ¶ 0"  # non-ASCII text, ASCII digits
 
 
 def test_template_region_keeps_lone_template_lines_inside_the_page():

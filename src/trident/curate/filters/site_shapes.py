@@ -43,6 +43,8 @@ WEAK, STRONG = 3, 2  # site_lines.template_region's flags of a line of template 
 WILD = 0  # a run of non-anchor words in a shape
 _DIGITS = re.compile(r"\d+")
 _ASCII_DIGITS_TO_ZERO, _ZERO_RUNS = str.maketrans("123456789", "0" * 9), re.compile("00+")
+_ASCII_DIGIT_BYTES_TO_ZERO, _ZERO_RUN_BYTES = bytes.maketrans(b"123456789", b"0" * 9), re.compile(b"00+")
+_ASCII_BYTES = bytes(range(128))
 _SENTENCE_END = re.compile(r"[.!?][\"'”’)\]]*$")
 EDGES = [("host", "u8"), ("page", "u8"), ("slot", "u1"), ("at", "u1"), ("word", "u8"), ("alpha", "u1")]
 BODY = [("host", "u8"), ("word", "u8"), ("pages", "u4")]
@@ -53,7 +55,12 @@ def fold(text: str) -> str:
     folded = text.casefold()
     if folded.isascii():  # its digits are 0-9: each made 0 in one C pass, then runs of 0 made one (4x faster)
         return _ZERO_RUNS.sub("0", folded.translate(_ASCII_DIGITS_TO_ZERO))
-    return _DIGITS.sub("0", folded)  # (sub returns the text itself when it holds no digit)
+    data = folded.encode("utf-8")
+    if _DIGITS.search(data.translate(None, _ASCII_BYTES).decode("utf-8")) is None:
+        # digits 0-9 only (a dash or a quote made the text non-ASCII): the same two passes on its UTF-8
+        # bytes, where str.translate would look up every character (~0.1 us each); 5x faster than the pattern
+        return _ZERO_RUN_BYTES.sub(b"0", data.translate(_ASCII_DIGIT_BYTES_TO_ZERO)).decode("utf-8")
+    return _DIGITS.sub("0", folded)
 
 
 def words(line: str) -> list[str]:
