@@ -19,6 +19,9 @@ from trident.data.processes import child_processes  # noqa: F401 (public here to
 from trident.train.preemption import STOP_SIGNALS
 
 
+_PICK = random.SystemRandom()  # from the OS: processes forked from one parent pick differently
+
+
 def free_port() -> int:
     """A free TCP port on 127.0.0.1 for a server started next (a rendezvous store). Picked below the
     kernel's range for automatic ports where it can: a port from that range may be given to any
@@ -33,9 +36,6 @@ def free_port() -> int:
                 continue
             return sock.getsockname()[1]
     raise OSError("no free TCP port found on 127.0.0.1")
-
-
-_PICK = random.SystemRandom()  # from the OS: processes forked from one parent pick differently
 
 
 def _automatic_ports_start() -> int:

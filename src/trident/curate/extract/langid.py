@@ -36,7 +36,7 @@ PART_CHARS = 64  # a part holds at least this many characters (lines shorter are
 # per page, between the other stages' work on it, found them cold: ~2x the time).
 BATCH_PAGES = 64
 _NON_LETTERS = re.compile(r"[\W\d_]+")
-_NON_ASCII_LETTERS = bytes(code for code in range(128) if not chr(code).isalpha())
+_ASCII_NON_LETTERS = bytes(code for code in range(128) if not chr(code).isalpha())
 _ASCII_LETTERS = bytes(code for code in range(128) if chr(code).isalpha())
 
 # texts -> each one's [(language, probability)], best first (<= 2): a page's parts in one call
@@ -47,7 +47,7 @@ def letters(text: str) -> int:
     """The letters of ``text`` (Unicode letters: a Chinese character is one, as an 'a' is)."""
     # ASCII non-letters (most of any text's) deleted in C, 7x faster than the pattern; the pattern
     # sees only the non-ASCII characters (an accented letter or a Chinese page's text)
-    kept = text.encode("utf-8").translate(None, _NON_ASCII_LETTERS)
+    kept = text.encode("utf-8").translate(None, _ASCII_NON_LETTERS)
     if text.isascii():
         return len(kept)
     others = kept.translate(None, _ASCII_LETTERS)
