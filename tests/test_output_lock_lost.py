@@ -4,6 +4,7 @@ reason; a heartbeat never writes back a record a taker removed, and gives up whe
 import json
 import os
 import signal
+from pathlib import Path
 
 import pytest
 
@@ -20,11 +21,24 @@ def fast_judging(monkeypatch):
     monkeypatch.setattr(lock_records, "POLL_S", 0.02)
 
 
+def stopped(pid: int) -> bool:
+    """Whether every thread of `pid` has stopped: a thread in a system call (the heartbeat's write of its
+    record) stops only when the call returns, and a beat that lands then makes the taker judge it alive."""
+    states = []
+    for stat in (Path("/proc") / str(pid) / "task").glob("*/stat"):
+        try:
+            states.append(stat.read_text().rsplit(")", 1)[1].split()[0])
+        except (OSError, IndexError):  # a thread that ended since the listing
+            continue
+    return bool(states) and all(state in "tT" for state in states)
+
+
 def take_over(proc, folder, name=LOCK) -> FolderLock:
     """Another run takes the folder over while `proc` is frozen (SIGSTOP: its beat stops, as a paused
     container's or a host's behind a partition), then `proc` goes on (SIGCONT)."""
     os.kill(proc.pid, signal.SIGSTOP)
     try:
+        wait_for(lambda: stopped(proc.pid))
         taker = FolderLock(folder, "taker", name=name).acquire()
         message = taker.takeover_message() or ""
         if "took over the lock of a run that is no longer running" not in message:
