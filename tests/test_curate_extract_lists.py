@@ -2,12 +2,15 @@
 descriptive link sentences, API lists, definition lists, parameter tables) with both backends,
 while menus, sidebars, breadcrumbs, in-article "on this page" links, related headlines, comments,
 hidden and repeated lists and footers stay out (trident.curate.extract.lists)."""
+import random
 import re
 
 import pytest
 
 from trident.curate.document import Document
-from trident.curate.extract.lists import Style, read_block
+from trident.curate.extract.lists import Block, Style, _present, read_block
+from trident.curate.extract.placement import squeeze
+from trident.curate.extract.text_index import TextIndex
 from trident.curate.run.registry import build_stage
 
 BACKENDS = ["resiliparse", "trafilatura"]
@@ -172,3 +175,17 @@ def test_on_a_page_laid_out_with_a_table_only_the_prose_table_comes_back():
             "</body></html>")
     text = extract(page, backend="trafilatura", favor_precision=False)
     assert key(PARAMETERS[1][0]) in key(text) and "Docs home" not in text
+
+
+def test_a_block_is_present_when_items_holding_half_its_characters_are_in_the_text():
+    """_present looks the longest items up first and stops once the answer is known: its answer is
+    the count over every item."""
+    rng = random.Random(2)
+    words = ["alpha", "beta¶", "gamma delta", "epsilon", "zeta eta theta", "iota", "kappa lambda mu nu"]
+    for _ in range(400):
+        text = "\n".join(" ".join(rng.sample(words, rng.randrange(1, 4))) for _ in range(rng.randrange(1, 8)))
+        items = [" ".join(rng.sample(words, rng.randrange(1, 3))) for _ in range(rng.randrange(1, 7))]
+        index = TextIndex.of_lines(text)
+        total = sum(len(squeeze(item)) for item in items)
+        found = sum(len(squeeze(item)) for item in items if squeeze(item) in squeeze(text))
+        assert _present(Block(["• " + item for item in items], items), index) == (found >= total / 2), (text, items)

@@ -6,6 +6,7 @@ import random
 import re
 
 import pytest
+import xxhash
 
 from trident.curate.document import CurateError, Document
 from trident.curate.droplog import log_path, read_log
@@ -50,6 +51,13 @@ def test_a_pages_line_keys_folded_at_once_equal_each_lines_own():
     lines = ["Straße 12", "  ΣΑΣ  x\u2028y", "İstanbul\t3", "", "Page 3 of 12"]
     assert line_keys(lines) == [line_key(line) for line in lines] and line_keys([]) == []
     assert line_key("Page 3 of 12") == line_key("page  7 OF 1")
+    # the keys' white space collapse on the lines joined equals each line's own words joined
+    rng = random.Random(5)
+    alphabet = "ab Z9 \t\r\x0b\x0c\x1c\x85\xa0\u2003\u2028\u3000ßİ"
+    for _ in range(500):
+        lines = ["".join(rng.choice(alphabet) for _ in range(rng.randrange(8))) for _ in range(rng.randrange(1, 6))]
+        want = [xxhash.xxh3_64_intdigest(" ".join(fold(line).split()).encode("utf-8")) for line in lines]
+        assert line_keys(lines) == want, lines
 
 
 def test_fold_makes_each_run_of_digits_one_zero_in_ascii_and_any_script():

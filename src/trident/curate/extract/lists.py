@@ -251,9 +251,10 @@ def _present(block: Block, index: TextIndex) -> bool:
     whole = squeeze("".join(block.lines))
     if whole and whole in index:  # the common case, the backend kept the list: each item is in it too
         return True
-    total = len(squeeze("".join(block.items)))
+    keys = sorted(map(squeeze, block.items), key=len, reverse=True)
+    total = sum(map(len, keys))
     found = missing = 0
-    for key in map(squeeze, block.items):  # looked up until the answer is known either way
+    for key in keys:  # the longest first, each deciding the most, until the answer is known either way
         if key in index:
             found += len(key)
         else:

@@ -31,6 +31,7 @@ A map/reduce over files, as dedup (the driver gets counts only):
 """
 from __future__ import annotations
 
+import re
 from collections import Counter
 from itertools import groupby
 from pathlib import Path
@@ -52,6 +53,8 @@ _LINES = [("host", "u8"), ("line", "u8"), ("page", "u8")]
 _PAGES = [("host", "u8"), ("page", "u8"), ("shard", "u4")]
 _TEMPLATE = [("host", "u8"), ("line", "u8")]
 DROP_REASON = "site_boilerplate"
+# a line's key compares its words: runs of white space inside a line made one " ", none at its ends
+_SPACE_RUN, _LINE_EDGE = re.compile(r"[^\S\n]+"), re.compile(" ?\n ?")
 
 
 def line_key(line: str) -> int:
@@ -61,17 +64,18 @@ def line_key(line: str) -> int:
 
 def line_keys(lines: list[str]) -> list[int]:
     """line_key of each of `lines` (none holding a line break), folded all at once."""
-    return keys_of_folded(folded_lines(lines))
+    return folded_lines_and_keys(lines)[1]
 
 
-def folded_lines(lines: list[str]) -> list[str]:
-    """fold of each of `lines` (none holding a line break), in one call (fold maps characters and
-    digit runs, which never span a line break)."""
-    return fold("\n".join(lines)).split("\n") if lines else []
-
-
-def keys_of_folded(folded: list[str]) -> list[int]:
-    return [xxhash.xxh3_64_intdigest(" ".join(line.split()).encode("utf-8")) for line in folded]
+def folded_lines_and_keys(lines: list[str]) -> tuple[list[str], list[int]]:
+    """(fold of each of `lines`, their line keys) with a few passes over all of them: fold maps
+    characters and digit runs, which never span a line break, and a key's white space collapse is
+    two regex passes over the lines joined (one split and join per line was 0.15 s of 79k lines)."""
+    if not lines:
+        return [], []
+    folded = fold("\n".join(lines))
+    compact = _LINE_EDGE.sub("\n", _SPACE_RUN.sub(" ", folded)).strip(" ")
+    return folded.split("\n"), list(map(xxhash.xxh3_64_intdigest, compact.encode("utf-8").split(b"\n")))
 
 
 def site_name(url) -> str | None:
@@ -164,8 +168,7 @@ def _count_task(job: dict) -> int:
         if host is None:
             continue
         text_lines = [line for line in doc.text.split("\n") if line.strip()]
-        folded = folded_lines(text_lines)
-        keys = keys_of_folded(folded)
+        folded, keys = folded_lines_and_keys(text_lines)
         page_keys.append(np.array(keys, dtype=np.uint64))
         counts[-1] = len(keys)
         # a page is its normalised lines in order: copies of one page under other URLs count once
