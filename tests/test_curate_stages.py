@@ -1,5 +1,8 @@
 """Streaming stages on real-looking inputs: HTML with boilerplate, German/French text, mojibake,
 documents that break one Gopher or C4 rule each (and are counted under that rule)."""
+import random
+import re
+
 import pytest
 
 from trident.curate.document import CurateError, Document
@@ -86,6 +89,21 @@ def test_clean_repairs_mojibake_and_normalises():
     assert counters["dropped:empty"] == 1
     with pytest.raises(CurateError, match="normalization"):
         build_stage("clean", {"normalization": "NFX"})
+
+
+def test_clean_tidies_white_space_as_its_rules_say():
+    """Control characters but tab and newline removed, other space characters made " ", runs of spaces
+    one, lines stripped, runs of blank lines one (checked on random mixtures, ftfy and NFC off)."""
+    rng = random.Random(4)
+    alphabet = "ab \t\n\x00\x0b\x1f\x7f\x85\x9f\xa0\u2000\u200b\u200c\u3000\u2028é"
+    stage = build_stage("clean", {"normalization": None, "fix_unicode": False})
+    for _ in range(2000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randrange(1, 16)))
+        want = "".join(c for c in text if c in "\t\n" or not (ord(c) < 32 or 0x7f <= ord(c) <= 0x9f))
+        want = re.sub("  +", " ", re.sub("[\t\xa0\u2000-\u200b\u3000]", " ", want))
+        want = "\n".join(line.strip() for line in re.sub(r"\n\s*\n(\s*\n)+", "\n\n", want).split("\n")).strip()
+        got = stage.apply(Document("t", text))
+        assert (got == "empty" if not want.strip() else got.text == want), repr(text)
 
 
 def test_min_length_in_words_and_in_tokenizer_tokens(tmp_path):

@@ -8,11 +8,12 @@ from trident.curate.document import Document
 from trident.curate.extract.unicode_fix import fix_text
 from trident.curate.stage import StreamingStage, register_stage
 
-# C0/C1 control characters except tab and newline; they carry no text and confuse tokenizers.
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-# Runs of spaces become one " " in two passes that sre scans fast (a set, then a literal prefix): each
-# other space character becomes " ", then runs of " " one (a pattern of runs tried a match at every space)
-_OTHER_SPACES, _SPACE_RUNS = re.compile(r"[\t\u00a0\u2000-\u200b\u3000]"), re.compile("  +")
+# C0/C1 control characters except tab and newline go (they carry no text and confuse tokenizers), and
+# other space characters become " ", in one pass (the two sets are disjoint); then runs of " " become
+# one, a pass that sre scans fast by its literal prefix (a pattern of runs tried a match at every space)
+_CONTROL_OR_SPACE = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\xa0\u2000-\u200b\u3000]")
+_OTHER_SPACES = frozenset("\t\u00a0\u3000" + "".join(map(chr, range(0x2000, 0x200c))))
+_SPACE_RUNS = re.compile("  +")
 _BLANK_LINES = re.compile(r"\n\s*\n(\s*\n)+")
 
 
@@ -40,7 +41,7 @@ class Clean(StreamingStage):
             self.counters["changed:normalize"] += normal != text
             text = normal
         if self.params["collapse_whitespace"]:
-            tidy = _BLANK_LINES.sub("\n\n", _SPACE_RUNS.sub(" ", _OTHER_SPACES.sub(" ", _CONTROL.sub("", text))))
+            tidy = _BLANK_LINES.sub("\n\n", _SPACE_RUNS.sub(" ", _CONTROL_OR_SPACE.sub(_space_or_nothing, text)))
             tidy = "\n".join(line.strip() for line in tidy.split("\n")).strip()
             self.counters["changed:whitespace"] += tidy != text
             text = tidy
@@ -48,3 +49,7 @@ class Clean(StreamingStage):
             return "empty"
         doc.text = text
         return doc
+
+
+def _space_or_nothing(match: re.Match) -> str:
+    return " " if match.group() in _OTHER_SPACES else ""

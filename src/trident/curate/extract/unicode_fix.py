@@ -83,6 +83,9 @@ def _element_ranges(op, value) -> list[tuple[int, int]] | None:
 
 _FIXER_CHANGES = _characters_a_fixer_changes()
 _MOJIBAKE = _mojibake_characters(badness.BADNESS_RE)
+# a segment without one of these characters does not look bad (lines of only "’", "→" or no-break
+# spaces are most of the non-ASCII ones of web text)
+_MAY_LOOK_BAD = _NON_ASCII if _MOJIBAKE is None else _MOJIBAKE[0]
 
 
 def looks_bad(segment: str) -> bool:
@@ -120,19 +123,19 @@ def _segment(text: str, pos: int, limit: int) -> tuple[int, int]:
 
 def _segments_that_may_change(text: str, limit: int) -> list[tuple[int, int]]:
     """(start, end) of the segments ftfy might change, in order: those holding a character a fixer
-    changes, and the non-ASCII ones that look like mojibake (ftfy tries encodings on nothing else)."""
+    changes, and those that look like mojibake (ftfy tries encodings on nothing else)."""
     segments = set()
     found = _FIXER_CHANGES.search(text)
     while found is not None:  # every change in a segment gives that segment: the search goes on after it
         start, end = _segment(text, found.start(), limit)
         segments.add((start, end))
         found = _FIXER_CHANGES.search(text, end)
-    found = _NON_ASCII.search(text)
+    found = _MAY_LOOK_BAD.search(text)
     while found is not None:
         start, end = _segment(text, found.start(), limit)
         if looks_bad(text[start:end]):  # the segment alone: the pattern has "^" (a segment's start)
             segments.add((start, end))
-        found = _NON_ASCII.search(text, end)
+        found = _MAY_LOOK_BAD.search(text, end)
     return sorted(segments)
 
 
