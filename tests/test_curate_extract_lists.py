@@ -8,7 +8,7 @@ import re
 import pytest
 
 from trident.curate.document import Document
-from trident.curate.extract.lists import Block, Style, _present, read_block
+from trident.curate.extract.lists import Block, Style, _keys, _list_keys, _present, read_block
 from trident.curate.extract.placement import squeeze
 from trident.curate.extract.text_index import TextIndex
 from trident.curate.run.registry import build_stage
@@ -188,4 +188,18 @@ def test_a_block_is_present_when_items_holding_half_its_characters_are_in_the_te
         index = TextIndex.of_lines(text)
         total = sum(len(squeeze(item)) for item in items)
         found = sum(len(squeeze(item)) for item in items if squeeze(item) in squeeze(text))
-        assert _present(Block(["• " + item for item in items], items), index) == (found >= total / 2), (text, items)
+        assert _present(*_keys(Block(["• " + item for item in items], items)), index) == (found >= total / 2), (text, items)
+
+
+def test_the_screens_keys_of_a_list_equal_those_of_its_block():
+    """The screen's one-pass keys of a list (_list_keys) equal the keys of the block read_block reads."""
+    rng = random.Random(6)
+    pieces = ["<li>", "<LI class='x'>", "<dt>", "<dd>", "</li>", "<a href='#'>", "</a>", "<p>", "<br>", " ", "\n",
+              "&amp;", "&#10;", "word", "Wörd", "\xa0", "<code>x</code>", "<b>", "</b>", "<script>no</script>"]
+    style = Style(bullet="• ", cell_separator="\t", paragraph_break="\n\n")
+    for fixture in (LINKS_WITH_DESCRIPTIONS, DESCRIPTIVE_LINKS, DEFINITIONS, API_ITEMS):
+        assert _list_keys(fixture[0], style) == _keys(read_block(fixture[0], style))
+    for _ in range(1000):
+        markup = "<ul>" + "".join(rng.choice(pieces) for _ in range(rng.randrange(20)))
+        bare = re.sub(r"<script\b.*?</script\s*>", "", markup, flags=re.S | re.I)
+        assert _list_keys(bare, style) == _keys(read_block(markup, style)), markup
