@@ -128,10 +128,10 @@ def rescue(html: str, text: str, lists: bool, tables: bool, style: Style, tree: 
     repeats = Counter(markup for _, markup in candidates)
     placement, walks, container = Placement(text, index, style.paragraph_break), _Walks(), _UNSET
     for el, markup in candidates:
-        if repeats[markup] > 1 or not prose(markup):
+        bare = _without_scripts(markup) if repeats[markup] == 1 else None
+        if bare is None or not prose(markup, bare):
             continue
-        block = read_block(markup, style)
-        if _present(*_keys(block), index) or walks.in_navigation(el):
+        if _present(*_block_keys(markup, bare, style), index) or walks.in_navigation(el):
             continue
         neighbour, after, slot = _anchor(el, placement)
         if neighbour is None and slot is None:
@@ -139,7 +139,7 @@ def rescue(html: str, text: str, lists: bool, tables: bool, style: Style, tree: 
             container = _article_container(body, index) if container is _UNSET else container
             if not walks.inside(el, container):
                 continue
-        placement.add(el, "\n".join(block.lines), slot, neighbour, after)
+        placement.add(el, "\n".join(read_block(markup, style).lines), slot, neighbour, after)
     return placement.result()
 
 
@@ -171,7 +171,7 @@ def _screen(html: str, text: str, lists: bool, tables: bool, style: Style) -> Te
         if not prose(markup, bare):
             continue
         index = TextIndex.of_lines(text) if index is None else index
-        if not _present(*(_keys(read_block(markup, style)) if tag == "table" else _list_keys(bare, style)), index):
+        if not _present(*_block_keys(markup, bare, style), index):
             return index
     return None
 
@@ -248,6 +248,11 @@ def _title_case(words: list[str]) -> bool:
     """Whether most longer words are capitalised (headlines and menu entries, not sentences)."""
     long_words = [w for w in words if len(w) > 3 and w[0].isalpha()]
     return sum(w[0].isupper() for w in long_words) > len(long_words) / 2
+
+
+def _block_keys(markup: str, bare: str, style: Style) -> tuple[str, list[str]]:
+    """_keys(read_block(markup, style)), a list's read from its markup without scripts (``bare``) in one pass."""
+    return _keys(read_block(markup, style)) if markup[:6].lower() == "<table" else _list_keys(bare, style)
 
 
 def _keys(block: Block) -> tuple[str, list[str]]:
