@@ -148,7 +148,6 @@ def strip_template(text: str, template: set[int], min_run: int, keys: list[int] 
 def _count_task(job: dict) -> int:
     """Map: (host, line, page) and (host, page, shard) records of one shard, and with shapes the
     EDGES and BODY records of its pages, by host partition; returns the documents seen."""
-    lines: list[tuple[int, int, int]] = []
     pages: list[tuple[int, int, int]] = []
     edges: list[tuple] = []
     body: Counter = Counter()
@@ -167,13 +166,13 @@ def _count_task(job: dict) -> int:
         # a page is its normalised lines in order: copies of one page under other URLs count once
         page = xxhash.xxh3_64_intdigest(page_keys[-1].tobytes())
         pages.append((host, page, job["shard"]))
-        lines += [(host, key, page) for key in set(keys)]
         if job["shapes"]:
             page_edges, page_body = page_records(host, page, folded)
             edges += page_edges
             body.update((host, word) for word in page_body)
     work, parts, name = location(job["work"]), np.uint64(job["partitions"]), f"s{job['shard']:06d}"
-    tables = {"lines": np.array(lines, dtype=_LINES), "pages": np.array(pages, dtype=_PAGES)}
+    pages_table = np.array(pages, dtype=_PAGES)
+    tables = {"lines": _line_rows(pages_table, page_keys), "pages": pages_table}
     if job["shapes"]:
         tables["edges"] = np.array(edges, dtype=EDGES)
         tables["body"] = np.array([(h, w, n) for (h, w), n in body.items()], dtype=BODY)
@@ -183,6 +182,16 @@ def _count_task(job: dict) -> int:
     save_array(work / "line_keys" / f"{name}.npz", None, counts=np.array(counts, dtype=np.int64),
                keys=np.concatenate(page_keys) if page_keys else np.zeros(0, dtype=np.uint64))
     return seen
+
+
+def _line_rows(pages: np.ndarray, page_keys: list[np.ndarray]) -> np.ndarray:
+    """(host, line, page) of every non-blank line of the pages with a host, in columns (a line twice
+    on a page is two rows: the reduce counts distinct pages)."""
+    counts = np.array([len(keys) for keys in page_keys], dtype=np.int64)
+    rows = np.empty(int(counts.sum()), dtype=_LINES)
+    rows["line"] = np.concatenate(page_keys) if page_keys else np.zeros(0, dtype=np.uint64)
+    rows["host"], rows["page"] = np.repeat(pages["host"], counts), np.repeat(pages["page"], counts)
+    return rows
 
 
 def _new_rows(cols: list[np.ndarray]) -> np.ndarray:
