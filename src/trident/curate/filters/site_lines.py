@@ -127,8 +127,12 @@ def strip_template(text: str, template: set[int], min_run: int, keys: list[int] 
     filled = [i for i, line in enumerate(lines) if line.strip()]
     shaped = shape_flags([lines[i] for i in filled], template)
     keys = line_keys([lines[i] for i in filled]) if keys is None else keys
-    region = template_region([shaped.get(j) or int(keys[j] in template) for j in range(len(filled))], min_run)
-    remove = {i for i, r in zip(filled, region) if r}
+    flags = list(map(template.__contains__, keys))  # True: an exact template line (== 1)
+    for j, shape in shaped.items():
+        flags[j] = shape
+    if not any(flags):  # no template line on the page (a third of a documentation site's pages)
+        return text, 0
+    remove = {i for i, r in zip(filled, template_region(flags, min_run)) if r}
     if not remove:
         return text, 0
     kept: list[str] = []
