@@ -9,7 +9,7 @@ import pytest
 
 from trident.curate.document import Document
 from trident.curate.extract.lists import Block, Style, _keys, _list_keys, _present, read_block
-from trident.curate.extract.placement import squeeze
+from trident.curate.extract.placement import Placement, squeeze
 from trident.curate.extract.text_index import TextIndex
 from trident.curate.run.registry import build_stage
 
@@ -203,3 +203,22 @@ def test_the_screens_keys_of_a_list_equal_those_of_its_block():
         markup = "<ul>" + "".join(rng.choice(pieces) for _ in range(rng.randrange(20)))
         bare = re.sub(r"<script\b.*?</script\s*>", "", markup, flags=re.S | re.I)
         assert _list_keys(bare, style) == _keys(read_block(markup, style)), markup
+
+
+def test_placement_writes_each_block_in_its_slot():
+    """Placement.result copies the lines between slots whole: the text equals the line-by-line layout."""
+    rng = random.Random(8)
+    for _ in range(300):
+        lines = [rng.choice(["", "a b", "cd", "  e"]) for _ in range(rng.randrange(1, 8))]
+        text = "\n".join(lines)
+        placement = Placement(text, TextIndex.of_lines(text), "\n\n")
+        slots = {}
+        for block in range(rng.randrange(4)):
+            slot = rng.choice([(rng.randrange(len(lines)), rng.choice(["before", "after"])), None])
+            placement.add(block, f"B{block}", slot)
+            slots.setdefault(slot or (None, "end"), []).append(f"B{block}")
+        want = "\n".join("".join(b + "\n\n" for b in slots.get((n, "before"), [])) + line
+                         + "".join("\n\n" + b for b in slots.get((n, "after"), [])) for n, line in enumerate(lines))
+        if (None, "end") in slots:
+            want = want.rstrip() + "".join("\n\n" + b for b in slots[(None, "end")])
+        assert placement.result() == want, (lines, slots)
