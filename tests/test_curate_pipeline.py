@@ -7,6 +7,7 @@ import pytest
 
 from trident.cli import main
 from trident.curate.document import CurateError, Document
+from trident.curate.read import shards
 from trident.curate.read.shards import read_shard
 from trident.curate.run.pipeline import check_accounting, load_pipeline_config, run_pipeline
 from trident.curate.samples.crawl import write_sample_warc
@@ -238,3 +239,25 @@ def test_small_inputs_are_read_together_into_shards_of_the_target_size(tmp_path)
     assert sorted(doc.id for doc in output_docs(stats)) == sorted(p.name for p in pages)
     each = run_pipeline({**config, "shard_bytes": 0}, pages, tmp_path / "each")
     assert len(each["output"]["shards"]) == 7 and output_docs(each) == output_docs(stats)
+
+
+def test_shards_only_a_later_phase_reads_are_written_at_the_work_level(tmp_path, monkeypatch):
+    """Every phase but the last, global stages too, writes its shards at the faster work level; the
+    published shards are at the published level."""
+    levels = {}
+    original = shards.ShardWriter.__init__
+
+    def recording(self, path, level=shards.LEVEL):
+        levels[str(path)] = level
+        original(self, path, level)
+
+    monkeypatch.setattr(shards.ShardWriter, "__init__", recording)
+    data = tmp_path / "docs.jsonl"
+    data.write_text("".join(json.dumps({"text": f"document {i % 7} of the set"}) + "\n" for i in range(20)))
+    config = {"stages": [{"stage": "clean"}, {"stage": "exact_dedup"}, {"stage": "fuzzy_dedup", "ngram": 2},
+                         {"stage": "exact_dedup"}], "keep_work": True}
+    stats = run_pipeline(config, [data], tmp_path / "out")
+    work = {path: level for path, level in levels.items() if "/phase-0" in path and "drops" not in path}
+    assert {p.split("/phase-")[1][:2]: level for p, level in work.items()} == {
+        "00": shards.WORK_LEVEL, "01": shards.WORK_LEVEL, "02": shards.WORK_LEVEL, "03": shards.LEVEL}
+    assert stats["accounting"]["ok"] and stats["output"]["documents"] >= 1

@@ -34,7 +34,7 @@ import numpy as np
 
 from trident.curate.document import CurateError, Document
 from trident.curate.droplog import DropLog, log_path
-from trident.curate.read.shards import read_shard, write_shard
+from trident.curate.read.shards import LEVEL, output_level, read_shard, write_shard
 from trident.curate.stage import Executor, GlobalStage, output_paths, register_stage
 from trident.tasks import TaskDataError, get_task
 from trident.text.jsonl import DEFAULT_MAX_DOC_BYTES, UnreadableFile, iter_jsonl, iter_raw_lines
@@ -334,7 +334,7 @@ def _clean_task(job: dict) -> Counter:
             yield result
 
     with DropLog(log_path(job["out"])) as drops:
-        write_shard(location(job["out"]), cleaned(drops))
+        write_shard(location(job["out"]), cleaned(drops), job.get("level", LEVEL))
     return counters
 
 
@@ -383,6 +383,7 @@ class Decontaminate(GlobalStage):
         names = [t["name"] for t in self.tasks]
         suspects = [f[2] for f in found] if found else [[] for _ in inputs]
         jobs = [{"path": str(p), "out": str(o), "index": str(work / "filtered.npz"), "rule": self.rule,
+                 "level": output_level(self.work_outputs),
                  "tasks": names, "rows": rows} for p, o, rows in zip(inputs, outputs, suspects)]
         for counters in executor.map(_clean_task, jobs, desc="decontaminate: cut"):
             self.counters.update(counters)

@@ -91,6 +91,9 @@ class GlobalStage(Stage):
 
     reads_raw = False
     raw_reads: list[dict] | None = None  # set by the runner before run(); None: inputs exist already
+    # set by the runner: a later phase reads the outputs and they are never published, so they are
+    # written at the faster work level (trident.curate.read.shards.output_level)
+    work_outputs = False
 
     def run(self, inputs: list[Path], out_dir: Path, executor: Executor) -> list[Path]:
         """Read the shard files `inputs` (JSONL.zst), write new shards under `out_dir`, return their

@@ -15,7 +15,7 @@ from trident.curate.dedup.partitions import load_partition
 from trident.curate.document import CurateError
 from trident.curate.droplog import DropLog, log_path
 from trident.curate.read.shard_lines import parse_document, shard_lines
-from trident.curate.read.shards import ShardWriter, read_shard, write_shard
+from trident.curate.read.shards import LEVEL, ShardWriter, output_level, read_shard, write_shard
 from trident.curate.stage import Executor, GlobalStage, output_paths
 from trident.text.compressed import open_binary
 from trident.text.storage import load_array, location
@@ -40,9 +40,10 @@ def row_notes(records: np.ndarray) -> dict[int, dict]:
             for row, kept, similarity in zip(rows, records["kept"].tolist(), records["similarity"].tolist())}
 
 
-def copy_without(src: str, dst: str, drop: set[int] | dict[int, dict], reason: str, stage: str) -> Counter:
-    """Copy shard ``src`` to ``dst`` without the rows in ``drop`` (counted as ``dropped:<reason>``
-    and written to ``dst``'s drop log, with ``drop[row]``'s fields when it is a dict)."""
+def copy_without(src: str, dst: str, drop: set[int] | dict[int, dict], reason: str, stage: str,
+                 level: int = LEVEL) -> Counter:
+    """Copy shard ``src`` to ``dst`` (zstd ``level``) without the rows in ``drop`` (counted as
+    ``dropped:<reason>`` and written to ``dst``'s drop log, with ``drop[row]``'s fields when it is a dict)."""
     notes = drop if isinstance(drop, dict) else {}
     counters: Counter = Counter()
 
@@ -59,7 +60,7 @@ def copy_without(src: str, dst: str, drop: set[int] | dict[int, dict], reason: s
             yield doc
 
     with DropLog(log_path(dst)) as drops:
-        write_shard(location(dst), kept(drops))
+        write_shard(location(dst), kept(drops), level)
     if counters[f"dropped:{reason}"] != len(drop):
         raise CurateError(f"{src}: {len(drop)} rows marked {reason}, but {counters[f'dropped:{reason}']} found")
     return counters
@@ -83,9 +84,9 @@ def drop_files_task(job: dict) -> Counter:
     rows = {} if dropped is None else row_notes(dropped) if dropped.dtype.names else set(split_keys(dropped)[1].tolist())
     if "sizes" in job:
         return filter_lines_task({"src": job["src"], "dst": job["dst"], "drop": sorted(rows), "reason": "duplicate",
-                                  "stage": job["stage"], "sizes": job["sizes"],
+                                  "stage": job["stage"], "sizes": job["sizes"], "level": job.get("level", LEVEL),
                                   "notes": rows if isinstance(rows, dict) else {}})
-    return copy_without(job["src"], job["dst"], rows, "duplicate", job["stage"])
+    return copy_without(job["src"], job["dst"], rows, "duplicate", job["stage"], job.get("level", LEVEL))
 
 
 def _whole_lines(path: Path) -> tuple[bytes, np.ndarray] | None:
@@ -149,7 +150,7 @@ def filter_lines_task(job: dict) -> Counter:
     drop = np.zeros(len(sizes), dtype=bool)
     drop[np.asarray(job["drop"], dtype=np.int64)] = True
     whole = _whole_lines(src)  # a shard trident wrote, read at once: the usual case
-    with ShardWriter(dst) as writer, DropLog(log_path(dst)) as drops:
+    with ShardWriter(dst, job.get("level", LEVEL)) as writer, DropLog(log_path(dst)) as drops:
         if whole is not None and len(whole[1]) == len(sizes):
             rows = _filter_whole(src, writer, drops, *whole, drop, job)
         else:
@@ -177,7 +178,7 @@ def apply_drops_lines(stage: GlobalStage, inputs: list[Path], out_dir: Path, exe
         for shard in sorted_distinct(shards).tolist():  # np.unique would import numpy.ma
             notes[shard] = row_notes(dropped[shards == shard])
     jobs = [{"src": str(i), "dst": str(o), "drop": r, "reason": reason, "stage": stage.name, "notes": n,
-             "sizes": str(sizes_dir / f"s{k:06d}.npy")}
+             "sizes": str(sizes_dir / f"s{k:06d}.npy"), "level": output_level(stage.work_outputs)}
             for k, (i, o, r, n) in enumerate(zip(inputs, outputs, rows, notes))]
     for counters in executor.map(filter_lines_task, jobs, desc=f"{stage.name}: write"):
         stage.counters.update(counters)

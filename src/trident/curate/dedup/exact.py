@@ -31,7 +31,7 @@ from trident.curate.dedup.keys import (KEEP_KEYS, dataset_salt, doc_key, keep_so
                                        priority_fields, split_keys, validate_common)
 from trident.curate.dedup.partitions import load_partition, save_partitioned
 from trident.curate.document import CurateError
-from trident.curate.read.shards import read_shard
+from trident.curate.read.shards import output_level, read_shard
 from trident.curate.stage import Executor, GlobalStage, output_paths, register_stage
 from trident.text.storage import location, make_folder, remove_tree, save_array
 
@@ -118,6 +118,7 @@ class ExactDedup(GlobalStage):
         self.counters.update({name: n for name, n in chosen.items() if name != "chosen"})
         outputs = output_paths(inputs, out_dir)
         writes = [{"work": str(work), "shard": i, "src": str(src), "dst": str(dst), "stage": self.name,
+                   "level": output_level(self.work_outputs),
                    "sizes": str(work / "rows" / f"s{i:06d}.npy")} for i, (src, dst) in enumerate(zip(inputs, outputs))]
         written = Counter()
         for found in executor.map(drop_files_task, writes, desc="exact_dedup: write"):

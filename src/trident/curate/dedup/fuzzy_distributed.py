@@ -38,7 +38,7 @@ from trident.curate.dedup.keys import (best_first, dataset_salt, doc_key, priori
 from trident.curate.dedup.minhash import BUCKET_DTYPE, MinHasher, bucket_pairs, jaccard
 from trident.curate.dedup.partitions import load_partition, save_partitioned
 from trident.curate.document import CurateError
-from trident.curate.read.shards import read_shard
+from trident.curate.read.shards import output_level, read_shard
 from trident.curate.stage import Executor, GlobalStage, output_paths
 from trident.text.storage import load_array, location, make_folder, remove_tree, save_array
 
@@ -268,7 +268,8 @@ def run_distributed(stage: GlobalStage, inputs: list[Path], out_dir: Path, execu
         counters.update(found)
     executor.map(_similarity_task, shards, desc="fuzzy_dedup: similarity")
     outputs = output_paths(inputs, out_dir)
-    jobs = [{**j, "src": str(i), "dst": str(o), "stage": stage.name} for j, i, o in zip(shards, inputs, outputs)]
+    jobs = [{**j, "src": str(i), "dst": str(o), "stage": stage.name, "level": output_level(stage.work_outputs)}
+            for j, i, o in zip(shards, inputs, outputs)]
     for found in executor.map(drop_files_task, jobs, desc="fuzzy_dedup: write"):
         counters.update(found)
     remove_tree(work)

@@ -44,7 +44,7 @@ from trident.curate.document import CurateError
 from trident.curate.droplog import DropLog, log_path
 from trident.curate.filters.site_shapes import (BODY, EDGES, STRONG, WEAK, anchor_key, find_anchors, find_shapes,
                                                 fold, page_records, shape_flags)
-from trident.curate.read.shards import read_shard, write_shard
+from trident.curate.read.shards import LEVEL, output_level, read_shard, write_shard
 from trident.curate.stage import Executor, GlobalStage, output_paths, register_stage
 from trident.text.storage import load_array, location, make_folder, remove_tree, save_array
 
@@ -314,7 +314,7 @@ def _rewrite_task(job: dict) -> dict:
             yield doc
 
     with DropLog(log_path(dst)) as drops:
-        write_shard(dst, kept(drops))
+        write_shard(dst, kept(drops), job.get("level", LEVEL))
     return dict(counters)
 
 
@@ -349,7 +349,8 @@ class SiteLines(GlobalStage):
                   "min_host_docs": p["min_host_docs"], "shapes": p["shapes"]} for part in range(p["partitions"])]
         for found in executor.map(_template_task, parts, desc="site_lines: templates"):
             self.counters.update(found)
-        writes = [{"work": str(work), "shard": i, "src": str(src), "dst": str(dst), "min_run": p["min_run"]}
+        writes = [{"work": str(work), "shard": i, "src": str(src), "dst": str(dst), "min_run": p["min_run"],
+                   "level": output_level(self.work_outputs)}
                   for i, (src, dst) in enumerate(zip(inputs, output_paths(inputs, out_dir)))]
         for found in executor.map(_rewrite_task, writes, desc="site_lines: write"):
             self.counters.update(found)

@@ -30,6 +30,11 @@ MIN_GROUPS, MIN_GROUP_BYTES = 32, 1 << 20  # input files are split into this man
 FRAME_BYTES = 1 << 20  # uncompressed bytes per zstd frame of a written shard (well under HOLD_LIMIT)
 _BLOCK = 1 << 16  # line bytes handed to the compressor at once
 LEVEL, WORK_LEVEL = 3, 1  # zstd levels: published shards; shards only a later phase reads (2x faster to write)
+
+
+def output_level(work: bool) -> int:
+    """The zstd level of a phase's outputs: WORK_LEVEL where only a later phase reads them."""
+    return WORK_LEVEL if work else LEVEL
 PLAIN_SUFFIX = ".jsonl"  # a work shard written without compression (ShardWriter level None)
 _json_line = json.JSONEncoder(ensure_ascii=False).encode  # json.dumps(x, ensure_ascii=False), one encoder for all
 # The quick record path's JSON, in C and made once: json.loads wraps the scanner in whitespace checks

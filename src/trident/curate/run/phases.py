@@ -183,8 +183,9 @@ def read_totals(tasks: list[dict]) -> dict:
 
 
 def run_global_phase(spec: dict, inputs: list[Path], phase_dir: Path, executor: Executor,
-                     reads: list[dict] | None = None) -> tuple[list[Path], Counter, float]:
+                     reads: list[dict] | None = None, work_only: bool = False) -> tuple[list[Path], Counter, float]:
     """Run one global stage (or reuse its finished result); returns (output shards, counters, wall seconds).
+    ``work_only``: a later phase reads the outputs and they are never published (faster zstd level).
     ``reads``: the read tasks whose outputs are ``inputs``, for a stage that reads the raw inputs itself.
     Such a stage sees each read task's own ids: where the read tasks then turn out to have handed out
     one id twice (read/run_ids.py), it is run again on the read shards with the run's ids."""
@@ -196,9 +197,9 @@ def run_global_phase(spec: dict, inputs: list[Path], phase_dir: Path, executor: 
             return outputs, Counter(done["counters"]), done["seconds"]
     start = time.perf_counter()
     final = reads is None or ids_final(reads)  # the read shards, if read before, hold the run's ids
-    outputs, stage = _run_global_stage(spec, inputs, phase_dir, executor, reads)
+    outputs, stage = _run_global_stage(spec, inputs, phase_dir, executor, reads, work_only)
     if not final and any(qualify_repeated_ids(reads, executor)):
-        outputs, stage = _run_global_stage(spec, inputs, phase_dir, executor, None)
+        outputs, stage = _run_global_stage(spec, inputs, phase_dir, executor, None, work_only)
     seconds = round(time.perf_counter() - start, 6)
     write_json_atomic(marker, {"outputs": [str(p) for p in outputs], "counters": dict(stage.counters),
                                "seconds": seconds})
@@ -206,12 +207,12 @@ def run_global_phase(spec: dict, inputs: list[Path], phase_dir: Path, executor: 
 
 
 def _run_global_stage(spec: dict, inputs: list[Path], phase_dir: Path, executor: Executor,
-                      reads: list[dict] | None) -> tuple[list[Path], GlobalStage]:
+                      reads: list[dict] | None, work_only: bool) -> tuple[list[Path], GlobalStage]:
     if phase_dir.exists():
         remove_tree(phase_dir)  # a half-finished global phase is redone from scratch
     make_folder(phase_dir)
     stage = build_stage(spec["stage"], _params(spec))
     assert isinstance(stage, GlobalStage)
-    stage.raw_reads = reads
+    stage.raw_reads, stage.work_outputs = reads, work_only
     stage.setup()
     return [location(p) for p in stage.run(list(inputs), phase_dir, executor)], stage

@@ -281,7 +281,8 @@ def _run_phases(specs: list[dict], files: list[list[tuple[Path, str]]], work: Pa
             reads = stream_tasks([], files, phase_dir, options, read_raw=True, suffix=PLAIN_SUFFIX)
             current = [location(task["output"]) for task in reads]
         elif kind == "global":
-            current, counters, seconds = run_global_phase(phase_specs[0], current, phase_dir, pool, reads)
+            current, counters, seconds = run_global_phase(phase_specs[0], current, phase_dir, pool, reads,
+                                                          work_only=number < len(phases) - 1)
             if reads:
                 totals = read_totals(reads)
                 _add_read_entry(stage_stats, errors, totals)
