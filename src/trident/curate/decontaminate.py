@@ -379,12 +379,11 @@ class Decontaminate(GlobalStage):
         keep = ~np.isin(index["hashes"], frequent)
         save_array(work / "filtered.npz", None, **{**index, "hashes": index["hashes"][keep],
                                                    "owners": index["owners"][keep]})
-        outputs = output_paths(inputs, out_dir)
-        names = [t["name"] for t in self.tasks]
+        outputs, names = output_paths(inputs, out_dir), [t["name"] for t in self.tasks]
         suspects = [f[2] for f in found] if found else [[] for _ in inputs]
         jobs = [{"path": str(p), "out": str(o), "index": str(work / "filtered.npz"), "rule": self.rule,
-                 "level": output_level(self.work_outputs),
-                 "tasks": names, "rows": rows} for p, o, rows in zip(inputs, outputs, suspects)]
+                 "level": output_level(self.work_outputs), "tasks": names, "rows": rows}
+                for p, o, rows in zip(inputs, outputs, suspects)]
         for counters in executor.map(_clean_task, jobs, desc="decontaminate: cut"):
             self.counters.update(counters)
         for name in names:
