@@ -128,10 +128,10 @@ def rescue(html: str, text: str, lists: bool, tables: bool, style: Style, tree: 
     repeats = Counter(markup for _, markup in candidates)
     placement, walks, container = Placement(text, index, style.paragraph_break), _Walks(), _UNSET
     for el, markup in candidates:
-        bare = _without_scripts(markup) if repeats[markup] == 1 else None
-        if bare is None or not prose(markup, bare):
+        if repeats[markup] > 1:
             continue
-        if _present(*_block_keys(markup, bare, style), index) or walks.in_navigation(el):
+        bare = _without_scripts(markup)
+        if not prose(markup, bare) or _present(*_block_keys(bare, style), index) or walks.in_navigation(el):
             continue
         neighbour, after, slot = _anchor(el, placement)
         if neighbour is None and slot is None:
@@ -139,7 +139,7 @@ def rescue(html: str, text: str, lists: bool, tables: bool, style: Style, tree: 
             container = _article_container(body, index) if container is _UNSET else container
             if not walks.inside(el, container):
                 continue
-        placement.add(el, "\n".join(read_block(markup, style).lines), slot, neighbour, after)
+        placement.add(el, "\n".join(_read_bare(bare, style).lines), slot, neighbour, after)
     return placement.result()
 
 
@@ -171,7 +171,7 @@ def _screen(html: str, text: str, lists: bool, tables: bool, style: Style) -> Te
         if not prose(markup, bare):
             continue
         index = TextIndex.of_lines(text) if index is None else index
-        if not _present(*_block_keys(markup, bare, style), index):
+        if not _present(*_block_keys(bare, style), index):
             return index
     return None
 
@@ -206,16 +206,25 @@ def prose(markup: str, bare: str | None = None) -> bool:
 def read_block(markup: str, style: Style) -> Block:
     """The lines and items of a list's or table's outer HTML (one pass of the tag regexes over the
     whole markup, not one per item)."""
-    markup = _without_scripts(markup)
+    return _read_bare(_without_scripts(markup), style)
+
+
+def _read_bare(markup: str, style: Style) -> Block:
+    """read_block of a list's or table's outer HTML without its scripts."""
     if markup[:6].lower() == "<table":
         rows = [[_collapse(cell) for cell in row.split(_MARK)[1:]]
                 for row in _plain(_ROW.sub(_ROW_MARK, _CELL.sub(_MARK, markup))).split(_ROW_MARK)[1:]]
         lines = [style.cell_separator.join(cells) for cells in rows if any(cells)]
         return Block(lines, [cell for cells in rows for cell in cells if cell])
-    parts = _ITEM.split(markup)
-    texts = [_collapse(part) for part in _plain(_MARK.join(parts[3::3])).split(_MARK)]
-    tagged = [(tag.lower(), item) for tag, item in zip(parts[1::3], texts) if item]
+    tags, texts = _item_texts(markup)
+    tagged = [(tag.lower(), item) for tag, item in zip(tags, map(_collapse, texts)) if item]
     return Block([(style.bullet if tag == "li" else "") + item for tag, item in tagged], [item for _, item in tagged])
+
+
+def _item_texts(markup: str) -> tuple[list[str], list[str]]:
+    """(each item's tag, its text as _plain leaves it) of a list's markup without scripts."""
+    parts = _ITEM.split(markup)
+    return parts[1::3], _plain(_MARK.join(parts[3::3])).split(_MARK)
 
 
 @lru_cache(maxsize=1 << 12)
@@ -250,9 +259,9 @@ def _title_case(words: list[str]) -> bool:
     return sum(w[0].isupper() for w in long_words) > len(long_words) / 2
 
 
-def _block_keys(markup: str, bare: str, style: Style) -> tuple[str, list[str]]:
-    """_keys(read_block(markup, style)), a list's read from its markup without scripts (``bare``) in one pass."""
-    return _keys(read_block(markup, style)) if markup[:6].lower() == "<table" else _list_keys(bare, style)
+def _block_keys(markup: str, style: Style) -> tuple[str, list[str]]:
+    """_keys(read_block) of a list's or table's markup without scripts; a list's in one pass over each item."""
+    return _keys(_read_bare(markup, style)) if markup[:6].lower() == "<table" else _list_keys(markup, style)
 
 
 def _keys(block: Block) -> tuple[str, list[str]]:
@@ -263,10 +272,10 @@ def _keys(block: Block) -> tuple[str, list[str]]:
 def _list_keys(markup: str, style: Style) -> tuple[str, list[str]]:
     """_keys(read_block(markup, style)) of a list's markup without scripts, with one pass over each
     item's text, not two (the screen reads 5,500 lists of 766 documentation pages)."""
-    parts = _ITEM.split(markup)
-    items = ["".join(part.split()) for part in _plain(_MARK.join(parts[3::3])).split(_MARK)]
+    tags, texts = _item_texts(markup)
+    items = list(map(squeeze, texts))
     bullet = squeeze(style.bullet)
-    tagged = [(bullet if tag.lower() == "li" else "") + item for tag, item in zip(parts[1::3], items) if item]
+    tagged = [(bullet if tag.lower() == "li" else "") + item for tag, item in zip(tags, items) if item]
     return "".join(tagged), [item for item in items if item]
 
 

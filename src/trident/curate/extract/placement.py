@@ -61,14 +61,11 @@ class Placement:
         """The text with every block in its slot."""
         if not self._slots:
             return self.text
-        pb, out, copied = self.paragraph_break, [], 0
-        for number in sorted({number for number, _ in self._slots if number is not None}):
-            out += ["\n".join(self.lines[copied:number]), "\n"] if number > copied else []  # lines between slots
-            out += [block + pb for _, block in self._slots.get((number, _BEFORE), ())]
-            out.append(self.lines[number])
-            out += [pb + block for _, block in self._slots.get((number, _AFTER), ())]
-            out.append("\n")
-            copied = number + 1
-        text = "".join(out) + "\n".join(self.lines[copied:]) if copied < len(self.lines) else "".join(out)[:-1]
+        pb, lines = self.paragraph_break, list(self.lines)
+        for number in {number for number, _ in self._slots if number is not None}:  # only the lines with a slot
+            before = [block + pb for _, block in self._slots.get((number, _BEFORE), ())]
+            after = [pb + block for _, block in self._slots.get((number, _AFTER), ())]
+            lines[number] = "".join([*before, lines[number], *after])
+        text = "\n".join(lines)
         end = self._slots.get((None, _END))
         return text.rstrip() + "".join(pb + block for _, block in end) if end else text
